@@ -8,6 +8,8 @@ area of the API (records, chats, …) creates its own tables with its own
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import sqlite_utils
@@ -24,3 +26,15 @@ def open_db(path: str | Path) -> sqlite_utils.Database:
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA busy_timeout=5000")
     return sqlite_utils.Database(conn)
+
+
+@contextmanager
+def transaction(db: sqlite_utils.Database) -> Iterator[None]:
+    """All or nothing: `BEGIN IMMEDIATE` … `COMMIT`, rolled back on any exception."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
