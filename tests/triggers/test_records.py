@@ -1,4 +1,4 @@
-"""Stored records load leniently and salvage; user input is checked strictly with the field's path."""
+"""Stored records load leniently and salvage; user input is checked strictly, naming the field."""
 
 from datetime import UTC, datetime
 
