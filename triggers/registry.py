@@ -1,0 +1,229 @@
+"""The registry of armed triggers and the reconcile diff that keeps it current.
+
+Owns *which* records this device is responsible for (SPEC "Who runs what") and
+*what changed* between the records in the space and the registry armed now
+(SPEC "Reconcile, registry, health pass"). Pure: no I/O, no clock, no logging;
+the caller fetches records, logs the skipped ones and arms timers and
+subscriptions from the `Diff`.
+
+- A record enters the registry only when it decoded, is enabled, and is this
+  device's: floating (`owner == ""`) while this device is election-active,
+  pinned only when `owner` is this device. Undecodable records (`Salvaged`,
+  unknown kinds among them) never enter it and are returned as `Skipped`.
+- A change is sorted by what it moves. `rearm`: a fire-relevant field changed
+  (`kind`, `spec`, `enabled`, `owner`), fire times are recomputed. `update`:
+  only `name`, `program`, `args` or `limits` changed, the armed entry is
+  refreshed and its fire times stay. Anything else (server fields `rev`,
+  `updatedAt`, the runtime's status stamps) is a no-op. Pausing and resuming
+  show as `remove` and `add`, since a disabled record is never armed.
+- An armed entry keeps the record as of its last add, rearm or update: its
+  user fields are current, its stamps may be older. Read stamps from the
+  records, not from the registry.
+- `apply` returns a new `Registry` (a dict copy, about a millisecond per
+  100,000 entries); batch feed changes through `reconcile_changes` to apply once.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import msgspec
+
+from triggers.records import KINDS, Loaded, PeerId, Salvaged, Trigger, TriggerId
+
+_args_json = msgspec.json.Encoder()
+
+
+class SkipReason(enum.StrEnum):
+    UNKNOWN_KIND = "unknown_kind"
+    UNDECODABLE = "undecodable"
+
+
+class Skipped(msgspec.Struct, frozen=True, kw_only=True):
+    """A record that cannot be armed; the caller logs `warning`."""
+
+    id: TriggerId
+    kind: str
+    reason: SkipReason
+    error: str
+
+    @property
+    def warning(self) -> str:
+        if self.reason is SkipReason.UNKNOWN_KIND:
+            return f"skipping trigger {self.id}: unknown kind {self.kind!r}"
+        return f"skipping trigger {self.id} (kind {self.kind!r}): undecodable: {self.error}"
+
+
+class Deleted(msgspec.Struct, frozen=True, kw_only=True):
+    """A deletion from the change feed."""
+
+    id: TriggerId
+
+
+class Armed(msgspec.Struct, frozen=True, kw_only=True):
+    """One registry entry: the record and its two fingerprints."""
+
+    record: Trigger
+    fire: tuple[Any, ...]  # kind, spec, enabled, owner: a change moves fire times
+    body: tuple[Any, ...]  # name, program, args (as JSON), limits: a change does not
+
+
+class Diff(msgspec.Struct, frozen=True, kw_only=True):
+    add: tuple[Armed, ...] = ()
+    remove: tuple[TriggerId, ...] = ()
+    rearm: tuple[Armed, ...] = ()
+    update: tuple[Armed, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """True when the registry does not change (skipped records aside)."""
+        return not (self.add or self.remove or self.rearm or self.update)
+
+
+class Registry(Mapping[TriggerId, Armed]):
+    """An immutable mapping id → `Armed`; `apply` makes the next one."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[TriggerId, Armed] | None = None) -> None:
+        self._items: dict[TriggerId, Armed] = dict(items or {})
+
+    def __getitem__(self, key: TriggerId) -> Armed:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[TriggerId]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def get(self, key: TriggerId, default: Armed | None = None) -> Armed | None:  # type: ignore[override]
+        return self._items.get(key, default)
+
+    def __repr__(self) -> str:
+        return f"Registry({len(self._items)} armed)"
+
+    @classmethod
+    def _adopt(cls, items: dict[TriggerId, Armed]) -> Registry:
+        new = cls.__new__(cls)
+        new._items = items
+        return new
+
+
+def fire_print(record: Trigger) -> tuple[Any, ...]:
+    return (record.kind, record.spec, record.enabled, record.owner)
+
+
+def body_print(record: Trigger) -> tuple[Any, ...]:
+    # args as JSON so that `True` and `1`, equal in Python, count as a change
+    return (record.name, record.program, _args_json.encode(record.args), record.limits)
+
+
+def arm(record: Trigger) -> Armed:
+    return Armed(record=record, fire=fire_print(record), body=body_print(record))
+
+
+def responsible(record: Loaded, me: PeerId, active: bool) -> bool:
+    """Whether this device arms `record`: decoded, enabled, and floating-while-active or ours."""
+    if isinstance(record, Salvaged) or not record.enabled:
+        return False
+    return active if record.owner == "" else record.owner == me
+
+
+def skipped(record: Salvaged) -> Skipped:
+    unknown = record.error_path == "$.kind" and record.kind not in KINDS
+    reason = SkipReason.UNKNOWN_KIND if unknown else SkipReason.UNDECODABLE
+    return Skipped(id=record.id, kind=record.kind, reason=reason, error=record.error)
+
+
+class _Collect:
+    """Accumulates one diff; `visit` sorts one record against its armed entry."""
+
+    def __init__(self, me: PeerId, active: bool) -> None:
+        self.me, self.active = me, active
+        self.add: list[Armed] = []
+        self.remove: list[TriggerId] = []
+        self.rearm: list[Armed] = []
+        self.update: list[Armed] = []
+        self.skipped: list[Skipped] = []
+
+    def visit(self, old: Armed | None, record: Loaded) -> None:
+        if isinstance(record, Salvaged):
+            self.skipped.append(skipped(record))
+        if not responsible(record, self.me, self.active):
+            if old is not None:
+                self.remove.append(old.record.id)
+        elif old is None:
+            self.add.append(arm(record))  # type: ignore[arg-type]
+        elif old.record is not record and old.record != record:
+            self._changed(old, record)  # type: ignore[arg-type]
+
+    def _changed(self, old: Armed, record: Trigger) -> None:
+        fire = fire_print(record)
+        if fire != old.fire:
+            self.rearm.append(Armed(record=record, fire=fire, body=body_print(record)))
+            return
+        body = body_print(record)
+        if body != old.body:
+            self.update.append(Armed(record=record, fire=fire, body=body))
+
+    def diff(self) -> Diff:
+        return Diff(
+            add=tuple(self.add),
+            remove=tuple(self.remove),
+            rearm=tuple(self.rearm),
+            update=tuple(self.update),
+            skipped=tuple(self.skipped),
+        )
+
+
+def reconcile(registry: Registry, records: Iterable[Loaded], me: PeerId, active: bool) -> Diff:
+    """Full diff: `records` is every record in the space; armed ids not among them are removed."""
+    collect = _Collect(me, active)
+    get = registry.get
+    seen: set[TriggerId] = set()
+    for record in records:
+        seen.add(record.id)
+        collect.visit(get(record.id), record)
+    collect.remove.extend(i for i in registry if i not in seen)
+    return collect.diff()
+
+
+def reconcile_changes(
+    registry: Registry, changes: Iterable[Loaded | Deleted], me: PeerId, active: bool
+) -> Diff:
+    """Incremental diff for change-feed entries in feed order; the last entry per id wins."""
+    latest: dict[TriggerId, Loaded | Deleted] = {}
+    for change in changes:
+        latest.pop(change.id, None)
+        latest[change.id] = change
+    collect = _Collect(me, active)
+    for tid, change in latest.items():
+        old = registry.get(tid)
+        if not isinstance(change, Deleted):
+            collect.visit(old, change)
+        elif old is not None:
+            collect.remove.append(tid)
+    return collect.diff()
+
+
+def reconcile_one(registry: Registry, change: Loaded | Deleted, me: PeerId, active: bool) -> Diff:
+    return reconcile_changes(registry, (change,), me, active)
+
+
+def apply(registry: Registry, diff: Diff) -> Registry:
+    """The registry after `diff`."""
+    if diff.empty:
+        return registry
+    items = dict(registry._items)
+    for tid in diff.remove:
+        items.pop(tid, None)
+    for armed in (*diff.add, *diff.rearm, *diff.update):
+        items[armed.record.id] = armed
+    return Registry._adopt(items)
