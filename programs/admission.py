@@ -1,0 +1,109 @@
+"""Admission of a trigger's fires against its overlap policy, as pure functions.
+
+Owns what happens to a fire while earlier fires of the same trigger still run
+(record `limits.overlap` and `limits.maxQueue`, SPEC "Runs"). The state counts the
+trigger's running and queued fires; the caller keeps the queued fires themselves
+(a FIFO it pops when `finished` says so). Pure: no I/O, no clock, no pool.
+
+- `skip`: a fire while one runs is skipped, reason `overlap`.
+- `queue`: a fire while one runs waits in the queue (FIFO); more than `maxQueue`
+  waiting → rejected, reason `queue_full`. `maxQueue` 0 means never wait.
+- `parallel`: fires start side by side up to `pool_size` (the worker pool's
+  size: more could not run at once anyway). Beyond it a fire waits in the queue
+  like `queue` (bounded by `maxQueue`, overflow rejected `queue_full`) rather
+  than being skipped: a full pool is a lack of capacity, not an overlap.
+
+Every `start` must be matched by exactly one `finished`, whatever the outcome
+(ok, error, timeout, crash). A fire waiting in the queue never jumps ahead: while
+any wait, a new fire waits too.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+from msgspec.structs import replace
+
+OVERLAP = "overlap"
+QUEUE_FULL = "queue_full"
+
+
+class Policy(enum.StrEnum):
+    SKIP = "skip"
+    QUEUE = "queue"
+    PARALLEL = "parallel"
+
+
+class Verdict(enum.StrEnum):
+    START = "start"  # run it now
+    QUEUED = "queued"  # keep it; `finished` says when to start it
+    SKIPPED = "skipped"  # a run record with status skipped
+    REJECTED = "rejected"  # a run record with status rejected
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
+    verdict: Verdict
+    reason: str = ""  # `overlap` or `queue_full` for skipped/rejected
+
+
+class Slots(msgspec.Struct, frozen=True, kw_only=True):
+    running: int = 0
+    queued: int = 0
+    skipped: int = 0  # fires skipped for overlap, all time
+    rejected: int = 0  # fires rejected for a full queue, all time
+
+
+IDLE = Slots()
+START = Decision(verdict=Verdict.START)
+QUEUED = Decision(verdict=Verdict.QUEUED)
+
+
+def admit(
+    state: Slots, policy: Policy | str, max_queue: int, pool_size: int
+) -> tuple[Decision, Slots]:
+    """What to do with a new fire, and the state after it."""
+    policy = as_policy(policy)
+    _check(max_queue, pool_size)
+    capacity = pool_size if policy is Policy.PARALLEL else 1
+    if state.running < capacity and state.queued == 0:
+        return START, replace(state, running=state.running + 1)
+    if policy is Policy.SKIP:
+        return Decision(verdict=Verdict.SKIPPED, reason=OVERLAP), replace(
+            state, skipped=state.skipped + 1
+        )
+    if state.queued < max_queue:
+        return QUEUED, replace(state, queued=state.queued + 1)
+    return Decision(verdict=Verdict.REJECTED, reason=QUEUE_FULL), replace(
+        state, rejected=state.rejected + 1
+    )
+
+
+def finished(state: Slots) -> tuple[bool, Slots]:
+    """A running fire ended: whether to start the oldest queued one, and the state after."""
+    if state.running <= 0:
+        raise ValueError("finished() without a running fire")
+    if state.queued > 0:
+        return True, replace(state, queued=state.queued - 1)  # one ends, one starts
+    return False, replace(state, running=state.running - 1)
+
+
+def drop_queued(state: Slots) -> tuple[int, Slots]:
+    """Forget every waiting fire (paused, removed, moved away): how many, and the state."""
+    return state.queued, replace(state, queued=0)
+
+
+def as_policy(policy: Policy | str) -> Policy:
+    value = getattr(policy, "value", policy)
+    try:
+        return Policy(value)
+    except ValueError:
+        choices = ", ".join(p.value for p in Policy)
+        raise ValueError(f"overlap {value!r} is not one of {choices}") from None
+
+
+def _check(max_queue: int, pool_size: int) -> None:
+    if max_queue < 0:
+        raise ValueError(f"maxQueue must be ≥ 0, got {max_queue}")
+    if pool_size < 1:
+        raise ValueError(f"pool_size must be ≥ 1, got {pool_size}")
