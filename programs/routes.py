@@ -1,0 +1,131 @@
+"""The `any@v1` route table: the one description both space clients are driven by.
+
+Owns, per route: its name, method, path template, whether it takes a JSON body,
+which query parameters and headers it accepts, and whether it answers with an
+SSE stream. Also owns the error every client raises (`ApiError`, built from the
+house error body) and the pure helpers that turn a route and its parameters into
+a request target. It does no I/O: the synchronous client for programs
+(`programs.anyv1`) and the async client for the daemon and CLI
+(`runtime.client`) both read it, so they cannot drift from each other.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Mapping
+from urllib.parse import quote, urlencode
+
+import msgspec
+
+PREFIX = "/v1"
+
+
+class Route(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    method: str
+    path: str  # template under PREFIX, e.g. "/spaces/{space}/triggers/{id}"
+    body: bool = False  # takes a JSON body
+    query: tuple[str, ...] = ()  # accepted query parameters (None values are left out)
+    headers: Mapping[str, str] = {}  # parameter name -> HTTP header, e.g. rev -> If-Match
+    stream: bool = False  # answers text/event-stream
+
+
+class ApiError(RuntimeError):
+    """A refusal from the space (or no answer at all: status 0, code `unreachable`)."""
+
+    def __init__(self, status: int, code: str, detail: str = "") -> None:
+        super().__init__(f"{status} {code}: {detail}" if detail else f"{status} {code}")
+        self.status = status
+        self.code = code
+        self.detail = detail
+
+
+_S = "/spaces/{space}"
+_T = _S + "/triggers/{id}"
+_CHAT = _S + "/chats/{objectId}"
+
+ROUTES: dict[str, Route] = {
+    r.name: r
+    for r in (
+        Route(name="openapi", method="GET", path="/openapi.json"),
+        Route(name="space_create", method="POST", path="/spaces", body=True),
+        Route(name="spaces", method="GET", path="/spaces"),
+        Route(name="triggers", method="GET", path=_S + "/triggers"),
+        Route(name="trigger_create", method="POST", path=_S + "/triggers", body=True),
+        Route(name="trigger_get", method="GET", path=_T),
+        Route(
+            name="trigger_patch", method="PATCH", path=_T, body=True, headers={"rev": "If-Match"}
+        ),
+        Route(name="trigger_delete", method="DELETE", path=_T, headers={"rev": "If-Match"}),
+        Route(name="trigger_status", method="POST", path=_T + "/status", body=True),
+        Route(name="changes", method="GET", path=_S + "/changes", query=("since", "limit")),
+        Route(name="changes_stream", method="GET", path=_S + "/changes/stream", stream=True),
+        Route(name="chat_create", method="POST", path=_S + "/chats", body=True),
+        Route(name="chats", method="GET", path=_S + "/chats"),
+        Route(name="chat_send", method="POST", path=_CHAT + "/messages", body=True),
+        Route(
+            name="chat_messages", method="GET", path=_CHAT + "/messages", query=("after", "limit")
+        ),
+        Route(name="chat_stream", method="GET", path=_CHAT + "/stream", stream=True),
+        Route(name="program_put", method="PUT", path=_S + "/programs/{ref}", body=True),
+        Route(name="program_get", method="GET", path=_S + "/programs/{ref}"),
+        Route(name="programs", method="GET", path=_S + "/programs"),
+        Route(name="device_put", method="PUT", path=_S + "/devices/{peer}", body=True),
+        Route(name="devices", method="GET", path=_S + "/devices"),
+        Route(name="election", method="GET", path=_S + "/election"),
+        Route(name="election_claim", method="POST", path=_S + "/election/claim", body=True),
+        Route(name="election_release", method="POST", path=_S + "/election/release", body=True),
+        Route(name="fires_claim", method="POST", path=_S + "/fires", body=True),
+        Route(name="run_create", method="POST", path=_S + "/runs", body=True),
+        Route(
+            name="runs",
+            method="GET",
+            path=_S + "/runs",
+            query=("trigger", "status", "since", "limit"),
+        ),
+        Route(name="state_get", method="GET", path=_S + "/state/{triggerId}/{key}"),
+        Route(name="state_put", method="PUT", path=_S + "/state/{triggerId}/{key}", body=True),
+    )
+}
+
+
+def path_params(route: Route) -> tuple[str, ...]:
+    """The names of the `{placeholders}` in the route's path, in order."""
+    return tuple(name for _, name, _, _ in string.Formatter().parse(route.path) if name)
+
+
+def target(route: Route, params: Mapping[str, object]) -> str:
+    """The request target (path and query) for `route`; every placeholder must be given."""
+    missing = [name for name in path_params(route) if params.get(name) in (None, "")]
+    if missing:
+        raise ValueError(f"{route.name}: missing path parameter {missing[0]!r}")
+    unknown = set(params) - set(path_params(route)) - set(route.query) - set(route.headers)
+    if unknown:
+        raise ValueError(f"{route.name}: unknown parameter {sorted(unknown)[0]!r}")
+    path = route.path.format_map({k: quote(str(params[k]), safe="@:") for k in path_params(route)})
+    query = {k: _scalar(params[k]) for k in route.query if params.get(k) is not None}
+    return PREFIX + path + ("?" + urlencode(query) if query else "")
+
+
+def headers(route: Route, params: Mapping[str, object]) -> dict[str, str]:
+    """The optional headers the parameters ask for (e.g. `If-Match` from `rev`)."""
+    return {h: str(params[k]) for k, h in route.headers.items() if params.get(k) is not None}
+
+
+def error_from(status: int, body: bytes) -> ApiError:
+    """An `ApiError` from an error answer: the house body if it is one, else the raw text."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("error"), str):
+        return ApiError(status, doc["error"], str(doc.get("detail", "")))
+    text = body.decode("utf-8", "replace").strip()[:300]
+    return ApiError(status, f"http_{status}", text)
+
+
+def _scalar(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,100 @@
+"""The one place that reads time or sleeps.
+
+`Clock` is what the runtime depends on: the wall clock (aware UTC), a monotonic
+clock and an async sleep. `SystemClock` is the real one; `FakeClock` is for
+tests, where time moves only when the test calls `advance()`, which wakes every
+sleeper whose deadline has come. Nothing else in `runtime/` may call
+`datetime.now`, `time.monotonic` or `asyncio.sleep` for waiting on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def wall(self) -> datetime:
+        """Now, as an aware UTC datetime."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (it may stop while the machine sleeps)."""
+        ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The machine's clocks and the event loop's sleep."""
+
+    def wall(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+
+class FakeClock:
+    """A clock that moves only on `advance()`; sleepers wake when their deadline is reached."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._start = start or datetime(2026, 1, 1, tzinfo=UTC)
+        if self._start.tzinfo is None:
+            raise ValueError("start: must be an aware datetime")
+        self._elapsed = 0.0
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+        self._changed = asyncio.Event()
+        self.slept: list[float] = []  # every duration asked of sleep(), in order
+
+    def wall(self) -> datetime:
+        return (self._start + timedelta(seconds=self._elapsed)).astimezone(UTC)
+
+    def monotonic(self) -> float:
+        return self._elapsed
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        future = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self._elapsed + seconds, next(self._order), future))
+        self._changed.set()
+        await future
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward and wake every sleeper whose deadline is now due."""
+        if seconds < 0:
+            raise ValueError("seconds: time cannot go back")
+        self._elapsed += seconds
+        while self._sleepers and self._sleepers[0][0] <= self._elapsed:
+            _, _, future = heapq.heappop(self._sleepers)
+            if not future.done():
+                future.set_result(None)
+
+    def advance_to_next(self) -> float:
+        """Advance to the earliest pending deadline; return how far time moved (0 if none)."""
+        pending = [deadline for deadline, _, future in self._sleepers if not future.done()]
+        step = max(0.0, min(pending) - self._elapsed) if pending else 0.0
+        self.advance(step)
+        return step
+
+    @property
+    def sleepers(self) -> int:
+        """How many sleeps are pending (cancelled ones excluded)."""
+        return sum(1 for *_, future in self._sleepers if not future.done())
+
+    async def wait_for_sleepers(self, count: int = 1) -> None:
+        """Return once at least `count` sleeps are pending (wrap in a deadline)."""
+        while self.sleepers < count:
+            self._changed.clear()
+            await self._changed.wait()

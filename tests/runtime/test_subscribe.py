@@ -1,0 +1,421 @@
+"""The SSE subscription loop against a small real SSE server on 127.0.0.1.
+
+The server (`Hub` + `hub_app`) keeps a message history with integer seqs, answers
+`hello` with its cursor, replays after `Last-Event-ID`, and can be told to answer
+a status, drop a stream abruptly, end it cleanly after a partial event, stall
+(no heartbeat) or go away and come back. Backoff sleeps go through a FakeClock
+that a driver task advances, so nothing waits on real backoff time.
+"""
+
+import asyncio
+import json
+from collections import deque
+
+import pytest
+from aiohttp import web
+
+from runtime.clock import FakeClock
+from runtime.sse import SseEvent
+from runtime.subscribe import Backoff, ConnectionState, Permanent, Subscription, sse_session
+
+HUB = web.AppKey("hub", object)
+
+
+class Hub:
+    """The world's edge: a chat's history and its live subscribers."""
+
+    def __init__(self) -> None:
+        self.history: list[tuple[int, str]] = []
+        self.queues: set[asyncio.Queue] = set()
+        self.statuses: deque[tuple[int, dict[str, str]]] = deque()
+        self.requests: list[dict[str, str]] = []
+        self.ignore_last_event_id = False
+        self.ping_every: float | None = None
+        self.pings = 0
+        self.changed = asyncio.Event()
+
+    def publish(self, text: str) -> int:
+        seq = len(self.history) + 1
+        self.history.append((seq, text))
+        self._tell(("message", seq, text))
+        return seq
+
+    def drop(self) -> None:
+        self._tell(("abort",))
+
+    def end_with_partial(self) -> None:
+        self._tell(("partial-eof",))
+
+    def stall(self) -> None:
+        self._tell(("stall",))
+
+    def _tell(self, item: tuple) -> None:
+        for queue in list(self.queues):
+            queue.put_nowait(item)
+
+    def bump(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+
+def frame(event: str, data: str, id: int | None = None) -> bytes:
+    head = f"id: {id}\r\n" if id is not None else ""
+    return f"{head}event: {event}\r\ndata: {data}\r\n\r\n".encode()
+
+
+async def stream(request: web.Request) -> web.StreamResponse:
+    hub: Hub = request.app[HUB]
+    hub.requests.append(dict(request.headers))
+    hub.bump()
+    if hub.statuses:
+        status, headers = hub.statuses.popleft()
+        body = {"error": "not_found" if status == 404 else f"e{status}", "detail": "said so"}
+        return web.json_response(body if status != 204 else None, status=status, headers=headers)
+    queue: asyncio.Queue = asyncio.Queue()
+    hub.queues.add(queue)  # registered before the replay: nothing falls between
+    try:
+        return await serve(request, hub, queue)
+    finally:
+        hub.queues.discard(queue)
+
+
+async def serve(request: web.Request, hub: Hub, queue: asyncio.Queue) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    last = request.headers.get("Last-Event-ID")
+    floor = 0 if last is None or hub.ignore_last_event_id else int(last)
+    await resp.write(frame("hello", json.dumps({"cursor": len(hub.history)})))
+    if last is not None:
+        for seq, text in hub.history:
+            if seq > floor:
+                await resp.write(frame("message", json.dumps({"seq": seq, "text": text}), seq))
+    while True:
+        item = await next_item(hub, queue)
+        if item[0] == "message":
+            _, seq, text = item
+            await resp.write(frame("message", json.dumps({"seq": seq, "text": text}), seq))
+        elif item[0] == "ping":
+            await resp.write(b": ping\r\n\r\n")
+            hub.pings += 1
+            hub.bump()
+        elif item[0] == "abort":
+            await resp.write(b"id: 999\r\nevent: message\r\ndata: half")
+            request.transport.abort()
+            return resp
+        elif item[0] == "partial-eof":
+            await resp.write(b"event: zzz\r\ndata: partial\r\n")
+            await resp.write_eof()
+            return resp
+        elif item[0] == "stall":
+            await stall_until_closed(queue)
+            return resp
+        elif item[0] == "close":
+            return resp
+
+
+async def next_item(hub: Hub, queue: asyncio.Queue) -> tuple:
+    if hub.ping_every is None:
+        return await queue.get()
+    try:
+        async with asyncio.timeout(hub.ping_every):
+            return await queue.get()
+    except TimeoutError:
+        return ("ping",)
+
+
+async def stall_until_closed(queue: asyncio.Queue) -> None:
+    while (await queue.get())[0] != "close":
+        pass
+
+
+async def on_shutdown(app: web.Application) -> None:
+    app[HUB]._tell(("close",))
+
+
+def hub_app(hub: Hub) -> web.Application:
+    app = web.Application()
+    app[HUB] = hub
+    app.router.add_get("/stream", stream)
+    app.on_shutdown.append(on_shutdown)
+    return app
+
+
+class Collector:
+    """The caller's side: every event delivered, in order, with waiting under a deadline."""
+
+    def __init__(self) -> None:
+        self.events: list[SseEvent] = []
+        self._changed = asyncio.Condition()
+
+    async def __call__(self, event: SseEvent) -> None:
+        async with self._changed:
+            self.events.append(event)
+            self._changed.notify_all()
+
+    @property
+    def seqs(self) -> list[int]:
+        return [e.json()["seq"] for e in self.events if e.event == "message"]
+
+    async def wait_for(self, predicate, timeout: float = 5.0) -> None:
+        async with asyncio.timeout(timeout), self._changed:
+            await self._changed.wait_for(lambda: predicate(self))
+
+
+async def wait_until(hub: Hub, predicate, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await hub.changed.wait()
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+async def drive(clock):
+    """Advance the fake clock whenever the loop sleeps in backoff."""
+
+    async def jump() -> None:
+        while True:
+            await clock.wait_for_sleepers()
+            clock.advance_to_next()
+
+    task = asyncio.create_task(jump())
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.fixture
+async def hub_server(aiohttp_server):
+    hub = Hub()
+    server = await aiohttp_server(hub_app(hub))
+    return hub, server
+
+
+@pytest.fixture
+async def follow(clock):
+    """Start a subscription in a task; cancel it at teardown."""
+    tasks = []
+
+    def start(url: str, **kw):
+        kw.setdefault("read_timeout", 5.0)
+        sub = Subscription(url, "tok", clock=clock, **kw)
+        got = Collector()
+        task = asyncio.create_task(sub.run(got))
+        tasks.append(task)
+        return sub, got, task
+
+    yield start
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def url(server) -> str:
+    return str(server.make_url("/stream"))
+
+
+def hellos(got: Collector) -> int:
+    return sum(1 for e in got.events if e.event == "hello")
+
+
+async def test_steady_stream_delivers_in_order_with_auth(hub_server, follow):
+    hub, server = hub_server
+    sub, got, _ = follow(url(server))
+    await got.wait_for(lambda g: hellos(g) == 1)
+    for i in range(5):
+        hub.publish(f"m{i}")
+    await got.wait_for(lambda g: len(g.seqs) == 5)
+    assert got.seqs == [1, 2, 3, 4, 5]
+    assert sub.status.state == ConnectionState.LIVE
+    assert sub.last_id == 5
+    assert hub.requests[0]["Authorization"] == "Bearer tok"
+    assert "Last-Event-ID" not in hub.requests[0]
+
+
+async def test_abrupt_drop_resumes_without_loss_or_repeat(hub_server, follow, drive):
+    hub, server = hub_server
+    sub, got, _ = follow(url(server))
+    await got.wait_for(lambda g: hellos(g) == 1)
+    for round_ in range(4):
+        for i in range(3):
+            hub.publish(f"r{round_}-{i}")
+        await got.wait_for(lambda g, n=4 * round_ + 3: len(g.seqs) == n)
+        hub.drop()  # mid-event: "id: 999 … data: half" is never delivered
+        hub.publish(f"r{round_}-while-down")  # live or replayed, it must arrive once
+    await got.wait_for(lambda g: len(g.seqs) == 16)
+    assert got.seqs == list(range(1, 17))
+    assert all("half" not in e.data for e in got.events)
+    assert [r.get("Last-Event-ID") for r in hub.requests[1:]][:1] == ["3"]
+    assert sub.status.connections >= 5
+
+
+async def test_clean_end_with_partial_event_discards_it(hub_server, follow, drive):
+    hub, server = hub_server
+    _, got, _ = follow(url(server))
+    await got.wait_for(lambda g: hellos(g) == 1)
+    hub.publish("a")
+    await got.wait_for(lambda g: len(g.seqs) == 1)
+    hub.end_with_partial()
+    hub.publish("b")
+    await got.wait_for(lambda g: len(g.seqs) == 2)
+    assert got.seqs == [1, 2]
+    assert [e.event for e in got.events] == ["hello", "message", "hello", "message"]
+    assert all("partial" not in e.data for e in got.events)
+
+
+async def test_hello_cursor_is_resumed_from_when_nothing_was_seen(hub_server, follow, drive):
+    hub, server = hub_server
+    hub.publish("before-1")
+    hub.publish("before-2")
+    sub, got, _ = follow(url(server))
+    await got.wait_for(lambda g: hellos(g) == 1)
+    assert sub.last_id == 2
+    hub.drop()
+    hub.publish("while-down")
+    await got.wait_for(lambda g: len(g.seqs) == 1)
+    assert got.seqs == [3]  # neither the old history nor a loss
+    assert hub.requests[1]["Last-Event-ID"] == "2"
+
+
+async def test_server_replaying_everything_is_deduplicated(hub_server, follow, drive):
+    hub, server = hub_server
+    hub.ignore_last_event_id = True
+    _, got, _ = follow(url(server))
+    await got.wait_for(lambda g: hellos(g) == 1)
+    for i in range(3):
+        hub.publish(f"m{i}")
+    await got.wait_for(lambda g: len(g.seqs) == 3)
+    hub.drop()
+    await got.wait_for(lambda g: hellos(g) == 2)
+    hub.publish("m3")
+    await got.wait_for(lambda g: len(g.seqs) == 4)
+    assert got.seqs == [1, 2, 3, 4]
+
+
+async def test_stalled_stream_is_noticed_by_the_read_timeout(hub_server, follow, drive):
+    hub, server = hub_server
+    sub, got, _ = follow(url(server), read_timeout=0.3)
+    await got.wait_for(lambda g: hellos(g) == 1)
+    hub.publish("a")
+    await got.wait_for(lambda g: len(g.seqs) == 1)
+    hub.stall()
+    hub.publish("sent-into-the-stall")
+    await got.wait_for(lambda g: len(g.seqs) == 2)
+    assert got.seqs == [1, 2]
+    assert hub.requests[1]["Last-Event-ID"] == "1"
+    assert sub.status.connections == 2
+    assert "Timeout" in sub.status.last_error
+
+
+async def test_heartbeats_keep_a_quiet_stream_alive(hub_server, follow):
+    hub, server = hub_server
+    hub.ping_every = 0.05
+    sub, got, _ = follow(url(server), read_timeout=0.3)
+    await got.wait_for(lambda g: hellos(g) == 1)
+    await wait_until(hub, lambda: hub.pings >= 12)  # 0.6 s of silence but for pings
+    assert sub.status.connections == 1
+    assert sub.status.state == ConnectionState.LIVE
+
+
+@pytest.mark.parametrize(
+    ("status", "headers"),
+    [(503, {}), (500, {}), (502, {}), (408, {}), (429, {"Retry-After": "7"}), (204, {})],
+)
+async def test_transient_statuses_are_retried(hub_server, follow, drive, clock, status, headers):
+    hub, server = hub_server
+    hub.statuses.extend([(status, headers), (status, headers)])
+    hub.publish("old")
+    sub, got, _ = follow(url(server))
+    await got.wait_for(lambda g: hellos(g) == 1)
+    hub.publish("new")
+    await got.wait_for(lambda g: len(g.seqs) == 1)
+    assert got.seqs == [2]
+    assert sub.status.connections == 3
+    assert len(clock.slept) == 2
+    if "Retry-After" in headers:
+        assert min(clock.slept) >= 7
+
+
+@pytest.mark.parametrize("status", [404, 400, 401, 403, 410])
+async def test_other_4xx_is_permanent(hub_server, clock, status):
+    hub, server = hub_server
+    hub.statuses.append((status, {}))
+    sub = Subscription(url(server), "tok", clock=clock)
+    with pytest.raises(Permanent) as caught:
+        async with asyncio.timeout(5):
+            await sub.run(Collector())
+    assert caught.value.status == status
+    assert caught.value.detail == "said so"
+    assert sub.status.state == ConnectionState.FAILED
+    assert sub.status.connections == 1
+    assert clock.slept == []
+    if status == 404:
+        assert caught.value.code == "not_found"
+
+
+async def test_server_restart_loses_nothing(aiohttp_server, follow, drive):
+    hub = Hub()
+    first = await aiohttp_server(hub_app(hub))
+    port = first.port
+    sub, got, _ = follow(url(first))
+    await got.wait_for(lambda g: hellos(g) == 1)
+    hub.publish("a")
+    await got.wait_for(lambda g: len(g.seqs) == 1)
+    await first.close()
+    hub.publish("while-the-server-was-down")
+    await aiohttp_server(hub_app(hub), port=port)
+    hub.publish("after")
+    await got.wait_for(lambda g: len(g.seqs) == 3)
+    assert got.seqs == [1, 2, 3]
+    assert sub.status.state == ConnectionState.LIVE
+
+
+async def test_refused_connections_back_off_with_capped_full_jitter(clock, follow):
+    backoff = Backoff(base=0.5, cap=4.0)
+    sub, _, _ = follow("http://127.0.0.1:9/stream", backoff=backoff, draw=lambda: 0.999)
+    async with asyncio.timeout(5):
+        while len(clock.slept) < 8:
+            await clock.wait_for_sleepers()
+            clock.advance_to_next()
+    assert clock.slept[:4] == pytest.approx([0.4995, 0.999, 1.998, 3.996])
+    assert max(clock.slept) <= 4.0
+    assert sub.status.state in (ConnectionState.BACKOFF, ConnectionState.CONNECTING)
+    assert sub.status.last_error
+
+
+async def test_cancel_stops_cleanly_and_reports_stopped(hub_server, follow):
+    _, server = hub_server
+    states = []
+    sub, got, task = follow(url(server), on_status=lambda s: states.append(s.state))
+    await got.wait_for(lambda g: hellos(g) == 1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert states[:2] == [ConnectionState.CONNECTING, ConnectionState.LIVE]
+    assert sub.status.state == ConnectionState.STOPPED
+
+
+async def test_a_caller_error_is_raised_not_retried(hub_server, clock):
+    _, server = hub_server
+
+    async def broken(event: SseEvent) -> None:
+        raise ConnectionResetError("the caller's own bug")
+
+    sub = Subscription(url(server), "tok", clock=clock)
+    with pytest.raises(ConnectionResetError):
+        async with asyncio.timeout(5):
+            await sub.run(broken)
+    assert sub.status.connections == 1
+
+
+async def test_a_shared_session_is_left_open_for_its_owner(hub_server, clock, follow):
+    _, server = hub_server
+    async with sse_session() as session:
+        _, got, task = follow(url(server), session=session)
+        await got.wait_for(lambda g: hellos(g) == 1)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert not session.closed
