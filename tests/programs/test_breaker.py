@@ -237,3 +237,9 @@ def test_garbled_dict_decodes_closed(raw: object) -> None:
 def test_unknown_fields_are_ignored() -> None:
     raw = {**to_dict(opened()), "addedLater": 1}
     assert from_dict(raw) == opened()
+
+
+def test_agrees_with_run_statuses() -> None:
+    outcome = pytest.importorskip("programs.outcome")
+    for status in outcome.RunStatus:
+        assert is_failure(status) is outcome.Outcome(status=status).failed, status

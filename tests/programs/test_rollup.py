@@ -220,3 +220,12 @@ def test_garbled_dict_decodes_empty(raw: object) -> None:
 
 def test_unknown_fields_are_ignored() -> None:
     assert from_dict({"runs": 3, "addedLater": True}) == Rollup(runs=3)
+
+
+def test_counts_every_run_status() -> None:
+    outcome = pytest.importorskip("programs.outcome")
+    rollup = EMPTY
+    for status in outcome.RunStatus:
+        rollup = add(rollup, status, 1.0, T0)
+    assert rollup.runs == len(outcome.RunStatus)
+    assert rollup.last_status in {s.value for s in outcome.RunStatus}
