@@ -1,0 +1,46 @@
+"""What a run of a program came to: the `Outcome` the executor hands back.
+
+Plain data. Owns the run statuses (their `str` values are the wire values of run
+records) and the outcome's shape; must not know how a run is performed or recorded.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import msgspec
+
+
+class RunStatus(enum.StrEnum):
+    ok = "ok"
+    error = "error"
+    timeout = "timeout"
+    crashed = "crashed"
+    rejected = "rejected"
+    skipped = "skipped"
+
+
+class Outcome(msgspec.Struct, frozen=True, kw_only=True):
+    """One run's result.
+
+    `duration_ms` runs from the fire (the call to `Executor.run`) to the outcome;
+    `main_latency_ms` from the fire to the moment `main()` was entered (None when it
+    never was). `result` is the decoded JSON `main` returned (for an oversized result,
+    the start of its JSON text with a truncation marker, and status `error`).
+    """
+
+    status: RunStatus
+    result: Any = None
+    error: str = ""
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    duration_ms: float = 0.0
+    main_latency_ms: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.status in _FAILURES
+
+
+_FAILURES = frozenset({RunStatus.error, RunStatus.timeout, RunStatus.crashed})

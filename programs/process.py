@@ -1,0 +1,243 @@
+"""One worker process seen from the parent: spawn it, run a job on it, kill it.
+
+Owns the asyncio side of the protocol in `programs.wire`: the control socket, the
+pumps that drain the worker's stdout/stderr continuously (so a flood never blocks
+it), the timeout, and turning every way a worker can fail (death, garbage, silence)
+into an `Outcome`. Must never hang or raise because of what a worker does, and must
+not decide about pools or replacements (that is `programs.executor`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+import msgspec
+
+from programs import wire
+from programs.context import RunContext
+from programs.outcome import Outcome, RunStatus
+from programs.tail import Channel
+
+GRACE_SECONDS = 2.0  # how long output may trail a reply or a death
+
+
+class StartFailed(RuntimeError):
+    """A worker did not come up (its start-up stderr is in the message)."""
+
+
+class Job(msgspec.Struct, frozen=True, kw_only=True):
+    source: str
+    ref: str  # e.g. "triage@v1"; the file name in the program's tracebacks
+    args: dict[str, Any] = {}
+    context: RunContext | None = None
+    timeout_seconds: float = 60.0
+    memory_mb: int = 512
+
+    def __post_init__(self) -> None:
+        if not self.timeout_seconds > 0:
+            raise ValueError(f"timeout_seconds: must be > 0, got {self.timeout_seconds!r}")
+        if self.memory_mb <= 0:
+            raise ValueError(f"memory_mb: must be > 0, got {self.memory_mb!r}")
+
+
+async def _pump(stream: asyncio.StreamReader, channel: Channel) -> None:
+    while chunk := await stream.read(1 << 16):
+        channel.feed(chunk)
+    channel.eof()
+
+
+def exit_reason(returncode: int | None) -> str:
+    if returncode is None:
+        return "worker stopped answering"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"worker killed by {name}"
+    return f"worker exited with code {returncode}"
+
+
+class WorkerProcess:
+    """A started worker. `run()` never raises for the worker's faults; see `usable`."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:  # fmt: skip
+        self.proc, self.pid = proc, proc.pid
+        self._reader, self._writer = reader, writer
+        self._out, self._err = Channel(), Channel()
+        self._pumps = [
+            asyncio.ensure_future(_pump(proc.stdout, self._out)),  # type: ignore[arg-type]
+            asyncio.ensure_future(_pump(proc.stderr, self._err)),  # type: ignore[arg-type]
+        ]
+        self.runs = 0
+        self.retire = ""  # non-empty once this worker must not run again (why)
+
+    @property
+    def usable(self) -> bool:
+        return not self.retire and self.proc.returncode is None
+
+    @classmethod
+    async def spawn(cls, env: dict[str, str], timeout: float) -> WorkerProcess:
+        parent_end, child_end = socket.socketpair()
+        try:
+            proc = await _exec(child_end, env)
+        except BaseException as exc:
+            parent_end.close()
+            if isinstance(exc, OSError):
+                raise StartFailed(f"worker could not be started: {exc}") from exc
+            raise
+        finally:
+            child_end.close()
+        reader, writer = await asyncio.open_unix_connection(sock=parent_end)
+        worker = cls(proc, reader, writer)
+        await worker._handshake(timeout)
+        return worker
+
+    async def _handshake(self, timeout: float) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                message = await self._receive()
+            if not isinstance(message, wire.Ready):
+                raise wire.ProtocolError("expected a ready message first")
+        except BaseException as exc:
+            reason = _failure_text(exc) if isinstance(exc, Exception) else "cancelled"
+            await self.close(reason)
+            if not isinstance(exc, Exception):
+                raise
+            raise StartFailed(f"{reason}; {self._err.tail.text()[-2000:]}".strip("; ")) from exc
+
+    async def _receive(self) -> wire.Ready | wire.Reply:
+        size = wire.body_length(await self._reader.readexactly(wire.HEADER))
+        return wire.decode_to_parent(await self._reader.readexactly(size))
+
+    async def run(self, job: Job, fired_at: float) -> Outcome:
+        """Runs `job`; `fired_at` is the `time.monotonic()` of the fire."""
+        marker = b"\0baton:end-of-run:" + os.urandom(12).hex().encode() + b"\0"
+        request = _encode(job, marker)
+        self.runs += 1
+        out, err = self._out.begin(marker), self._err.begin(marker)
+        reply = await self._exchange(request, job.timeout_seconds)
+        await self._settle_output()
+        reply = self._decode_result(reply)
+        self.retire = self.retire or reply.retire
+        entered = reply.entered_at
+        return Outcome(
+            status=reply.status,
+            result=reply.result,
+            error=reply.error,
+            stdout_tail=out.text(),
+            stderr_tail=err.text(),
+            duration_ms=(time.monotonic() - fired_at) * 1000,
+            main_latency_ms=None if entered is None else (entered - fired_at) * 1000,
+        )
+
+    async def _exchange(self, request: bytes, timeout: float) -> wire.Reply:
+        try:
+            async with asyncio.timeout(timeout):
+                self._writer.write(request)
+                await self._writer.drain()
+                message = await self._receive()
+        except TimeoutError:
+            return await self._fail(RunStatus.timeout, f"exceeded the timeout of {timeout:g} s")
+        except Exception as exc:
+            return await self._fail(RunStatus.crashed, await self._death_reason(exc))
+        except BaseException:
+            await self.close("run cancelled")
+            raise
+        if not isinstance(message, wire.Reply):
+            return await self._fail(RunStatus.crashed, "worker protocol error: unexpected ready")
+        return message
+
+    async def _death_reason(self, exc: Exception) -> str:
+        if self.retire:  # we killed it ourselves (e.g. the executor is closing)
+            return self.retire
+        if isinstance(exc, wire.ProtocolError):
+            return f"worker protocol error: {exc}"
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(GRACE_SECONDS):
+                await self.proc.wait()
+        return exit_reason(self.proc.returncode)
+
+    async def _fail(self, status: RunStatus, reason: str) -> wire.Reply:
+        await self.close(reason)
+        return wire.Reply(status=status, error=reason)
+
+    async def _settle_output(self) -> None:
+        """Waits for both output pipes to reach the run's marker (or their end)."""
+        try:
+            async with asyncio.timeout(GRACE_SECONDS):
+                await self._out.done.wait()
+                await self._err.done.wait()
+        except TimeoutError:
+            self.retire = self.retire or "worker output did not reach its end-of-run marker"
+
+    def _decode_result(self, reply: wire.Reply) -> wire.Reply:
+        if reply.result is None:
+            return reply
+        try:
+            return msgspec.structs.replace(reply, result=msgspec.json.decode(reply.result))
+        except msgspec.DecodeError as exc:
+            self.retire = f"worker protocol error: result is not JSON: {exc}"
+            return wire.Reply(status=RunStatus.crashed, error=self.retire)
+
+    def _kill(self) -> None:
+        if self.proc.returncode is None:  # not reaped yet, so the group id is still ours
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+
+    async def close(self, reason: str = "worker closed") -> None:
+        """Kills the worker (and anything it started) and reaps it. Idempotent."""
+        self.retire = self.retire or reason
+        self._kill()
+        await self.proc.wait()
+        self._writer.close()
+        with contextlib.suppress(OSError):
+            await self._writer.wait_closed()
+        _, pending = await asyncio.wait(self._pumps, timeout=GRACE_SECONDS)
+        for pump in pending:
+            pump.cancel()
+        await asyncio.gather(*self._pumps, return_exceptions=True)
+
+
+def _encode(job: Job, marker: bytes) -> bytes:
+    request = wire.Request(
+        source=job.source,
+        ref=job.ref,
+        args=job.args,
+        context=job.context,
+        memory_mb=job.memory_mb,
+        marker=marker,
+    )
+    try:
+        return wire.frame(request)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise ValueError(f"args: cannot be sent to a worker: {exc}") from None
+
+
+def _failure_text(exc: Exception) -> str:
+    if isinstance(exc, TimeoutError):
+        return "worker did not report ready in time"
+    if isinstance(exc, asyncio.IncompleteReadError | ConnectionError):
+        return "worker ended before reporting ready"
+    return f"worker start failed: {exc}"
+
+
+async def _exec(child_end: socket.socket, env: dict[str, str]) -> asyncio.subprocess.Process:
+    fd = child_end.fileno()
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "programs.worker", str(fd),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        pass_fds=(fd,),
+        start_new_session=True,  # one process group: killing it kills what the program started
+    )  # fmt: skip

@@ -1,0 +1,72 @@
+"""The control channel between the executor and a worker: framed msgpack messages.
+
+Owns the message shapes and the framing (a 4-byte big-endian length, then a msgpack
+body of at most `MAX_FRAME` bytes). This channel is separate from the program's
+stdout/stderr, which travel on the worker's fd 1/2. Must not run programs or manage
+processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from programs.context import RunContext
+from programs.outcome import RunStatus
+
+MAX_FRAME = 1 << 20
+HEADER = 4
+
+
+class ProtocolError(ValueError):
+    """A peer sent something that is not a valid frame of this protocol."""
+
+
+class Request(msgspec.Struct, frozen=True, kw_only=True, tag="run"):
+    source: str
+    ref: str
+    args: dict[str, Any]
+    context: RunContext | None
+    memory_mb: int
+    marker: bytes  # written to fd 1 and 2 after the run, so the parent can split output
+
+
+class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):
+    pid: int
+
+
+class Reply(msgspec.Struct, frozen=True, kw_only=True, tag="reply"):
+    status: RunStatus
+    result: bytes | None = None  # JSON text
+    error: str = ""
+    entered_at: float | None = None  # time.monotonic() when main() was entered
+    retire: str = ""  # non-empty: the worker's state is suspect, replace it (why)
+
+
+_to_worker = msgspec.msgpack.Decoder(Request)
+_to_parent = msgspec.msgpack.Decoder(Ready | Reply)
+_encoder = msgspec.msgpack.Encoder()
+
+
+def frame(message: Request | Ready | Reply) -> bytes:
+    body = _encoder.encode(message)
+    return len(body).to_bytes(HEADER, "big") + body
+
+
+def body_length(header: bytes) -> int:
+    size = int.from_bytes(header, "big")
+    if size > MAX_FRAME:
+        raise ProtocolError(f"frame of {size} bytes announced, over the {MAX_FRAME}-byte limit")
+    return size
+
+
+def decode_request(body: bytes) -> Request:
+    return _to_worker.decode(body)
+
+
+def decode_to_parent(body: bytes) -> Ready | Reply:
+    try:
+        return _to_parent.decode(body)
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"undecodable frame: {exc}") from None
