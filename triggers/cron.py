@@ -1,0 +1,230 @@
+"""Cron slots in an IANA time zone, with the Debian cron rule for DST.
+
+Owns the instant math of a cron expression: matching fields on *naive local wall
+times* (croniter does only that), classifying a job as wildcard or fixed-time, and
+mapping wall times to UTC instants ourselves:
+
+- a **wildcard** job (its seconds, minute or hour field starts with `*`: `*`,
+  `*/n`, `*/n,m`) follows real time: it fires at every instant whose local wall
+  time matches, so a repeated autumn wall time fires twice and a wall time in the
+  spring gap never exists;
+- a **fixed-time** job (none of those fields starts with `*`, e.g. `30 2 * * *`,
+  `0 9-17 * * *`, `0-59 2 * * *`) fires once in the repeated autumn hour (the first
+  occurrence) and, for wall times in the spring gap, once at the first instant after
+  the gap. Several gap times of one gap make one fire.
+
+`next_slot` (strictly after) and `latest_slot` (at or before) jump straight to the
+answer: their cost depends on the distance to the neighbouring slot, never on how
+long nobody looked. Zone transitions are found by probing the UTC offset in day
+steps and bisecting to the second; this assumes a zone changes its offset at most
+once in any 24 hours, which holds for every zone in the IANA database since 1970.
+
+Must not read the clock or do I/O; catch-up, grace and fire keys live in schedule.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from croniter import croniter
+from croniter.croniter import CroniterBadDateError
+
+from triggers.records import CronSpec, cron_fields, zone
+
+SECOND = timedelta(seconds=1)
+_DAY = timedelta(days=1)
+_MAX_HOPS = 10_000  # transitions crossed in one search; real zones need a handful
+
+
+@dataclass(frozen=True, slots=True)
+class CronRule:
+    """A checked cron expression in a zone."""
+
+    expr: str
+    tz: ZoneInfo
+    wildcard: bool
+
+
+@functools.lru_cache(maxsize=1024)
+def rule(expr: str, tz: str = "UTC") -> CronRule:
+    """Check `expr` and `tz`; ValueError naming what is wrong."""
+    return CronRule(expr=expr, tz=zone(tz), wildcard=is_wildcard(expr))
+
+
+def rule_of(spec: CronSpec) -> CronRule:
+    return rule(str(spec.expr), str(spec.tz))
+
+
+def is_wildcard(expr: str) -> bool:
+    """Whether the job follows real time: a time-of-day field starts with `*`."""
+    fields = cron_fields(expr)
+    time_of_day = fields[:3] if len(fields) == 6 else fields[:2]
+    return any(f.startswith("*") for f in time_of_day)
+
+
+# --- wall-clock matching (croniter on naive datetimes) -----------------------------
+
+_local = threading.local()
+
+
+def _matcher(expr: str) -> croniter:
+    """A parsed croniter per expression and thread (parsing costs ~6x a lookup)."""
+    cache: dict[str, croniter] = _local.__dict__.setdefault("cache", {})
+    found = cache.get(expr)
+    if found is None:
+        start = datetime(2000, 1, 1)
+        found = croniter(expr, start, ret_type=datetime, second_at_beginning=True)
+        if len(cache) > 256:
+            cache.clear()
+        cache[expr] = found
+    return found
+
+
+def wall_next(expr: str, wall: datetime) -> datetime | None:
+    """The first matching naive wall time strictly after `wall`; None if none."""
+    try:
+        return _matcher(expr).get_next(start_time=wall)
+    except CroniterBadDateError:
+        return None
+
+
+def wall_prev(expr: str, wall: datetime) -> datetime | None:
+    """The last matching naive wall time strictly before `wall`; None if none."""
+    try:
+        return _matcher(expr).get_prev(start_time=wall)
+    except CroniterBadDateError:
+        return None
+
+
+# --- zone offsets and transitions ---------------------------------------------------
+
+
+def offset(tz: ZoneInfo, t: datetime) -> timedelta:
+    off = t.astimezone(tz).utcoffset()
+    assert off is not None
+    return off
+
+
+def _naive(t: datetime, off: timedelta) -> datetime:
+    return t.replace(tzinfo=None) + off
+
+
+def _aware(wall: datetime, off: timedelta) -> datetime:
+    return (wall - off).replace(tzinfo=UTC)
+
+
+def floor_second(t: datetime) -> datetime:
+    return t.astimezone(UTC).replace(microsecond=0)
+
+
+def _bisect(tz: ZoneInfo, good: datetime, bad: datetime, off: timedelta) -> datetime:
+    """Between `good` (offset `off`) and `bad` (another offset): the first second not at `off`."""
+    while bad - good > SECOND:
+        mid = good + SECOND * ((bad - good) // SECOND // 2)
+        if offset(tz, mid) == off:
+            good = mid
+        else:
+            bad = mid
+    return bad
+
+
+def first_change(tz: ZoneInfo, lo: datetime, hi: datetime, off: timedelta) -> datetime | None:
+    """The first second in (lo, hi] whose offset is not `off` (the offset at `lo`)."""
+    p = lo
+    while p < hi:
+        q = min(p + _DAY, hi)
+        if offset(tz, q) != off:
+            return _bisect(tz, p, q, off)
+        p = q
+    return None
+
+
+def segment_start(tz: ZoneInfo, lo: datetime, hi: datetime, off: timedelta) -> datetime | None:
+    """Where the offset `off` (held at `hi`) began, if that is in (lo, hi]; else None."""
+    p = hi
+    while p > lo:
+        q = max(p - _DAY, lo)
+        if offset(tz, q) != off:
+            return _bisect(tz, q, p, offset(tz, q))
+        p = q
+    return None
+
+
+def _second_occurrence(tz: ZoneInfo, t: datetime) -> bool:
+    return t.astimezone(tz).fold == 1
+
+
+def repeated(tz: ZoneInfo, t: datetime) -> bool:
+    """Whether `t`'s wall time occurs twice (either occurrence)."""
+    wall = t.astimezone(tz).replace(tzinfo=None)
+    first = wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
+    second = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)
+    return first != second and t in (first, second)
+
+
+def _overlap_bounds(tz: ZoneInfo, t: datetime) -> tuple[datetime, datetime]:
+    """For `t` in a second occurrence: the instants where that stretch begins and ends."""
+    first = t.astimezone(tz).replace(fold=0).astimezone(UTC)
+    start = segment_start(tz, first, t, offset(tz, t))
+    assert start is not None
+    return start, start + (t - first)
+
+
+def gap_hit(r: CronRule, t: datetime) -> bool:
+    """Whether `t` opens a spring gap that swallowed a wall time matching the rule."""
+    before, after = offset(r.tz, t - SECOND), offset(r.tz, t)
+    if after <= before:
+        return False
+    found = wall_next(r.expr, _naive(t, before) - SECOND)
+    return found is not None and found < _naive(t, after)
+
+
+# --- slots -------------------------------------------------------------------------
+
+
+def next_slot(r: CronRule, after: datetime) -> datetime | None:
+    """The first fire strictly after `after` (aware), in UTC; None if the rule never fires."""
+    lo = floor_second(after)  # walls strictly after lo's wall are searched
+    seg, off = lo, offset(r.tz, lo)  # seg: an instant known to be at `off`
+    for _ in range(_MAX_HOPS):
+        wall = wall_next(r.expr, _naive(lo, off))
+        if wall is None:
+            return None
+        x = _aware(wall, off)
+        change = first_change(r.tz, seg, x, off)
+        if change is None:
+            if r.wildcard or not _second_occurrence(r.tz, x):
+                return x
+            seg = _overlap_bounds(r.tz, x)[1] - SECOND
+            lo = seg
+            continue
+        if not r.wildcard and gap_hit(r, change):
+            return change
+        lo, seg, off = change - SECOND, change, offset(r.tz, change)
+    raise RuntimeError(f"no slot found for {r.expr!r} within {_MAX_HOPS} zone transitions")
+
+
+def latest_slot(r: CronRule, at: datetime) -> datetime | None:
+    """The last fire at or before `at` (aware), in UTC; None if there is none."""
+    hi = floor_second(at) + SECOND  # exclusive
+    off = offset(r.tz, hi - SECOND)
+    for _ in range(_MAX_HOPS):
+        wall = wall_prev(r.expr, _naive(hi, off))
+        if wall is None:
+            return None
+        x = _aware(wall, off)
+        start = segment_start(r.tz, x, hi - SECOND, off)
+        if start is None:
+            if r.wildcard or not _second_occurrence(r.tz, x):
+                return x
+            hi = _overlap_bounds(r.tz, x)[0]
+        elif not r.wildcard and gap_hit(r, start):
+            return start
+        else:
+            hi = start
+        off = offset(r.tz, hi - SECOND)
+    raise RuntimeError(f"no slot found for {r.expr!r} within {_MAX_HOPS} zone transitions")

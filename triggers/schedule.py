@@ -1,0 +1,171 @@
+"""When a trigger fires: slots, catch-up, grace and fire keys, as functions of (spec, now).
+
+Owns the pure API the ticker calls (SPEC "When triggers fire", "Fire claims"):
+
+- `next_fire(spec, after)`: the first slot strictly after `after` (aware UTC);
+- `latest_at_or_before(spec, t)`: the last cron slot at or before `t`, found
+  directly (a trigger down for a year costs the same as one down for a minute);
+- `arm_cursor(spec, now)` and `due(spec, cursor, now)`: where a freshly armed cron
+  trigger starts, and the one slot to fire now, if any (never a burst);
+- `once_due(spec, now, fired_key)`: the state of a `once` trigger;
+- `fire_key_cron` / `fire_key_once` / `fire_key_event`: the claim key of a fire;
+- `upcoming(spec, start, count)`: the next fires with their DST notes (`baton next`).
+
+Cron instant math (the DST rule) lives in cron.py. Must not read the clock or do I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+
+from triggers import cron
+from triggers.records import Catchup, CronSpec, FireKey, OnceSpec
+
+CRON_LATEST_GRACE = 3600.0
+"""Default `graceSeconds` of a cron trigger with `catchup: "latest"`."""
+LIVE_SLACK = 30.0
+"""How late a tick may reach a slot of a `catchup: "none"` trigger and still fire it."""
+MIN_TOLERANCE = 1.0
+"""No tolerance is below this: a tick never lands exactly on the slot's second."""
+
+
+class OnceState(enum.StrEnum):
+    WAIT = "wait"
+    FIRE = "fire"
+    MISSED = "missed"
+    DONE = "done"
+
+
+class DstNote(enum.StrEnum):
+    SHIFTED = "shifted"  # a fixed-time job moved out of the spring gap
+    MERGED = "merged"  # a fixed-time job in the repeated autumn hour: second occurrence dropped
+
+
+class Fire(msgspec.Struct, frozen=True, kw_only=True):
+    at: datetime  # UTC
+    local: datetime  # the same instant in the spec's zone
+    dst: DstNote | None = None
+
+
+# --- slots ---------------------------------------------------------------------------
+
+
+def next_fire(spec: CronSpec | OnceSpec, after: datetime) -> datetime | None:
+    """The first fire strictly after `after`, aware UTC; None if there is none."""
+    if isinstance(spec, OnceSpec):
+        return spec.at_utc if spec.at_utc > after else None
+    return cron.next_slot(cron.rule_of(spec), after)
+
+
+def latest_at_or_before(spec: CronSpec, t: datetime) -> datetime | None:
+    """The last slot at or before `t`, aware UTC; None if there is none."""
+    return cron.latest_slot(cron.rule_of(spec), t)
+
+
+def tolerance(spec: CronSpec) -> timedelta:
+    """How late a cron slot may be fired.
+
+    `latest`: `graceSeconds`, default 3600. `none`: 30 s of live slack, lowered to
+    `graceSeconds` when that is smaller. Never below one second.
+    """
+    if spec.catchup is Catchup.LATEST:
+        grace = CRON_LATEST_GRACE if spec.grace_seconds is None else spec.grace_seconds
+    else:
+        grace = LIVE_SLACK if spec.grace_seconds is None else min(LIVE_SLACK, spec.grace_seconds)
+    return timedelta(seconds=max(MIN_TOLERANCE, grace))
+
+
+def arm_cursor(spec: CronSpec, now: datetime) -> datetime:
+    """Where a freshly armed (started, resumed, edited) trigger's cursor starts.
+
+    Slots at or before the cursor never fire: `none` arms at `now` (live-only);
+    `latest` arms one tolerance back, so a slot missed while nobody ran it may fire.
+    """
+    if spec.catchup is Catchup.LATEST:
+        return now - tolerance(spec)
+    return now
+
+
+def due(spec: CronSpec, cursor: datetime, now: datetime) -> datetime | None:
+    """The one slot to fire now: the latest in (cursor, now], if within tolerance.
+
+    At most one slot, whatever the gap between `cursor` and `now`; older slots in
+    that stretch are dropped, never queued. The caller moves its cursor to `now`.
+    """
+    slot = latest_at_or_before(spec, now)
+    if slot is None or slot <= cursor or now - slot > tolerance(spec):
+        return None
+    return slot
+
+
+def once_due(spec: OnceSpec, now: datetime, fired_key: FireKey | None) -> OnceState:
+    """The state of a `once` trigger at `now`; `fired_key` is the key it last fired with."""
+    if fired_key == fire_key_once(spec):
+        return OnceState.DONE
+    at = spec.at_utc
+    if now < at:
+        return OnceState.WAIT
+    if now - at <= timedelta(seconds=spec.grace_seconds):
+        return OnceState.FIRE
+    return OnceState.MISSED
+
+
+# --- fire keys -----------------------------------------------------------------------
+
+
+def rfc3339_utc(t: datetime) -> str:
+    """`2026-12-01T08:00:00Z`; a fraction of a second is kept when there is one."""
+    u = t.astimezone(UTC)
+    text = u.strftime("%Y-%m-%dT%H:%M:%S")
+    if u.microsecond:
+        text += f".{u.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
+def fire_key_cron(slot: datetime) -> FireKey:
+    return FireKey(rfc3339_utc(slot))
+
+
+def fire_key_once(spec: OnceSpec) -> FireKey:
+    return FireKey(rfc3339_utc(spec.at_utc))
+
+
+def fire_key_event(message_id: str) -> FireKey:
+    return FireKey(message_id)
+
+
+# --- preview -------------------------------------------------------------------------
+
+
+def dst_note(spec: CronSpec, slot: datetime) -> DstNote | None:
+    """What the DST rule did to this slot of a fixed-time job, if anything."""
+    r = cron.rule_of(spec)
+    if r.wildcard:
+        return None
+    if cron.gap_hit(r, slot):
+        return DstNote.SHIFTED
+    if cron.repeated(r.tz, slot):
+        return DstNote.MERGED
+    return None
+
+
+def upcoming(spec: CronSpec | OnceSpec, start: datetime, count: int) -> list[Fire]:
+    """The first `count` fires at or after `start`."""
+    fires: list[Fire] = []
+    t: datetime | None = start - timedelta(microseconds=1)
+    while len(fires) < count and t is not None:
+        t = next_fire(spec, t)
+        if t is not None:
+            fires.append(_fire(spec, t))
+    return fires
+
+
+def _fire(spec: CronSpec | OnceSpec, at: datetime) -> Fire:
+    if isinstance(spec, OnceSpec):
+        local = spec.at if isinstance(spec.at, datetime) else at
+        return Fire(at=at, local=local)
+    tz = cron.rule_of(spec).tz
+    return Fire(at=at, local=at.astimezone(tz), dst=dst_note(spec, at))
