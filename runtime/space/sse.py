@@ -1,0 +1,260 @@
+"""Server-sent event streams for aiohttp handlers, and the registry that ends them at shutdown.
+
+Owns the server's side of the SSE wire: headers (`Cache-Control: no-cache`,
+`X-Accel-Buffering: no`), framing of `id` / `event` / `data`, heartbeat comments
+while idle, a bounded per-stream queue, noticing that the client left, and closing
+every open stream when the app shuts down. It knows nothing of chats or feeds:
+what is queued, and how it is rendered, is the caller's business.
+
+Building a stream for any feed (chat messages, record changes):
+
+    install(app)                                  # once, in the feature's setup(app)
+    topics: Fanout[str] = Fanout()                # producers: topics.publish(key, item)
+
+    async def handler(request):
+        ...                                       # refusals (404, 400) before the stream opens
+        async with EventStream.open(request, heartbeat=15, queue_size=1000) as stream:
+            topics.add(key, stream)               # register BEFORE reading the backlog
+            try:
+                await stream.send(json, id=cursor, event="hello")
+                ...replay from storage with stream.send(...)...
+                async for item in stream:         # ends on disconnect, overflow or shutdown
+                    await stream.send(render(item), id=item_id, event="message")
+            finally:
+                topics.discard(key, stream)
+        return stream.response
+
+`push` never blocks a producer: a stream whose queue is full is closed (its
+client resumes with `Last-Event-ID`). aiohttp 3.14 does not cancel a handler
+whose client left (`handler_cancellation` is off) and gives a GET no disconnect
+signal, so the idle wait wakes at least every `heartbeat` seconds, checks the
+transport and writes a `: ping`; a failed or timed-out write ends the stream. No
+task is spawned per stream. It must not touch storage or know any route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Hashable
+from contextlib import asynccontextmanager
+from typing import Any, Generic, TypeVar
+
+from aiohttp import web
+
+DEFAULT_HEARTBEAT = 15.0
+DEFAULT_QUEUE_SIZE = 1000
+DEFAULT_SEND_TIMEOUT = 60.0
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_FIELD_BAD = re.compile(r"[\r\n\0]")
+
+K = TypeVar("K", bound=Hashable)
+
+
+def frame(data: str, *, id: str | int | None = None, event: str | None = None) -> bytes:
+    """One SSE event on the wire; `id` and `event` must not hold CR, LF or NUL."""
+    lines = []
+    if id is not None:
+        lines.append(f"id: {_field('id', str(id))}")
+    if event is not None:
+        lines.append(f"event: {_field('event', event)}")
+    lines.extend(f"data: {line}" for line in _LINE_BREAK.split(data))
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+def _field(name: str, value: str) -> str:
+    if _FIELD_BAD.search(value):
+        raise ValueError(f"SSE `{name}` must not contain CR, LF or NUL: {value!r}")
+    return value
+
+
+def last_event_id(request: web.BaseRequest) -> str | None:
+    """The `Last-Event-ID` the client resumes from, if it sent one."""
+    return request.headers.get("Last-Event-ID")
+
+
+class EventStream:
+    """One open SSE response: write events to it, iterate what producers queued for it."""
+
+    def __init__(
+        self,
+        request: web.BaseRequest,
+        *,
+        heartbeat: float = DEFAULT_HEARTBEAT,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+        send_timeout: float = DEFAULT_SEND_TIMEOUT,
+    ) -> None:
+        self.request = request
+        self.heartbeat = heartbeat
+        self.send_timeout = send_timeout
+        self.response = web.StreamResponse(headers=_HEADERS)
+        self.closed_reason: str | None = None
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=queue_size)
+        self._wake = asyncio.Event()
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, request: web.Request, **options: Any) -> AsyncIterator[EventStream]:
+        """Prepare the response and keep the stream in the app's registry while open."""
+        stream = cls(request, **options)
+        await stream.response.prepare(request)
+        registry = request.app[STREAMS]
+        registry.add(stream)
+        try:
+            yield stream
+        finally:
+            registry.discard(stream)
+            stream.close("done")
+
+    @property
+    def closed(self) -> bool:
+        return self.closed_reason is not None
+
+    def push(self, item: Any) -> bool:
+        """Queue `item` without blocking; a full queue closes the stream. False if not queued."""
+        if self.closed:
+            return False
+        try:
+            self._queue.put_nowait(item)
+        except asyncio.QueueFull:
+            self.close("overflow")
+            return False
+        self._wake.set()
+        return True
+
+    def close(self, reason: str = "closed") -> None:
+        """End the stream: iteration stops at once, later sends are dropped."""
+        if self.closed_reason is None:
+            self.closed_reason = reason
+        self._wake.set()
+
+    async def send(
+        self, data: str, *, id: str | int | None = None, event: str | None = None
+    ) -> bool:
+        """Write one event; False (and the stream closed) if the client is gone."""
+        return await self._write(frame(data, id=id, event=event))
+
+    async def comment(self, text: str = "ping") -> bool:
+        return await self._write(f": {_field('comment', text)}\n\n".encode())
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        while not self.closed:
+            if not self._queue.empty():
+                return self._queue.get_nowait()
+            await self._idle()
+        raise StopAsyncIteration
+
+    async def _idle(self) -> None:
+        """Wait for an item or a close; on a quiet heartbeat, probe the client with a ping."""
+        self._wake.clear()
+        if not self._queue.empty() or self.closed:
+            return
+        try:
+            async with asyncio.timeout(self.heartbeat):
+                await self._wake.wait()
+        except TimeoutError:
+            await self.comment()
+
+    async def _write(self, data: bytes) -> bool:
+        if self.closed:
+            return False
+        if self.request.transport is None:
+            self.close("disconnected")
+            return False
+        try:
+            async with asyncio.timeout(self.send_timeout):
+                await self.response.write(data)
+        except (ConnectionError, RuntimeError):
+            self.close("disconnected")
+        except TimeoutError:
+            self._abort()
+        return not self.closed
+
+    def _abort(self) -> None:
+        """A client that stopped reading: cut the connection rather than wait on it."""
+        self.close("send_timeout")
+        transport = self.request.transport
+        if transport is not None:
+            transport.abort()
+
+
+_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "Connection": "keep-alive",
+    "X-Accel-Buffering": "no",
+}
+
+
+class StreamRegistry:
+    """Every open stream of one app, so shutdown can end them all."""
+
+    def __init__(self) -> None:
+        self._streams: set[EventStream] = set()
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def add(self, stream: EventStream) -> None:
+        self._streams.add(stream)
+
+    def discard(self, stream: EventStream) -> None:
+        self._streams.discard(stream)
+
+    def close_all(self, reason: str = "shutdown") -> None:
+        for stream in list(self._streams):
+            stream.close(reason)
+
+
+STREAMS = web.AppKey("sse_streams", StreamRegistry)
+
+
+def install(app: web.Application) -> None:
+    """Give `app` its stream registry and the shutdown hook that ends every stream; idempotent."""
+    if STREAMS in app:
+        return
+    app[STREAMS] = StreamRegistry()
+    app.on_shutdown.append(_close_streams)
+
+
+async def _close_streams(app: web.Application) -> None:
+    app[STREAMS].close_all()
+
+
+class Fanout(Generic[K]):
+    """Streams subscribed by topic key; `publish` pushes one item to each, never blocking."""
+
+    def __init__(self) -> None:
+        self._topics: dict[K, set[EventStream]] = {}
+
+    def add(self, key: K, stream: EventStream) -> None:
+        self._topics.setdefault(key, set()).add(stream)
+
+    def discard(self, key: K, stream: EventStream) -> None:
+        streams = self._topics.get(key)
+        if streams is None:
+            return
+        streams.discard(stream)
+        if not streams:
+            del self._topics[key]
+
+    def count(self, key: K) -> int:
+        return len(self._topics.get(key, ()))
+
+    def publish(self, key: K, item: Any) -> int:
+        """Push `item` to every stream on `key`; the number that took it."""
+        return sum(stream.push(item) for stream in list(self._topics.get(key, ())))
+
+
+__all__ = [
+    "STREAMS",
+    "EventStream",
+    "Fanout",
+    "StreamRegistry",
+    "frame",
+    "install",
+    "last_event_id",
+]
