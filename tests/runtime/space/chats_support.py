@@ -1,4 +1,4 @@
-"""Shared by the chat tests: a space server on a SQLite file, a settable clock, a tiny SSE reader."""
+"""For the chat tests: a space server on a SQLite file, a settable clock, a tiny SSE reader."""
 
 from __future__ import annotations
 
@@ -161,10 +161,13 @@ class Space:
 
     def stream(self, last_id: str | None = None, chat: str | None = None):
         url = self.chat_url(chat, "/stream")
-        return open_stream(self.client.session, str(self.client.make_url(url)), self.headers, last_id)
+        full = str(self.client.make_url(url))
+        return open_stream(self.client.session, full, self.headers, last_id)
 
 
-async def start_space(aiohttp_client: Any, db_path: Path, clock: FakeClock, **settings: Any) -> Space:
+async def start_space(
+    aiohttp_client: Any, db_path: Path, clock: FakeClock, **settings: Any
+) -> Space:
     client = await aiohttp_client(make_app(db_path, clock, **settings))
     space = Space(client=client, headers=admin_headers(db_path), clock=clock, db_path=db_path)
     status, body = await space.call("POST", "/v1/spaces", json={"id": SPACE})
