@@ -51,9 +51,13 @@ ROUTES: dict[str, Route] = {
         Route(name="openapi", method="GET", path="/openapi.json"),
         Route(name="space_create", method="POST", path="/spaces", body=True),
         Route(name="spaces", method="GET", path="/spaces"),
+        Route(name="space_get", method="GET", path=_S),
+        Route(name="token_device", method="POST", path="/tokens/device", body=True),
+        Route(name="token_run", method="POST", path=_S + "/tokens/run", body=True),
         Route(name="triggers", method="GET", path=_S + "/triggers"),
         Route(name="trigger_create", method="POST", path=_S + "/triggers", body=True),
         Route(name="trigger_get", method="GET", path=_T),
+        Route(name="trigger_put", method="PUT", path=_T, body=True),
         Route(
             name="trigger_patch", method="PATCH", path=_T, body=True, headers={"rev": "If-Match"}
         ),
@@ -76,6 +80,8 @@ ROUTES: dict[str, Route] = {
         Route(name="election", method="GET", path=_S + "/election"),
         Route(name="election_claim", method="POST", path=_S + "/election/claim", body=True),
         Route(name="election_release", method="POST", path=_S + "/election/release", body=True),
+        Route(name="election_handover", method="POST", path=_S + "/election/handover", body=True),
+        Route(name="election_want", method="POST", path=_S + "/election/want", body=True),
         Route(name="fires_claim", method="POST", path=_S + "/fires", body=True),
         Route(name="run_create", method="POST", path=_S + "/runs", body=True),
         Route(

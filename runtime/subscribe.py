@@ -180,15 +180,18 @@ class Subscription:
             self._attempt = 0
             if self._last_id is None:
                 self._last_id = _hello_cursor(event)
-        elif event.seq is not None and self._last_id is not None and event.seq <= self._last_id:
+        elif event.event != "gap" and self._seen(event.seq):
             return
         try:
             await on_event(event)
         except Exception as exc:
             raise _CallerFailed() from exc
         if event.event != "hello" and event.seq is not None:
-            self._last_id = event.seq
+            self._last_id = event.seq  # a gap's id may go back: the stream goes on from there
             self._attempt = 0
+
+    def _seen(self, seq: int | None) -> bool:
+        return seq is not None and self._last_id is not None and seq <= self._last_id
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}

@@ -85,6 +85,9 @@ async def serve(request: web.Request, hub: Hub, queue: asyncio.Queue) -> web.Str
     last = request.headers.get("Last-Event-ID")
     floor = 0 if last is None or hub.ignore_last_event_id else int(last)
     await resp.write(frame("hello", json.dumps({"cursor": len(hub.history)})))
+    if floor > len(hub.history):  # a cursor this store never gave out (it was reset)
+        await resp.write(frame("gap", json.dumps({"reason": "unknown_cursor"}), len(hub.history)))
+        floor = len(hub.history)
     if last is not None:
         for seq, text in hub.history:
             if seq > floor:
@@ -293,6 +296,22 @@ async def test_server_replaying_everything_is_deduplicated(hub_server, follow, d
     hub.publish("m3")
     await got.wait_for(lambda g: len(g.seqs) == 4)
     assert got.seqs == [1, 2, 3, 4]
+
+
+async def test_gap_after_a_store_reset_moves_the_cursor_back(hub_server, follow, drive):
+    hub, server = hub_server
+    sub, got, _ = follow(url(server))
+    await got.wait_for(lambda g: hellos(g) == 1)
+    for i in range(3):
+        hub.publish(f"m{i}")
+    await got.wait_for(lambda g: len(g.seqs) == 3)
+    hub.history.clear()
+    hub.drop()
+    await got.wait_for(lambda g: any(e.event == "gap" for e in g.events))
+    hub.publish("first-after-reset")
+    await got.wait_for(lambda g: len(g.seqs) == 4)
+    assert got.seqs == [1, 2, 3, 1]
+    assert sub.last_id == 1
 
 
 async def test_stalled_stream_is_noticed_by_the_read_timeout(hub_server, follow, drive):
