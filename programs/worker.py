@@ -103,6 +103,17 @@ def make_use(context: RunContext | None) -> Callable[[str], Any]:
     return real_make_use(context)
 
 
+def _close_use(use: Any) -> None:
+    """Closes what the run's `use` opened; a failure there is reported, not fatal."""
+    close = getattr(use, "close", None)
+    if not callable(close):
+        return
+    try:
+        close()
+    except Exception as exc:
+        print(f"baton: closing the run's capabilities failed: {exc!r}", file=sys.stderr)
+
+
 def program_traceback(exc: BaseException, ref: str) -> str:
     """The traceback from the program's first frame on, capped to its last 16 KiB."""
     tb = exc.__traceback__
@@ -156,9 +167,10 @@ def run_request(request: wire.Request, cache: CodeCache) -> wire.Reply:
     marks: dict[str, float] = {}
     namespace: dict[str, Any] = {"__name__": PROGRAM_NAME, "__builtins__": builtins}
     limit: MemoryLimit | None = None
+    use: Any = None
     try:
         code = cache.get(request.ref, request.source)
-        namespace["use"] = make_use(request.context)
+        namespace["use"] = use = make_use(request.context)
         limit = MemoryLimit(request.memory_mb)
         value = _execute(code, namespace, request.args, marks)
     except BaseException as exc:
@@ -167,6 +179,7 @@ def run_request(request: wire.Request, cache: CodeCache) -> wire.Reply:
         failed = None
     finally:
         unrestored = limit.restore() if limit else ""
+        _close_use(use)
         namespace.clear()
     reply = failure_reply(failed, request) if failed else encode_result(value)
     failed = value = None
@@ -236,8 +249,15 @@ def serve(sock: socket.socket) -> None:
         sock.sendall(wire.frame(msgspec.structs.replace(reply, retire=retire)))
 
 
+def _preload() -> None:
+    """Imports what runs need now, so the fire path does not pay for it."""
+    with contextlib.suppress(Exception):
+        import programs.use  # noqa: F401
+
+
 def main(argv: list[str]) -> int:
     faulthandler.enable()  # a segfaulting program leaves its Python traceback on stderr
+    _preload()
     with socket.socket(fileno=int(argv[0])) as sock:
         serve(sock)
     return 0
