@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
 
 import msgspec
 
@@ -63,11 +62,16 @@ class Deleted(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Armed(msgspec.Struct, frozen=True, kw_only=True):
-    """One registry entry: the record and its two fingerprints."""
+    """One registry entry: the record and the fingerprint of its `args`."""
 
     record: Trigger
-    fire: tuple[Any, ...]  # kind, spec, enabled, owner: a change moves fire times
-    body: tuple[Any, ...]  # name, program, args (as JSON), limits: a change does not
+    args_json: bytes  # `True` and `1` are equal in Python, not to the program
+
+
+class Change(enum.Enum):
+    NONE = "none"
+    UPDATE = "update"  # name, program, args or limits: fire times stay
+    REARM = "rearm"  # kind, spec, enabled or owner: fire times move
 
 
 class Diff(msgspec.Struct, frozen=True, kw_only=True):
@@ -116,17 +120,31 @@ class Registry(Mapping[TriggerId, Armed]):
         return new
 
 
-def fire_print(record: Trigger) -> tuple[Any, ...]:
-    return (record.kind, record.spec, record.enabled, record.owner)
-
-
-def body_print(record: Trigger) -> tuple[Any, ...]:
-    # args as JSON so that `True` and `1`, equal in Python, count as a change
-    return (record.name, record.program, _args_json.encode(record.args), record.limits)
-
-
 def arm(record: Trigger) -> Armed:
-    return Armed(record=record, fire=fire_print(record), body=body_print(record))
+    return Armed(record=record, args_json=_args_json.encode(record.args))
+
+
+def same_version(prev: Trigger, record: Trigger) -> bool:
+    """The same write of the record: the space bumps `rev` and `updatedAt` on every write."""
+    return record.rev > 0 and prev.rev == record.rev and prev.updated_at == record.updated_at
+
+
+def _fire_moved(prev: Trigger, record: Trigger) -> bool:
+    return prev.spec != record.spec or prev.owner != record.owner or prev.enabled != record.enabled
+
+
+def change(old: Armed, record: Trigger) -> Change:
+    """What moving from the armed record to `record` changes; stamps and server fields do not."""
+    prev = old.record
+    if prev is record or same_version(prev, record):
+        return Change.NONE
+    if type(prev) is not type(record) or _fire_moved(prev, record):  # the class is the kind
+        return Change.REARM
+    if prev.name != record.name or prev.program != record.program or prev.limits != record.limits:
+        return Change.UPDATE
+    if record.args != prev.args or _args_json.encode(record.args) != old.args_json:
+        return Change.UPDATE
+    return Change.NONE
 
 
 def responsible(record: Loaded, me: PeerId, active: bool) -> bool:
@@ -161,17 +179,11 @@ class _Collect:
                 self.remove.append(old.record.id)
         elif old is None:
             self.add.append(arm(record))  # type: ignore[arg-type]
-        elif old.record is not record and old.record != record:
-            self._changed(old, record)  # type: ignore[arg-type]
-
-    def _changed(self, old: Armed, record: Trigger) -> None:
-        fire = fire_print(record)
-        if fire != old.fire:
-            self.rearm.append(Armed(record=record, fire=fire, body=body_print(record)))
-            return
-        body = body_print(record)
-        if body != old.body:
-            self.update.append(Armed(record=record, fire=fire, body=body))
+        else:
+            moved = change(old, record)  # type: ignore[arg-type]
+            if moved is not Change.NONE:
+                into = self.rearm if moved is Change.REARM else self.update
+                into.append(arm(record))  # type: ignore[arg-type]
 
     def diff(self) -> Diff:
         return Diff(
@@ -185,13 +197,23 @@ class _Collect:
 
 def reconcile(registry: Registry, records: Iterable[Loaded], me: PeerId, active: bool) -> Diff:
     """Full diff: `records` is every record in the space; armed ids not among them are removed."""
+    records = records if isinstance(records, list | tuple) else list(records)
     collect = _Collect(me, active)
-    get = registry.get
-    seen: set[TriggerId] = set()
+    get = registry._items.get
+    matched = 0
     for record in records:
-        seen.add(record.id)
-        collect.visit(get(record.id), record)
-    collect.remove.extend(i for i in registry if i not in seen)
+        old = get(record.id)
+        if old is not None:
+            matched += 1
+            # the hot path, inlined: the same write, still ours (armed ⇒ enabled, floating or mine)
+            prev = old.record
+            ours = type(prev) is type(record) and (active or prev.owner)
+            if ours and (prev is record or same_version(prev, record)):  # type: ignore[arg-type]
+                continue
+        collect.visit(old, record)
+    if matched != len(registry):  # ids are unique in the space: only then is one missing
+        seen = {record.id for record in records}
+        collect.remove.extend(i for i in registry if i not in seen)
     return collect.diff()
 
 

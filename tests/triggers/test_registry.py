@@ -120,11 +120,11 @@ def test_fire_relevant_edit_is_rearm(edit, active):
 
 def test_pause_removes_and_resume_adds():
     registry = armed_with(rec())
-    paused = reconcile(registry, [rec(enabled=False)], ME, active=True)
+    paused = reconcile(registry, [rec(enabled=False, rev=4)], ME, active=True)
     assert (paused.remove, paused.add) == (("trg_c",), ())
     registry = apply(registry, paused)
     assert len(registry) == 0
-    resumed = reconcile(registry, [rec(enabled=True)], ME, active=True)
+    resumed = reconcile(registry, [rec(enabled=True, rev=5)], ME, active=True)
     assert ids(resumed.add) == ["trg_c"]
 
 
@@ -218,3 +218,23 @@ def test_apply_then_reconcile_is_a_fixed_point():
 )
 def test_responsible(over, active, expected):
     assert responsible(rec(**over), ME, active) is expected
+
+
+def test_same_rev_and_updated_at_is_the_same_write():
+    registry = armed_with(rec())
+    # the space bumps rev and updatedAt on every write: the same pair is the same record
+    assert reconcile(registry, [rec(name="not re-read")], ME, active=True) == Diff()
+
+
+@pytest.mark.parametrize(
+    ("armed", "new"),
+    [
+        ({"rev": 0, "updatedAt": None}, {"rev": 0, "updatedAt": None}),  # a space without revs
+        ({}, {"updatedAt": "2026-11-02T00:00:00+00:00"}),  # deleted, re-created at the same rev
+    ],
+)
+def test_without_a_trusted_version_records_compare_by_value(armed, new):
+    registry = armed_with(rec(**armed))
+    assert reconcile(registry, [rec(**new)], ME, active=True) == Diff()
+    diff = reconcile(registry, [rec(**new, name="renamed")], ME, active=True)
+    assert ids(diff.update) == ["trg_c"]
