@@ -1,0 +1,123 @@
+"""`any@v1`: the small synchronous space client a program gets from `use("any@v1")`.
+
+Owns the program-facing calls (SPEC "Programs"): send and read chat messages,
+list and patch trigger records, and this trigger's persistent cursor, all with
+the run's token. Requests are built from `programs.routes` (the same table the
+daemon's async client uses) and sent with the standard library only; a refusal
+raises `ApiError` (status, code, detail), no answer at all is status 0
+`unreachable`. It must not import the runtime, and holds no connection between
+calls (a program may run for a second or an hour).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from http.client import HTTPException
+from typing import Any
+
+from programs.context import RunContext
+from programs.routes import ROUTES, ApiError, error_from, headers, target
+
+__all__ = ["AnyV1", "ApiError"]
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class AnyV1:
+    """The space client of one run, scoped to its token, space and trigger."""
+
+    def __init__(self, ctx: RunContext, *, timeout: float = 30.0) -> None:
+        self._ctx = ctx
+        self._base = ctx.url.rstrip("/")
+        self._timeout = timeout
+
+    @property
+    def context(self) -> dict[str, Any]:
+        """Who this run is: trigger, run, program, peer, space, term and fire key."""
+        c = self._ctx
+        return {
+            "trigger_id": c.trigger_id,
+            "run_id": c.run_id,
+            "program": c.program,
+            "peer": c.peer,
+            "space": c.space,
+            "term": c.term,
+            "key": c.key,
+        }
+
+    def chat_send(self, space: str, object_id: str, message: Mapping[str, Any]) -> dict:
+        """Send `{"text", "agent"?}`; the stored message (`messageId`, `seq`, …)."""
+        return self._call("chat_send", dict(message), space=space, objectId=object_id)
+
+    def chat_messages(
+        self, space: str, object_id: str, after: int | None = None, limit: int = 50
+    ) -> list[dict]:
+        """Up to `limit` messages with `seq` > `after`, oldest first."""
+        page = self._call(
+            "chat_messages", space=space, objectId=object_id, after=after, limit=limit
+        )
+        return page["messages"]
+
+    def triggers(self, space: str) -> list[dict]:
+        """The space's raw trigger records."""
+        return self._call("triggers", space=space)["triggers"]
+
+    def trigger_patch(
+        self, space: str, id: str, patch: Mapping[str, Any], rev: int | None = None
+    ) -> dict:
+        """A partial update of record `id`; with `rev`, only if the record is still at it."""
+        return self._call("trigger_patch", dict(patch), space=space, id=id, rev=rev)
+
+    def cursor_get(self, key: str, default: Any = None) -> Any:
+        """This trigger's stored value under `key`, or `default` if none was set."""
+        try:
+            return self._call("state_get", **self._state(key))["value"]
+        except ApiError as exc:
+            if exc.status == 404 and exc.code == "unknown_state":
+                return default
+            raise
+
+    def cursor_set(self, key: str, value: Any) -> None:
+        """Store `value` (JSON) under `key` for this trigger; it outlives the run."""
+        self._call("state_put", {"value": value}, **self._state(key))
+
+    def close(self) -> None:
+        """Nothing to release: no connection is held between calls."""
+
+    def _state(self, key: str) -> dict[str, str]:
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"key: must be a non-empty string, got {key!r}")
+        return {"space": self._ctx.space, "triggerId": self._ctx.trigger_id, "key": key}
+
+    def _call(self, name: str, body: Any = None, **params: Any) -> Any:
+        route = ROUTES[name]
+        request = urllib.request.Request(
+            self._base + target(route, params),
+            method=route.method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers=self._headers(body, headers(route, params)),
+        )
+        return _send(request, self._timeout)
+
+    def _headers(self, body: Any, extra: dict[str, str]) -> dict[str, str]:
+        head = {"Authorization": f"Bearer {self._ctx.token}", "Accept": "application/json"}
+        if body is not None:
+            head["Content-Type"] = "application/json"
+        return head | extra
+
+
+def _send(request: urllib.request.Request, timeout: float) -> Any:
+    """The decoded JSON answer; `ApiError` for a refusal or no answer."""
+    try:
+        with _NO_PROXY.open(request, timeout=timeout) as resp:
+            raw = resp.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            raise error_from(exc.code, exc.read()) from None
+    except (urllib.error.URLError, HTTPException, OSError) as exc:
+        where = f"{request.get_method()} {request.full_url}"
+        raise ApiError(0, "unreachable", f"{where}: {exc}") from None
+    return json.loads(raw) if raw else None
