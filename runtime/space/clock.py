@@ -1,0 +1,26 @@
+"""The space server's notion of time: one injectable function, and how instants go on the wire.
+
+Owns `ServerClock` (a zero-argument function returning an aware UTC datetime),
+the system clock used by default, and RFC 3339 formatting. Only the default
+clock here reads the wall clock; handlers ask the app's clock, so tests control it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+ServerClock = Callable[[], datetime]
+
+
+def system_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(when: datetime) -> str:
+    """RFC 3339 in UTC with milliseconds, e.g. `2026-12-01T09:00:00.000Z`."""
+    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def epoch(when: datetime) -> float:
+    return when.timestamp()

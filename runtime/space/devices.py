@@ -1,0 +1,114 @@
+"""Devices of a space: heartbeats and who is live, by the server's clock.
+
+Owns the `devices` table. A heartbeat stores `lastSeen` (server time) and, when
+the device was not live before, starts a new `liveSince`. `live` means seen
+within the configured window. Must not touch the lease.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+import msgspec
+import sqlite_utils
+from aiohttp import web
+
+from runtime.space.appstate import SETTINGS
+from runtime.space.auth import require_peer
+from runtime.space.clock import iso
+from runtime.space.db import DB, transaction
+from runtime.space.http import ApiError, add_route, answer, now_of, read_body
+from runtime.space.spaces import require_space
+
+PEER = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS devices (space TEXT NOT NULL, peer TEXT NOT NULL, name TEXT NOT NULL,
+  priority INTEGER NOT NULL, last_seen REAL NOT NULL, live_since REAL NOT NULL,
+  PRIMARY KEY (space, peer));
+"""
+
+
+class HeartbeatIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: Annotated[str, msgspec.Meta(max_length=200)] | None = None
+    priority: int | None = None
+
+
+class DeviceOut(msgspec.Struct, frozen=True, kw_only=True):
+    peer: str
+    name: str
+    priority: int
+    lastSeen: str
+    liveSince: str
+    live: bool
+
+
+def ensure_schema(db: sqlite_utils.Database) -> None:
+    db.executescript(SCHEMA)
+
+
+def _out(row: dict[str, Any], now: datetime, window: timedelta) -> dict[str, Any]:
+    seen = datetime.fromtimestamp(row["last_seen"], UTC)
+    return {
+        "peer": row["peer"],
+        "name": row["name"],
+        "priority": row["priority"],
+        "lastSeen": iso(seen),
+        "liveSince": iso(datetime.fromtimestamp(row["live_since"], UTC)),
+        "live": now - seen <= window,
+    }
+
+
+def heartbeat(
+    db: sqlite_utils.Database, space: str, peer: str, body: HeartbeatIn, now: float, window: float
+) -> None:
+    with transaction(db):
+        rows = list(db.query("SELECT * FROM devices WHERE space = ? AND peer = ?", [space, peer]))
+        old = (
+            rows[0] if rows else {"name": peer, "priority": 0, "last_seen": 0.0, "live_since": now}
+        )
+        live_since = old["live_since"] if now - old["last_seen"] <= window else now
+        name = body.name if body.name is not None else old["name"]
+        priority = body.priority if body.priority is not None else old["priority"]
+        db.execute(
+            "INSERT OR REPLACE INTO devices VALUES (?, ?, ?, ?, ?, ?)",
+            [space, peer, name, priority, now, live_since],
+        )
+
+
+async def put_device(request: web.Request) -> web.Response:
+    space = require_space(request)
+    peer = request.match_info["peer"]
+    if not peer or len(peer) > 200:
+        raise ApiError(400, "invalid_peer", "peer must be 1 to 200 characters")
+    require_peer(request, peer)
+    body = await read_body(request, HeartbeatIn)
+    now, window = now_of(request), request.app[SETTINGS].live_seconds
+    heartbeat(request.app[DB], space, peer, body, now.timestamp(), window)
+    row = next(
+        request.app[DB].query("SELECT * FROM devices WHERE space = ? AND peer = ?", [space, peer])
+    )
+    return answer(_out(row, now, timedelta(seconds=window)))
+
+
+async def list_devices(request: web.Request) -> web.Response:
+    space = require_space(request)
+    now, window = now_of(request), timedelta(seconds=request.app[SETTINGS].live_seconds)
+    rows = request.app[DB].query("SELECT * FROM devices WHERE space = ? ORDER BY peer", [space])
+    return answer({"devices": [_out(r, now, window) for r in rows]})
+
+
+def setup(app: web.Application) -> None:
+    ensure_schema(app[DB])
+    base = "/v1/spaces/{space}/devices"
+    add_route(
+        app,
+        "PUT",
+        base + "/{peer}",
+        put_device,
+        "Heartbeat (`name`, `priority` optional)",
+        body=HeartbeatIn,
+        answer=DeviceOut,
+    )
+    add_route(app, "GET", base, list_devices, "Devices with `lastSeen` and `live`")

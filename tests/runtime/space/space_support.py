@@ -1,0 +1,87 @@
+"""For the space server tests: a real server on 127.0.0.1, a settable clock, a small JSON caller."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+SPACE = "home"
+CRON = {"name": "tick", "kind": "cron", "spec": {"expr": "*/5 * * * *"}, "program": "tick@v1"}
+
+
+class FakeClock:
+    """The server's clock, moved by the test."""
+
+    def __init__(self, start: datetime = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class Api:
+    """JSON calls to the space with a bearer token; answers `(status, body)`."""
+
+    def __init__(self, client: TestClient, token: str, db_path: Path) -> None:
+        self.client, self.token, self.db_path = client, token, db_path
+
+    def as_(self, token: str) -> Api:
+        return Api(self.client, token, self.db_path)
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        data: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        token: str | None = None,
+    ) -> tuple[int, Any]:
+        h = {"Authorization": f"Bearer {token or self.token}", **(headers or {})}
+        kwargs: dict[str, Any] = {"data": data} if data is not None else {"json": body}
+        if body is None and data is None:
+            kwargs = {}
+        async with self.client.request(method, "/v1" + path, headers=h, **kwargs) as resp:
+            return resp.status, await resp.json()
+
+    async def get(self, path: str, **kw: Any) -> tuple[int, Any]:
+        return await self.call("GET", path, **kw)
+
+    async def post(self, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
+        return await self.call("POST", path, body, **kw)
+
+    async def put(self, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
+        return await self.call("PUT", path, body, **kw)
+
+    async def patch(self, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
+        return await self.call("PATCH", path, body, **kw)
+
+    async def delete(self, path: str, **kw: Any) -> tuple[int, Any]:
+        return await self.call("DELETE", path, **kw)
+
+    async def device_token(self, peer: str) -> str:
+        status, body = await self.post("/tokens/device", {"peer": peer})
+        assert status == 201, body
+        return body["token"]
+
+    async def create_trigger(self, **fields: Any) -> dict[str, Any]:
+        status, body = await self.post(f"/spaces/{SPACE}/triggers", {**CRON, **fields})
+        assert status == 201, body
+        return body
+
+
+def snapshot(db_path: Path) -> list[str]:
+    """Every row of every table, as SQL text: equal snapshots mean nothing was written."""
+    conn = sqlite3.connect(db_path)
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
