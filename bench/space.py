@@ -1,0 +1,291 @@
+"""The embedded space server under load: chat SSE fan-out, many chats, fire claims.
+
+Run: .venv/bin/python bench/space.py [--quick]
+
+The server runs in its own process (`create_app` on a fresh SQLite file, AppRunner +
+TCPSite on 127.0.0.1, port 0), the clients in this one, so the two use separate cores.
+Streams are read with a raw aiohttp session (`TCPConnector(limit=0)`), posts go through
+a second session. Latency is post → receive on this process's `perf_counter`: from just
+before the POST is sent to the moment the subscriber has parsed the event.
+
+- fan-out N:    N subscribers of one chat; messages posted by 4 concurrent senders
+- 1,000 chats:  one stream per chat on one session; 2 messages per chat, 20 senders
+- fire claims:  POST /fires with distinct keys on a pinned trigger, 20 concurrent claimers
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+SPACE = "bench"
+PEER = "bench-box"
+NO_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=60)
+
+
+# ---------------------------------------------------------------- server process
+
+
+async def serve(db_path: str) -> None:
+    """Child: run the space server until stdin closes; print its port first."""
+    from aiohttp import web
+
+    from runtime.space.app import create_app
+
+    runner = web.AppRunner(create_app(db_path))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    print(runner.addresses[0][1], flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await runner.cleanup()
+
+
+async def start_server(tmp: Path) -> tuple[asyncio.subprocess.Process, str, dict[str, str]]:
+    db = tmp / "space.db"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--serve", str(db),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    port = int((await proc.stdout.readline()).decode())
+    token = (tmp / "admin.token").read_text().strip()
+    return proc, f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}
+
+
+async def stop_server(proc: asyncio.subprocess.Process) -> None:
+    assert proc.stdin is not None
+    proc.stdin.close()
+    await proc.wait()
+
+
+# ---------------------------------------------------------------- clients
+
+
+class Tally:
+    """Deliveries and their latencies, with an event when the expected count is reached."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.posted: dict[str, float] = {}
+        self.latencies: list[float] = []
+        self.first_post = 0.0
+        self.last_receive = 0.0
+        self.done = asyncio.Event()
+
+    def received(self, text: str) -> None:
+        now = time.perf_counter()
+        self.latencies.append(now - self.posted[text])
+        self.last_receive = now
+        if len(self.latencies) >= self.expected:
+            self.done.set()
+
+
+async def subscribe(
+    session: aiohttp.ClientSession, url: str, headers: dict[str, str],
+    ready: Callable[[], None], tally: Tally,
+) -> None:  # fmt: skip
+    """Read one chat stream: `ready()` at hello, `tally.received` for each message."""
+    async with session.get(url, headers=headers, timeout=NO_TIMEOUT) as resp:
+        resp.raise_for_status()
+        event = ""
+        async for raw in resp.content:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: ") and event == "message":
+                tally.received(json.loads(line[6:])["text"])
+            elif line.startswith("data: ") and event == "hello":
+                ready()
+
+
+async def open_streams(
+    session: aiohttp.ClientSession, urls: list[str], headers: dict[str, str], tally: Tally
+) -> list[asyncio.Task[None]]:
+    left = len(urls)
+    all_ready = asyncio.Event()
+
+    def ready() -> None:
+        nonlocal left
+        left -= 1
+        if left == 0:
+            all_ready.set()
+
+    tasks = [asyncio.create_task(subscribe(session, u, headers, ready, tally)) for u in urls]
+    async with asyncio.timeout(60):
+        await all_ready.wait()
+    return tasks
+
+
+async def close_streams(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def in_parallel(jobs: list[Callable[[], Awaitable[Any]]], concurrency: int) -> None:
+    queue = list(reversed(jobs))
+
+    async def worker() -> None:
+        while queue:
+            await queue.pop()()
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def post_messages(
+    api: aiohttp.ClientSession, base: str, headers: dict[str, str],
+    targets: list[tuple[str, str]], tally: Tally, concurrency: int,
+) -> None:  # fmt: skip
+    """Post each `(chat, text)`; the clock for latency starts just before each POST."""
+
+    def job(chat: str, text: str) -> Callable[[], Awaitable[None]]:
+        async def send() -> None:
+            tally.posted[text] = time.perf_counter()
+            url = f"{base}/v1/spaces/{SPACE}/chats/{chat}/messages"
+            async with api.post(url, json={"text": text}, headers=headers) as resp:
+                assert resp.status == 201, await resp.text()
+
+        return send
+
+    tally.first_post = time.perf_counter()
+    await in_parallel([job(c, t) for c, t in targets], concurrency)
+    async with asyncio.timeout(60):
+        await tally.done.wait()
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+def row(name: str, subs: int, posted: int, tally: Tally) -> tuple[Any, ...]:
+    lat = sorted(tally.latencies)
+    rate = len(lat) / (tally.last_receive - tally.first_post)
+    p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    return name, subs, posted, len(lat), rate, statistics.median(lat) * 1e3, p99 * 1e3
+
+
+async def fan_out(
+    sse: aiohttp.ClientSession, api: aiohttp.ClientSession, base: str, h: dict[str, str],
+    chat: str, subscribers: int, messages: int,
+) -> tuple[Any, ...]:  # fmt: skip
+    tally = Tally(subscribers * messages)
+    url = f"{base}/v1/spaces/{SPACE}/chats/{chat}/stream"
+    tasks = await open_streams(sse, [url] * subscribers, h, tally)
+    try:
+        texts = [(chat, f"fan{subscribers}-{i}") for i in range(messages)]
+        await post_messages(api, base, h, texts, tally, concurrency=4)
+    finally:
+        await close_streams(tasks)
+    return row(f"fan-out to {subscribers}", subscribers, messages, tally)
+
+
+async def many_chats(
+    sse: aiohttp.ClientSession, api: aiohttp.ClientSession, base: str, h: dict[str, str],
+    chats: int, per_chat: int,
+) -> tuple[Any, ...]:  # fmt: skip
+    ids = []
+    for i in range(chats):
+        async with api.post(
+            f"{base}/v1/spaces/{SPACE}/chats", json={"name": f"c{i}"}, headers=h
+        ) as r:
+            ids.append((await r.json())["objectId"])
+    tally = Tally(chats * per_chat)
+    urls = [f"{base}/v1/spaces/{SPACE}/chats/{c}/stream" for c in ids]
+    tasks = await open_streams(sse, urls, h, tally)
+    try:
+        texts = [(c, f"{c}-{k}") for k in range(per_chat) for c in ids]
+        await post_messages(api, base, h, texts, tally, concurrency=20)
+    finally:
+        await close_streams(tasks)
+    return row(f"{chats:,} chats, 1 stream each", chats, len(texts), tally)
+
+
+async def fire_claims(
+    api: aiohttp.ClientSession, base: str, h: dict[str, str], claims: int
+) -> tuple[Any, ...]:
+    record = {"name": "bench", "kind": "cron", "spec": {"expr": "* * * * *"},
+              "program": "bench@v1", "owner": PEER}  # fmt: skip
+    async with api.post(f"{base}/v1/spaces/{SPACE}/triggers", json=record, headers=h) as r:
+        assert r.status == 201, await r.text()
+        tid = (await r.json())["id"]
+    latencies: list[float] = []
+
+    def job(i: int) -> Callable[[], Awaitable[None]]:
+        async def claim() -> None:
+            body = {"triggerId": tid, "key": f"2026-12-01T{i:08d}Z", "term": 0, "peer": PEER}
+            t0 = time.perf_counter()
+            async with api.post(f"{base}/v1/spaces/{SPACE}/fires", json=body, headers=h) as r:
+                assert r.status == 201, await r.text()
+            latencies.append(time.perf_counter() - t0)
+
+        return claim
+
+    start = time.perf_counter()
+    await in_parallel([job(i) for i in range(claims)], concurrency=20)
+    elapsed = time.perf_counter() - start
+    lat = sorted(latencies)
+    p99 = lat[int(len(lat) * 0.99)]
+    return (
+        "fire claims (201)",
+        20,
+        claims,
+        claims,
+        claims / elapsed,
+        statistics.median(lat) * 1e3,
+        p99 * 1e3,
+    )
+
+
+# ---------------------------------------------------------------- main
+
+
+async def bench(quick: bool) -> list[tuple[Any, ...]]:
+    scale = 0.25 if quick else 1.0
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, base, h = await start_server(Path(tmp))
+        sse = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        api = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=50))
+        try:
+            async with api.post(f"{base}/v1/spaces", json={"id": SPACE}, headers=h) as r:
+                chat = (await r.json())["generalChat"]
+            rows = []
+            for subs, msgs in ((1, 2000), (10, 1000), (100, 200)):
+                rows.append(await fan_out(sse, api, base, h, chat, subs, int(msgs * scale)))
+            rows.append(await many_chats(sse, api, base, h, 1000, 2))
+            rows.append(await fire_claims(api, base, h, int(2000 * scale)))
+            return rows
+        finally:
+            await sse.close()
+            await api.close()
+            await stop_server(proc)
+
+
+def print_table(rows: list[tuple[Any, ...]]) -> None:
+    head = ("scenario", "conc/subs", "posted", "delivered", "per s", "p50 ms", "p99 ms")
+    print(
+        f"{head[0]:<26}{head[1]:>10}{head[2]:>8}{head[3]:>11}{head[4]:>9}{head[5]:>8}{head[6]:>8}"
+    )
+    for name, subs, posted, got, rate, p50, p99 in rows:
+        print(f"{name:<26}{subs:>10}{posted:>8}{got:>11}{rate:>9.0f}{p50:>8.1f}{p99:>8.1f}")
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--serve"]:
+        asyncio.run(serve(sys.argv[2]))
+        return
+    start = time.perf_counter()
+    print_table(asyncio.run(bench(quick="--quick" in sys.argv)))
+    print(f"total {time.perf_counter() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
