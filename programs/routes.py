@@ -83,6 +83,7 @@ ROUTES: dict[str, Route] = {
         Route(name="election_handover", method="POST", path=_S + "/election/handover", body=True),
         Route(name="election_want", method="POST", path=_S + "/election/want", body=True),
         Route(name="fires_claim", method="POST", path=_S + "/fires", body=True),
+        Route(name="fires", method="GET", path=_S + "/fires", query=("trigger", "limit")),
         Route(name="run_create", method="POST", path=_S + "/runs", body=True),
         Route(
             name="runs",
@@ -90,6 +91,7 @@ ROUTES: dict[str, Route] = {
             path=_S + "/runs",
             query=("trigger", "status", "since", "limit"),
         ),
+        Route(name="runs_rollup", method="GET", path=_S + "/runs/rollup", query=("trigger",)),
         Route(name="state_get", method="GET", path=_S + "/state/{triggerId}/{key}"),
         Route(name="state_put", method="PUT", path=_S + "/state/{triggerId}/{key}", body=True),
     )

@@ -202,12 +202,18 @@ class SpaceClient:
     async def fires_claim(self, space: str, body: JSON) -> JSON:
         return await self.call("fires_claim", body, space=space)
 
+    async def fires(self, space: str, trigger: str | None = None, limit: int | None = None) -> JSON:
+        return await self.call("fires", space=space, trigger=trigger, limit=limit)
+
     # -- runs and state
     async def run_create(self, space: str, body: JSON) -> JSON:
         return await self.call("run_create", body, space=space)
 
     async def runs(self, space: str, **query: object) -> JSON:
         return await self.call("runs", space=space, **query)
+
+    async def runs_rollup(self, space: str, trigger: str | None = None) -> JSON:
+        return await self.call("runs_rollup", space=space, trigger=trigger)
 
     async def state_get(self, space: str, trigger_id: str, key: str) -> JSON:
         return await self.call("state_get", space=space, triggerId=trigger_id, key=key)
