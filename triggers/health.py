@@ -1,0 +1,249 @@
+"""Health rules: why a record cannot run, which device stamps it, and when a stamp is written.
+
+Owns the verdicts of the health pass (SPEC "Reconcile, registry, health pass").
+Pure: the caller builds one `HealthInputs` per pass from what it knows (live
+peers, published programs, chats known to be missing, fired `once` instants,
+open breakers, last run statuses) and writes the stamps `due` returns.
+
+The first rule that applies wins:
+
+1. undecodable: `unsupported_kind` (error at `$.kind`), `invalid_spec` (error
+   under `$.spec`, detail the parser's message), `invalid_record` (any other);
+2. `unsupported_source` (event dataset other than `chat_messages`), then
+   `source_not_found` (event chat among `missing_chats`, or none given);
+3. `unknown_program` (not among `HealthInputs.programs`);
+4. `done` (a once whose current `at` fired), `missed` (a once past
+   `at + graceSeconds` that never fired);
+5. a paused record is healthy from here on: nothing is expected of it;
+6. `owner_offline` (pinned to a peer not in `live`);
+7. `breaker_open` (detail: until when, UTC);
+8. `overdue`: `nextFireAt` is more than `overdue_margin` past (max(60 s,
+   2 ticks), a tick being the daemon's longest sleep, 30 s), the responsible
+   device is live, and `lastRunAt` is absent or older than `nextFireAt`.
+
+Details never depend on `now`, so a standing verdict writes its stamp once.
+
+Cleared: the stamp fields `lastStatus`/`lastStatusDetail` are shared with run
+outcomes. A healthy record whose `lastStatus` is a verdict goes back to its
+last run's status (`last_run_status`, "" when it never ran) with no detail; a
+healthy record whose `lastStatus` is a run status is left alone.
+
+Who stamps: the device responsible for the record — the owner when pinned to
+a live peer, else the election-active device (floating records, and records
+pinned to a peer that is not live, which their owner cannot stamp).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+
+from triggers.records import (
+    CHAT_DATASET,
+    EventTrigger,
+    Loaded,
+    OnceTrigger,
+    PeerId,
+    Salvaged,
+    Trigger,
+    TriggerId,
+)
+
+TICK_SECONDS = 30.0
+MIN_OVERDUE_MARGIN = timedelta(seconds=60)
+
+
+class Reason(enum.StrEnum):
+    UNSUPPORTED_KIND = "unsupported_kind"
+    INVALID_SPEC = "invalid_spec"
+    INVALID_RECORD = "invalid_record"
+    UNSUPPORTED_SOURCE = "unsupported_source"
+    UNKNOWN_PROGRAM = "unknown_program"
+    SOURCE_NOT_FOUND = "source_not_found"
+    OWNER_OFFLINE = "owner_offline"
+    MISSED = "missed"
+    DONE = "done"
+    BREAKER_OPEN = "breaker_open"
+    OVERDUE = "overdue"
+
+
+REASONS = frozenset(r.value for r in Reason)
+
+
+class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+    reason: Reason | None = None  # None: healthy
+    detail: str = ""
+
+    @property
+    def healthy(self) -> bool:
+        return self.reason is None
+
+
+HEALTHY = Verdict()
+
+
+class HealthInputs(msgspec.Struct, frozen=True, kw_only=True):
+    """What one health pass knows; built once per pass."""
+
+    now: datetime
+    programs: frozenset[str]  # published `name@vN` refs and the runtime's `internal:` refs
+    active_peer: PeerId | None = None
+    live: frozenset[PeerId] = frozenset()
+    missing_chats: frozenset[str] = frozenset()
+    fired_once: frozenset[tuple[TriggerId, datetime]] = frozenset()  # (id, `at`) claimed
+    breaker_until: dict[TriggerId, datetime] = {}  # open breakers only
+    last_run_status: dict[TriggerId, str] = {}
+    tick_seconds: float = TICK_SECONDS
+
+    @property
+    def overdue_margin(self) -> timedelta:
+        return max(MIN_OVERDUE_MARGIN, timedelta(seconds=2 * self.tick_seconds))
+
+
+class Stamp(msgspec.Struct, frozen=True, kw_only=True):
+    """A status stamp to write: `lastStatus` and `lastStatusDetail` of one record."""
+
+    id: TriggerId
+    status: str
+    detail: str
+
+
+def utc(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat()
+
+
+def verdict(record: Loaded, inputs: HealthInputs) -> Verdict:
+    """The health of one record under `inputs`; see the module docstring for the order."""
+    if isinstance(record, Salvaged):
+        return _undecodable(record)
+    found = _source(record, inputs) or _program(record, inputs) or _once(record, inputs)
+    if found or not record.enabled:
+        return found or HEALTHY
+    return _owner(record, inputs) or _breaker(record, inputs) or _overdue(record, inputs) or HEALTHY
+
+
+def _undecodable(record: Salvaged) -> Verdict:
+    path = record.error_path
+    if path == "$.kind":
+        return Verdict(reason=Reason.UNSUPPORTED_KIND, detail=f"kind {record.kind!r}")
+    if path == "$.spec" or path.startswith(("$.spec.", "$.spec[")):
+        return Verdict(reason=Reason.INVALID_SPEC, detail=record.error)
+    return Verdict(reason=Reason.INVALID_RECORD, detail=record.error)
+
+
+def _source(record: Trigger, inputs: HealthInputs) -> Verdict | None:
+    if not isinstance(record, EventTrigger):
+        return None
+    spec = record.spec
+    if spec.dataset != CHAT_DATASET:
+        detail = f"dataset {spec.dataset!r} is not {CHAT_DATASET!r}"
+        return Verdict(reason=Reason.UNSUPPORTED_SOURCE, detail=detail)
+    if not spec.object_id:
+        return Verdict(reason=Reason.SOURCE_NOT_FOUND, detail="no objectId given")
+    if spec.object_id in inputs.missing_chats:
+        detail = f"chat {spec.object_id} does not exist"
+        return Verdict(reason=Reason.SOURCE_NOT_FOUND, detail=detail)
+    return None
+
+
+def _program(record: Trigger, inputs: HealthInputs) -> Verdict | None:
+    if record.program in inputs.programs:
+        return None
+    detail = f"program {record.program!r} is not published" if record.program else "no program"
+    return Verdict(reason=Reason.UNKNOWN_PROGRAM, detail=detail)
+
+
+def _once(record: Trigger, inputs: HealthInputs) -> Verdict | None:
+    if not isinstance(record, OnceTrigger):
+        return None
+    at = record.spec.at_utc
+    if (record.id, at) in inputs.fired_once:
+        return Verdict(reason=Reason.DONE, detail=f"fired for {utc(at)}")
+    grace = timedelta(seconds=record.spec.grace_seconds)
+    if inputs.now > at + grace:
+        detail = f"{utc(at)} passed its {record.spec.grace_seconds:g} s grace unfired"
+        return Verdict(reason=Reason.MISSED, detail=detail)
+    return None
+
+
+def _owner(record: Trigger, inputs: HealthInputs) -> Verdict | None:
+    if record.owner == "" or record.owner in inputs.live:
+        return None
+    detail = f"pinned to {record.owner}, which is not live"
+    return Verdict(reason=Reason.OWNER_OFFLINE, detail=detail)
+
+
+def _breaker(record: Trigger, inputs: HealthInputs) -> Verdict | None:
+    until = inputs.breaker_until.get(record.id)
+    if until is None or until <= inputs.now:
+        return None
+    return Verdict(reason=Reason.BREAKER_OPEN, detail=f"until {utc(until)}")
+
+
+def _overdue(record: Trigger, inputs: HealthInputs) -> Verdict | None:
+    due = record.next_fire_at
+    if due is None or inputs.now - due <= inputs.overdue_margin:
+        return None
+    if record.owner == "" and inputs.active_peer is None:
+        return None  # nobody is meant to run it right now
+    if record.last_run_at is not None and record.last_run_at >= due:
+        return None
+    return Verdict(reason=Reason.OVERDUE, detail=f"due {utc(due)}, no run since")
+
+
+def owner_of(record: Loaded) -> str:
+    if isinstance(record, Salvaged):
+        owner = record.raw.get("owner")
+        return owner if isinstance(owner, str) else ""
+    return record.owner
+
+
+def stamper(
+    record: Loaded, me: PeerId, active_peer: PeerId | None, live: frozenset[PeerId]
+) -> bool:
+    """Whether `me` stamps `record`: its live owner, else the active device."""
+    owner = owner_of(record)
+    if owner and owner in live:
+        return owner == me
+    return active_peer is not None and active_peer == me
+
+
+def current_stamp(record: Loaded) -> tuple[str, str]:
+    if isinstance(record, Salvaged):
+        status, detail = record.raw.get("lastStatus"), record.raw.get("lastStatusDetail")
+        return (
+            status if isinstance(status, str) else "",
+            detail if isinstance(detail, str) else "",
+        )
+    return record.last_status, record.last_status_detail
+
+
+def stamp_changed(record: Loaded, verdict: Verdict) -> bool:
+    """Whether `verdict` needs a write: a new or different problem, or a problem to clear."""
+    status, detail = current_stamp(record)
+    if verdict.reason is None:
+        return status in REASONS
+    return (status, detail) != (verdict.reason.value, verdict.detail)
+
+
+def stamp_for(record: Loaded, verdict: Verdict, inputs: HealthInputs) -> Stamp:
+    """The stamp that records `verdict`; healthy clears back to the last run's status."""
+    if verdict.reason is None:
+        status = inputs.last_run_status.get(record.id, "")
+        return Stamp(id=record.id, status=status, detail="")
+    return Stamp(id=record.id, status=verdict.reason.value, detail=verdict.detail)
+
+
+def due(records: Iterable[Loaded], me: PeerId, inputs: HealthInputs) -> list[Stamp]:
+    """The stamps `me` writes this pass: records it stamps whose stamp changes."""
+    stamps = []
+    for record in records:
+        if not record.id or not stamper(record, me, inputs.active_peer, inputs.live):
+            continue
+        found = verdict(record, inputs)
+        if stamp_changed(record, found):
+            stamps.append(stamp_for(record, found, inputs))
+    return stamps
