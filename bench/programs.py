@@ -1,0 +1,96 @@
+"""Fire → `main()` latency and throughput: a warm worker pool vs a fresh interpreter per run.
+
+Run: .venv/bin/python bench/programs.py [warm_runs] [cold_runs]
+
+The program is trivial (`return {"ok": True}`), so the figures are the executor's own
+cost. Latency is from the fire (the call that starts the run) to the moment `main()`
+is entered, measured on CLOCK_MONOTONIC on both sides of the process boundary.
+
+- warm pool:            `Executor(size=2)` started beforehand; one run at a time
+- warm pool, 2 at once: the same pool, runs issued two at a time (runs/s only meaningful)
+- fresh worker per run: `python -m programs.worker` spawned per run, then the same protocol
+- bare `python -c`:     the floor of any fresh interpreter: `python -c` printing its clock
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+# Run as a file, this script's own directory would come first on sys.path and its name
+# would shadow the `programs` package.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+from programs.executor import Executor, Job, worker_env  # noqa: E402
+from programs.process import WorkerProcess  # noqa: E402
+
+JOB = Job(source="def main(args):\n    return {'ok': True}\n", ref="bench@v1", timeout_seconds=30)
+BARE = "import sys, time; sys.stdout.write(repr(time.monotonic()))"
+
+Sample = Callable[[], Awaitable[float]]
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+async def measure(sample: Sample, runs: int, width: int = 1) -> tuple[list[float], float]:
+    latencies: list[float] = []
+    began = time.perf_counter()
+    for _ in range(runs // width):
+        latencies += await asyncio.gather(*(sample() for _ in range(width)))
+    return latencies, len(latencies) / (time.perf_counter() - began)
+
+
+def warm(executor: Executor) -> Sample:
+    async def sample() -> float:
+        outcome = await executor.run(JOB)
+        assert outcome.main_latency_ms is not None, outcome
+        return outcome.main_latency_ms
+
+    return sample
+
+
+async def fresh_worker() -> float:
+    fired = time.monotonic()
+    worker = await WorkerProcess.spawn(worker_env(), timeout=30)
+    try:
+        outcome = await worker.run(JOB, fired)
+    finally:
+        await worker.close()
+    assert outcome.main_latency_ms is not None, outcome
+    return outcome.main_latency_ms
+
+
+async def bare_python() -> float:
+    fired = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", BARE, stdout=asyncio.subprocess.PIPE, env=worker_env()
+    )
+    out, _ = await proc.communicate()
+    return (float(out) - fired) * 1000
+
+
+def row(name: str, latencies: list[float], rate: float) -> str:
+    p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
+    return f"{name:<24} {len(latencies):>5} {p50:>9.3f} {p99:>9.3f} {rate:>9.0f}"
+
+
+async def main(warm_runs: int, cold_runs: int) -> None:
+    print(f"{'mode':<24} {'runs':>5} {'p50 ms':>9} {'p99 ms':>9} {'runs/s':>9}")
+    async with Executor(size=2) as executor:
+        await measure(warm(executor), 50)  # let caches settle
+        print(row("warm pool", *await measure(warm(executor), warm_runs)))
+        print(row("warm pool, 2 at once", *await measure(warm(executor), warm_runs, width=2)))
+    print(row("fresh worker per run", *await measure(fresh_worker, cold_runs)))
+    print(row("bare `python -c`", *await measure(bare_python, cold_runs)))
+
+
+if __name__ == "__main__":
+    counts = [int(arg) for arg in sys.argv[1:3]]
+    asyncio.run(main(*(counts + [2000, 100][len(counts) :])))
