@@ -102,8 +102,10 @@ def setup(app: web.Application) -> None:
 def create_chat(
     db: sqlite_utils.Database, space: str, name: str, *, now: datetime | None = None
 ) -> dict:
-    """Create a chat in `space` (e.g. a new space's general chat); its wire object."""
-    chat_store.ensure_schema(db)
+    """Create a chat in `space` (e.g. a new space's general chat); its wire object.
+
+    The tables exist once `setup(app)` has run.
+    """
     when = datetime.now(UTC) if now is None else now
     return chat_store.create_chat(db, space, name, now=epoch(when))
 

@@ -12,16 +12,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from runtime.space import chats, spaces
-from runtime.space.appstate import CLOCK, ROUTE_DOCS, SETTINGS, Settings
+from runtime.space.app import create_app, default_admin_token_file
 from runtime.space.chats import CHAT_SETTINGS, ChatSettings
-from runtime.space.db import DB, open_db
-from runtime.space.http import refusals
-
-try:
-    from runtime.space.app import create_app, default_admin_token_file
-except ImportError:  # the rest of the server is not in this build yet
-    create_app = None
 
 SPACE = "home"
 
@@ -40,27 +32,12 @@ class FakeClock:
 
 
 def make_app(db_path: Path, clock: FakeClock, **settings: Any) -> web.Application:
-    app = create_app(db_path, clock=clock) if create_app else _bare_app(db_path, clock)
+    app = create_app(db_path, clock=clock)
     app[CHAT_SETTINGS] = ChatSettings(**settings)
     return app
 
 
-def _bare_app(db_path: Path, clock: FakeClock) -> web.Application:
-    app = web.Application(middlewares=[refusals])
-    app[SETTINGS], app[CLOCK], app[ROUTE_DOCS], app[DB] = Settings(), clock, [], open_db(db_path)
-    app.on_cleanup.append(_close_db)
-    spaces.setup(app)
-    chats.setup(app)
-    return app
-
-
-async def _close_db(app: web.Application) -> None:
-    app[DB].conn.close()
-
-
 def admin_headers(db_path: Path) -> dict[str, str]:
-    if create_app is None:
-        return {}
     token = default_admin_token_file(db_path).read_text().strip()
     return {"Authorization": f"Bearer {token}"}
 

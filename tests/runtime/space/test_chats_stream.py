@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from chats_support import Event, FakeClock, Space, SseReader, start_space
 
+from runtime.space.chats import TOPICS
 from runtime.space.sse import STREAMS
 
 DEADLINE = 5
@@ -219,3 +220,16 @@ async def test_shutdown_ends_every_stream_cleanly(space: Space) -> None:
             for reader in (a, b, c):
                 assert await reader.until_end() == []
     assert len(space.app[STREAMS]) == 0
+
+
+async def test_a_client_that_leaves_is_unsubscribed_by_the_next_heartbeat(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    space = await start_space(aiohttp_client, tmp_path / "s.db", FakeClock(), heartbeat=0.05)
+    async with space.stream() as reader:
+        await hello(reader)
+        assert space.app[TOPICS].count(space.chat) == 1
+    async with asyncio.timeout(DEADLINE):
+        while space.app[TOPICS].count(space.chat) or len(space.app[STREAMS]):
+            await asyncio.sleep(0.01)
+    assert (await space.send("nobody listens"))["seq"] == 1
