@@ -36,6 +36,7 @@ class PoolStats(msgspec.Struct, frozen=True, kw_only=True):
     size: int
     alive: int  # started and not retired: idle or busy
     idle: int
+    waiting: int  # runs waiting for a worker
     spawned: int  # workers started since the executor was made
     failed_starts: int
 
@@ -107,6 +108,7 @@ class Executor:
             size=self.size,
             alive=len(self._workers),
             idle=self._idle_workers,
+            waiting=self._waiting,
             spawned=self._spawned,
             failed_starts=self._failed_starts,
         )

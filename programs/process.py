@@ -124,8 +124,12 @@ class WorkerProcess:
         request = _encode(job, marker)
         self.runs += 1
         out, err = self._out.begin(marker), self._err.begin(marker)
-        reply = await self._exchange(request, job.timeout_seconds)
-        await self._settle_output()
+        try:
+            reply = await self._exchange(request, job.timeout_seconds)
+            await self._settle_output()
+        except BaseException:
+            self.retire = self.retire or "run cancelled"
+            raise
         reply = self._decode_result(reply)
         self.retire = self.retire or reply.retire
         entered = reply.entered_at

@@ -16,6 +16,7 @@ from programs.process import StartFailed
 from programs.tail import LIMIT
 
 OK = "def main(args):\n    return {'ok': True, 'args': args}\n"
+PID = "import os\ndef main(args):\n    return os.getpid()\n"
 LOOP = "def main(args):\n    while True:\n        pass\n"
 
 
@@ -326,7 +327,7 @@ async def test_close_ends_runs_in_flight_and_reaps_every_worker(tmp_path: Path) 
     """
     executor = Executor(size=2)
     await executor.start()
-    pids = {(await executor.run(job("import os\ndef main(a):\n    return os.getpid()\n"))).result}
+    pids = {(await executor.run(job(PID))).result}
     in_flight = asyncio.ensure_future(executor.run(job(source, timeout_seconds=30)))
     async with asyncio.timeout(5):
         while not started.exists() or not started.read_text():
@@ -350,3 +351,49 @@ async def test_a_pool_whose_workers_cannot_start_says_why() -> None:
     assert outcome.status is RunStatus.crashed
     assert "PYTHONHOME" in outcome.error or "encodings" in outcome.error
     await executor.close()
+
+
+@pytest.mark.parametrize("daemon", [True, False])
+async def test_a_program_that_leaves_threads_gets_its_worker_replaced(
+    pool: Executor, daemon: bool
+) -> None:
+    source = f"""
+        import threading, time
+        def main(args):
+            stop = threading.Event()
+            threading.Thread(target=stop.wait, args=(2,), daemon={daemon}).start()
+            return "left a thread"
+    """
+    outcome = await pool.run(job(source))
+    assert (outcome.status, outcome.result) == (RunStatus.ok, "left a thread")
+    stats = await pool.settled()
+    assert (stats.alive, stats.idle, stats.spawned) == (2, 2, 3)
+    await next_run_ok(pool)
+
+
+async def test_a_worker_is_replaced_after_max_runs() -> None:
+    async with Executor(size=2, max_runs=2) as executor:
+        pids = [(await executor.run(job(PID))).result for _ in range(3)]
+        stats = await executor.settled()
+    assert pids[0] == pids[1] != pids[2]  # the idle worker most recently used goes first
+    assert (stats.alive, stats.spawned) == (2, 3)
+
+
+async def test_close_wakes_runs_waiting_for_a_worker(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    source = f"import pathlib\ndef main(a):\n    pathlib.Path({str(started)!r}).touch()\n"
+    source += "    while True:\n        pass\n"
+    executor = Executor(size=1)
+    await executor.start()
+    busy = asyncio.ensure_future(executor.run(job(source, timeout_seconds=30)))
+    async with asyncio.timeout(5):
+        while not started.exists():
+            await asyncio.sleep(0.01)
+    waiting = asyncio.ensure_future(executor.run(job(OK)))
+    async with asyncio.timeout(5):
+        while executor.stats().waiting == 0:
+            await asyncio.sleep(0)
+    await executor.close()
+    assert (await busy).error == "executor closed"
+    with pytest.raises(ExecutorClosed):
+        await waiting
