@@ -77,18 +77,14 @@ def create_space(db: sqlite_utils.Database, body: SpaceIn, now: datetime) -> dic
             "invalid_body",
             f"space id {body.id!r} must match [a-z0-9][a-z0-9_-]{{0,63}} - at `$.id`",
         )
-    with transaction(db):
+    with transaction(db):  # the space and its general chat, all or nothing
         if space_exists(db, body.id):
             raise ApiError(409, "space_exists", f"space {body.id!r} already exists")
-        db.execute(
-            "INSERT INTO spaces VALUES (?, ?, NULL, ?)", [body.id, body.name or body.id, iso(now)]
-        )
-    try:
         chat = chats.create_chat(db, body.id, GENERAL_CHAT_NAME, now=now)["objectId"]
-    except BaseException:
-        db.execute("DELETE FROM spaces WHERE id = ?", [body.id])
-        raise
-    db.execute("UPDATE spaces SET general_chat = ? WHERE id = ?", [chat, body.id])
+        db.execute(
+            "INSERT INTO spaces VALUES (?, ?, ?, ?)",
+            [body.id, body.name or body.id, chat, iso(now)],
+        )
     return _space(next(db.query("SELECT * FROM spaces WHERE id = ?", [body.id])))
 
 

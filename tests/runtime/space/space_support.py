@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -46,7 +47,7 @@ class Api:
         token: str | None = None,
     ) -> tuple[int, Any]:
         h = {"Authorization": f"Bearer {token or self.token}", **(headers or {})}
-        kwargs: dict[str, Any] = {"data": data} if data is not None else {"json": body}
+        kwargs: dict[str, Any] = {"data": io.BytesIO(data)} if data is not None else {"json": body}
         if body is None and data is None:
             kwargs = {}
         async with self.client.request(method, "/v1" + path, headers=h, **kwargs) as resp:

@@ -156,3 +156,12 @@ async def test_change_feed_pages_every_write_in_order(api: Api) -> None:
 async def test_unknown_space_is_404(api: Api) -> None:
     status, body = await api.get("/spaces/nowhere/triggers")
     assert status == 404 and body["error"] == "unknown_space"
+
+
+async def test_a_space_comes_with_its_general_chat(api: Api) -> None:
+    status, space = await api.post("/spaces", {"id": "work", "name": "Work"})
+    assert status == 201 and space["generalChat"].startswith("chat_")
+    _, chats = await api.get("/spaces/work/chats")
+    assert [c["objectId"] for c in chats["chats"]] == [space["generalChat"]]
+    _, listing = await api.get("/spaces")
+    assert [s["id"] for s in listing["spaces"]] == [SPACE, "work"]

@@ -1,0 +1,207 @@
+"""Every refusal is a 4xx with `{"error", "detail"}`, and nothing is written at all."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from space_support import CRON, SPACE, Api, snapshot
+
+S = f"/spaces/{SPACE}"
+RAW = object()  # marks a case whose body is sent as raw bytes
+FIRE = {"triggerId": "{tid}", "key": "k", "term": 1, "peer": "laptop"}
+RUN = {"runId": "r1", "triggerId": "{tid}", "startedAt": "2026-12-01T09:00:00Z", "status": "ok"}
+
+CASES: list[tuple[str, str, Any, dict[str, str], int, str, str]] = [
+    # method, path, body, headers, status, error, a fragment of the detail
+    ("POST", "/spaces", {"id": "Bad Id"}, {}, 400, "invalid_body", "`$.id`"),
+    ("POST", "/spaces", {"id": SPACE}, {}, 409, "space_exists", SPACE),
+    ("POST", "/spaces", {"id": "x", "colour": 1}, {}, 400, "invalid_body", "colour"),
+    ("POST", f"{S}/triggers", b"{not json", {}, 400, "invalid_record", "not JSON"),
+    ("POST", f"{S}/triggers", b"", {}, 400, "invalid_record", "empty"),
+    ("POST", f"{S}/triggers", [CRON], {}, 400, "invalid_record", "Expected `object`"),
+    (
+        "POST",
+        f"{S}/triggers",
+        {**CRON, "spec": {"expr": "61 * * * *"}},
+        {},
+        400,
+        "invalid_record",
+        "`$.spec.expr`",
+    ),
+    (
+        "POST",
+        f"{S}/triggers",
+        {**CRON, "spec": {"expr": "* * * * *", "tz": "Mars/Base"}},
+        {},
+        400,
+        "invalid_record",
+        "`$.spec.tz`",
+    ),
+    ("POST", f"{S}/triggers", {**CRON, "colour": "red"}, {}, 400, "invalid_record", "colour"),
+    ("POST", f"{S}/triggers", {**CRON, "id": "trg_mine"}, {}, 400, "invalid_record", "`$.id`"),
+    ("POST", f"{S}/triggers", {**CRON, "program": "Bad"}, {}, 400, "invalid_record", "`$.program`"),
+    ("POST", f"{S}/triggers", {**CRON, "kind": "webhook"}, {}, 400, "invalid_record", "webhook"),
+    (
+        "POST",
+        f"{S}/triggers",
+        json.dumps({**CRON, "name": "x" * (2 << 20)}).encode(),
+        {},
+        413,
+        "body_too_large",
+        "bytes",
+    ),
+    ("POST", "/spaces/nowhere/triggers", CRON, {}, 404, "unknown_space", "nowhere"),
+    ("PATCH", f"{S}/triggers/trg_none", {"name": "x"}, {}, 404, "unknown_trigger", "trg_none"),
+    ("PATCH", f"{S}/triggers/{{tid}}", {"name": "x"}, {"If-Match": "7"}, 409, "rev_mismatch", "7"),
+    (
+        "PATCH",
+        f"{S}/triggers/{{tid}}",
+        {"name": "x"},
+        {"If-Match": "abc"},
+        400,
+        "invalid_header",
+        "If-Match",
+    ),
+    (
+        "PATCH",
+        f"{S}/triggers/{{tid}}",
+        {"limits": {"timeoutSeconds": -1}},
+        {},
+        400,
+        "invalid_record",
+        "`$.limits.timeoutSeconds`",
+    ),
+    (
+        "PATCH",
+        f"{S}/triggers/{{tid}}",
+        {"updatedAt": "2020-01-01T00:00:00Z"},
+        {},
+        400,
+        "invalid_record",
+        "`$.updatedAt`",
+    ),
+    ("DELETE", f"{S}/triggers/{{tid}}", None, {"If-Match": "2"}, 409, "rev_mismatch", "2"),
+    ("PUT", f"{S}/triggers/trg_chosen", CRON, {}, 400, "not_reserved", "chat-watch"),
+    ("POST", f"{S}/triggers/{{tid}}/status", {"name": "x"}, {}, 400, "invalid_status", "name"),
+    (
+        "POST",
+        f"{S}/triggers/{{tid}}/status",
+        {"lastRunAt": "2026-12-01T09:00:00"},
+        {},
+        400,
+        "invalid_status",
+        "`$.lastRunAt`",
+    ),
+    ("POST", f"{S}/election/claim", {"peer": "phone"}, {}, 400, "invalid_body", "term"),
+    (
+        "POST",
+        f"{S}/election/claim",
+        {"peer": "phone", "term": -1},
+        {},
+        400,
+        "invalid_body",
+        "`$.term`",
+    ),
+    (
+        "POST",
+        f"{S}/election/claim",
+        {"peer": "phone", "term": 1},
+        {},
+        409,
+        "lease_conflict",
+        "laptop",
+    ),
+    (
+        "POST",
+        f"{S}/election/release",
+        {"peer": "phone", "term": 1},
+        {},
+        409,
+        "lease_conflict",
+        "laptop",
+    ),
+    ("POST", f"{S}/fires", {**FIRE, "key": ""}, {}, 400, "invalid_body", "`$.key`"),
+    (
+        "POST",
+        f"{S}/fires",
+        {**FIRE, "triggerId": "trg_none"},
+        {},
+        404,
+        "unknown_trigger",
+        "trg_none",
+    ),
+    ("POST", f"{S}/fires", {**FIRE, "term": 0}, {}, 409, "stale_term", "term 0"),
+    ("POST", f"{S}/fires", [FIRE, {"key": "k2"}], {}, 400, "invalid_body", "`$[1]"),
+    (
+        "PUT",
+        f"{S}/programs/Bad@v1",
+        {"source": "def main(a): pass"},
+        {},
+        400,
+        "invalid_program_ref",
+        "Bad@v1",
+    ),
+    ("PUT", f"{S}/programs/p@v1", {"source": "main = (\n"}, {}, 400, "invalid_program", "line"),
+    ("PUT", f"{S}/programs/p@v1", {"src": "x"}, {}, 400, "invalid_body", "src"),
+    ("PUT", f"{S}/devices/laptop", {"priority": "high"}, {}, 400, "invalid_body", "`$.priority`"),
+    ("POST", f"{S}/runs", {**RUN, "status": "great"}, {}, 400, "invalid_run", "`$.status`"),
+    (
+        "POST",
+        f"{S}/runs",
+        {**RUN, "startedAt": "2026-12-01T09:00:00"},
+        {},
+        400,
+        "invalid_run",
+        "`$.startedAt`",
+    ),
+    ("POST", f"{S}/runs", {**RUN, "extra": 1}, {}, 400, "invalid_run", "extra"),
+    ("GET", f"{S}/runs?status=great", None, {}, 400, "invalid_query", "status"),
+    ("GET", f"{S}/changes?since=-1", None, {}, 400, "invalid_query", "since"),
+    ("PUT", f"{S}/state/{{tid}}/cursor", {"val": 1}, {}, 400, "invalid_body", "val"),
+    (
+        "POST",
+        f"{S}/tokens/run",
+        {"triggerId": "{tid}", "runId": "r", "ttlSeconds": 0},
+        {},
+        400,
+        "invalid_body",
+        "`$.ttlSeconds`",
+    ),
+    ("GET", f"{S}/nothing-here", None, {}, 404, "not_found", ""),
+    ("DELETE", f"{S}/election", None, {}, 405, "method_not_allowed", ""),
+]
+
+
+def _fill(value: Any, tid: str) -> Any:
+    return json.loads(json.dumps(value).replace("{tid}", tid))
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "headers", "status", "error", "fragment"),
+    CASES,
+    ids=[f"{c[0]} {c[1]} {c[5]}" for c in CASES],
+)
+async def test_refused_and_nothing_written(
+    api: Api,
+    method: str,
+    path: str,
+    body: Any,
+    headers: dict[str, str],
+    status: int,
+    error: str,
+    fragment: str,
+) -> None:
+    trigger = await api.create_trigger()
+    assert (await api.post(f"{S}/election/claim", {"peer": "laptop", "term": 0}))[0] == 200
+    tid = trigger["id"]
+    before = snapshot(api.db_path)
+    path = path.replace("{tid}", tid)
+    if isinstance(body, bytes):
+        got, answer = await api.call(method, path, data=body, headers=headers)
+    else:
+        got, answer = await api.call(method, path, _fill(body, tid), headers=headers)
+    assert (got, answer["error"]) == (status, error), answer
+    assert isinstance(answer["detail"], str) and fragment in answer["detail"]
+    assert snapshot(api.db_path) == before
