@@ -205,10 +205,10 @@ def reconcile(registry: Registry, records: Iterable[Loaded], me: PeerId, active:
         old = get(record.id)
         if old is not None:
             matched += 1
-            # the hot path, inlined: the same write, still ours (armed ⇒ enabled, floating or mine)
+            # the hot path: nothing moved and still ours (armed ⇒ enabled, floating or mine)
             prev = old.record
             ours = type(prev) is type(record) and (active or prev.owner)
-            if ours and (prev is record or same_version(prev, record)):  # type: ignore[arg-type]
+            if ours and (prev is record or change(old, record) is Change.NONE):  # type: ignore[arg-type]
                 continue
         collect.visit(old, record)
     if matched != len(registry):  # ids are unique in the space: only then is one missing
