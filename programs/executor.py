@@ -19,8 +19,9 @@ from typing import Any
 
 import msgspec
 
+from programs.job import Job
 from programs.outcome import Outcome, RunStatus
-from programs.process import Job, StartFailed, WorkerProcess
+from programs.process import StartFailed, WorkerProcess
 
 __all__ = ["Executor", "ExecutorClosed", "Job", "PoolStats", "worker_env"]
 

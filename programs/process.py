@@ -16,12 +16,11 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
 
 import msgspec
 
 from programs import wire
-from programs.context import RunContext
+from programs.job import Job
 from programs.outcome import Outcome, RunStatus
 from programs.tail import Channel
 
@@ -30,21 +29,6 @@ GRACE_SECONDS = 2.0  # how long output may trail a reply or a death
 
 class StartFailed(RuntimeError):
     """A worker did not come up (its start-up stderr is in the message)."""
-
-
-class Job(msgspec.Struct, frozen=True, kw_only=True):
-    source: str
-    ref: str  # e.g. "triage@v1"; the file name in the program's tracebacks
-    args: dict[str, Any] = {}
-    context: RunContext | None = None
-    timeout_seconds: float = 60.0
-    memory_mb: int = 512
-
-    def __post_init__(self) -> None:
-        if not self.timeout_seconds > 0:
-            raise ValueError(f"timeout_seconds: must be > 0, got {self.timeout_seconds!r}")
-        if self.memory_mb <= 0:
-            raise ValueError(f"memory_mb: must be > 0, got {self.memory_mb!r}")
 
 
 async def _pump(stream: asyncio.StreamReader, channel: Channel) -> None:

@@ -1,190 +1,27 @@
-"""A worker process of the executor's pool: runs programs' `main(args)`, one at a time.
+"""A worker process of the executor's pool: serves run requests one at a time.
 
 Started as `python -m programs.worker <control-fd>`. It reads run requests from the
-control socket, runs each program in a fresh namespace under a memory limit, lets the
-program's output go to fd 1/2 (pipes the parent drains), writes the run's marker
-there, and answers with a reply. Owns: the code cache, the namespace, the memory
-limit, result encoding, the program's traceback. Must not outlive its parent (end of
-file on the control socket ends it) nor let one run's globals reach the next.
+control socket, runs each (`programs.runner`) while the program's output goes to fd 1/2
+(pipes the parent drains), then puts the process back as it was, writes the run's end
+marker on fd 1/2 and answers with a reply. Must not outlive its parent (end of file on
+the control socket ends it) nor let one run's leftovers reach the next unnoticed: what
+it cannot put back, it reports, and the parent retires the worker.
 """
 
 from __future__ import annotations
 
-import asyncio
-import builtins
 import contextlib
 import faulthandler
-import hashlib
-import inspect
-import linecache
 import os
-import resource
 import socket
 import sys
 import threading
-import time
-import traceback
-from collections import OrderedDict
-from collections.abc import Callable
-from types import CodeType
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import msgspec
 
-from programs import tail, wire
-from programs.context import RunContext
-from programs.outcome import RunStatus
-
-PROGRAM_NAME = "__baton_program__"
-CACHE_SIZE = 64
-MiB = 1024 * 1024
-
-
-class NoMain(LookupError):
-    """The program defines no callable `main`."""
-
-
-class CodeCache:
-    """Compiled programs keyed by the sha256 of (ref, source): a small LRU."""
-
-    def __init__(self, size: int = CACHE_SIZE) -> None:
-        self._size = size
-        self._codes: OrderedDict[str, CodeType] = OrderedDict()
-
-    def get(self, ref: str, source: str) -> CodeType:
-        key = hashlib.sha256(f"{ref}\0{source}".encode()).hexdigest()
-        code = self._codes.get(key)
-        if code is None:
-            code = self._codes[key] = compile(source, ref, "exec", dont_inherit=True)
-            if len(self._codes) > self._size:
-                self._codes.popitem(last=False)
-        self._codes.move_to_end(key)
-        return code
-
-
-class MemoryLimit:
-    """Caps the address space at what the worker uses now plus `mb` MiB, until restored."""
-
-    def __init__(self, mb: int) -> None:
-        self.mb = mb
-        self._soft, self._hard = resource.getrlimit(resource.RLIMIT_AS)
-        cap = _address_space() + mb * MiB
-        if self._hard != resource.RLIM_INFINITY:
-            cap = min(cap, self._hard)
-        resource.setrlimit(resource.RLIMIT_AS, (cap, self._hard))
-
-    def restore(self) -> str:
-        try:
-            resource.setrlimit(resource.RLIMIT_AS, (self._soft, self._hard))
-        except (ValueError, OSError) as exc:
-            return f"memory limit could not be restored: {exc}"
-        return ""
-
-
-def _address_space() -> int:
-    with open("/proc/self/statm", "rb") as f:
-        return int(f.read().split()[0]) * resource.getpagesize()
-
-
-def _no_use(reason: str) -> Callable[[str], Any]:
-    def use(ref: str) -> Any:
-        raise LookupError(f"no capabilities: {reason}; cannot use {ref!r}")
-
-    return use
-
-
-def make_use(context: RunContext | None) -> Callable[[str], Any]:
-    if context is None:
-        return _no_use("this run has no context")
-    try:
-        from programs.use import make_use as real_make_use
-    except ImportError as exc:
-        return _no_use(f"the capability registry is unavailable ({exc})")
-    return real_make_use(context)
-
-
-def _close_use(use: Any) -> None:
-    """Closes what the run's `use` opened; a failure there is reported, not fatal."""
-    close = getattr(use, "close", None)
-    if not callable(close):
-        return
-    try:
-        close()
-    except Exception as exc:
-        print(f"baton: closing the run's capabilities failed: {exc!r}", file=sys.stderr)
-
-
-def program_traceback(exc: BaseException, ref: str) -> str:
-    """The traceback from the program's first frame on, capped to its last 16 KiB."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != ref:
-        tb = tb.tb_next
-    lines = traceback.TracebackException(type(exc), exc, tb or exc.__traceback__).format()
-    return tail.keep_tail("".join(lines).rstrip("\n"))
-
-
-def _execute(code: CodeType, namespace: dict[str, Any], args: dict[str, Any], marks: dict) -> Any:
-    exec(code, namespace)
-    main = namespace.get("main")
-    if not callable(main):
-        raise NoMain("program defines no callable main(args)")
-    marks["entered"] = time.monotonic()
-    value = main(args)
-    if inspect.iscoroutine(value):
-        value = asyncio.run(value)
-    return value
-
-
-def encode_result(value: Any) -> wire.Reply:
-    try:
-        data = msgspec.json.encode(value)
-    except Exception as exc:
-        return wire.Reply(status=RunStatus.error, error=f"result is not JSON-serialisable: {exc}")
-    if len(data) <= tail.LIMIT:
-        return wire.Reply(status=RunStatus.ok, result=data)
-    preview = msgspec.json.encode(tail.keep_head(data))
-    error = f"result too large: {len(data)} bytes of JSON, over the {tail.LIMIT}-byte limit"
-    return wire.Reply(status=RunStatus.error, result=preview, error=error)
-
-
-def failure_reply(exc: BaseException, request: wire.Request) -> wire.Reply:
-    if isinstance(exc, SystemExit):
-        return wire.Reply(status=RunStatus.crashed, error=f"program called sys.exit({exc.code!r})")
-    text = program_traceback(exc, request.ref)
-    if isinstance(exc, MemoryError):
-        limit = f"memory limit of {request.memory_mb} MB exceeded"
-        return wire.Reply(status=RunStatus.error, error=f"{limit}\n{text}", retire=limit)
-    return wire.Reply(status=RunStatus.error, error=text)
-
-
-def _remember_source(ref: str, source: str) -> None:
-    """Lets tracebacks quote the program's lines although it is no file."""
-    linecache.cache[ref] = (len(source), None, source.splitlines(True), ref)
-
-
-def run_request(request: wire.Request, cache: CodeCache) -> wire.Reply:
-    _remember_source(request.ref, request.source)
-    marks: dict[str, float] = {}
-    namespace: dict[str, Any] = {"__name__": PROGRAM_NAME, "__builtins__": builtins}
-    limit: MemoryLimit | None = None
-    use: Any = None
-    try:
-        code = cache.get(request.ref, request.source)
-        namespace["use"] = use = make_use(request.context)
-        limit = MemoryLimit(request.memory_mb)
-        value = _execute(code, namespace, request.args, marks)
-    except BaseException as exc:
-        failed: BaseException | None = exc
-    else:
-        failed = None
-    finally:
-        unrestored = limit.restore() if limit else ""
-        _close_use(use)
-        namespace.clear()
-    reply = failure_reply(failed, request) if failed else encode_result(value)
-    failed = value = None
-    retire = reply.retire or unrestored
-    return msgspec.structs.replace(reply, entered_at=marks.get("entered"), retire=retire)
+from programs import wire
+from programs.runner import CodeCache, run_request
 
 
 class Stdio:

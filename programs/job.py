@@ -1,0 +1,28 @@
+"""What to run: a `Job` handed to the executor.
+
+Plain data: the program's source and ref, its args, the run's context and its limits.
+Must not know how or where it runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from programs.context import RunContext
+
+
+class Job(msgspec.Struct, frozen=True, kw_only=True):
+    source: str
+    ref: str  # e.g. "triage@v1"; the file name in the program's tracebacks
+    args: dict[str, Any] = {}
+    context: RunContext | None = None
+    timeout_seconds: float = 60.0
+    memory_mb: int = 512
+
+    def __post_init__(self) -> None:
+        if not self.timeout_seconds > 0:
+            raise ValueError(f"timeout_seconds: must be > 0, got {self.timeout_seconds!r}")
+        if self.memory_mb <= 0:
+            raise ValueError(f"memory_mb: must be > 0, got {self.memory_mb!r}")
