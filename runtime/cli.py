@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-COMMANDS = ("next",)
+COMMANDS = ("next", "space")
 
 
 class UsageError(ValueError):

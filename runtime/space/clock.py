@@ -1,8 +1,8 @@
 """The space server's notion of time: one injectable function, and how instants go on the wire.
 
 Owns `ServerClock` (a zero-argument function returning an aware UTC datetime),
-the system clock used by default, and RFC 3339 formatting. Only the default
-clock here reads the wall clock; handlers ask the app's clock, so tests control it.
+the system clock used by default (the runtime's `SystemClock`), and RFC 3339
+formatting. Handlers ask the app's clock, never the machine, so tests control it.
 """
 
 from __future__ import annotations
@@ -10,11 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from runtime.clock import SystemClock
+
 ServerClock = Callable[[], datetime]
+_SYSTEM = SystemClock()
 
 
 def system_clock() -> datetime:
-    return datetime.now(UTC)
+    return _SYSTEM.wall()
 
 
 def iso(when: datetime) -> str:

@@ -1,0 +1,115 @@
+"""`baton space`: run the embedded space server, mint device tokens.
+
+    baton space serve --db PATH [--host H] [--port P] [--admin-token-file F]
+    baton space token --peer NAME [--db PATH]
+
+`serve` binds 127.0.0.1 unless `--host` says otherwise, prints where it listens
+and where the admin token file is, and stops cleanly on Ctrl-C or SIGTERM.
+`token` mints a device token straight in the store (the server may be running)
+and writes it to stdout: it is shown this once. `--db` defaults to
+`$BATON_DB`, else `~/.baton/space.db`. A shell over `runtime.space`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from runtime.cli import UsageError
+from runtime.space import auth
+from runtime.space.app import create_app, default_admin_token_file
+from runtime.space.clock import system_clock
+from runtime.space.db import open_db
+
+DEFAULT_PORT = 8377
+PEER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def default_db() -> Path:
+    return Path(os.environ.get("BATON_DB") or Path.home() / ".baton" / "space.db")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("space", help="the embedded space server")
+    sub = p.add_subparsers(dest="space_command", required=True, parser_class=type(p))
+    serve = sub.add_parser("serve", help="run the space server")
+    serve.add_argument("--db", type=Path, default=None, help="SQLite file (created if missing)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", default=str(DEFAULT_PORT), help="port (0: any free port)")
+    serve.add_argument(
+        "--admin-token-file",
+        type=Path,
+        default=None,
+        help="admin token file (default admin.token beside the database)",
+    )
+    serve.set_defaults(func=run_serve)
+    token = sub.add_parser("token", help="mint a device token (printed once)")
+    token.add_argument("--peer", required=True, help="the device's peer id")
+    token.add_argument("--db", type=Path, default=None, help="SQLite file of the space")
+    token.set_defaults(func=run_token)
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise UsageError(f"--port: expected 0..65535, got {text!r}")
+    return int(text)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    db = args.db or default_db()
+    port = _port(args.port)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    token_file = args.admin_token_file or default_admin_token_file(db)
+    app = create_app(db, admin_token_file=token_file)
+    asyncio.run(serve(app, args.host, port, token_file))
+    return 0
+
+
+async def serve(app: web.Application, host: str, port: int, token_file: Path) -> None:
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0][1] if runner.addresses else port
+        print(f"baton space: listening on http://{host}:{bound}", flush=True)
+        print(f"baton space: admin token in {token_file}", flush=True)
+        await _until_signalled()
+    finally:
+        await runner.cleanup()
+    print("baton space: stopped", flush=True)
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def run_token(args: argparse.Namespace) -> int:
+    if not PEER.fullmatch(args.peer):
+        raise UsageError(f"--peer: {args.peer!r} must be 1-200 of letters, digits, '.', '_', '-'")
+    path = args.db or default_db()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = open_db(path)
+    try:
+        auth.ensure_schema(db)
+        who = auth.Principal(role=auth.Role.DEVICE, peer=args.peer)
+        token = auth.mint_token(db, who, system_clock().timestamp())
+    finally:
+        db.conn.close()
+    sys.stdout.write(token + "\n")
+    return 0
