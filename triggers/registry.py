@@ -19,6 +19,10 @@ subscriptions from the `Diff`.
 - An armed entry keeps the record as of its last add, rearm or update: its
   user fields are current, its stamps may be older. Read stamps from the
   records, not from the registry.
+- A full `reconcile` takes every record in the space, each id once (the
+  space's key), and trusts the space's `(rev, updatedAt)` pair as the identity
+  of a write: the same pair is the same record and costs one comparison.
+  Records without a `rev` are compared by value.
 - `apply` returns a new `Registry` (a dict copy, about a millisecond per
   100,000 entries); batch feed changes through `reconcile_changes` to apply once.
 """
@@ -80,6 +84,12 @@ class Diff(msgspec.Struct, frozen=True, kw_only=True):
     rearm: tuple[Armed, ...] = ()
     update: tuple[Armed, ...] = ()
     skipped: tuple[Skipped, ...] = ()
+
+    @property
+    def summary(self) -> str:
+        """One log line's worth: `add 1, remove 0, rearm 2, update 0, skipped 1`."""
+        counts = (len(getattr(self, f)) for f in self.__struct_fields__)
+        return ", ".join(f"{f} {n}" for f, n in zip(self.__struct_fields__, counts, strict=True))
 
     @property
     def empty(self) -> bool:

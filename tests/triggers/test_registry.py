@@ -238,3 +238,11 @@ def test_without_a_trusted_version_records_compare_by_value(armed, new):
     assert reconcile(registry, [rec(**new)], ME, active=True) == Diff()
     diff = reconcile(registry, [rec(**new, name="renamed")], ME, active=True)
     assert ids(diff.update) == ["trg_c"]
+
+
+def test_full_reconcile_takes_any_iterable_and_sums_itself_up():
+    registry = armed_with(rec(), rec(id="trg_d"))
+    listing = [rec(), load({**CRON, "id": "trg_x", "kind": "x"})]
+    diff = reconcile(registry, (r for r in listing), ME, True)
+    assert (diff.remove, len(diff.skipped)) == (("trg_d",), 1)
+    assert diff.summary == "add 0, remove 1, rearm 0, update 0, skipped 1"
