@@ -117,7 +117,13 @@ def _aware(wall: datetime, off: timedelta) -> datetime:
     return (wall - off).replace(tzinfo=UTC)
 
 
+class NaiveInstant(ValueError):
+    """An instant without a zone: the schedule never guesses the host's zone."""
+
+
 def floor_second(t: datetime) -> datetime:
+    if t.tzinfo is None or t.utcoffset() is None:
+        raise NaiveInstant(f"instant {t.isoformat()} has no zone: pass an aware datetime")
     return t.astimezone(UTC).replace(microsecond=0)
 
 

@@ -109,6 +109,13 @@ def test_next_fire_is_strictly_after_even_within_a_second():
     )
 
 
+def test_naive_instants_are_refused():
+    with pytest.raises(cron.NaiveInstant):
+        next_fire(spec("0 9 * * *"), datetime(2026, 1, 1))
+    with pytest.raises(cron.NaiveInstant):
+        latest_at_or_before(spec("0 9 * * *"), datetime(2026, 1, 1))
+
+
 def test_an_expression_that_never_matches_has_no_fire():
     s = spec("0 0 30 2 *")
     assert next_fire(s, utc(2026, 1, 1)) is None
