@@ -88,7 +88,7 @@ def wall_next(expr: str, wall: datetime) -> datetime | None:
     """The first matching naive wall time strictly after `wall`; None if none."""
     try:
         return _matcher(expr).get_next(start_time=wall)
-    except CroniterBadDateError:
+    except (CroniterBadDateError, OverflowError):  # none, or none before year 9999
         return None
 
 
@@ -96,7 +96,7 @@ def wall_prev(expr: str, wall: datetime) -> datetime | None:
     """The last matching naive wall time strictly before `wall`; None if none."""
     try:
         return _matcher(expr).get_prev(start_time=wall)
-    except CroniterBadDateError:
+    except (CroniterBadDateError, OverflowError):
         return None
 
 

@@ -35,6 +35,7 @@ from triggers.records import (
 from triggers.schedule import DstNote, Fire, rfc3339_utc, upcoming
 
 MAX_COUNT = 10_000
+YEARS = (1900, 9000)
 LEGEND = {
     DstNote.SHIFTED: "its wall time fell in the spring gap; it fires once at the gap's end",
     DstNote.MERGED: "its wall time occurs twice; it fires at the first occurrence only",
@@ -144,8 +145,17 @@ def parse_start(text: str | None, zone: tzinfo, clock: Clock) -> datetime:
     try:
         day = date.fromisoformat(text)
     except ValueError:
-        return _instant("--from", text).astimezone(UTC)
-    return _start_of_day(day, zone)
+        day = _instant("--from", text).date()
+        start = _instant("--from", text).astimezone(UTC) if _in_range(day) else None
+    else:
+        start = _start_of_day(day, zone) if _in_range(day) else None
+    if start is None:
+        raise UsageError(f"--from: {text!r} is outside the years {YEARS[0]}-{YEARS[1]}")
+    return start
+
+
+def _in_range(day: date) -> bool:
+    return YEARS[0] <= day.year <= YEARS[1]
 
 
 def _start_of_day(day: date, zone: tzinfo) -> datetime:

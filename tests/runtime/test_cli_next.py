@@ -120,6 +120,8 @@ def test_record_file(tmp_path, capsys):
         (["--cron", "0 9 * * *", "--tz", "Mars/Olympus"], "baton: --tz: unknown time zone"),
         (["--cron", "0 9 * * *", "--from", "yesterday"], "baton: --from: "),
         (["--cron", "0 9 * * *", "--from", "2026-01-01T00:00"], "baton: --from: "),
+        (["--cron", "0 9 * * *", "--from", "0001-01-01"], "baton: --from: "),
+        (["--cron", "0 9 * * *", "--from", "9999-12-31T23:59:59Z"], "baton: --from: "),
         (["--cron", "0 9 * * *", "-n", "0"], "baton: -n: "),
         (["--cron", "0 9 * * *", "-n", "lots"], "baton: -n: "),
         (["--at", "2026-12-01T09:00"], "baton: --at: "),

@@ -116,6 +116,10 @@ def test_naive_instants_are_refused():
         latest_at_or_before(spec("0 9 * * *"), datetime(2026, 1, 1))
 
 
+def test_no_fire_past_the_last_representable_year():
+    assert next_fire(spec("0 0 * * *"), utc(9999, 12, 31, 1)) is None
+
+
 def test_an_expression_that_never_matches_has_no_fire():
     s = spec("0 0 30 2 *")
     assert next_fire(s, utc(2026, 1, 1)) is None
