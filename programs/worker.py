@@ -11,8 +11,10 @@ it cannot put back, it reports, and the parent retires the worker.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import faulthandler
 import os
+import signal
 import socket
 import sys
 import threading
@@ -22,6 +24,8 @@ import msgspec
 
 from programs import wire
 from programs.runner import CodeCache, run_request
+
+PR_SET_PDEATHSIG = 1
 
 
 class Stdio:
@@ -76,11 +80,13 @@ def read_request(stream: BinaryIO) -> wire.Request | None:
 
 
 def serve(sock: socket.socket) -> None:
-    stdio, hygiene, cache = Stdio(), Hygiene(), CodeCache()
+    stdio, hygiene, cache, pid = Stdio(), Hygiene(), CodeCache(), os.getpid()
     stream = sock.makefile("rb")
-    sock.sendall(wire.frame(wire.Ready(pid=os.getpid())))
+    sock.sendall(wire.frame(wire.Ready(pid=pid)))
     while (request := read_request(stream)) is not None:
         reply = run_request(request, cache)
+        if os.getpid() != pid:  # a child the program forked returned here: it must not answer
+            os._exit(0)
         retire = reply.retire or stdio.restore() or hygiene.reset()
         stdio.mark(request.marker)
         sock.sendall(wire.frame(msgspec.structs.replace(reply, retire=retire)))
@@ -92,7 +98,19 @@ def _preload() -> None:
         import programs.use  # noqa: F401
 
 
+def _die_with_parent() -> None:
+    """Asks Linux to kill this worker when the daemon dies, even mid-run (no orphans)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return  # not Linux: an idle worker still ends at end of file on its control socket
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+
+
 def main(argv: list[str]) -> int:
+    _die_with_parent()
     faulthandler.enable()  # a segfaulting program leaves its Python traceback on stderr
     _preload()
     with socket.socket(fileno=int(argv[0])) as sock:

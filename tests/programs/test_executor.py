@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import textwrap
 from pathlib import Path
 
@@ -397,3 +398,55 @@ async def test_close_wakes_runs_waiting_for_a_worker(tmp_path: Path) -> None:
     assert (await busy).error == "executor closed"
     with pytest.raises(ExecutorClosed):
         await waiting
+
+
+async def test_a_forked_child_of_a_program_does_not_answer_for_it(pool: Executor) -> None:
+    source = """
+        import os
+        def main(args):
+            child = os.fork()
+            if child == 0:
+                return "child"
+            os.waitpid(child, 0)
+            return "parent"
+    """
+    outcome = await pool.run(job(source))
+    assert (outcome.status, outcome.result) == (RunStatus.ok, "parent")
+    for _ in range(3):
+        await next_run_ok(pool)
+
+
+DAEMON = """
+import asyncio, os
+from programs.executor import Executor, Job
+SPIN = "import os\\ndef main(a):\\n    open(f'{os.getpid()}.pid', 'w').close()\\n"
+SPIN += "    while True:\\n        pass\\n"
+async def main():
+    executor = Executor(size=2)
+    await executor.start()
+    runs = [asyncio.ensure_future(executor.run(Job(source=SPIN, ref="spin@v1"))) for _ in range(2)]
+    await asyncio.gather(*runs)
+asyncio.run(main())
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie is dead
+    except FileNotFoundError:
+        return True
+
+
+async def test_workers_die_with_a_daemon_that_was_killed(tmp_path: Path) -> None:
+    daemon = await asyncio.create_subprocess_exec(sys.executable, "-c", DAEMON, cwd=tmp_path)
+    try:
+        async with asyncio.timeout(10):  # both workers say who they are from a busy run
+            while len(pids := [int(p.stem) for p in tmp_path.glob("*.pid")]) < 2:
+                await asyncio.sleep(0.01)
+    finally:
+        daemon.kill()
+        await daemon.wait()
+    async with asyncio.timeout(5):
+        while not all(_gone(pid) for pid in pids):
+            await asyncio.sleep(0.01)
