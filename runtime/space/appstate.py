@@ -38,7 +38,6 @@ class RouteDoc(msgspec.Struct, frozen=True, kw_only=True):
     summary: str
     body: object = None  # a msgspec type, or None
     answer: object = None  # a msgspec type, or None
-    roles: tuple[str, ...] = ("admin", "device")
 
 
 SETTINGS = web.AppKey("settings", Settings)

@@ -163,6 +163,17 @@ def run_may(method: str, canonical: str) -> bool:
     return any(method in methods and rx.fullmatch(rest) for methods, rx in _RUN_RULES)
 
 
+def roles_for(method: str, canonical: str) -> list[str]:
+    """Which roles may use a route (for the OpenAPI document); `run` may be further limited."""
+    if (method, canonical) in ANY_TOKEN:
+        return [r.value for r in Role]
+    if (method, canonical) in ADMIN_ONLY:
+        return [Role.ADMIN.value]
+    if run_may(method, canonical):
+        return [r.value for r in Role]
+    return [Role.ADMIN.value, Role.DEVICE.value]
+
+
 def authorize(request: web.Request, who: Principal) -> None:
     """Raise 403 if `who` may not use the matched route."""
     route = request.match_info.route

@@ -15,6 +15,7 @@ import msgspec
 from aiohttp import web
 
 from runtime.space.appstate import ROUTE_DOCS, RouteDoc
+from runtime.space.auth import roles_for
 from runtime.space.http import add_route, answer
 
 REF = "#/components/schemas/{name}"
@@ -46,7 +47,7 @@ def _schemas(docs: list[RouteDoc]) -> tuple[dict[Any, Any], dict[str, Any]]:
 def _operation(doc: RouteDoc, schemas: dict[Any, Any]) -> dict[str, Any]:
     op: dict[str, Any] = {
         "summary": doc.summary,
-        "x-roles": list(doc.roles),
+        "x-roles": roles_for(doc.method, doc.path),
         "parameters": [
             {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
             for p in _PARAM.findall(doc.path)
@@ -99,5 +100,4 @@ def setup(app: web.Application) -> None:
         "/v1/openapi.json",
         get_openapi,
         "This document",
-        roles=("admin", "device", "run"),
     )

@@ -113,7 +113,6 @@ def setup(app: web.Application) -> None:
         "Create a space with its general chat",
         body=SpaceIn,
         answer=Space,
-        roles=("admin",),
     )
     add_route(app, "GET", "/v1/spaces", list_spaces, "List spaces", answer=SpaceList)
     add_route(app, "GET", "/v1/spaces/{space}", get_space, "One space", answer=Space)

@@ -70,7 +70,6 @@ def setup(app: web.Application) -> None:
         "Mint a device token (shown once)",
         body=DeviceTokenIn,
         answer=TokenOut,
-        roles=("admin",),
     )
     add_route(
         app,
