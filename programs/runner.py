@@ -56,12 +56,18 @@ class CodeCache:
 
 
 class MemoryLimit:
-    """Caps the address space at what the worker uses now plus `mb` MiB, until restored."""
+    """Caps the address space at what the worker uses now plus `mb` MiB, until restored.
+
+    Where the address space cannot be read (no /proc), no cap is set.
+    """
 
     def __init__(self, mb: int) -> None:
         self.mb = mb
         self._soft, self._hard = resource.getrlimit(resource.RLIMIT_AS)
-        cap = _address_space() + mb * MiB
+        used = _address_space()
+        if used is None:
+            return
+        cap = used + mb * MiB
         if self._hard != resource.RLIM_INFINITY:
             cap = min(cap, self._hard)
         resource.setrlimit(resource.RLIMIT_AS, (cap, self._hard))
@@ -74,9 +80,12 @@ class MemoryLimit:
         return ""
 
 
-def _address_space() -> int:
-    with open("/proc/self/statm", "rb") as f:
-        return int(f.read().split()[0]) * resource.getpagesize()
+def _address_space() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[0]) * resource.getpagesize()
+    except OSError:
+        return None
 
 
 def _no_use(reason: str) -> Callable[[str], Any]:
