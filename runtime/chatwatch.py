@@ -109,7 +109,7 @@ def malformed(event: object) -> str:
 def answerable(event: dict[str, Any]) -> bool:
     """User messages and nudges (`agent.name` = `trigger:<job>`); no other agent message."""
     agent = event.get("agent")
-    if not agent:
+    if agent is None:  # absent or null: a person wrote it
         return True
     name = agent.get("name") if isinstance(agent, dict) else None
     return isinstance(name, str) and name.startswith(NUDGE_PREFIX) and name != NUDGE_PREFIX
@@ -213,7 +213,7 @@ class ChatWatch:
     async def offer(self, event: dict[str, Any]) -> None:
         """One fire of chat-watch. Never waits for the responder; never raises for the event."""
         if self._closed:
-            log.warning("chat-watch closed: fire %s not taken", event.get("messageId"))
+            log.warning("chat-watch closed: a fire was not taken")
             return
         if not self._accept(event):
             return

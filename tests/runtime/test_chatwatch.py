@@ -164,7 +164,7 @@ async def test_seen_memory_is_bounded(make_watch, edge):
     ("agent", "answered"),
     [
         (None, True),
-        ({}, True),
+        ({}, False),  # `agent` present means the agent wrote it
         ({"name": "trigger:digest"}, True),  # a nudge is answered like user input
         ({"name": "trigger:digest", "done": True}, True),
         ({"name": "chat-watch", "done": True}, False),  # its own reply
