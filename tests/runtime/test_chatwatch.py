@@ -76,8 +76,21 @@ class FakeResponder:
         self.calls: list[tuple[list[dict], list[dict]]] = []
         self.gates: dict[str, asyncio.Event] = {}  # chat → gate held until set
         self.entered = asyncio.Event()
+        self.active: dict[str, int] = {}  # chat → calls in progress
+        self.most_active = {"any chat": 0, "one chat": 0}
 
     async def respond(self, snapshot: list[dict], pending: list[dict]) -> str | None:
+        chat = pending[0]["objectId"]
+        self.active[chat] = self.active.get(chat, 0) + 1
+        most = self.most_active
+        most["one chat"] = max(most["one chat"], self.active[chat])
+        most["any chat"] = max(most["any chat"], sum(self.active.values()))
+        try:
+            return await self._respond(snapshot, pending)
+        finally:
+            self.active[chat] -= 1
+
+    async def _respond(self, snapshot: list[dict], pending: list[dict]) -> str | None:
         self.calls.append((snapshot, pending))
         self.entered.set()
         texts = [m["text"] for m in pending]
@@ -220,6 +233,7 @@ async def test_a_message_during_a_turn_joins_that_turn(make_watch, edge):
     assert second_snapshot == ["m1", "r0"]  # the turn so far: what it answered and said
     assert [s["agent"]["done"] for s in edge.sent] == [False, True]
     assert len(edge.histories) == 1 and watch.counters.starts == 1
+    assert responder.most_active["one chat"] == 1
 
 
 async def test_messages_wait_while_not_ready_then_are_answered_together(make_watch, edge):
@@ -299,6 +313,7 @@ async def test_one_chats_failure_is_its_own(make_watch, edge):
     await watch.offer(event(3))  # the failed chat answers again
     await edge.until(lambda: len(edge.turns) == 3)
     assert edge.turns[2]["outcome"] == "ok" and watch.counters.failed == 1
+    assert responder.most_active == {"any chat": 2, "one chat": 1}  # chats ran side by side
 
 
 async def test_a_responder_timeout_fails_the_turn(make_watch, edge, clock):
