@@ -183,7 +183,7 @@ async def test_an_output_flood_is_drained_and_kept_to_its_tail(pool: Executor) -
             print("last err", file=sys.stderr)
             return "done"
     """
-    outcome = await pool.run(job(source))
+    outcome = await pool.run(job(source, timeout_seconds=30))
     assert (outcome.status, outcome.result) == (RunStatus.ok, "done")
     for text, last in ((outcome.stdout_tail, "last out\n"), (outcome.stderr_tail, "last err\n")):
         assert text.startswith("…[truncated ")
