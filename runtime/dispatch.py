@@ -1,0 +1,30 @@
+"""The seam between what decides a fire and what performs it.
+
+The ticker (cron, once) and the chat subscriptions (event) decide *that* a trigger
+fires and with which key; the firing pipeline (`runtime/firing.py`) claims it,
+runs it and records it. They meet here, so neither imports the other.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Protocol
+
+import msgspec
+
+from triggers.records import FireKey, Trigger
+
+
+class FireRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One fire of one trigger: the record as armed, its claim key, when it was due."""
+
+    trigger: Trigger
+    key: FireKey
+    due_at: datetime  # the slot, the `at`, or when the space accepted the message
+    event: dict[str, Any] | None = None  # event fires: {space, objectId, messageId, text, agent?}
+
+
+class Dispatcher(Protocol):
+    async def fire(self, request: FireRequest) -> None:
+        """Take a fire: returns quickly, never raises; the outcome is recorded as a run."""
+        ...
