@@ -80,7 +80,13 @@ class WorkerProcess:
             raise
         finally:
             child_end.close()
-        reader, writer = await asyncio.open_unix_connection(sock=parent_end)
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=parent_end)
+        except BaseException:
+            parent_end.close()
+            proc.kill()
+            await proc.wait()
+            raise
         worker = cls(proc, reader, writer)
         await worker._handshake(timeout)
         return worker
