@@ -9,6 +9,7 @@ turns every refusal — ours and aiohttp's (404, 405, 413) — into
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ from runtime.space.appstate import CLOCK, ROUTE_DOCS, SETTINGS, RouteDoc
 from runtime.space.errors import error_response
 
 T = TypeVar("T")
+log = logging.getLogger("baton.space")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _encoder = msgspec.json.Encoder()
@@ -94,3 +96,6 @@ async def refusals(request: web.Request, handler: Handler) -> web.StreamResponse
             raise
         code = _AIOHTTP_CODES.get(exc.status, "http_error")
         return error_response(exc.status, code, exc.reason)
+    except Exception as exc:  # a bug: still the house error body, and logged
+        log.exception("%s %s failed", request.method, request.path)
+        return error_response(500, "internal", f"{type(exc).__name__}: the server failed")

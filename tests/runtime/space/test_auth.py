@@ -52,6 +52,12 @@ async def test_a_device_acts_only_as_itself(api: Api) -> None:
     status, _ = await laptop.post(f"{S}/election/claim", {"peer": "phone", "term": 0})
     assert status == 403
     assert (await laptop.post(f"{S}/election/claim", {"peer": "laptop", "term": 0}))[0] == 200
+    trigger = await api.create_trigger(owner="phone")
+    fire = {"triggerId": trigger["id"], "key": "k", "term": 0, "peer": "phone"}
+    status, _ = await laptop.post(f"{S}/fires", fire)
+    assert status == 403
+    status, _ = await laptop.post(f"{S}/fires", [{**fire, "peer": "laptop"}, fire])
+    assert status == 403
     status, _ = await laptop.post("/tokens/device", {"peer": "evil"})
     assert status == 403
     status, _ = await laptop.post("/spaces", {"id": "other"})

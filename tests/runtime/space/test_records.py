@@ -165,3 +165,18 @@ async def test_a_space_comes_with_its_general_chat(api: Api) -> None:
     assert [c["objectId"] for c in chats["chats"]] == [space["generalChat"]]
     _, listing = await api.get("/spaces")
     assert [s["id"] for s in listing["spaces"]] == [SPACE, "work"]
+
+
+async def test_a_record_that_is_not_even_json_is_listed_and_never_rewritten(api: Api) -> None:
+    conn = sqlite3.connect(api.db_path)
+    try:
+        conn.execute("INSERT INTO triggers VALUES (?, 'trg_junk', 1, '{broken')", [SPACE])
+        conn.commit()
+    finally:
+        conn.close()
+    _, listing = await api.get(T)
+    (junk,) = listing["triggers"]
+    assert junk["id"] == "trg_junk" and junk["undecodable"] is True and junk["raw"] == "{broken"
+    status, body = await api.post(f"{T}/trg_junk/status", {"lastStatus": "invalid_spec"})
+    assert status == 409 and body["error"] == "undecodable_record"
+    assert (await api.delete(f"{T}/trg_junk"))[0] == 200
