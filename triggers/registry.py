@@ -205,6 +205,21 @@ class _Collect:
         )
 
 
+def _kept(old: Armed, record: Loaded, active: bool) -> bool:
+    """Nothing to do: still ours (armed ⇒ enabled, floating or mine) and nothing moved.
+
+    Runs once per record in the space, so `same_version` is inlined.
+    """
+    prev = old.record
+    if type(prev) is not type(record) or not (active or prev.owner):
+        return False  # a Salvaged record, another kind, or a floating one while standby
+    if prev is record:
+        return True
+    if record.rev and prev.rev == record.rev and prev.updated_at == record.updated_at:
+        return True
+    return change(old, record) is Change.NONE
+
+
 def reconcile(registry: Registry, records: Iterable[Loaded], me: PeerId, active: bool) -> Diff:
     """Full diff: `records` is every record in the space; armed ids not among them are removed."""
     records = records if isinstance(records, list | tuple) else list(records)
@@ -215,10 +230,7 @@ def reconcile(registry: Registry, records: Iterable[Loaded], me: PeerId, active:
         old = get(record.id)
         if old is not None:
             matched += 1
-            # the hot path: nothing moved and still ours (armed ⇒ enabled, floating or mine)
-            prev = old.record
-            ours = type(prev) is type(record) and (active or prev.owner)
-            if ours and (prev is record or change(old, record) is Change.NONE):  # type: ignore[arg-type]
+            if _kept(old, record, active):
                 continue
         collect.visit(old, record)
     if matched != len(registry):  # ids are unique in the space: only then is one missing
