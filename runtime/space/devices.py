@@ -44,6 +44,10 @@ class DeviceOut(msgspec.Struct, frozen=True, kw_only=True):
     live: bool
 
 
+class DeviceList(msgspec.Struct, frozen=True, kw_only=True):
+    devices: list[DeviceOut]
+
+
 def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
 
@@ -111,4 +115,6 @@ def setup(app: web.Application) -> None:
         body=HeartbeatIn,
         answer=DeviceOut,
     )
-    add_route(app, "GET", base, list_devices, "Devices with `lastSeen` and `live`")
+    add_route(
+        app, "GET", base, list_devices, "Devices with `lastSeen` and `live`", answer=DeviceList
+    )

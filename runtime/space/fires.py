@@ -63,6 +63,10 @@ class FireResults(msgspec.Struct, frozen=True, kw_only=True):
     claims: list[FireResult]
 
 
+class FireList(msgspec.Struct, frozen=True, kw_only=True):
+    fires: list[FireOut]
+
+
 def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
 
@@ -166,5 +170,5 @@ def setup(app: web.Application) -> None:
         "/v1/spaces/{space}/fires",
         get_fires,
         "Recent claims, oldest first: `?trigger=&limit=`",
-        answer=list[FireOut],
+        answer=FireList,
     )

@@ -47,6 +47,10 @@ class ProgramOut(msgspec.Struct, frozen=True, kw_only=True):
     source: str | None = None
 
 
+class ProgramList(msgspec.Struct, frozen=True, kw_only=True):
+    programs: list[ProgramOut]
+
+
 def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
 
@@ -190,4 +194,4 @@ def setup(app: web.Application) -> None:
         "One program with its source",
         answer=ProgramOut,
     )
-    add_route(app, "GET", base, list_programs, "List programs (without source)")
+    add_route(app, "GET", base, list_programs, "List programs (without source)", answer=ProgramList)

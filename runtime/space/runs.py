@@ -20,6 +20,7 @@ from aiohttp import web
 
 from runtime.space.appstate import SETTINGS, RunRetention
 from runtime.space.changes import int_param
+from runtime.space.clock import iso
 from runtime.space.db import DB, transaction
 from runtime.space.http import ApiError, add_route, answer, decode, now_of, raw_body
 from runtime.space.spaces import require_space
@@ -63,6 +64,14 @@ class Rollup(msgspec.Struct, frozen=True, kw_only=True):
     runs: int
     counts: dict[str, int]
     lastRunAt: str | None
+
+
+class RollupList(msgspec.Struct, frozen=True, kw_only=True):
+    rollups: list[Rollup]
+
+
+class RunList(msgspec.Struct, frozen=True, kw_only=True):
+    runs: list[RunIn]
 
 
 SCHEMA = """
@@ -116,7 +125,7 @@ def add_run(
 
 
 def _bump(db: sqlite_utils.Database, space: str, run: RunIn) -> None:
-    at = msgspec.to_builtins(run.startedAt)
+    at = iso(run.startedAt)
     db.execute(
         "INSERT INTO run_rollups VALUES (?, ?, ?, 1, ?) ON CONFLICT DO UPDATE SET "
         "count = count + 1, last_run_at = MAX(COALESCE(last_run_at, ''), excluded.last_run_at)",
@@ -236,7 +245,12 @@ def setup(app: web.Application) -> None:
         answer=RunIn,
     )
     add_route(
-        app, "GET", base, get_runs, "Runs oldest first: `?trigger=&status=&since=<RFC 3339>&limit=`"
+        app,
+        "GET",
+        base,
+        get_runs,
+        "Runs oldest first: `?trigger=&status=&since=<RFC 3339>&limit=`",
+        answer=RunList,
     )
     add_route(
         app,
@@ -244,5 +258,5 @@ def setup(app: web.Application) -> None:
         base + "/rollup",
         get_rollups,
         "Per-trigger counts by status, never pruned: `?trigger=`",
-        answer=list[Rollup],
+        answer=RollupList,
     )

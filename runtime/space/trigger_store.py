@@ -120,14 +120,11 @@ def _write(db: sqlite_utils.Database, space: str, record: Record, op: str, now: 
     return int(cur.lastrowid or 0)
 
 
-def create(
-    db: sqlite_utils.Database, space: str, body: Record, now: str, tid: str | None = None
-) -> Record:
-    """Store a new record; the server mints `id` unless a reserved one is given."""
+def create(db: sqlite_utils.Database, space: str, body: Record, now: str) -> Record:
+    """Store a new record under a freshly minted `id`."""
     _check_user_input(body)
     with transaction(db):
-        if tid is None:
-            tid = _mint_id(db, space)
+        tid = _mint_id(db, space)
         record = {"id": tid, **body, "rev": 1, "createdAt": now, "updatedAt": now}
         _write(db, space, record, "create", now)
     return record

@@ -122,7 +122,7 @@ async def test_pruning_keeps_failures_longer_and_never_changes_rollups(
     _, body = await api.get(f"{S}/runs/rollup?trigger=trg_a")
     (rollup,) = body["rollups"]
     assert rollup["runs"] == 10 and rollup["counts"] == {"ok": 5, "error": 5}
-    assert rollup["lastRunAt"] == "2026-12-01T09:04:00Z"
+    assert rollup["lastRunAt"] == "2026-12-01T09:04:00.000Z"
 
 
 async def test_state_is_a_json_value_per_trigger_and_key(api: Api) -> None:
