@@ -1,0 +1,98 @@
+"""What every command that talks to a space shares (SPEC "CLI conventions").
+
+`--url`, `--token-file` and `--space`, each falling back to `BATON_URL`,
+`BATON_TOKEN_FILE`, `BATON_SPACE`, then to what the local `baton up` wrote in its
+data directory (`local.json`: url and space; `admin.token`), then to the defaults.
+The data directory is `--data`, else `BATON_DATA`, else `~/.baton`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import msgspec
+
+from runtime.cli import UsageError
+
+DEFAULT_PORT = 8377
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
+DEFAULT_SPACE = "default"
+LOCAL_FILE = "local.json"
+ADMIN_TOKEN_FILE = "admin.token"
+
+
+class Target(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a command talks to: the space API, its bearer token, the space id."""
+
+    url: str
+    token: str
+    space: str
+
+
+def data_dir(explicit: Path | None = None) -> Path:
+    return explicit or Path(os.environ.get("BATON_DATA") or Path.home() / ".baton")
+
+
+def add_data_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="data directory (default $BATON_DATA, else ~/.baton)",
+    )
+
+
+def add_space_options(parser: argparse.ArgumentParser) -> None:
+    """`--url`, `--token-file`, `--space`, `--data` and `--json`."""
+    parser.add_argument("--url", default=None, help="space API (default: the local `baton up`)")
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        default=None,
+        help="bearer token file (default: the local admin token)",
+    )
+    parser.add_argument("--space", default=None, help="space id (default: the local space)")
+    add_data_option(parser)
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def local_settings(data: Path) -> dict[str, str]:
+    """What `baton up` wrote about itself in `data`, or nothing."""
+    try:
+        found = json.loads((data / LOCAL_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in found.items() if isinstance(v, str)} if isinstance(found, dict) else {}
+
+
+def write_local_settings(data: Path, **values: str) -> None:
+    path = data / LOCAL_FILE
+    path.write_text(json.dumps(values, indent=2) + "\n")
+
+
+def target(args: argparse.Namespace) -> Target:
+    """Resolve the flags, the environment and the local data directory into a `Target`."""
+    data = data_dir(getattr(args, "data", None))
+    local = local_settings(data)
+    url = args.url or os.environ.get("BATON_URL") or local.get("url") or DEFAULT_URL
+    token_file = args.token_file or _env_path("BATON_TOKEN_FILE") or data / ADMIN_TOKEN_FILE
+    space = args.space or os.environ.get("BATON_SPACE") or local.get("space") or DEFAULT_SPACE
+    return Target(url=url, token=read_token(token_file), space=space)
+
+
+def read_token(path: Path) -> str:
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise UsageError(f"--token-file: cannot read {path}: {exc.strerror}") from None
+    if not token:
+        raise UsageError(f"--token-file: {path} is empty")
+    return token
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
