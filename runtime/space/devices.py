@@ -18,7 +18,7 @@ from runtime.space.appstate import SETTINGS
 from runtime.space.auth import require_peer
 from runtime.space.clock import iso
 from runtime.space.db import DB, transaction
-from runtime.space.http import ApiError, add_route, answer, now_of, read_body
+from runtime.space.http import ApiError, add_route, answer, decode, now_of, raw_body
 from runtime.space.spaces import require_space
 
 PEER = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -87,7 +87,8 @@ async def put_device(request: web.Request) -> web.Response:
     if not peer or len(peer) > 200:
         raise ApiError(400, "invalid_peer", "peer must be 1 to 200 characters")
     require_peer(request, peer)
-    body = await read_body(request, HeartbeatIn)
+    data = await raw_body(request)
+    body = decode(data, HeartbeatIn) if data.strip() else HeartbeatIn()  # empty: a bare beat
     now, window = now_of(request), request.app[SETTINGS].live_seconds
     heartbeat(request.app[DB], space, peer, body, now.timestamp(), window)
     row = next(

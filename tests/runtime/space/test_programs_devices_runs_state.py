@@ -56,7 +56,7 @@ async def test_heartbeats_and_liveness(api: Api, space_clock: FakeClock) -> None
     status, dev = await api.put(f"{S}/devices/box", {"name": "Box", "priority": 10})
     assert status == 200 and dev["live"] is True and dev["priority"] == 10
     space_clock.advance(10)
-    await api.put(f"{S}/devices/laptop", {})
+    assert (await api.call("PUT", f"{S}/devices/laptop", data=b""))[0] == 200
     space_clock.advance(10)
     _, listing = await api.get(f"{S}/devices")
     live = {d["peer"]: d["live"] for d in listing["devices"]}
