@@ -139,20 +139,25 @@ def same_version(prev: Trigger, record: Trigger) -> bool:
     return record.rev > 0 and prev.rev == record.rev and prev.updated_at == record.updated_at
 
 
-def _fire_moved(prev: Trigger, record: Trigger) -> bool:
-    return prev.spec != record.spec or prev.owner != record.owner or prev.enabled != record.enabled
-
-
 def change(old: Armed, record: Trigger) -> Change:
     """What moving from the armed record to `record` changes; stamps and server fields do not."""
-    prev = old.record
-    if prev is record or same_version(prev, record):
+    if old.record is record or same_version(old.record, record):
         return Change.NONE
-    if type(prev) is not type(record) or _fire_moved(prev, record):  # the class is the kind
+    return _moved(old, record)
+
+
+def _moved(old: Armed, record: Trigger) -> Change:
+    prev = old.record
+    if (
+        type(prev) is not type(record)  # the class is the kind
+        or prev.spec != record.spec
+        or prev.owner != record.owner
+        or prev.enabled != record.enabled
+    ):
         return Change.REARM
     if prev.name != record.name or prev.program != record.program or prev.limits != record.limits:
         return Change.UPDATE
-    if record.args != prev.args or _args_json.encode(record.args) != old.args_json:
+    if _args_json.encode(record.args) != old.args_json:
         return Change.UPDATE
     return Change.NONE
 
@@ -217,7 +222,7 @@ def _kept(old: Armed, record: Loaded, active: bool) -> bool:
         return True
     if record.rev and prev.rev == record.rev and prev.updated_at == record.updated_at:
         return True
-    return change(old, record) is Change.NONE
+    return _moved(old, record) is Change.NONE
 
 
 def reconcile(registry: Registry, records: Iterable[Loaded], me: PeerId, active: bool) -> Diff:
