@@ -50,13 +50,15 @@ class FakeClock:
         if self._start.tzinfo is None:
             raise ValueError("start: must be an aware datetime")
         self._elapsed = 0.0
+        self._wall_offset = 0.0  # wall-only jumps: a suspend, or the wall clock being set
         self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
         self._changed = asyncio.Event()
         self.slept: list[float] = []  # every duration asked of sleep(), in order
 
     def wall(self) -> datetime:
-        return (self._start + timedelta(seconds=self._elapsed)).astimezone(UTC)
+        seconds = self._elapsed + self._wall_offset
+        return (self._start + timedelta(seconds=seconds)).astimezone(UTC)
 
     def monotonic(self) -> float:
         return self._elapsed
@@ -80,6 +82,10 @@ class FakeClock:
             _, _, future = heapq.heappop(self._sleepers)
             if not future.done():
                 future.set_result(None)
+
+    def jump_wall(self, seconds: float) -> None:
+        """Move the wall clock alone (either way), as a suspend or a clock step does."""
+        self._wall_offset += seconds
 
     def advance_to_next(self) -> float:
         """Advance to the earliest pending deadline; return how far time moved (0 if none)."""
