@@ -26,13 +26,14 @@ PEER = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS devices (space TEXT NOT NULL, peer TEXT NOT NULL, name TEXT NOT NULL,
   priority INTEGER NOT NULL, last_seen REAL NOT NULL, live_since REAL NOT NULL,
-  PRIMARY KEY (space, peer));
+  status TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (space, peer));
 """
 
 
 class HeartbeatIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: Annotated[str, msgspec.Meta(max_length=200)] | None = None
     priority: int | None = None
+    status: dict[str, Any] | None = None  # what the device reports of itself, for `baton status`
 
 
 class DeviceOut(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,6 +43,7 @@ class DeviceOut(msgspec.Struct, frozen=True, kw_only=True):
     lastSeen: str
     liveSince: str
     live: bool
+    status: dict[str, Any] = {}
 
 
 class DeviceList(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,6 +63,7 @@ def _out(row: dict[str, Any], now: datetime, window: timedelta) -> dict[str, Any
         "lastSeen": iso(seen),
         "liveSince": iso(datetime.fromtimestamp(row["live_since"], UTC)),
         "live": now - seen <= window,
+        "status": msgspec.json.decode(row.get("status") or "{}"),
     }
 
 
@@ -70,14 +73,19 @@ def heartbeat(
     with transaction(db):
         rows = list(db.query("SELECT * FROM devices WHERE space = ? AND peer = ?", [space, peer]))
         old = (
-            rows[0] if rows else {"name": peer, "priority": 0, "last_seen": 0.0, "live_since": now}
+            rows[0]
+            if rows
+            else {"name": peer, "priority": 0, "last_seen": 0.0, "live_since": now, "status": "{}"}
         )
         live_since = old["live_since"] if now - old["last_seen"] <= window else now
         name = body.name if body.name is not None else old["name"]
         priority = body.priority if body.priority is not None else old["priority"]
+        status = (
+            msgspec.json.encode(body.status).decode() if body.status is not None else old["status"]
+        )
         db.execute(
-            "INSERT OR REPLACE INTO devices VALUES (?, ?, ?, ?, ?, ?)",
-            [space, peer, name, priority, now, live_since],
+            "INSERT OR REPLACE INTO devices VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [space, peer, name, priority, now, live_since, status],
         )
 
 
@@ -112,7 +120,7 @@ def setup(app: web.Application) -> None:
         "PUT",
         base + "/{peer}",
         put_device,
-        "Heartbeat (`name`, `priority` optional)",
+        "Heartbeat (`name`, `priority`, `status` optional)",
         body=HeartbeatIn,
         answer=DeviceOut,
     )

@@ -66,6 +66,20 @@ async def test_heartbeats_and_liveness(api: Api, space_clock: FakeClock) -> None
     assert dev["liveSince"] == dev["lastSeen"] == "2026-12-01T09:00:20.000Z"
 
 
+async def test_a_heartbeat_carries_the_device_status_until_the_next_one_sends_another(
+    api: Api,
+) -> None:
+    report = {"holding": True, "subscriptions": [{"chat": "c1", "state": "live"}]}
+    status, dev = await api.put(f"{S}/devices/box", {"status": report})
+    assert status == 200 and dev["status"] == report
+    _, dev = await api.put(f"{S}/devices/box", {})
+    assert dev["status"] == report  # kept when not sent
+    _, listing = await api.get(f"{S}/devices")
+    assert listing["devices"][0]["status"] == report
+    status, body = await api.put(f"{S}/devices/box", {"status": [1]})
+    assert status == 400 and "$.status" in body["detail"]
+
+
 def run(run_id: str, status: str = "ok", trigger: str = "trg_a", minute: int = 0) -> dict:
     return {
         "runId": run_id,
