@@ -11,6 +11,7 @@ machine does not count; `--wall` measures wall time instead.
 - full, none:      full reconcile, the same record objects as armed
 - full, 1 changed: full reconcile of a fresh decode (all new objects), one spec edited
 - full, restamped: full reconcile of a fresh decode where every record's stamps changed
+                   (nothing to arm; every record is listed in `refresh` for `apply`)
 - one + apply:     reconcile_one for one edited record, then apply (the change-feed path)
 """
 

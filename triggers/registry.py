@@ -14,11 +14,10 @@ subscriptions from the `Diff`.
   (`kind`, `spec`, `enabled`, `owner`), fire times are recomputed. `update`:
   only `name`, `program`, `args` or `limits` changed, the armed entry is
   refreshed and its fire times stay. Anything else (server fields `rev`,
-  `updatedAt`, the runtime's status stamps) is a no-op. Pausing and resuming
-  show as `remove` and `add`, since a disabled record is never armed.
-- An armed entry keeps the record as of its last add, rearm or update: its
-  user fields are current, its stamps may be older. Read stamps from the
-  records, not from the registry.
+  `updatedAt`, the runtime's status stamps) asks nothing of the caller: it is
+  listed in `refresh` only so that `apply` keeps the newest record, and the
+  next full reconcile knows it by its version. Pausing and resuming show as
+  `remove` and `add`, since a disabled record is never armed.
 - A full `reconcile` takes every record in the space, each id once (the
   space's key), and trusts the space's `(rev, updatedAt)` pair as the identity
   of a write: the same pair is the same record and costs one comparison.
@@ -84,16 +83,17 @@ class Diff(msgspec.Struct, frozen=True, kw_only=True):
     rearm: tuple[Armed, ...] = ()
     update: tuple[Armed, ...] = ()
     skipped: tuple[Skipped, ...] = ()
+    refresh: tuple[Armed, ...] = ()  # a newer write, nothing moved: for `apply` only
 
     @property
     def summary(self) -> str:
-        """One log line's worth: `add 1, remove 0, rearm 2, update 0, skipped 1`."""
+        """One log line's worth: `add 1, remove 0, rearm 2, update 0, skipped 1, refresh 0`."""
         counts = (len(getattr(self, f)) for f in self.__struct_fields__)
         return ", ".join(f"{f} {n}" for f, n in zip(self.__struct_fields__, counts, strict=True))
 
     @property
     def empty(self) -> bool:
-        """True when the registry does not change (skipped records aside)."""
+        """True when there is nothing to arm or disarm (skipped and refreshed records aside)."""
         return not (self.add or self.remove or self.rearm or self.update)
 
 
@@ -185,6 +185,7 @@ class _Collect:
         self.rearm: list[Armed] = []
         self.update: list[Armed] = []
         self.skipped: list[Skipped] = []
+        self.refresh: list[Armed] = []
 
     def visit(self, old: Armed | None, record: Loaded) -> None:
         if isinstance(record, Salvaged):
@@ -194,11 +195,18 @@ class _Collect:
                 self.remove.append(old.record.id)
         elif old is None:
             self.add.append(arm(record))  # type: ignore[arg-type]
-        else:
-            moved = change(old, record)  # type: ignore[arg-type]
-            if moved is not Change.NONE:
-                into = self.rearm if moved is Change.REARM else self.update
-                into.append(arm(record))  # type: ignore[arg-type]
+        elif old.record is not record:
+            self._sort(old, record)  # type: ignore[arg-type]
+
+    def _sort(self, old: Armed, record: Trigger) -> None:
+        prev = old.record
+        if same_version(prev, record):
+            return
+        moved = _moved(old, record)
+        if moved is not Change.NONE:
+            (self.rearm if moved is Change.REARM else self.update).append(arm(record))
+        elif (prev.rev, prev.updated_at) != (record.rev, record.updated_at):
+            self.refresh.append(Armed(record=record, args_json=old.args_json))
 
     def diff(self) -> Diff:
         return Diff(
@@ -207,11 +215,12 @@ class _Collect:
             rearm=tuple(self.rearm),
             update=tuple(self.update),
             skipped=tuple(self.skipped),
+            refresh=tuple(self.refresh),
         )
 
 
 def _kept(old: Armed, record: Loaded, active: bool) -> bool:
-    """Nothing to do: still ours (armed ⇒ enabled, floating or mine) and nothing moved.
+    """Nothing to do: the armed write itself, and still ours (armed ⇒ enabled, floating or mine).
 
     Runs once per record in the space, so `same_version` is inlined.
     """
@@ -220,9 +229,7 @@ def _kept(old: Armed, record: Loaded, active: bool) -> bool:
         return False  # a Salvaged record, another kind, or a floating one while standby
     if prev is record:
         return True
-    if record.rev and prev.rev == record.rev and prev.updated_at == record.updated_at:
-        return True
-    return _moved(old, record) is Change.NONE
+    return bool(record.rev) and prev.rev == record.rev and prev.updated_at == record.updated_at
 
 
 def reconcile(registry: Registry, records: Iterable[Loaded], me: PeerId, active: bool) -> Diff:
@@ -249,30 +256,30 @@ def reconcile_changes(
 ) -> Diff:
     """Incremental diff for change-feed entries in feed order; the last entry per id wins."""
     latest: dict[TriggerId, Loaded | Deleted] = {}
-    for change in changes:
-        latest.pop(change.id, None)
-        latest[change.id] = change
+    for entry in changes:
+        latest.pop(entry.id, None)
+        latest[entry.id] = entry
     collect = _Collect(me, active)
-    for tid, change in latest.items():
+    for tid, entry in latest.items():
         old = registry.get(tid)
-        if not isinstance(change, Deleted):
-            collect.visit(old, change)
+        if not isinstance(entry, Deleted):
+            collect.visit(old, entry)
         elif old is not None:
             collect.remove.append(tid)
     return collect.diff()
 
 
-def reconcile_one(registry: Registry, change: Loaded | Deleted, me: PeerId, active: bool) -> Diff:
-    return reconcile_changes(registry, (change,), me, active)
+def reconcile_one(registry: Registry, entry: Loaded | Deleted, me: PeerId, active: bool) -> Diff:
+    return reconcile_changes(registry, (entry,), me, active)
 
 
 def apply(registry: Registry, diff: Diff) -> Registry:
     """The registry after `diff`."""
-    if diff.empty:
+    if diff.empty and not diff.refresh:
         return registry
     items = dict(registry._items)
     for tid in diff.remove:
         items.pop(tid, None)
-    for armed in (*diff.add, *diff.rearm, *diff.update):
+    for armed in (*diff.add, *diff.rearm, *diff.update, *diff.refresh):
         items[armed.record.id] = armed
     return Registry._adopt(items)

@@ -77,8 +77,12 @@ def test_stamp_only_change_is_a_noop(stamp):
     registry = armed_with(rec())
     changed = rec(**{"rev": 9, **stamp})
     assert changed != registry[TriggerId("trg_c")].record
-    assert reconcile(registry, [changed], ME, active=True) == Diff()
-    assert reconcile_one(registry, changed, ME, active=True) == Diff()
+    diff = reconcile(registry, [changed], ME, active=True)
+    assert reconcile_one(registry, changed, ME, active=True) == diff
+    assert (diff.empty, ids(diff.refresh)) == (True, ["trg_c"])  # nothing to arm
+    registry = apply(registry, diff)
+    assert registry[TriggerId("trg_c")].record is changed  # the newest write is kept
+    assert reconcile(registry, [rec(**{"rev": 9, **stamp})], ME, active=True) == Diff()
 
 
 @pytest.mark.parametrize(
@@ -97,7 +101,7 @@ def test_name_args_program_limits_edit_is_update_not_rearm(edit):
     assert (ids(diff.update), diff.rearm, diff.add, diff.remove) == (["trg_c"], (), (), ())
     after = apply(registry, diff)
     assert after[TriggerId("trg_c")].record.rev == 4
-    assert reconcile(after, [rec(**edit, rev=5)], ME, active=True) == Diff()
+    assert reconcile(after, [rec(**edit, rev=4)], ME, active=True) == Diff()
 
 
 @pytest.mark.parametrize(
@@ -227,15 +231,16 @@ def test_same_rev_and_updated_at_is_the_same_write():
 
 
 @pytest.mark.parametrize(
-    ("armed", "new"),
+    ("armed", "new", "refresh"),
     [
-        ({"rev": 0, "updatedAt": None}, {"rev": 0, "updatedAt": None}),  # a space without revs
-        ({}, {"updatedAt": "2026-11-02T00:00:00+00:00"}),  # deleted, re-created at the same rev
+        ({"rev": 0, "updatedAt": None}, {"rev": 0, "updatedAt": None}, []),  # a space without revs
+        ({}, {"updatedAt": "2026-11-02T00:00:00+00:00"}, ["trg_c"]),  # re-created at the same rev
     ],
 )
-def test_without_a_trusted_version_records_compare_by_value(armed, new):
+def test_without_a_trusted_version_records_compare_by_value(armed, new, refresh):
     registry = armed_with(rec(**armed))
-    assert reconcile(registry, [rec(**new)], ME, active=True) == Diff()
+    same = reconcile(registry, [rec(**new)], ME, active=True)
+    assert (same.empty, ids(same.refresh)) == (True, refresh)
     diff = reconcile(registry, [rec(**new, name="renamed")], ME, active=True)
     assert ids(diff.update) == ["trg_c"]
 
@@ -245,4 +250,4 @@ def test_full_reconcile_takes_any_iterable_and_sums_itself_up():
     listing = [rec(), load({**CRON, "id": "trg_x", "kind": "x"})]
     diff = reconcile(registry, (r for r in listing), ME, True)
     assert (diff.remove, len(diff.skipped)) == (("trg_d",), 1)
-    assert diff.summary == "add 0, remove 1, rearm 0, update 0, skipped 1"
+    assert diff.summary == "add 0, remove 1, rearm 0, update 0, skipped 1, refresh 0"
