@@ -16,6 +16,8 @@ Rules (SPEC "Who runs what"):
   that renews (no flapping).
 - A device with a higher priority than the holder, once live for `settle_s`,
   asks for the lease (`want`); the holder hands over to it at its next renewal.
+  A follower that reads itself as the holder (a hand-over to it, or a lease it
+  held before a restart) renews at that term, which starts its tenure.
 """
 
 from __future__ import annotations
@@ -128,6 +130,8 @@ def _as_follower(
 ) -> Step:
     if view.active is None or now >= view.expires_at_mono:
         return Step(act=Act.CLAIM, term=view.term)
+    if view.active == state.me:  # handed over to us (or ours from before a restart)
+        return Step(act=Act.RENEW, term=view.term)
     holder_priority = priorities.get(view.active, 0)
     settled = now - state.live_since >= cfg.settle_s
     if state.priority > holder_priority and settled and view.want != state.me:
