@@ -1,0 +1,364 @@
+"""The fire pipeline: what happens to a fire once the ticker or a chat decided it.
+
+Owns `Firing`, the `Dispatcher` of the daemon (SPEC "Who runs what", "Runs"):
+
+    floating and not allowed now → dropped (logged)
+    claim (triggerId, key, term, peer)  ── already_claimed / not_owner → nothing
+                                        └─ stale_term → a `rejected` run
+    internal:chat-watch → the ChatWatch (no run record: its turns are logged)
+    admission (overlap policy) ── skip → `skipped` overlap; full queue → `rejected` queue_full
+    breaker ── open → `skipped` breaker_open
+    program (ProgramCache) ── unknown → `error` unknown_program
+    run token → executor → run record → stamps
+
+Per trigger it keeps the admission slots, the fires waiting in its queue and its
+`Book` (breaker, rollup), seeded from the record's stamps and re-seeded when the
+record shows runs this device did not make (another device ran it meanwhile).
+The translation of an ending into a run record and stamps is `runtime.outcomes`;
+this module only sequences the steps and talks to the space. It never raises into
+its caller and never dies of a fire: each fire is its own task, and an unexpected
+failure is logged with the trigger id and key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from programs import admission, breaker
+from programs.context import RunContext
+from programs.executor import Executor, ExecutorClosed
+from programs.job import Job
+from programs.loader import InvalidProgram, LoadedProgram, ProgramCache, UnknownProgram
+from programs.outcome import Outcome, RunStatus
+from programs.refs import InvalidRef
+from runtime import outcomes
+from runtime.chatwatch import ChatWatch
+from runtime.client import ApiError, SpaceClient
+from runtime.clock import Clock
+from runtime.dispatch import FireRequest
+from runtime.outcomes import Book, Fire
+from triggers.records import Trigger, TriggerId
+from triggers.registry import Diff
+
+log = logging.getLogger("baton.firing")
+
+CHAT_WATCH = "internal:chat-watch"
+TOKEN_MARGIN_S = 60.0  # a run token outlives the run's timeout by this much
+WRITE_TRIES = 3
+
+
+class _Slot:
+    """One trigger's fires on this device: admission slots, waiting fires, its book."""
+
+    def __init__(self, record: Trigger) -> None:
+        self.slots = admission.IDLE
+        self.waiting: deque[tuple[FireRequest, int]] = deque()
+        self.book = outcomes.book_of(record)
+        self.runs_seen = self.book.rollup.runs
+        self.latest: dict[str, Any] | None = None  # stamps not yet written
+        self.writing = asyncio.Lock()
+
+
+def new_run_id() -> str:
+    return "run_" + secrets.token_hex(8)
+
+
+class Firing:
+    """`await firing.fire(request)` takes a fire and returns at once; `close()` at the end."""
+
+    def __init__(
+        self,
+        client: SpaceClient,
+        space: str,
+        peer: str,
+        *,
+        url: str,
+        executor: Executor,
+        programs: ProgramCache,
+        clock: Clock,
+        term: Callable[[], int],
+        may_fire_floating: Callable[[], bool],
+        chatwatch: ChatWatch | None = None,
+    ) -> None:
+        self._client, self._space, self._peer, self._url = client, space, peer, url
+        self._executor, self._programs, self._clock = executor, programs, clock
+        self._term, self._may_fire_floating, self._chatwatch = term, may_fire_floating, chatwatch
+        self._slots: dict[TriggerId, _Slot] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.counts: dict[str, int] = {}
+
+    # --- the Dispatcher side ------------------------------------------------------------
+
+    async def fire(self, request: FireRequest) -> None:
+        """Take a fire: it is claimed, run and recorded in its own task."""
+        self._spawn(self._take(request), request)
+
+    def apply(self, diff: Diff) -> None:
+        """Forget removed triggers; their waiting fires are recorded `skipped` withdrawn."""
+        for tid in diff.remove:
+            slot = self._slots.pop(tid, None)
+            if slot is None:
+                continue
+            while slot.waiting:
+                request, term = slot.waiting.popleft()
+                self._spawn(self._withdrawn(request, term), request)
+
+    def status(self) -> dict[str, Any]:
+        busy = {
+            tid: {"running": s.slots.running, "queued": len(s.waiting)}
+            for tid, s in sorted(self._slots.items())
+            if s.slots.running or s.waiting
+        }
+        return {"inFlight": len(self._tasks), "triggers": busy, "counts": dict(self.counts)}
+
+    async def settled(self) -> None:
+        """Wait until every fire taken so far is recorded (tests, clean stops)."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    async def close(self) -> None:
+        """Cancel fires in flight and wait for them to unwind."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _spawn(self, work: Any, request: FireRequest) -> None:
+        task = asyncio.ensure_future(self._guarded(work, request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _guarded(self, work: Any, request: FireRequest) -> None:
+        try:
+            await work
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("fire %s@%s failed unexpectedly", request.trigger.id, request.key)
+
+    def _count(self, what: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+
+    # --- claim, then route ---------------------------------------------------------------
+
+    async def _take(self, request: FireRequest) -> None:
+        record = request.trigger
+        if record.floating and not self._may_fire_floating():
+            log.info("fire %s@%s dropped: not the active device", record.id, request.key)
+            self._count("dropped")
+            return
+        term = self._term()
+        if not await self._claim(request, term):
+            return
+        if record.program == CHAT_WATCH:
+            await self._offer(request)
+            return
+        self._admit(request, term)
+
+    async def _claim(self, request: FireRequest, term: int) -> bool:
+        body = {"triggerId": request.trigger.id, "key": request.key, "term": term,
+                "peer": self._peer}  # fmt: skip
+        try:
+            await self._client.fires_claim(self._space, body)
+            return True
+        except ApiError as exc:
+            await self._refused(request, term, exc)
+            return False
+
+    async def _refused(self, request: FireRequest, term: int, exc: ApiError) -> None:
+        tid, key = request.trigger.id, request.key
+        self._count(exc.code)
+        if exc.code == "already_claimed":
+            log.debug("fire %s@%s already claimed", tid, key)
+        elif exc.code == outcomes.STALE_TERM:
+            log.warning("fire %s@%s refused: stale term %d", tid, key, term)
+            await self._unstamped(request, term, RunStatus.rejected, outcomes.STALE_TERM)
+        else:
+            log.warning("fire %s@%s not claimed: %s", tid, key, exc)
+
+    async def _offer(self, request: FireRequest) -> None:
+        if self._chatwatch is None or request.event is None:
+            log.warning("fire %s@%s: no chat-watch to take it", request.trigger.id, request.key)
+            return
+        await self._chatwatch.offer(request.event)
+
+    # --- admission, breaker, run ----------------------------------------------------------
+
+    def _slot(self, record: Trigger) -> _Slot:
+        slot = self._slots.get(record.id)
+        if slot is None:
+            slot = self._slots[record.id] = _Slot(record)
+        elif outcomes.book_of(record).rollup.runs > slot.runs_seen:
+            slot.book = outcomes.book_of(record)  # another device ran it meanwhile
+            slot.runs_seen = slot.book.rollup.runs
+        return slot
+
+    def _admit(self, request: FireRequest, term: int) -> None:
+        record = request.trigger
+        slot = self._slot(record)
+        policy, max_queue = record.effective_overlap, record.limits.max_queue
+        decision, slot.slots = admission.admit(slot.slots, policy, max_queue, self._executor.size)
+        match decision.verdict:
+            case admission.Verdict.START:
+                self._spawn(self._run_admitted(request, term), request)
+            case admission.Verdict.QUEUED:
+                slot.waiting.append((request, term))
+            case admission.Verdict.SKIPPED:
+                self._spawn(self._not_run(request, term, RunStatus.skipped, decision.reason),
+                            request)  # fmt: skip
+            case admission.Verdict.REJECTED:
+                self._spawn(self._not_run(request, term, RunStatus.rejected, decision.reason),
+                            request)  # fmt: skip
+
+    async def _run_admitted(self, request: FireRequest, term: int) -> None:
+        slot = self._slots.get(request.trigger.id)
+        if slot is None:
+            await self._withdrawn(request, term)
+            return
+        try:
+            admitted, slot.book = self._breaker_admit(slot.book)
+            if admitted:
+                await self._run(request, term)
+            else:
+                await self._not_run(request, term, RunStatus.skipped, outcomes.BREAKER_OPEN)
+        finally:
+            self._next(request.trigger.id, slot)
+
+    def _breaker_admit(self, book: Book) -> tuple[bool, Book]:
+        admitted, state = breaker.admit(book.breaker, self._clock.wall())
+        return admitted, Book(breaker=state, rollup=book.rollup)
+
+    def _next(self, tid: TriggerId, slot: _Slot) -> None:
+        if self._slots.get(tid) is not slot or slot.slots.running <= 0:
+            return  # withdrawn meanwhile: its waiting fires are recorded by apply()
+        start, slot.slots = admission.finished(slot.slots)
+        if start and slot.waiting:
+            request, term = slot.waiting.popleft()
+            self._spawn(self._run_admitted(request, term), request)
+
+    async def _run(self, request: FireRequest, term: int) -> None:
+        record = request.trigger
+        fire = self._fire_of(request, term, new_run_id())
+        log.info("fire %s@%s → %s", record.id, request.key, record.program)
+        outcome, reason = await self._execute(record, fire, request.event)
+        log.info("fire %s@%s ← %s %.0f ms%s", record.id, request.key, outcome.status.value,
+                 outcome.duration_ms, f": {reason}" if reason else "")  # fmt: skip
+        await self._finish(request, fire, outcome, reason)
+
+    async def _execute(
+        self, record: Trigger, fire: Fire, event: dict[str, Any] | None
+    ) -> tuple[Outcome, str]:
+        program = await self._load(record.program)
+        if not isinstance(program, LoadedProgram):
+            return program
+        token = await self._run_token(fire, record.limits.timeout_seconds)
+        if isinstance(token, Outcome):
+            return token, outcomes.RUN_TOKEN
+        args = dict(record.args) if event is None else {**record.args, "event": event}
+        job = Job(source=program.source, ref=record.program, args=args,
+                  context=self._context(fire, token), timeout_seconds=record.limits.timeout_seconds,
+                  memory_mb=record.limits.memory_mb)  # fmt: skip
+        return await run_job(self._executor, job)
+
+    async def _load(self, ref: str) -> LoadedProgram | tuple[Outcome, str]:
+        try:
+            return await self._programs.get(ref)
+        except (UnknownProgram, InvalidRef) as exc:
+            return outcomes.failed_before_run(str(exc)), outcomes.UNKNOWN_PROGRAM
+        except InvalidProgram as exc:
+            return outcomes.failed_before_run(str(exc)), outcomes.INVALID_PROGRAM
+        except ApiError as exc:
+            return outcomes.failed_before_run(f"program {ref}: {exc}"), exc.code
+
+    async def _run_token(self, fire: Fire, timeout_s: float) -> str | Outcome:
+        body = {"triggerId": fire.trigger_id, "runId": fire.run_id,
+                "ttlSeconds": timeout_s + TOKEN_MARGIN_S}  # fmt: skip
+        try:
+            return (await self._client.token_run(self._space, body))["token"]
+        except ApiError as exc:
+            return outcomes.failed_before_run(f"no run token: {exc}")
+
+    def _context(self, fire: Fire, token: str) -> RunContext:
+        return RunContext(run_id=fire.run_id, trigger_id=fire.trigger_id, program=fire.program,
+                          peer=self._peer, space=self._space, url=self._url, token=token,
+                          term=fire.term, key=fire.key)  # fmt: skip
+
+    # --- recording -------------------------------------------------------------------------
+
+    async def _not_run(self, request: FireRequest, term: int, status: RunStatus, why: str) -> None:
+        fire = self._fire_of(request, term, new_run_id())
+        log.info("fire %s@%s ← %s: %s", request.trigger.id, request.key, status.value, why)
+        await self._finish(request, fire, outcomes.not_run(status, why), why)
+
+    async def _withdrawn(self, request: FireRequest, term: int) -> None:
+        await self._unstamped(request, term, RunStatus.skipped, outcomes.WITHDRAWN)
+
+    async def _unstamped(
+        self, request: FireRequest, term: int, status: RunStatus, why: str
+    ) -> None:
+        """A non-run of a trigger this device does not (or no longer) hold: no stamps."""
+        fire = self._fire_of(request, term, new_run_id())
+        self._count(status.value)
+        ending = outcomes.not_run(status, why)
+        await self._post_run(outcomes.run_record(fire, ending, finished_at=fire.started_at,
+                                                 reason=why))  # fmt: skip
+
+    async def _finish(self, request: FireRequest, fire: Fire, outcome: Outcome, why: str) -> None:
+        self._count(outcome.status.value)
+        now = self._clock.wall()
+        await self._post_run(outcomes.run_record(fire, outcome, finished_at=now, reason=why))
+        slot = self._slots.get(request.trigger.id)
+        if slot is None:
+            return  # withdrawn meanwhile: it is no longer ours to stamp
+        slot.book, slot.latest = outcomes.settle(
+            slot.book, request.trigger, fire, outcome, finished_at=now, reason=why
+        )
+        slot.runs_seen = slot.book.rollup.runs
+        await self._write_stamps(request.trigger.id, slot)
+
+    async def _write_stamps(self, tid: TriggerId, slot: _Slot) -> None:
+        """Stamps of one trigger are written in order; a newer set replaces a waiting one."""
+        async with slot.writing:
+            stamps, slot.latest = slot.latest, None
+            if stamps is not None:
+                await self._write("stamps", tid, self._client.trigger_status, self._space, tid,
+                                  stamps)  # fmt: skip
+
+    async def _post_run(self, record: dict[str, Any]) -> None:
+        await self._write("run", record["triggerId"], self._client.run_create, self._space, record)
+
+    async def _write(self, what: str, tid: str, call: Callable[..., Any], *args: Any) -> None:
+        for attempt in range(WRITE_TRIES):
+            try:
+                await call(*args)
+                return
+            except ApiError as exc:
+                if not _transient(exc) or attempt == WRITE_TRIES - 1:
+                    log.warning("fire %s: %s not written: %s", tid, what, exc)
+                    return
+            await self._clock.sleep(0.5 * 2**attempt)
+
+    def _fire_of(self, request: FireRequest, term: int, run_id: str) -> Fire:
+        record = request.trigger
+        return Fire(run_id=run_id, trigger_id=record.id, program=record.program, peer=self._peer,
+                    term=term, key=request.key, started_at=self._clock.wall(),
+                    due_at=request.due_at)  # fmt: skip
+
+
+async def run_job(executor: Executor, job: Job) -> tuple[Outcome, str]:
+    """Run `job`; what the executor refuses is an ending too, never an exception."""
+    try:
+        return await executor.run(job), ""
+    except ExecutorClosed:
+        return outcomes.not_run(RunStatus.rejected, outcomes.SHUTDOWN), outcomes.SHUTDOWN
+    except ValueError as exc:  # args that cannot be sent to a worker
+        return outcomes.failed_before_run(str(exc)), "invalid_args"
+
+
+def _transient(exc: ApiError) -> bool:
+    return exc.status == 0 or exc.status >= 500

@@ -1,0 +1,363 @@
+"""The fire pipeline against a real space server and a real executor (two workers).
+
+Triggers are pinned to this device's peer so claims need no election, except where
+the test is about the election's fence (a floating trigger and a term nobody holds).
+Slow programs are gated on a file the test creates; the test waits on the pipeline's
+own state under a deadline, never on a sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from programs.executor import Executor
+from programs.loader import ProgramCache
+from programs.refs import ProgramRef
+from runtime.chatwatch import ChatWatch
+from runtime.client import ApiError, SpaceClient
+from runtime.clock import FakeClock
+from runtime.dispatch import FireRequest
+from runtime.firing import Firing
+from runtime.space.app import create_app, default_admin_token_file
+from triggers.records import FireKey, Trigger, load
+from triggers.registry import Diff
+
+SPACE = "home"
+PEER = "dev1"
+OK = "def main(args):\n    return {'ok': True, 'n': args.get('n')}\n"
+FAIL = "def main(args):\n    raise RuntimeError('nope ' + str(args.get('n')))\n"
+ECHO = "def main(args):\n    return {'ok': True, 'args': args}\n"
+GATED = """
+import os, time
+
+def main(args):
+    deadline = time.monotonic() + 10
+    while not os.path.exists(args["gate"]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return {"ok": os.path.exists(args["gate"])}
+"""
+CHATTY = """
+def main(args):
+    c = use("any@v1")
+    sent = c.chat_send(args["space"], args["chat"],
+                       {"text": "hello from a program", "agent": {"name": "greeter"}})
+    return {"ok": True, "messageId": sent["messageId"]}
+"""
+
+
+def instant(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+class World:
+    """A space, its admin client, this device's client, a clock and the pipeline under test."""
+
+    def __init__(self, url: str, admin: SpaceClient, device: SpaceClient, chat: str) -> None:
+        self.url, self.admin, self.device, self.chat = url, admin, device, chat
+        self.clock = FakeClock(datetime.now(UTC).replace(microsecond=0))
+        self.firing: Firing | None = None
+
+    async def publish(self, ref: str, source: str) -> None:
+        await self.admin.program_put(SPACE, ref, {"source": source})
+
+    async def trigger(self, program: str, **fields: Any) -> Trigger:
+        body = {"name": "t", "kind": "cron", "spec": {"expr": "*/5 * * * *"},
+                "program": program, "owner": PEER, **fields}  # fmt: skip
+        made = await self.admin.trigger_create(SPACE, body)
+        record = load(made)
+        assert not hasattr(record, "raw"), record
+        return record
+
+    def request(self, record: Trigger, key: str, **kw: Any) -> FireRequest:
+        due = kw.pop("due_at", self.clock.wall())
+        return FireRequest(trigger=record, key=FireKey(key), due_at=due, **kw)
+
+    async def fire(self, *requests: FireRequest) -> None:
+        assert self.firing is not None
+        for request in requests:
+            await self.firing.fire(request)
+        async with asyncio.timeout(15):
+            await self.firing.settled()
+
+    async def runs(self, record: Trigger) -> list[dict[str, Any]]:
+        return (await self.admin.runs(SPACE, trigger=record.id))["runs"]
+
+    async def stamped(self, record: Trigger) -> dict[str, Any]:
+        return await self.admin.trigger_get(SPACE, record.id)
+
+    async def until_running(self, record: Trigger, running: int = 1) -> None:
+        assert self.firing is not None
+        async with asyncio.timeout(10):
+            while self.firing.status()["triggers"].get(record.id, {}).get("running") != running:
+                await asyncio.sleep(0.005)
+
+
+class FakeResponder:
+    """The world's edge for chat-watch: records what it was asked to answer."""
+
+    ready = True
+
+    def __init__(self) -> None:
+        self.asked: list[list[dict[str, Any]]] = []
+        self.called = asyncio.Event()
+
+    async def respond(self, snapshot: list[dict], pending: list[dict]) -> str | None:
+        self.asked.append(pending)
+        self.called.set()
+        return None
+
+
+@pytest.fixture
+async def world(tmp_path: Path, aiohttp_server: Any):
+    db = tmp_path / "space.db"
+    server = await aiohttp_server(create_app(db))
+    url = str(server.make_url("/")).rstrip("/")
+    admin = SpaceClient(url, default_admin_token_file(db).read_text().strip())
+    created = await admin.space_create({"id": SPACE})
+    token = (await admin.token_device({"peer": PEER}))["token"]
+    device = SpaceClient(url, token)
+    w = World(url, admin, device, created["generalChat"])
+    try:
+        yield w
+    finally:
+        await device.close()
+        await admin.close()
+
+
+@pytest.fixture
+async def executor():
+    async with Executor(2) as pool:
+        yield pool
+
+
+def make_firing(w: World, executor: Executor, **kw: Any) -> Firing:
+    async def fetch(ref: ProgramRef) -> str | None:
+        try:
+            return (await w.device.program_get(SPACE, str(ref)))["source"]
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    options: dict[str, Any] = {"term": lambda: 0, "may_fire_floating": lambda: True}
+    options.update(kw)
+    w.firing = Firing(w.device, SPACE, PEER, url=w.url, executor=executor,
+                      programs=ProgramCache(fetch), clock=w.clock, **options)  # fmt: skip
+    return w.firing
+
+
+@pytest.fixture
+async def w(world: World, executor: Executor):
+    firing = make_firing(world, executor)
+    yield world
+    await firing.close()
+
+
+async def test_a_cron_fire_runs_once_with_one_run_record_and_its_stamps(w: World):
+    await w.publish("tick@v1", OK)
+    record = await w.trigger("tick@v1", args={"n": 3})
+    slot = "2026-12-01T09:00:00Z"
+    await w.fire(w.request(record, slot))
+    await w.fire(w.request(record, slot))  # the same key again: the claim refuses it
+    [run] = await w.runs(record)
+    assert run["status"] == "ok" and run["result"] == {"ok": True, "n": 3}
+    assert (run["triggerId"], run["program"], run["peer"], run["key"], run["term"]) == (
+        record.id, "tick@v1", PEER, slot, 0,
+    )  # fmt: skip
+    assert run["runId"].startswith("run_") and run["reason"] == ""
+    assert run["durationMs"] > 0 and run["error"] == "" and run["stderrTail"] == ""
+    assert {"startedAt", "finishedAt", "lateMs"} <= run.keys()
+    stamped = await w.stamped(record)
+    assert (stamped["lastStatus"], stamped["lastStatusDetail"]) == ("ok", "")
+    assert instant(stamped["lastRunAt"]) == instant(run["startedAt"])
+    assert stamped["rollup"]["runs"] == 1 and stamped["rollup"]["ok"] == 1
+    assert stamped["breaker"]["phase"] == "closed"
+    assert w.firing is not None and w.firing.counts["already_claimed"] == 1
+
+
+async def test_three_failures_open_the_breaker_and_the_fourth_fire_is_skipped(w: World):
+    await w.publish("flaky@v1", FAIL)
+    record = await w.trigger("flaky@v1", args={"n": 1})
+    for n in range(3):
+        await w.fire(w.request(record, f"k{n}"))
+    await w.fire(w.request(record, "k3"))
+    runs = await w.runs(record)
+    assert [r["status"] for r in runs] == ["error", "error", "error", "skipped"]
+    assert runs[0]["error"].endswith("RuntimeError: nope 1")
+    assert runs[3]["reason"] == "breaker_open" and runs[3]["durationMs"] == 0
+    stamped = await w.stamped(record)
+    assert stamped["lastStatus"] == "breaker_open"
+    assert stamped["lastStatusDetail"].startswith("until ")
+    assert stamped["breaker"]["phase"] == "open" and stamped["breaker"]["suppressed"] == 1
+    assert (stamped["rollup"]["errors"], stamped["rollup"]["suppressed"]) == (3, 1)
+
+
+async def test_a_fire_while_one_runs_is_skipped_for_overlap(w: World, tmp_path: Path):
+    gate = tmp_path / "gate"
+    await w.publish("slow@v1", GATED)
+    record = await w.trigger("slow@v1", args={"gate": str(gate)})
+    assert w.firing is not None
+    await w.firing.fire(w.request(record, "a"))
+    await w.until_running(record)
+    await w.firing.fire(w.request(record, "b"))
+    async with asyncio.timeout(10):
+        while w.firing.counts.get("skipped") != 1:
+            await asyncio.sleep(0.005)
+    gate.touch()
+    await w.fire()
+    runs = {r["key"]: r for r in await w.runs(record)}
+    assert (runs["a"]["status"], runs["a"]["result"]) == ("ok", {"ok": True})
+    assert (runs["b"]["status"], runs["b"]["reason"]) == ("skipped", "overlap")
+
+
+async def test_a_full_queue_rejects_and_the_queued_fire_runs_after(w: World, tmp_path: Path):
+    gate = tmp_path / "gate"
+    await w.publish("slow@v1", GATED)
+    limits = {"overlap": "queue", "maxQueue": 1}
+    record = await w.trigger("slow@v1", args={"gate": str(gate)}, limits=limits)
+    assert w.firing is not None
+    await w.firing.fire(w.request(record, "a"))
+    await w.until_running(record)
+    await w.firing.fire(w.request(record, "b"))
+    await w.firing.fire(w.request(record, "c"))
+    async with asyncio.timeout(10):
+        while w.firing.counts.get("rejected") != 1:
+            await asyncio.sleep(0.005)
+    gate.touch()
+    await w.fire()
+    runs = {r["key"]: r for r in await w.runs(record)}
+    assert [runs[k]["status"] for k in "abc"] == ["ok", "ok", "rejected"]
+    assert runs["c"]["reason"] == "queue_full"
+    assert (await w.stamped(record))["rollup"]["rejected"] == 1
+
+
+async def test_a_claim_under_a_stale_term_is_a_rejected_run(world: World, executor: Executor):
+    firing = make_firing(world, executor, term=lambda: 7)
+    try:
+        await world.publish("tick@v1", OK)
+        record = await world.trigger("tick@v1", owner="")  # floating: fenced by the lease
+        await world.fire(world.request(record, "k"))
+    finally:
+        await firing.close()
+    [run] = await world.runs(record)
+    assert (run["status"], run["reason"], run["term"]) == ("rejected", "stale_term", 7)
+    assert "lastStatus" not in await world.stamped(record)  # not this device's to stamp
+
+
+async def test_a_floating_fire_is_dropped_while_this_device_may_not_fire(
+    world: World, executor: Executor
+):
+    firing = make_firing(world, executor, may_fire_floating=lambda: False)
+    try:
+        await world.publish("tick@v1", OK)
+        record = await world.trigger("tick@v1", owner="")
+        await world.fire(world.request(record, "k"))
+    finally:
+        await firing.close()
+    assert await world.runs(record) == []
+    assert (await world.admin.fires(SPACE, trigger=record.id))["fires"] == []
+
+
+async def test_an_unknown_program_is_an_error_run(w: World):
+    record = await w.trigger("ghost@v1")
+    await w.fire(w.request(record, "k"))
+    [run] = await w.runs(record)
+    assert (run["status"], run["reason"]) == ("error", "unknown_program")
+    assert "ghost@v1" in run["error"]
+    stamped = await w.stamped(record)
+    assert (stamped["lastStatus"], stamped["lastStatusDetail"]) == ("error", "unknown_program")
+
+
+async def test_an_event_fire_passes_the_event_beside_the_args(w: World):
+    await w.publish("echo@v1", ECHO)
+    spec = {"dataset": "chat_messages", "objectId": w.chat}
+    record = await w.trigger("echo@v1", kind="event", spec=spec, args={"space": SPACE})
+    event = {"space": SPACE, "objectId": w.chat, "messageId": "msg_1", "text": "hi"}
+    await w.fire(w.request(record, "msg_1", event=event))
+    [run] = await w.runs(record)
+    assert run["result"] == {"ok": True, "args": {"space": SPACE, "event": event}}
+
+
+async def test_a_program_posts_to_the_chat_with_its_run_token(w: World):
+    await w.publish("greeter@v1", CHATTY)
+    record = await w.trigger("greeter@v1", args={"space": SPACE, "chat": w.chat})
+    await w.fire(w.request(record, "k"))
+    [run] = await w.runs(record)
+    assert run["status"] == "ok", run["error"]
+    messages = (await w.admin.chat_messages(SPACE, w.chat))["messages"]
+    [posted] = [m for m in messages if m["messageId"] == run["result"]["messageId"]]
+    assert posted["text"] == "hello from a program"
+    assert posted["agent"]["name"] == "greeter"
+
+
+async def test_chat_watch_fires_go_to_the_conversation_watcher(world: World, executor: Executor):
+    responder = FakeResponder()
+
+    async def send(*_: Any, **__: Any) -> None:
+        return None
+
+    async def history(*_: Any) -> list[dict]:
+        return []
+
+    async def record_turn(_: dict) -> None:
+        return None
+
+    watch = ChatWatch(responder, send, history, record_turn=record_turn, clock=world.clock)
+    firing = make_firing(world, executor, chatwatch=watch)
+    try:
+        spec = {"dataset": "chat_messages", "objectId": world.chat}
+        record = await world.trigger("internal:chat-watch", kind="event", spec=spec)
+        event = {"space": SPACE, "objectId": world.chat, "messageId": "m1", "text": "hello"}
+        await world.fire(world.request(record, "m1", event=event))
+        async with asyncio.timeout(5):
+            await responder.called.wait()
+    finally:
+        await firing.close()
+        await watch.close()
+    assert [[m["messageId"] for m in pending] for pending in responder.asked] == [["m1"]]
+    assert await world.runs(record) == []  # turns are logged as agent_turns, not runs
+
+
+async def test_late_ms_is_how_long_after_its_due_time_the_run_started(w: World):
+    await w.publish("tick@v1", OK)
+    record = await w.trigger("tick@v1")
+    due = w.clock.wall() - timedelta(seconds=2.5)
+    await w.fire(w.request(record, "k", due_at=due))
+    [run] = await w.runs(record)
+    assert run["lateMs"] == 2500.0
+
+
+async def test_a_fired_once_is_stamped_done(w: World):
+    await w.publish("tick@v1", OK)
+    at = "2026-12-01T09:00:00+00:00"
+    record = await w.trigger("tick@v1", kind="once", spec={"at": at})
+    await w.fire(w.request(record, "2026-12-01T09:00:00Z"))
+    stamped = await w.stamped(record)
+    assert stamped["lastStatus"] == "done"
+    assert stamped["lastStatusDetail"] == "fired for 2026-12-01T09:00:00+00:00"
+    assert stamped["rollup"]["lastStatus"] == "ok"
+
+
+async def test_removing_a_trigger_records_its_waiting_fires_as_withdrawn(w: World, tmp_path: Path):
+    gate = tmp_path / "gate"
+    await w.publish("slow@v1", GATED)
+    limits = {"overlap": "queue", "maxQueue": 5}
+    record = await w.trigger("slow@v1", args={"gate": str(gate)}, limits=limits)
+    assert w.firing is not None
+    await w.firing.fire(w.request(record, "a"))
+    await w.until_running(record)
+    await w.firing.fire(w.request(record, "b"))
+    async with asyncio.timeout(10):
+        while w.firing.status()["triggers"][record.id]["queued"] != 1:
+            await asyncio.sleep(0.005)
+    w.firing.apply(Diff(remove=(record.id,)))
+    gate.touch()
+    await w.fire()
+    runs = {r["key"]: r for r in await w.runs(record)}
+    assert runs["a"]["status"] == "ok"
+    assert (runs["b"]["status"], runs["b"]["reason"]) == ("skipped", "withdrawn")
