@@ -1,0 +1,269 @@
+"""The ticker: when armed cron and once triggers are due, dispatched once per slot.
+
+Owns the timers of this device's armed `cron` and `once` entries (SPEC "When
+triggers fire", "Sleep and clocks"). Each entry keeps a *cursor*: slots at or
+before it never fire. `run()` sleeps until the earliest next fire or a change
+(`apply` wakes it), never longer than `max_sleep`; at every wake it recomputes
+what is due from the wall clock (`schedule.due`, `schedule.once_due`), moves the
+cursors, and hands each fire to the `Dispatcher` as a `FireRequest`. A slot is
+dispatched once by this device; the space's fire claims make it once across
+devices.
+
+- Arming (add, resume, start): the cursor starts at `schedule.arm_cursor`, never
+  before the record's last write (`updatedAt`), so a resume replays nothing.
+- `rearm` recomputes from the new spec without going back; `update` keeps the
+  cursor (an args edit neither moves nor refires); `remove` disarms.
+- Bridge: a floating cron entry added with `bridge_from` (this device just took
+  the lease over) also fires every slot in `(max(bridge_from, now - window), now]`.
+- `slept(now)`: after a suspend or a clock jump the cursors restart from `now`.
+
+Event triggers are not the ticker's (runtime.subscriptions). Must not claim, run
+or record fires (the Dispatcher does), and reads time only through the Clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from runtime.clock import Clock
+from runtime.dispatch import Dispatcher, FireRequest
+from triggers import schedule
+from triggers.records import CronTrigger, FireKey, OnceTrigger, TriggerId
+from triggers.registry import Armed, Diff
+
+log = logging.getLogger(__name__)
+
+BRIDGE_WINDOW = 120.0
+"""How far back a takeover looks for unclaimed cron slots (SPEC: default 120 s)."""
+MAX_BRIDGE_SLOTS = 1000
+"""At most this many slots of one trigger are bridged (a `* * * * * *` job has 120)."""
+
+Timed = CronTrigger | OnceTrigger
+
+
+@dataclass(slots=True)
+class Entry:
+    """One armed cron or once trigger and where it stands."""
+
+    record: Timed
+    cursor: datetime  # slots at or before the cursor never fire (cron)
+    settled: FireKey | None = None  # a once: the key it fired with (or missed)
+    bridge: list[datetime] = field(default_factory=list)  # cron slots to fire at the next wake
+    next_at: datetime | None = None  # earliest instant this entry may fire; None: never
+
+    def refresh(self) -> None:
+        rec = self.record
+        if isinstance(rec, OnceTrigger):
+            due = self.settled != schedule.fire_key_once(rec.spec)
+            self.next_at = rec.spec.at_utc if due else None
+        else:
+            after = schedule.next_fire(rec.spec, self.cursor)
+            self.next_at = self.bridge[0] if self.bridge else after
+
+
+# --- entry math: (entry, now) → fires; no clock, no I/O --------------------------------
+
+
+def start_cursor(record: Timed, now: datetime) -> datetime:
+    """Where a freshly armed entry starts: `arm_cursor`, never before the record's last write."""
+    if isinstance(record, OnceTrigger):
+        return now
+    cursor = schedule.arm_cursor(record.spec, now)
+    if record.updated_at is not None and record.updated_at.tzinfo is not None:
+        cursor = max(cursor, min(record.updated_at, now))
+    return cursor
+
+
+def bridge_slots(record: CronTrigger, start: datetime, now: datetime) -> list[datetime]:
+    """Every slot in `(start, now]`, oldest first, at most `MAX_BRIDGE_SLOTS`."""
+    slots: list[datetime] = []
+    slot = schedule.next_fire(record.spec, start)
+    while slot is not None and slot <= now and len(slots) < MAX_BRIDGE_SLOTS:
+        slots.append(slot)
+        slot = schedule.next_fire(record.spec, slot)
+    return slots
+
+
+def arm(record: Timed, now: datetime, prev: Entry | None, bridge_start: datetime | None) -> Entry:
+    """A new entry for `record`; `prev` is the entry it re-arms, if any."""
+    entry = Entry(record=record, cursor=start_cursor(record, now))
+    if prev is not None:
+        entry.settled = prev.settled
+        if isinstance(prev.record, CronTrigger) and prev.cursor <= now:
+            entry.cursor = max(entry.cursor, prev.cursor)  # an edit never goes back
+    if bridge_start is not None and isinstance(record, CronTrigger) and record.floating:
+        entry.bridge = bridge_slots(record, bridge_start, now)
+        if entry.bridge:
+            entry.cursor = max(entry.cursor, entry.bridge[-1])
+    entry.refresh()
+    return entry
+
+
+def take(entry: Entry, now: datetime) -> list[tuple[FireKey, datetime]]:
+    """The fires of `entry` due at `now` as `(key, due_at)`, oldest first; advances the entry."""
+    rec = entry.record
+    if isinstance(rec, OnceTrigger):
+        fires = _take_once(entry, rec, now)
+    else:
+        fires = [(schedule.fire_key_cron(s), s) for s in entry.bridge]
+        entry.bridge = []
+        slot = schedule.due(rec.spec, entry.cursor, now)
+        if slot is not None:
+            fires.append((schedule.fire_key_cron(slot), slot))
+        entry.cursor = max(entry.cursor, now)
+    entry.refresh()
+    return fires
+
+
+def _take_once(entry: Entry, rec: OnceTrigger, now: datetime) -> list[tuple[FireKey, datetime]]:
+    state = schedule.once_due(rec.spec, now, entry.settled)
+    if state is schedule.OnceState.WAIT:
+        return []
+    key = schedule.fire_key_once(rec.spec)
+    entry.settled = key
+    if state is schedule.OnceState.MISSED:  # never fires; the health pass stamps `missed`
+        log.info("once %s: %s is past its grace, not fired", rec.id, key)
+        return []
+    return [(key, rec.spec.at_utc)] if state is schedule.OnceState.FIRE else []
+
+
+def restart(entry: Entry, now: datetime) -> None:
+    """After a suspend or a clock jump: the cursor restarts from `now` (never a stale burst)."""
+    rec = entry.record
+    entry.bridge = []
+    if isinstance(rec, CronTrigger):
+        fresh = schedule.arm_cursor(rec.spec, now)
+        entry.cursor = max(entry.cursor, fresh) if entry.cursor <= now else fresh
+    entry.refresh()
+
+
+# --- the ticker --------------------------------------------------------------------------
+
+
+class Ticker:
+    """Fires this device's armed cron and once triggers; `await run()` until cancelled."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        *,
+        clock: Clock,
+        max_sleep: float = 30.0,
+        bridge_window: float = BRIDGE_WINDOW,
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._clock = clock
+        self._max_sleep = max_sleep
+        self._window = timedelta(seconds=bridge_window)
+        self._entries: dict[TriggerId, Entry] = {}
+        self._wake = asyncio.Event()
+        self.dispatched = 0  # fires handed to the dispatcher so far
+        self.last_wake: datetime | None = None
+
+    def apply(self, diff: Diff, now: datetime, bridge_from: datetime | None = None) -> None:
+        """Arm, re-arm, refresh or disarm from a registry diff; event triggers are ignored."""
+        start = None if bridge_from is None else max(bridge_from, now - self._window)
+        for tid in diff.remove:
+            self._entries.pop(tid, None)
+        for armed in diff.add:
+            self._arm(armed, now, None, start)
+        for armed in diff.rearm:
+            self._arm(armed, now, self._entries.get(armed.record.id), None)
+        for armed in diff.update:
+            self._refresh(armed)
+        self._wake.set()
+
+    def _arm(self, armed: Armed, now: datetime, prev: Entry | None, start: datetime | None) -> None:
+        record = armed.record
+        if isinstance(record, CronTrigger | OnceTrigger):
+            self._entries[record.id] = arm(record, now, prev, start)
+        else:
+            self._entries.pop(record.id, None)  # a kind change to `event`
+
+    def _refresh(self, armed: Armed) -> None:
+        entry = self._entries.get(armed.record.id)
+        if entry is not None and type(armed.record) is type(entry.record):
+            entry.record = armed.record  # type: ignore[assignment]  # fire times stay
+
+    def slept(self, now: datetime) -> None:
+        """The machine slept or the wall clock jumped: restart every cursor from `now`."""
+        for entry in self._entries.values():
+            restart(entry, now)
+        self._wake.set()
+
+    def next_fires(self) -> dict[TriggerId, datetime]:
+        """When each armed entry fires next (for `nextFireAt` and `baton status`)."""
+        return {tid: e.next_at for tid, e in self._entries.items() if e.next_at is not None}
+
+    def wake(self) -> None:
+        """Recompute what is due now (e.g. after the lease changed)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Fire what is due, sleep until the next fire or a change; until cancelled."""
+        while True:
+            await self.tick()
+            await self._nap()
+
+    async def tick(self) -> int:
+        """One wake: dispatch every fire due at the wall clock's now; how many there were."""
+        self._wake.clear()
+        now = self._clock.wall()
+        self.last_wake = now
+        requests = self._collect(now)
+        for request in requests:
+            await self._dispatch(request)
+        return len(requests)
+
+    def _collect(self, now: datetime) -> list[FireRequest]:
+        requests: list[FireRequest] = []
+        for entry in self._entries.values():
+            if entry.next_at is not None and entry.next_at <= now:
+                requests += [
+                    FireRequest(trigger=entry.record, key=key, due_at=at)
+                    for key, at in take(entry, now)
+                ]
+        return requests
+
+    async def _dispatch(self, request: FireRequest) -> None:
+        self.dispatched += 1
+        log.debug("due %s@%s", request.trigger.id, request.key)
+        try:
+            await self._dispatcher.fire(request)
+        except Exception:
+            log.exception("dispatch of %s@%s failed", request.trigger.id, request.key)
+
+    def delay(self, now: datetime) -> float:
+        """Seconds to sleep from `now`: until the earliest next fire, at most `max_sleep`."""
+        upcoming = [e.next_at for e in self._entries.values() if e.next_at is not None]
+        if not upcoming:
+            return self._max_sleep
+        return min(self._max_sleep, max(0.0, (min(upcoming) - now).total_seconds()))
+
+    async def _nap(self) -> None:
+        if self._wake.is_set():
+            return
+        sleep = asyncio.ensure_future(self._clock.sleep(self.delay(self._clock.wall())))
+        woken = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({sleep, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleep, woken):
+                task.cancel()
+            await asyncio.gather(sleep, woken, return_exceptions=True)
+
+    def status(self) -> dict[str, Any]:
+        upcoming = self.next_fires()
+        first = min(upcoming.items(), key=lambda kv: kv[1]) if upcoming else None
+        return {
+            "armed": len(self._entries),
+            "cron": sum(isinstance(e.record, CronTrigger) for e in self._entries.values()),
+            "once": sum(isinstance(e.record, OnceTrigger) for e in self._entries.values()),
+            "dispatched": self.dispatched,
+            "lastWake": self.last_wake.isoformat() if self.last_wake else None,
+            "next": {"trigger": first[0], "at": first[1].isoformat()} if first else None,
+        }

@@ -1,0 +1,333 @@
+"""The ticker fires each cron slot and each once exactly once, from the wall clock, never stale.
+
+Time is a `FakeClock`; the dispatcher is a recorder (the seam to the firing
+pipeline). Entry math (`arm`, `take`, `restart`) is checked with explicit
+instants; the loop (`run`) is checked by advancing the fake clock.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from runtime.clock import FakeClock
+from runtime.dispatch import FireRequest
+from runtime.ticker import Ticker, arm, restart, take
+from triggers import schedule
+from triggers.records import CronTrigger, OnceTrigger, load
+from triggers.registry import Armed, Diff
+from triggers.registry import arm as armed
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+S = timedelta(seconds=1)
+
+
+def cron(expr: str = "* * * * *", *, id: str = "trg_c", owner: str = "", **spec: Any) -> Armed:
+    raw = {"id": id, "kind": "cron", "program": "p@v1", "owner": owner, "spec": {"expr": expr}}
+    raw["spec"].update(spec)
+    record = load(raw)
+    assert isinstance(record, CronTrigger), record
+    return armed(record)
+
+
+def once(at: datetime, *, id: str = "trg_o", **spec: Any) -> Armed:
+    record = load(
+        {"id": id, "kind": "once", "program": "p@v1", "spec": {"at": at.isoformat(), **spec}}
+    )
+    assert isinstance(record, OnceTrigger), record
+    return armed(record)
+
+
+def edited(a: Armed, **fields: Any) -> Armed:
+    raw = {"id": a.record.id, "kind": a.record.kind, "program": a.record.program}
+    raw |= {"spec": {"expr": a.record.spec.expr}, **fields}  # type: ignore[union-attr]
+    return armed(load(raw))  # type: ignore[arg-type]
+
+
+def key(t: datetime) -> str:
+    return schedule.fire_key_cron(t)
+
+
+class Recorder:
+    """The fake Dispatcher: remembers every request."""
+
+    def __init__(self) -> None:
+        self.fires: list[FireRequest] = []
+
+    async def fire(self, request: FireRequest) -> None:
+        self.fires.append(request)
+
+    @property
+    def keys(self) -> list[str]:
+        return [f.key for f in self.fires]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
+@pytest.fixture
+def rec() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def ticker(clock: FakeClock, rec: Recorder) -> Ticker:
+    return Ticker(rec, clock=clock)
+
+
+@pytest.fixture
+async def running(ticker: Ticker, clock: FakeClock) -> AsyncIterator[Ticker]:
+    task = asyncio.create_task(ticker.run())
+    async with asyncio.timeout(5):
+        await clock.wait_for_sleepers(1)
+    yield ticker
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def advance(clock: FakeClock, seconds: float) -> None:
+    """Move time; if that woke the ticker, wait until it has ticked and napped again."""
+    clock.advance(seconds)
+    async with asyncio.timeout(5):
+        await clock.wait_for_sleepers(1)
+
+
+async def applied(ticker: Ticker, clock: FakeClock, diff: Diff) -> None:
+    """Apply `diff` to a running ticker and wait until it has ticked and napped again."""
+    naps = len(clock.slept)
+    ticker.apply(diff, clock.wall())
+    await napped_after(clock, naps)
+
+
+async def napped_after(clock: FakeClock, naps: int) -> None:
+    """Wait until the ticker has started a nap beyond the first `naps`."""
+    async with asyncio.timeout(5):
+        while len(clock.slept) <= naps or clock.sleepers == 0:
+            await asyncio.sleep(0)
+
+
+# --- the loop ---------------------------------------------------------------------------
+
+
+async def test_every_second_cron_fires_each_slot_once(running, clock, rec):
+    await applied(running, clock, Diff(add=(cron("*/1 * * * * *"),)))
+    for _ in range(10):
+        await advance(clock, 1)
+    slots = [T0 + i * S for i in range(1, 11)]
+    assert rec.keys == [key(t) for t in slots]
+    assert [f.due_at for f in rec.fires] == slots
+
+
+async def test_minute_cron_fires_each_slot_once_with_sleeps_of_at_most_30s(running, clock, rec):
+    clock.advance(5)  # armed at 09:00:05: the 09:00 slot is already past
+    await applied(running, clock, Diff(add=(cron("* * * * *"),)))
+    while clock.wall() < T0 + timedelta(minutes=5, seconds=1):
+        clock.advance_to_next()
+        await napped_after(clock, len(clock.slept))
+    slots = [T0 + timedelta(minutes=m) for m in range(1, 6)]
+    assert rec.keys == [key(t) for t in slots]
+    assert all(0 < s <= 30 for s in clock.slept)
+
+
+async def test_never_sleeps_more_than_30s_when_the_next_slot_is_hours_away(running, clock, rec):
+    await applied(running, clock, Diff(add=(cron("0 18 * * *"),)))
+    for _ in range(20):
+        await advance(clock, 30)
+    assert rec.fires == []
+    assert clock.slept and max(clock.slept) == 30.0
+    assert running.next_fires() == {"trg_c": T0.replace(hour=18)}
+
+
+async def test_an_apply_wakes_the_ticker_without_time_moving(running, clock, rec):
+    await applied(running, clock, Diff(add=(once(T0 - 10 * S),)))  # due, within grace
+    assert [(f.key, f.due_at) for f in rec.fires] == [(key(T0 - 10 * S), T0 - 10 * S)]
+
+
+@pytest.mark.parametrize(
+    ("catchup", "expected"),
+    [("none", []), ("latest", [T0, T0 + timedelta(hours=1)])],  # armed on the 09:00 slot
+)
+async def test_a_jump_of_an_hour_fires_nothing_stale_or_only_the_latest(
+    running, clock, rec, catchup, expected
+):
+    await applied(running, clock, Diff(add=(cron("*/5 * * * *", catchup=catchup),)))
+    await advance(clock, 3600 + 45)  # one wake after the suspend, 45 s past a slot
+    naps = len(clock.slept)
+    running.slept(clock.wall())
+    await napped_after(clock, naps)
+    assert [f.due_at for f in rec.fires] == expected
+    await advance(clock, 5 * 60 - 45)  # the next live slot fires as usual
+    assert [f.due_at for f in rec.fires] == [*expected, T0 + timedelta(hours=1, minutes=5)]
+
+
+async def test_a_thousand_triggers_due_in_one_second_fire_in_one_wake(running, clock, rec):
+    add = tuple(cron("0 10 * * *", id=f"trg_{i:04d}") for i in range(1000))
+    await applied(running, clock, Diff(add=add))
+    await advance(clock, 30)  # let the apply's wake settle into a nap
+    clock.advance(3600 - 30 - 30)  # 09:59:30: the next nap ends on the slot
+    await clock.wait_for_sleepers(1)
+    naps = len(clock.slept)
+    await advance(clock, 30)
+    assert len(rec.fires) == 1000
+    assert {f.key for f in rec.fires} == {key(T0.replace(hour=10))}
+    assert len(clock.slept) == naps + 1  # one wake dispatched them all, then one nap
+
+
+async def test_a_failing_dispatcher_does_not_stop_the_ticker(clock):
+    class Flaky(Recorder):
+        async def fire(self, request: FireRequest) -> None:
+            await super().fire(request)
+            raise RuntimeError("boom")
+
+    flaky = Flaky()
+    ticker = Ticker(flaky, clock=clock)
+    ticker.apply(Diff(add=(cron("*/1 * * * * *"),)), clock.wall())
+    for _ in range(3):
+        clock.advance(1)
+        await ticker.tick()
+    assert len(flaky.fires) == 3
+
+
+# --- apply: rearm, update, remove, pause ------------------------------------------------
+
+
+async def test_rearm_recomputes_update_keeps_the_cursor_remove_disarms(ticker, clock, rec):
+    clock.advance(10 * 60)  # 09:10
+    hourly = cron("0 * * * *")
+    ticker.apply(Diff(add=(hourly,)), clock.wall())
+    assert ticker.next_fires() == {"trg_c": T0.replace(hour=10)}
+    five = edited(hourly, spec={"expr": "*/5 * * * *"})
+    ticker.apply(Diff(rearm=(five,)), clock.wall())
+    assert ticker.next_fires() == {"trg_c": T0.replace(minute=15)}
+    clock.advance(5 * 60)
+    assert await ticker.tick() == 1
+    ticker.apply(
+        Diff(update=(edited(five, spec={"expr": "*/5 * * * *"}, args={"n": 2}),)), clock.wall()
+    )
+    assert await ticker.tick() == 0  # an args edit neither refires nor moves
+    assert ticker.next_fires() == {"trg_c": T0.replace(minute=20)}
+    ticker.apply(Diff(remove=("trg_c",)), clock.wall())
+    clock.advance(10 * 60)
+    assert await ticker.tick() == 0
+    assert ticker.next_fires() == {}
+    assert rec.keys == [key(T0.replace(minute=15))]
+
+
+async def test_paused_fires_nothing_and_resume_replays_nothing(ticker, clock, rec):
+    latest = cron("*/5 * * * *", catchup="latest")
+    ticker.apply(Diff(add=(latest,)), clock.wall())
+    ticker.apply(Diff(remove=("trg_c",)), clock.wall())  # paused
+    clock.advance(20 * 60)
+    assert await ticker.tick() == 0
+    resumed_at = clock.wall() + 2 * S  # the resume write, stamped by the space
+    clock.advance(3)
+    resumed = edited(
+        latest, spec={"expr": "*/5 * * * *", "catchup": "latest"}, updatedAt=resumed_at.isoformat()
+    )
+    ticker.apply(Diff(add=(resumed,)), clock.wall())
+    assert await ticker.tick() == 0  # the 09:20 slot passed while paused
+    assert ticker.next_fires() == {"trg_c": T0.replace(minute=25)}
+    assert rec.fires == []
+
+
+# --- once -----------------------------------------------------------------------------
+
+
+async def test_once_fires_once_at_its_instant(running, clock, rec):
+    at = T0 + 90 * S
+    await applied(running, clock, Diff(add=(once(at),)))
+    await advance(clock, 30)
+    await advance(clock, 30)
+    await advance(clock, 30)
+    await advance(clock, 30)
+    assert [(f.key, f.due_at) for f in rec.fires] == [
+        (schedule.fire_key_once(once(at).record.spec), at)
+    ]
+    assert running.next_fires() == {}
+
+
+@pytest.mark.parametrize(
+    ("late", "fires"), [(timedelta(minutes=59), 1), (timedelta(minutes=61), 0)]
+)
+async def test_once_first_armed_after_its_instant_fires_only_within_grace(
+    ticker, clock, rec, late, fires
+):
+    ticker.apply(Diff(add=(once(T0 - late),)), clock.wall())
+    assert await ticker.tick() == fires
+    clock.advance(60)
+    assert await ticker.tick() == 0
+
+
+async def test_once_refires_only_when_at_moves(ticker, clock, rec):
+    first = once(T0)
+    ticker.apply(Diff(add=(first,)), clock.wall())
+    assert await ticker.tick() == 1
+    ticker.apply(Diff(rearm=(once(T0, graceSeconds=7200),)), clock.wall())
+    assert await ticker.tick() == 0
+    moved = once(T0 + 60 * S)
+    ticker.apply(Diff(rearm=(moved,)), clock.wall())
+    assert ticker.next_fires() == {"trg_o": T0 + 60 * S}
+    clock.advance(60)
+    assert await ticker.tick() == 1
+    assert [f.due_at for f in rec.fires] == [T0, T0 + 60 * S]
+
+
+# --- bridge window ---------------------------------------------------------------------
+
+
+async def test_takeover_fires_every_slot_since_bridge_from_each_once(ticker, clock, rec):
+    clock.advance(5)  # 09:00:05
+    now = clock.wall()
+    ticker.apply(Diff(add=(cron("*/10 * * * * *"),)), now, bridge_from=now - 60 * S)
+    assert await ticker.tick() == 6
+    slots = [T0 - 50 * S + 10 * i * S for i in range(6)]  # 08:59:10 … 09:00:00
+    assert rec.keys == [key(t) for t in slots]
+    clock.advance(5)
+    assert await ticker.tick() == 1  # then live again: 09:00:10
+    assert rec.keys[-1] == key(T0 + 10 * S)
+
+
+async def test_bridge_is_bounded_by_its_window_and_only_for_floating(clock, rec):
+    ticker = Ticker(rec, clock=clock, bridge_window=120)
+    now = clock.wall()
+    pinned = cron("*/10 * * * * *", id="trg_p", owner="laptop")
+    ticker.apply(Diff(add=(cron("*/10 * * * * *"), pinned)), now, bridge_from=now - 3600 * S)
+    assert await ticker.tick() == 12  # floating: 08:58:10 … 09:00:00
+    assert rec.keys == [key(T0 - 110 * S + 10 * i * S) for i in range(12)]
+    clock.advance(10)
+    assert await ticker.tick() == 2  # both live at 09:00:10; the pinned one bridged nothing
+    assert sorted(f.trigger.id for f in rec.fires[12:]) == ["trg_c", "trg_p"]
+
+
+# --- entry math ------------------------------------------------------------------------
+
+
+def test_next_fires_lists_cron_and_pending_once_only(clock):
+    ticker = Ticker(Recorder(), clock=clock)
+    items = (cron("30 9 * * *"), once(T0 + 3600 * S), once(T0 - 7200 * S, id="trg_gone"))
+    ticker.apply(Diff(add=items), T0)
+    assert ticker.next_fires() == {
+        "trg_c": T0.replace(minute=30),
+        "trg_o": T0 + 3600 * S,
+        "trg_gone": T0 - 7200 * S,  # not yet judged: the next wake settles it as missed
+    }
+    take(ticker._entries["trg_gone"], T0)
+    assert "trg_gone" not in ticker.next_fires()
+
+
+@pytest.mark.parametrize(
+    ("now", "next_slot"),
+    [
+        (T0 + timedelta(hours=1, seconds=45), T0 + timedelta(hours=1, minutes=5)),  # forward
+        (T0 - timedelta(hours=1), T0 - timedelta(minutes=55)),  # back: live from the new now
+    ],
+)
+def test_restart_after_a_clock_jump_fires_nothing_stale_then_goes_on(now, next_slot):
+    entry = arm(cron("*/5 * * * *").record, T0, None, None)  # type: ignore[arg-type]
+    restart(entry, now)
+    assert take(entry, now) == []
+    assert take(entry, next_slot) == [(key(next_slot), next_slot)]
