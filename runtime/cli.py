@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-COMMANDS = ("next", "space")
+COMMANDS = ("next", "space", "programs")
 
 
 class UsageError(ValueError):

@@ -1,0 +1,267 @@
+"""`baton programs`: publish, list, show and run the space's programs.
+
+    baton programs publish triage.py --as triage@v1
+    baton programs list [--json]
+    baton programs show triage@v1 [--json]
+    baton programs run triage@v1 --args '{"space": "home"}' [--timeout S] [--memory-mb M]
+
+`publish` inspects the file locally first (`programs.loader.inspect_source`), so a
+syntax error or a missing `main(args)` is refused with its line before anything is
+sent; publishing the same source again is a no-op, other source under a published
+version is refused by the space (exit 1). `run` is a manual run: the same executor
+and the same translation into a run record (`runtime.outcomes`) as a fire, recorded
+in the space under the trigger id `manual:<name@vN>` with a run token scoped to it
+(so its cursors are its own and never a real trigger's); it stamps no record. Exit 0
+when the run is ok, 1 when it is not, 2 on bad input. A shell: parse, call, print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from programs.context import RunContext
+from programs.executor import Executor
+from programs.job import Job
+from programs.loader import InvalidProgram, inspect_source
+from programs.outcome import Outcome, RunStatus
+from programs.refs import InvalidRef, ProgramRef, parse_ref
+from runtime import outcomes
+from runtime.cli import UsageError
+from runtime.client import ApiError, SpaceClient
+from runtime.commands.common import Target, add_space_options, target
+from runtime.firing import new_run_id, run_job
+
+MANUAL_PREFIX = "manual:"
+N = TypeVar("N", int, float)
+TOKEN_MARGIN_S = 60.0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("programs", help="publish, list, show and run programs")
+    sub = p.add_subparsers(dest="programs_command", required=True, parser_class=type(p))
+    listing = sub.add_parser("list", help="the programs published to the space")
+    publish = sub.add_parser("publish", help="check a program file and publish it as name@vN")
+    publish.add_argument("file", metavar="FILE", type=Path, help="the program's Python source")
+    publish.add_argument("--as", dest="ref", required=True, metavar="name@vN", help="its ref")
+    show = sub.add_parser("show", help="a program's metadata and source")
+    show.add_argument("ref", metavar="name@vN")
+    run = sub.add_parser("run", help="run a program once by hand; recorded as a run")
+    run.add_argument("ref", metavar="name@vN")
+    run.add_argument("--args", default="{}", metavar="JSON", help="main's args (a JSON object)")
+    run.add_argument("--timeout", default="60", metavar="S", help="seconds (default 60)")
+    run.add_argument("--memory-mb", default="512", metavar="M", help="memory cap (default 512)")
+    for parser, func in ((publish, cmd_publish), (listing, cmd_list), (show, cmd_show),
+                         (run, cmd_run)):  # fmt: skip
+        add_space_options(parser)
+        parser.set_defaults(func=func)
+
+
+# --- commands ----------------------------------------------------------------------------
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    ref = parse_ref_flag("--as", args.ref)
+    source = read_program(args.file)
+    return talk(target(args), lambda client, where: publish(client, where, ref, source, args.json))
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    return talk(target(args), lambda client, where: list_programs(client, where, args.json))
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    ref = parse_ref_flag("name@vN", args.ref)
+    return talk(target(args), lambda client, where: show(client, where, ref, args.json))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    ref = parse_ref_flag("name@vN", args.ref)
+    limits = RunLimits(parse_object("--args", args.args),
+                       parse_positive("--timeout", args.timeout, float),
+                       parse_positive("--memory-mb", args.memory_mb, int))  # fmt: skip
+    return talk(target(args), lambda client, where: run_manual(client, where, ref, limits,
+                                                               args.json))  # fmt: skip
+
+
+def talk(where: Target, work: Callable[[SpaceClient, Target], Awaitable[int]]) -> int:
+    """Run one command's conversation with the space; a refusal is exit 1 (2 for bad input)."""
+
+    async def go() -> int:
+        async with SpaceClient(where.url, where.token) as client:
+            return await work(client, where)
+
+    try:
+        return asyncio.run(go())
+    except ApiError as exc:
+        print(f"baton: {exc.code}: {exc.detail or exc}", file=sys.stderr)
+        return 2 if exc.status in (400, 413, 422) else 1
+
+
+# --- parsing -----------------------------------------------------------------------------
+
+
+class RunLimits:
+    def __init__(self, args: dict[str, Any], timeout: float, memory_mb: int) -> None:
+        self.args, self.timeout, self.memory_mb = args, timeout, memory_mb
+
+
+def parse_ref_flag(flag: str, text: str) -> ProgramRef:
+    try:
+        ref = parse_ref(text)
+    except InvalidRef as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+    if ref.internal:
+        raise UsageError(f"{flag}: {text} is run by the runtime, not a published program")
+    return ref
+
+
+def read_program(path: Path) -> str:
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"FILE: cannot read {path}: {getattr(exc, 'strerror', exc)}") from None
+    try:
+        inspect_source(source, filename=str(path))
+    except InvalidProgram as exc:
+        raise UsageError(f"FILE: {path}: {exc}") from None
+    return source
+
+
+def parse_object(flag: str, text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag}: must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def parse_positive(flag: str, text: str, kind: type[N]) -> N:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise UsageError(f"{flag}: {text!r} is not a number") from None
+    if not value > 0 or value != value:
+        raise UsageError(f"{flag}: must be > 0, got {text}")
+    return value
+
+
+# --- publish, list, show -------------------------------------------------------------------
+
+
+async def publish(client: SpaceClient, where: Target, ref: ProgramRef, source: str,
+                  as_json: bool) -> int:  # fmt: skip
+    try:
+        answer = await client.program_put(where.space, str(ref), {"source": source})
+    except ApiError as exc:
+        if exc.code != "program_exists":
+            raise
+        print(f"baton: {ref} is published with other source; publish it as a new version "
+              f"(e.g. {ref.name}@v{(ref.version or 0) + 1})", file=sys.stderr)  # fmt: skip
+        return 1
+    if as_json:
+        print(json.dumps(answer))
+    else:
+        print(f"published {ref} (sha256 {answer['sha256'][:12]}, space {where.space})")
+    return 0
+
+
+async def list_programs(client: SpaceClient, where: Target, as_json: bool) -> int:
+    found = (await client.programs(where.space))["programs"]
+    if as_json:
+        print(json.dumps({"programs": found}))
+    elif not found:
+        print(f"no programs in space {where.space}")
+    else:
+        rows = [("REF", "ANY TOOL", "SHA256", "PUBLISHED")]
+        rows += [(p["ref"], "yes" if p["anyTool"] else "no", p["sha256"][:12], p["createdAt"])
+                 for p in found]  # fmt: skip
+        print(table(rows))
+    return 0
+
+
+async def show(client: SpaceClient, where: Target, ref: ProgramRef, as_json: bool) -> int:
+    found = await client.program_get(where.space, str(ref))
+    if as_json:
+        print(json.dumps(found))
+        return 0
+    rows = [
+        ("ref", found["ref"]),
+        ("space", where.space),
+        ("sha256", found["sha256"]),
+        ("any tool", "yes" if found["anyTool"] else "no"),
+        ("published", found["createdAt"]),
+    ]
+    print(table(rows))
+    print()
+    print(found["source"], end="" if found["source"].endswith("\n") else "\n")
+    return 0
+
+
+# --- run -----------------------------------------------------------------------------------
+
+
+async def run_manual(client: SpaceClient, where: Target, ref: ProgramRef, limits: RunLimits,
+                     as_json: bool) -> int:  # fmt: skip
+    fire = manual_fire(ref)
+    outcome, reason = await execute(client, where, fire, limits)
+    record = outcomes.run_record(fire, outcome, finished_at=datetime.now(UTC), reason=reason)
+    stored = await client.run_create(where.space, record)
+    print(json.dumps(stored) if as_json else render_run(stored, outcome.stdout_tail))
+    return 0 if outcome.status is RunStatus.ok else 1
+
+
+def manual_fire(ref: ProgramRef) -> outcomes.Fire:
+    now = datetime.now(UTC)
+    return outcomes.Fire(run_id=new_run_id(), trigger_id=MANUAL_PREFIX + str(ref),
+                         program=str(ref), peer=f"cli@{socket.gethostname()}", term=0,
+                         key=outcomes.iso(now), started_at=now)  # fmt: skip
+
+
+async def execute(client: SpaceClient, where: Target, fire: outcomes.Fire,
+                  limits: RunLimits) -> tuple[Outcome, str]:  # fmt: skip
+    try:
+        source = (await client.program_get(where.space, fire.program))["source"]
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        return outcomes.failed_before_run(exc.detail), outcomes.UNKNOWN_PROGRAM
+    body = {"triggerId": fire.trigger_id, "runId": fire.run_id,
+            "ttlSeconds": limits.timeout + TOKEN_MARGIN_S}  # fmt: skip
+    token = (await client.token_run(where.space, body))["token"]
+    context = RunContext(run_id=fire.run_id, trigger_id=fire.trigger_id, program=fire.program,
+                         peer=fire.peer, space=where.space, url=where.url, token=token,
+                         key=fire.key)  # fmt: skip
+    job = Job(source=source, ref=fire.program, args=limits.args, context=context,
+              timeout_seconds=limits.timeout, memory_mb=limits.memory_mb)  # fmt: skip
+    async with Executor(1) as executor:
+        return await run_job(executor, job)
+
+
+def render_run(record: dict[str, Any], stdout: str) -> str:
+    rows = [("run", record["runId"]), ("program", record["program"]),
+            ("trigger", record["triggerId"]), ("status", record["status"]),
+            ("reason", record["reason"]), ("duration", f"{record['durationMs']:g} ms"),
+            ("result", json.dumps(record["result"]))]  # fmt: skip
+    out = [table([r for r in rows if r[1] != ""])]
+    for name, text in (("error", record["error"]), ("stderr", record["stderrTail"]),
+                       ("stdout", stdout)):  # fmt: skip
+        if text:
+            out.append(f"{name}:\n" + "\n".join("  " + line for line in text.rstrip().splitlines()))
+    return "\n".join(out)
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    """Rows as aligned columns."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)  # fmt: skip
