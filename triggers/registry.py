@@ -21,7 +21,7 @@ subscriptions from the `Diff`.
 - A full `reconcile` takes every record in the space, each id once (the
   space's key), and trusts the space's `(rev, updatedAt)` pair as the identity
   of a write: the same pair is the same record and costs one comparison.
-  Records without a `rev` are compared by value.
+  Records without a `rev` or an `updatedAt` are compared by value.
 - `apply` returns a new `Registry` (a dict copy, about a millisecond per
   100,000 entries); batch feed changes through `reconcile_changes` to apply once.
 """
@@ -136,7 +136,8 @@ def arm(record: Trigger) -> Armed:
 
 def same_version(prev: Trigger, record: Trigger) -> bool:
     """The same write of the record: the space bumps `rev` and `updatedAt` on every write."""
-    return record.rev > 0 and prev.rev == record.rev and prev.updated_at == record.updated_at
+    stamped = record.rev > 0 and record.updated_at is not None
+    return stamped and prev.rev == record.rev and prev.updated_at == record.updated_at
 
 
 def change(old: Armed, record: Trigger) -> Change:
@@ -229,7 +230,8 @@ def _kept(old: Armed, record: Loaded, active: bool) -> bool:
         return False  # a Salvaged record, another kind, or a floating one while standby
     if prev is record:
         return True
-    return bool(record.rev) and prev.rev == record.rev and prev.updated_at == record.updated_at
+    at = record.updated_at
+    return at is not None and prev.updated_at == at and record.rev > 0 and prev.rev == record.rev
 
 
 def reconcile(registry: Registry, records: Iterable[Loaded], me: PeerId, active: bool) -> Diff:

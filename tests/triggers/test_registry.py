@@ -234,6 +234,7 @@ def test_same_rev_and_updated_at_is_the_same_write():
     ("armed", "new", "refresh"),
     [
         ({"rev": 0, "updatedAt": None}, {"rev": 0, "updatedAt": None}, []),  # a space without revs
+        ({"updatedAt": None}, {"updatedAt": None}, []),  # nor times
         ({}, {"updatedAt": "2026-11-02T00:00:00+00:00"}, ["trg_c"]),  # re-created at the same rev
     ],
 )
