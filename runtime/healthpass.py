@@ -1,0 +1,191 @@
+"""The health pass: stamps every record this device answers for with why it cannot run.
+
+Owns the loop around `triggers.health` (SPEC "Reconcile, registry, health
+pass"): once per pass it builds one `HealthInputs` (programs published in the
+space plus the runtime's own `internal:` refs, the active peer and the live
+devices from the Elector, the missing chats from the subscriptions, fired
+`once` instants, open breakers and last run statuses from the records' own
+stamps), asks `health.due` which stamps change, and writes only those through
+`trigger_status`. A stamp already sent for a record at the same `rev` is not
+sent again, so a feed that lags behind costs nothing. Passes run every
+`interval` seconds and soon after `kick()`.
+
+Must not judge a record itself (that is `triggers.health`), and must not die
+of a record or the space: a pass that cannot learn the programs stamps
+nothing; one record's failed write is logged and the pass goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from programs import breaker, rollup
+from runtime.client import ApiError, SpaceClient
+from runtime.clock import Clock
+from runtime.election import Elector
+from triggers import health
+from triggers.records import Loaded, PeerId, Salvaged, TriggerId
+
+log = logging.getLogger(__name__)
+
+INTERNAL_PROGRAMS = frozenset({"internal:chat-watch"})
+MAX_SLEEP = 30.0
+RETRY_S = 5.0
+
+Records = Callable[[], Mapping[TriggerId, Loaded]]
+FiredOnce = Callable[[], frozenset[tuple[TriggerId, datetime]]]
+
+
+class HealthPass:
+    """Periodic, kickable health stamping for one device in one space."""
+
+    def __init__(
+        self,
+        client: SpaceClient,
+        space: str,
+        peer: str,
+        *,
+        clock: Clock,
+        records: Records,
+        elector: Elector,
+        missing_chats: Callable[[], frozenset[str]],
+        fired_once: FiredOnce | None = None,
+        interval: float = 30.0,
+        internal_programs: frozenset[str] = INTERNAL_PROGRAMS,
+    ) -> None:
+        self._client, self._space, self._peer = client, space, PeerId(peer)
+        self._clock, self._records, self._elector = clock, records, elector
+        self._missing, self._fired_once = missing_chats, fired_once
+        self._interval, self._internal = interval, internal_programs
+        self._sent: dict[TriggerId, tuple[int, health.Stamp]] = {}
+        self._wake = asyncio.Event()
+        self.passes = 0
+        self.stamped = 0
+        self._last_pass: datetime | None = None
+        self._error: str | None = None
+
+    def kick(self) -> None:
+        """Run a pass soon (records, programs, chats or the election changed)."""
+        self._wake.set()
+
+    def status(self) -> dict[str, Any]:
+        last = self._last_pass.isoformat() if self._last_pass else None
+        return {"passes": self.passes, "stamped": self.stamped, "lastPassAt": last,
+                "lastError": self._error}  # fmt: skip
+
+    async def run(self) -> None:
+        """A pass now, then one every `interval` or on `kick()`, until cancelled."""
+        while True:
+            wait = self._interval
+            try:
+                await self.run_pass()
+                self._error = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                wait = min(self._interval, RETRY_S)
+                self._failed(exc)
+            await self._nap(wait)
+
+    async def run_pass(self) -> int:
+        """One pass; how many stamps it wrote."""
+        current = self._records()
+        inputs = await self.inputs(current.values())
+        written = 0
+        for stamp in health.due(current.values(), self._peer, inputs):
+            written += await self._write(stamp, _rev(current.get(stamp.id)))
+        self.passes += 1
+        self.stamped += written
+        self._last_pass = inputs.now
+        return written
+
+    async def inputs(self, records: Iterable[Loaded]) -> health.HealthInputs:
+        """What this pass knows about `records`, gathered once."""
+        return health.HealthInputs(
+            now=self._clock.wall(),
+            programs=await self._programs(),
+            active_peer=_peer_or_none(self._elector.active),
+            live=frozenset(PeerId(p) for p in self._elector.live),
+            missing_chats=self._missing(),
+            fired_once=self._fired_once() if self._fired_once else frozenset(),
+            breaker_until=_open_breakers(records),
+            last_run_status=_last_statuses(records),
+        )
+
+    async def _programs(self) -> frozenset[str]:
+        listing = await self._client.programs(self._space)
+        return frozenset(p["ref"] for p in listing["programs"]) | self._internal
+
+    async def _write(self, stamp: health.Stamp, rev: int) -> int:
+        if self._sent.get(stamp.id) == (rev, stamp):
+            return 0  # sent for this very version already; the feed has not caught up
+        body = {"lastStatus": stamp.status, "lastStatusDetail": stamp.detail}
+        try:
+            await self._client.trigger_status(self._space, stamp.id, body)
+        except ApiError as exc:
+            if exc.status != 404:  # a record deleted meanwhile is nothing to report
+                log.warning("health %s: could not stamp %s: %s", stamp.id, stamp.status, exc)
+            return 0
+        self._sent[stamp.id] = (rev, stamp)
+        log.info("health %s: %s %s", stamp.id, stamp.status or "cleared", stamp.detail)
+        return 1
+
+    def _failed(self, exc: Exception) -> None:
+        message = f"{type(exc).__name__}: {exc}"
+        if message != self._error:
+            log.warning("health pass: %s (retrying)", message)
+        self._error = message
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep `seconds` (at most 30 at once) or until `kick()`."""
+        deadline = self._clock.monotonic() + seconds
+        while not self._wake.is_set():
+            left = deadline - self._clock.monotonic()
+            if left <= 0:
+                return
+            sleeper = asyncio.ensure_future(self._clock.sleep(min(MAX_SLEEP, left)))
+            waker = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeper.cancel()
+                waker.cancel()
+                await asyncio.gather(sleeper, waker, return_exceptions=True)
+        self._wake.clear()
+
+
+def _peer_or_none(peer: str | None) -> PeerId | None:
+    return PeerId(peer) if peer else None
+
+
+def _rev(record: Loaded | None) -> int:
+    if record is None:
+        return 0
+    rev = record.raw.get("rev") if isinstance(record, Salvaged) else record.rev
+    return rev if isinstance(rev, int) else 0
+
+
+def _open_breakers(records: Iterable[Loaded]) -> dict[TriggerId, datetime]:
+    found = {}
+    for record in records:
+        if isinstance(record, Salvaged) or not record.breaker:
+            continue
+        until = breaker.until(breaker.from_dict(record.breaker))
+        if until is not None:
+            found[record.id] = until
+    return found
+
+
+def _last_statuses(records: Iterable[Loaded]) -> dict[TriggerId, str]:
+    found = {}
+    for record in records:
+        if isinstance(record, Salvaged) or not record.rollup:
+            continue
+        last = rollup.from_dict(record.rollup).last_status
+        if last:
+            found[record.id] = last
+    return found
