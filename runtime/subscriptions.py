@@ -1,0 +1,398 @@
+"""One SSE subscription per distinct chat, turning each new message into event fires.
+
+Owns which chats this device follows (SPEC "When triggers fire" → event). From the
+registry `Diff` it keeps ONE `Subscription` per distinct chat across the armed event
+triggers on `chat_messages`: opened with the chat's first trigger, closed with its
+last; an `update` or `rearm` on the same chat keeps the subscription and swaps the
+record. Each `message` fires every armed trigger of its chat once through the
+`Dispatcher`: key `messageId`, due at `createdAt`, `event = {space, objectId,
+messageId, text, agent?}`. An agent's message fires only triggers of the reserved
+program `internal:chat-watch` (chat-watch filters nudges itself).
+
+Live-only: a fresh subscription has no `last_id`, so the server's `hello` is where it
+starts; resuming after brief drops is the `Subscription`'s job; `slept()` drops every
+cursor and subscribes afresh. On takeover (`apply(diff, bridge_from=…)`) the newly
+armed triggers first get the chat's messages accepted since `bridge_from` up to where
+the stream stands (read from the history pages), then the live ones; the fire claims
+dedupe what the previous holder already ran.
+
+One chat's failure is its own: a 404 puts it in `missing` (health: `source_not_found`),
+another refusal marks it `failed`; both are re-probed every `reprobe_s`. A malformed
+message or a failing dispatcher is logged and skipped. Must not claim, run or record
+fires, merge `args` (the firing pipeline does), nor read time other than through the
+Clock (the client's stream backoff uses the client's Clock: pass the same one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Coroutine
+from datetime import datetime
+from functools import partial
+from typing import Annotated, Any
+
+import msgspec
+
+from programs.routes import ApiError
+from runtime.client import SpaceClient
+from runtime.clock import Clock
+from runtime.dispatch import Dispatcher, FireRequest
+from runtime.sse import SseEvent
+from runtime.subscribe import (
+    DEFAULT_BACKOFF,
+    Backoff,
+    ConnectionState,
+    Permanent,
+    Subscription,
+    SubscriptionStatus,
+)
+from triggers.records import CHAT_DATASET, EventTrigger, Trigger, TriggerId
+from triggers.registry import Diff
+from triggers.schedule import fire_key_event
+
+log = logging.getLogger(__name__)
+
+CHAT_WATCH_PROGRAM = "internal:chat-watch"
+MAX_SLEEP = 30.0  # the daemon never sleeps longer at once
+HISTORY_PAGE = 500
+GALLOP_FIRST = 64  # how far back the bridge first looks for its start, in seqs
+
+
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """The fields of a chat message a fire needs; others are ignored."""
+
+    message_id: Annotated[str, msgspec.Meta(min_length=1)]
+    seq: int
+    text: str
+    created_at: Annotated[datetime, msgspec.Meta(tz=True)]
+    agent: dict[str, Any] | None = None
+
+    def event(self, space: str, object_id: str) -> dict[str, Any]:
+        body = {"space": space, "objectId": object_id, "messageId": self.message_id}
+        body["text"] = self.text
+        if self.agent is not None:
+            body["agent"] = self.agent
+        return body
+
+
+_message = msgspec.json.Decoder(ChatMessage)
+
+
+class _Bridge(msgspec.Struct, frozen=True, kw_only=True):
+    ids: frozenset[TriggerId]
+    since: datetime
+
+
+class _Chat:
+    """One followed chat: its armed triggers, its stream, where its fires stand."""
+
+    def __init__(self, object_id: str, triggers: dict[TriggerId, EventTrigger]) -> None:
+        self.object_id = object_id
+        self.triggers = triggers
+        self.sub: Subscription | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.lock = asyncio.Lock()  # one message or bridge at a time, in seq order
+        self.last_seq: int | None = None  # the last seq whose fire targets were chosen
+        self.pending: list[_Bridge] = []  # bridges waiting for the stream's `hello`
+        self.refusal: Permanent | None = None
+        self.error = ""
+        self.gaps = 0
+
+    @property
+    def state(self) -> str:
+        if self.refusal is not None:
+            return "missing" if self.refusal.status == 404 else "failed"
+        return self.sub.status.state.value if self.sub is not None else "starting"
+
+    def status(self) -> dict[str, Any]:
+        sub = self.sub.status if self.sub is not None else None
+        return {
+            "chat": self.object_id,
+            "state": self.state,
+            "triggers": sorted(self.triggers),
+            "lastId": self.last_seq,
+            "error": self.error or (sub.last_error if sub else ""),
+            "connections": sub.connections if sub else 0,
+            "gaps": self.gaps,
+        }
+
+
+def chat_of(record: Trigger) -> str | None:
+    """The chat an armed record follows, or None when it is not a chat event trigger."""
+    if isinstance(record, EventTrigger) and record.spec.dataset == CHAT_DATASET:
+        return record.spec.object_id or None
+    return None
+
+
+def wants(trigger: Trigger, message: ChatMessage) -> bool:
+    """People's messages fire every trigger; the agent's only chat-watch."""
+    return message.agent is None or trigger.program == CHAT_WATCH_PROGRAM
+
+
+class Subscriptions:
+    """The event side of the daemon: `apply` diffs, `run` until cancelled, `close`."""
+
+    def __init__(
+        self,
+        client: SpaceClient,
+        space: str,
+        dispatcher: Dispatcher,
+        *,
+        clock: Clock,
+        reprobe_s: float = 60.0,
+        read_timeout: float = 45.0,
+        backoff: Backoff = DEFAULT_BACKOFF,
+    ) -> None:
+        self._client = client
+        self._space = space
+        self._dispatcher = dispatcher
+        self._clock = clock
+        self._reprobe_s = reprobe_s
+        self._stream_options = {"read_timeout": read_timeout, "backoff": backoff}
+        self._chats: dict[str, _Chat] = {}
+        self._where: dict[TriggerId, str] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    # -- what the daemon calls
+
+    def apply(self, diff: Diff, bridge_from: datetime | None = None) -> None:
+        """Follow the chats of the armed event triggers; bridge new ones from `bridge_from`."""
+        for tid in diff.remove:
+            self._detach(tid)
+        bridging: dict[str, set[TriggerId]] = {}
+        for armed in (*diff.add, *diff.rearm, *diff.update):
+            if self._place(armed.record):
+                bridging.setdefault(self._where[armed.record.id], set()).add(armed.record.id)
+        for object_id in [o for o, c in self._chats.items() if not c.triggers]:
+            self._close_chat(self._chats.pop(object_id))
+        if bridge_from is None:
+            return
+        for object_id, ids in bridging.items():
+            self._bridge_later(self._chats[object_id], frozenset(ids), bridge_from)
+
+    def slept(self) -> None:
+        """The machine slept: forget every cursor and pending bridge, subscribe afresh."""
+        for object_id, old in list(self._chats.items()):
+            self._close_chat(old)
+            self._chats[object_id] = self._open(object_id, old.triggers)
+        log.info("slept: %d chat subscriptions restarted without cursors", len(self._chats))
+
+    @property
+    def missing(self) -> frozenset[str]:
+        return frozenset(o for o, c in self._chats.items() if c.state == "missing")
+
+    def status(self) -> list[dict[str, Any]]:
+        return [self._chats[o].status() for o in sorted(self._chats)]
+
+    async def run(self) -> None:
+        """Wait until cancelled (the chats' tasks do the work), then close."""
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Stop every subscription and wait for their tasks to end."""
+        for chat in self._chats.values():
+            self._close_chat(chat)
+        self._chats.clear()
+        self._where.clear()
+        while self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    # -- which chat each trigger follows
+
+    def _place(self, record: Trigger) -> bool:
+        """Arm `record` on its chat; True when it is new there."""
+        object_id = chat_of(record)
+        if self._where.get(record.id) not in (None, object_id):
+            self._detach(record.id)
+        if object_id is None:
+            return False
+        chat = self._chats.get(object_id)
+        if chat is None:
+            chat = self._chats[object_id] = self._open(object_id, {})
+        new = record.id not in chat.triggers
+        chat.triggers[record.id] = record  # type: ignore[assignment]
+        self._where[record.id] = object_id
+        return new
+
+    def _detach(self, tid: TriggerId) -> None:
+        object_id = self._where.pop(tid, None)
+        if object_id is not None and object_id in self._chats:
+            self._chats[object_id].triggers.pop(tid, None)
+
+    def _open(self, object_id: str, triggers: dict[TriggerId, EventTrigger]) -> _Chat:
+        chat = _Chat(object_id, triggers)
+        self._spawn(chat, self._follow(chat))
+        log.info("chat %s: subscribing for %s", object_id, ", ".join(sorted(triggers)) or "-")
+        return chat
+
+    def _close_chat(self, chat: _Chat) -> None:
+        for task in chat.tasks:
+            task.cancel()
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        chat.tasks.clear()
+        log.info("chat %s: subscription closed", chat.object_id)
+
+    def _spawn(self, chat: _Chat, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work, name=f"chat {chat.object_id}")
+        chat.tasks.add(task)
+        task.add_done_callback(chat.tasks.discard)
+
+    # -- one chat's stream
+
+    async def _follow(self, chat: _Chat) -> None:
+        """Subscribe; when refused for good, say so and re-probe every `reprobe_s`."""
+        while True:
+            chat.last_seq = None  # a new subscription starts live-only
+            chat.sub = self._client.chat_stream(
+                self._space,
+                chat.object_id,
+                on_status=partial(self._on_status, chat),
+                **self._stream_options,
+            )
+            try:
+                await chat.sub.run(partial(self._on_event, chat))
+            except Permanent as exc:
+                self._refused(chat, exc)
+            except Exception as exc:  # a defect of ours: log it, keep the chat alive
+                log.exception("chat %s: subscription failed", chat.object_id)
+                chat.error = f"{type(exc).__name__}: {exc}"
+            await self._sleep(self._reprobe_s)
+
+    def _refused(self, chat: _Chat, exc: Permanent) -> None:
+        if chat.refusal is None or chat.refusal.status != exc.status:
+            every = self._reprobe_s
+            log.warning("chat %s: refused (%s); re-probing every %gs", chat.object_id, exc, every)
+        chat.refusal, chat.error, chat.last_seq = exc, str(exc), None
+
+    def _on_status(self, chat: _Chat, status: SubscriptionStatus) -> None:
+        if status.state is ConnectionState.LIVE and status.connections == 1:
+            log.info("chat %s: live", chat.object_id)
+        elif status.state is ConnectionState.BACKOFF and status.attempt == 1:
+            log.warning("chat %s: stream dropped (%s); resuming", chat.object_id, status.last_error)
+
+    async def _sleep(self, seconds: float) -> None:
+        end = self._clock.monotonic() + seconds
+        while (left := end - self._clock.monotonic()) > 0:
+            await self._clock.sleep(min(left, MAX_SLEEP))
+
+    async def _on_event(self, chat: _Chat, event: SseEvent) -> None:
+        """Never raises: a bad event is logged and skipped, the stream goes on."""
+        try:
+            if event.event == "hello":
+                await self._hello(chat, event)
+            elif event.event == "message":
+                await self._message(chat, event)
+            elif event.event == "gap":
+                self._gap(chat, event)
+        except Exception:
+            log.exception("chat %s: event %s id %s skipped", chat.object_id, event.event, event.id)
+
+    async def _hello(self, chat: _Chat, event: SseEvent) -> None:
+        if chat.refusal is not None:
+            log.info("chat %s: found again", chat.object_id)
+        chat.refusal, chat.error = None, ""
+        start = event.seq if event.seq is not None else (chat.sub and chat.sub.last_id)
+        async with chat.lock:
+            chat.last_seq = start
+            pending, chat.pending = chat.pending, []
+            for bridge in pending:
+                await self._bridge(chat, bridge, start or 0)
+
+    async def _message(self, chat: _Chat, event: SseEvent) -> None:
+        async with chat.lock:
+            targets = list(chat.triggers.values())  # chosen with the seq, no await between
+            chat.last_seq = event.seq if event.seq is not None else chat.last_seq
+            try:
+                message = _message.decode(event.data)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                log.warning("chat %s: message id %s skipped: %s", chat.object_id, event.id, exc)
+                return
+            for trigger in targets:
+                await self._fire(chat, trigger, message)
+
+    def _gap(self, chat: _Chat, event: SseEvent) -> None:
+        chat.gaps += 1
+        chat.last_seq = event.seq if event.seq is not None else chat.last_seq
+        log.warning("chat %s: gap, these never fire: %s", chat.object_id, event.data)
+
+    async def _fire(self, chat: _Chat, trigger: Trigger, message: ChatMessage) -> None:
+        if not wants(trigger, message):
+            return
+        request = FireRequest(
+            trigger=trigger,
+            key=fire_key_event(message.message_id),
+            due_at=message.created_at,
+            event=message.event(self._space, chat.object_id),
+        )
+        try:
+            await self._dispatcher.fire(request)
+        except Exception:
+            log.exception("fire %s@%s: the dispatcher failed", trigger.id, request.key)
+
+    # -- takeover: the messages since `bridge_from`, from the history pages
+
+    def _bridge_later(self, chat: _Chat, ids: frozenset[TriggerId], since: datetime) -> None:
+        """Bridge up to where the stream stands now, or up to its `hello` if not yet there."""
+        bridge = _Bridge(ids=ids, since=since)
+        if chat.last_seq is None:
+            chat.pending.append(bridge)
+        else:
+            self._spawn(chat, self._bridge_locked(chat, bridge, chat.last_seq))
+
+    async def _bridge_locked(self, chat: _Chat, bridge: _Bridge, upto: int) -> None:
+        async with chat.lock:
+            await self._bridge(chat, bridge, upto)
+
+    async def _bridge(self, chat: _Chat, bridge: _Bridge, upto: int) -> None:
+        """Fire messages `seq <= upto` created at or after `since`, to the bridged triggers."""
+        fired = 0
+        try:
+            after = await self._bridge_start(chat.object_id, bridge.since, upto)
+            async for message in self._history(chat.object_id, after, upto):
+                if message.created_at >= bridge.since:
+                    fired += 1
+                    for tid in sorted(bridge.ids & chat.triggers.keys()):
+                        await self._fire(chat, chat.triggers[tid], message)
+        except ApiError as exc:
+            log.warning("chat %s: bridge from %s failed: %s", chat.object_id, bridge.since, exc)
+        log.info("chat %s: bridged %d messages since %s", chat.object_id, fired, bridge.since)
+
+    async def _bridge_start(self, object_id: str, since: datetime, upto: int) -> int:
+        """A seq before the first message created at or after `since`: look back, widening."""
+        step = GALLOP_FIRST
+        while (after := max(0, upto - step)) > 0:
+            page = await self._client.chat_messages(self._space, object_id, after=after, limit=1)
+            first = _decode_all(page.get("messages", [])[:1], object_id)
+            if not first or first[0].created_at < since:
+                return after
+            step *= 4
+        return 0
+
+    async def _history(self, object_id: str, after: int, upto: int) -> AsyncIterator[ChatMessage]:
+        """The chat's messages in `(after, upto]`, oldest first, malformed ones skipped."""
+        while after < upto:
+            page = await self._client.chat_messages(
+                self._space, object_id, after=after, limit=HISTORY_PAGE
+            )
+            for message in _decode_all(page.get("messages", []), object_id):
+                if message.seq <= upto:
+                    yield message
+            nxt = page.get("next", after)
+            if not page.get("more") or not isinstance(nxt, int) or nxt <= after:
+                return
+            after = nxt
+
+
+def _decode_all(raws: list[Any], object_id: str) -> list[ChatMessage]:
+    out = []
+    for raw in raws:
+        try:
+            out.append(msgspec.convert(raw, ChatMessage))
+        except msgspec.ValidationError as exc:
+            log.warning("chat %s: history message skipped: %s", object_id, exc)
+    return out
