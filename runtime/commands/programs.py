@@ -160,6 +160,7 @@ def parse_positive(flag: str, text: str, kind: type[N]) -> N:
 
 async def publish(client: SpaceClient, where: Target, ref: ProgramRef, source: str,
                   as_json: bool) -> int:  # fmt: skip
+    before = await published(client, where, ref)
     try:
         answer = await client.program_put(where.space, str(ref), {"source": source})
     except ApiError as exc:
@@ -169,10 +170,21 @@ async def publish(client: SpaceClient, where: Target, ref: ProgramRef, source: s
               f"(e.g. {ref.name}@v{(ref.version or 0) + 1})", file=sys.stderr)  # fmt: skip
         return 1
     if as_json:
-        print(json.dumps(answer))
+        print(json.dumps({**answer, "unchanged": before is not None}))
+    elif before is not None:
+        print(f"{ref} is already published with this source: nothing to do")
     else:
         print(f"published {ref} (sha256 {answer['sha256'][:12]}, space {where.space})")
     return 0
+
+
+async def published(client: SpaceClient, where: Target, ref: ProgramRef) -> dict[str, Any] | None:
+    try:
+        return await client.program_get(where.space, str(ref))
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
 
 
 async def list_programs(client: SpaceClient, where: Target, as_json: bool) -> int:

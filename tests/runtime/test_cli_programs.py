@@ -88,7 +88,8 @@ async def test_publish_then_again_is_a_no_op_and_other_source_is_refused(
     code, out, _ = await cli("programs", "publish", str(triage), "--as", "triage@v1")
     assert code == 0 and out.startswith("published triage@v1 (sha256 ")
     code, again, _ = await cli("programs", "publish", str(triage), "--as", "triage@v1")
-    assert (code, again) == (0, out)
+    assert (code, again) == (0, "triage@v1 is already published with this source: nothing to do\n")
+    assert (await cli.json("programs", "publish", str(triage), "--as", "triage@v1"))["unchanged"]
     other = tmp_path / "other.py"
     other.write_text("def main(args):\n    return {'ok': True}\n")
     code, _, err = await cli("programs", "publish", str(other), "--as", "triage@v1")
