@@ -1,0 +1,296 @@
+"""The reconcile loop: the space's trigger records, kept in memory and diffed into the registry.
+
+Owns `records` (every record of the space, undecodable ones too, for health and
+status) and `registry` (the ones this device arms), kept current by (SPEC
+"Reconcile, registry, health pass"):
+
+1. a full sync at start: `triggers` → `load` each → `registry.reconcile`;
+2. the change feed stream from the sync's `seq` (`changes_stream`, resumed by
+   the Subscription with `Last-Event-ID`); a `gap`, or a `hello` whose cursor
+   is past ours, is filled from the `changes?since=` pages, and a change at or
+   before the last applied `seq` is ignored, so nothing is lost or applied twice;
+3. a slow full resync (`resync_s`) as a safety net, and `resync()` on demand
+   (election flip), which re-sorts the records in memory at once, then fetches.
+
+Each non-empty diff goes to `on_diff` (stamp-only writes make none). Skipped
+records are logged once per version. Never dies of a record, a callback or the
+network: it logs one line, backs off through the Clock and goes on. Must not
+write records or decide when anything fires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from runtime.client import SpaceClient
+from runtime.clock import Clock
+from runtime.sse import SseEvent
+from runtime.subscribe import Subscription
+from triggers import registry as reg
+from triggers.records import Loaded, PeerId, Salvaged, TriggerId, load
+
+log = logging.getLogger(__name__)
+
+MAX_SLEEP = 30.0
+RETRY_MIN, RETRY_MAX = 1.0, 30.0
+_NOT_USER = frozenset(
+    {"rev", "createdAt", "updatedAt", "undecodable", "decodeError", "lastStatus",
+     "lastStatusDetail", "lastRunAt", "nextFireAt", "breaker", "rollup"}
+)  # fmt: skip
+_fingerprint = msgspec.json.Encoder(order="sorted")
+
+
+class Reconciler:
+    """Keeps `records` and `registry` equal to the space; `await run()` until cancelled."""
+
+    def __init__(
+        self,
+        client: SpaceClient,
+        space: str,
+        peer: str,
+        *,
+        clock: Clock,
+        is_active: Callable[[], bool],
+        on_diff: Callable[[reg.Diff], None],
+        resync_s: float = 300.0,
+        stream_options: dict[str, Any] | None = None,
+    ) -> None:
+        self._client, self._space, self._peer = client, space, PeerId(peer)
+        self._clock = clock
+        self._is_active = is_active
+        self._on_diff = on_diff
+        self._resync_s = resync_s
+        self._stream_options = stream_options or {}
+        self.records: dict[TriggerId, Loaded] = {}
+        self.registry = reg.Registry()
+        self.ready = asyncio.Event()
+        self.seq = 0  # the last change reflected in `records`
+        self._warned: dict[TriggerId, bytes] = {}
+        self._sync_lock = asyncio.Lock()
+        self._resync_now = asyncio.Event()
+        self._failures = 0
+        self._error = ""
+        self._synced_at: datetime | None = None
+        self._sub: Subscription | None = None
+
+    # --- the loop ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """First sync (retried until it succeeds), then the feed and the slow resync."""
+        while not await self._sync_safely():
+            await self._clock.sleep(self._retry_delay())
+        self.ready.set()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._follow())
+            group.create_task(self._resync_loop())
+
+    async def resync(self) -> reg.Diff:
+        """Re-sort responsibility now (e.g. the lease moved), then a full sync; never raises."""
+        local = self._reconcile(list(self.records.values())) if self.ready.is_set() else reg.Diff()
+        try:
+            fetched = await self.sync()
+        except Exception as exc:
+            self._failed("resync", exc)
+            self._resync_now.set()
+            return local
+        return _merge(local, fetched)
+
+    async def sync(self) -> reg.Diff:
+        """One full sync from the space: listing, folded with changes past its `seq`."""
+        async with self._sync_lock:
+            listing = await self._client.triggers(self._space)
+            loaded = {r.id: r for r in map(load, listing["triggers"])}
+            seq = int(listing.get("seq") or 0)
+            if seq < self.seq:  # feed changes already applied are newer than the listing
+                seq = await self._fold_pages(loaded, seq)
+            self.seq = max(self.seq, seq)
+            diff = self._reconcile(list(loaded.values()))
+            self._synced_at = self._clock.wall()
+            return diff
+
+    async def _sync_safely(self) -> bool:
+        try:
+            await self.sync()
+        except Exception as exc:  # ApiError, or a body that is not what the API promises
+            self._failed("full sync", exc)
+            return False
+        self._failures, self._error = 0, ""
+        return True
+
+    async def _resync_loop(self) -> None:
+        while True:
+            await self._wait_resync()
+            self._resync_now.clear()
+            if not await self._sync_safely():
+                await self._clock.sleep(self._retry_delay())
+                self._resync_now.set()  # try again after the backoff
+
+    async def _wait_resync(self) -> None:
+        start = self._clock.monotonic()
+        while not self._resync_now.is_set():
+            left = self._resync_s - (self._clock.monotonic() - start)
+            if left <= 0:
+                return
+            await _sleep_or(self._clock, min(MAX_SLEEP, left), self._resync_now)
+
+    def request_resync(self) -> None:
+        """Ask for a full sync soon (returns at once)."""
+        self._resync_now.set()
+
+    # --- the change feed -----------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        while True:
+            self._sub = self._client.changes_stream(
+                self._space, last_id=self.seq, **self._stream_options
+            )
+            try:
+                await self._sub.run(self._on_event)
+            except Exception as exc:  # Permanent (401, 404 …): retry slowly, resync meanwhile
+                self._failed("change feed", exc)
+            self._resync_now.set()
+            await self._clock.sleep(RETRY_MAX)
+
+    async def _on_event(self, event: SseEvent) -> None:
+        try:
+            if event.event == "change":
+                self._apply_changes([event.json()])
+            elif event.event == "gap" or (event.event == "hello" and _cursor(event) > self.seq):
+                await self._fill_gap()
+        except Exception as exc:  # a bad event must not end the stream
+            log.warning("change feed: event %s not applied: %r", event.seq, exc)
+            self._resync_now.set()
+
+    async def _fill_gap(self) -> None:
+        async with self._sync_lock:
+            more = True
+            while more:
+                page = await self._client.changes(self._space, since=self.seq)
+                self._apply_changes(page["changes"])
+                more = bool(page.get("more") and page["changes"])
+
+    def _apply_changes(self, changes: Iterable[dict[str, Any]]) -> None:
+        fresh = [c for c in changes if int(c["seq"]) > self.seq]
+        if not fresh:
+            return
+        items = [_item(c) for c in fresh]
+        self.seq = int(fresh[-1]["seq"])
+        for item in items:
+            if isinstance(item, reg.Deleted):
+                self.records.pop(item.id, None)
+                self._warned.pop(item.id, None)
+            else:
+                self.records[item.id] = item
+        active = self._is_active()
+        diff = reg.reconcile_changes(self.registry, items, self._peer, active)
+        self._publish(diff)
+
+    async def _fold_pages(self, loaded: dict[TriggerId, Loaded], since: int) -> int:
+        """Bring a listing taken at `since` forward with the feed pages after it."""
+        while True:
+            page = await self._client.changes(self._space, since=since)
+            for change in page["changes"]:
+                item = _item(change)
+                if isinstance(item, reg.Deleted):
+                    loaded.pop(item.id, None)
+                else:
+                    loaded[item.id] = item
+                since = int(change["seq"])
+            if not (page.get("more") and page["changes"]):
+                return since
+
+    # --- applying ------------------------------------------------------------------------
+
+    def _reconcile(self, records: list[Loaded]) -> reg.Diff:
+        self.records = {r.id: r for r in records}
+        self._warned = {k: v for k, v in self._warned.items() if k in self.records}
+        diff = reg.reconcile(self.registry, records, self._peer, self._is_active())
+        self._publish(diff)
+        return diff
+
+    def _publish(self, diff: reg.Diff) -> None:
+        for skip in diff.skipped:
+            self._warn_once(skip)
+        if diff.empty:
+            return
+        self.registry = reg.apply(self.registry, diff)
+        log.info("reconcile: %s", diff.summary)
+        try:
+            self._on_diff(diff)
+        except Exception:
+            log.exception("reconcile: applying the diff failed (%s)", diff.summary)
+
+    def _warn_once(self, skip: reg.Skipped) -> None:
+        record = self.records.get(skip.id)
+        raw = record.raw if isinstance(record, Salvaged) else {}
+        mark = _fingerprint.encode({k: v for k, v in raw.items() if k not in _NOT_USER})
+        if self._warned.get(skip.id) != mark:
+            self._warned[skip.id] = mark
+            log.warning(skip.warning)
+
+    # --- failures and status -------------------------------------------------------------
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        self._failures += 1
+        self._error = f"{what}: {exc}"
+        log.warning("reconcile: %s failed (attempt %d): %s", what, self._failures, exc)
+
+    def _retry_delay(self) -> float:
+        return min(RETRY_MAX, RETRY_MIN * 2 ** max(0, self._failures - 1))
+
+    def status(self) -> dict[str, Any]:
+        stream = self._sub.status if self._sub is not None else None
+        return {
+            "ready": self.ready.is_set(),
+            "records": len(self.records),
+            "armed": len(self.registry),
+            "undecodable": sum(isinstance(r, Salvaged) for r in self.records.values()),
+            "seq": self.seq,
+            "syncedAt": self._synced_at.isoformat() if self._synced_at else None,
+            "feed": stream.state.value if stream is not None else None,
+            "error": self._error,
+        }
+
+
+def _item(change: dict[str, Any]) -> Loaded | reg.Deleted:
+    """One feed entry as the registry takes it."""
+    tid = TriggerId(change["triggerId"])
+    record = change.get("record")
+    if change.get("op") == "delete" or record is None:
+        return reg.Deleted(id=tid)
+    loaded = load(record)
+    if isinstance(loaded, Salvaged) and loaded.id != tid:
+        loaded = msgspec.structs.replace(loaded, id=tid)
+    return loaded
+
+
+def _cursor(event: SseEvent) -> int:
+    try:
+        cursor = event.json().get("cursor")
+    except (ValueError, AttributeError):
+        return 0
+    return cursor if isinstance(cursor, int) else 0
+
+
+def _merge(first: reg.Diff, second: reg.Diff) -> reg.Diff:
+    """Both diffs as one summary (each was already published on its own)."""
+    fields = first.__struct_fields__
+    return reg.Diff(**{f: getattr(first, f) + getattr(second, f) for f in fields})
+
+
+async def _sleep_or(clock: Clock, seconds: float, event: asyncio.Event) -> None:
+    """Sleep on the clock until `seconds` pass or `event` is set."""
+    sleep = asyncio.ensure_future(clock.sleep(seconds))
+    woken = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({sleep, woken}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (sleep, woken):
+            task.cancel()
+        await asyncio.gather(sleep, woken, return_exceptions=True)

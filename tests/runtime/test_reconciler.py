@@ -1,0 +1,282 @@
+"""The reconcile loop against a real space server on 127.0.0.1 (SQLite in tmp_path).
+
+Full sync, the change feed (create, patch, delete, stamps), responsibility flips,
+skipped records, a server restart on the same file and the slow resync.
+"""
+
+import asyncio
+import json
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.client import SpaceClient
+from runtime.clock import Clock, FakeClock, SystemClock
+from runtime.reconciler import Reconciler
+from runtime.space import trigger_store
+from runtime.space.app import create_app, default_admin_token_file
+from runtime.space.db import open_db
+from runtime.subscribe import Backoff
+from triggers.records import CronTrigger, Salvaged
+from triggers.registry import Diff
+
+SPACE = "home"
+ME, OTHER = "laptop", "box"
+CRON = {"name": "tick", "kind": "cron", "spec": {"expr": "*/5 * * * *"}, "program": "tick@v1"}
+FAST = {"backoff": Backoff(base=0.05, cap=0.2), "read_timeout": 10.0}
+
+
+@dataclass
+class Space:
+    db: Path
+    url: str
+    port: int
+    admin: SpaceClient
+    device_token: str
+    server: Any
+
+    async def restart(self, aiohttp_server: Any, while_down: Callable[[Path], None]) -> None:
+        """Stop the server, run `while_down` on its file, start it again on the same port."""
+        await self.server.close()
+        while_down(self.db)
+        self.server = await aiohttp_server(create_app(self.db), port=self.port)
+
+
+@dataclass
+class Run:
+    """A running Reconciler and the diffs it published."""
+
+    reconciler: Reconciler
+    diffs: list[Diff] = field(default_factory=list)
+    active: bool = False
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    def on_diff(self, diff: Diff) -> None:
+        self.diffs.append(diff)
+        asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def until(self, predicate: Callable[[], bool], deadline: float = 2.0) -> None:
+        async with asyncio.timeout(deadline), self.changed:
+            await self.changed.wait_for(predicate)
+
+    def ids(self, what: str) -> list[str]:
+        out = []
+        for d in self.diffs:
+            out += [x if isinstance(x, str) else x.record.id for x in getattr(d, what)]
+        return out
+
+
+@pytest.fixture
+async def space(tmp_path: Path, aiohttp_server) -> AsyncIterator[Space]:
+    db = tmp_path / "space.db"
+    server = await aiohttp_server(create_app(db))
+    url = str(server.make_url("/"))
+    async with SpaceClient(url, default_admin_token_file(db).read_text().strip()) as admin:
+        await admin.space_create({"id": SPACE})
+        token = (await admin.token_device({"peer": ME}))["token"]
+        yield Space(db, url, server.port, admin, token, server)
+
+
+@pytest.fixture
+async def start(space: Space) -> AsyncIterator[Callable[..., Any]]:
+    tasks: list[asyncio.Task] = []
+    clients: list[SpaceClient] = []
+
+    async def starter(clock: Clock | None = None, **kw: Any) -> Run:
+        clock = clock or SystemClock()
+        client = SpaceClient(space.url, space.device_token, clock=clock)
+        clients.append(client)
+        run = Run(reconciler=None)  # type: ignore[arg-type]
+        kw.setdefault("stream_options", FAST)
+        run.reconciler = Reconciler(
+            client, SPACE, ME, clock=clock, is_active=lambda: run.active, on_diff=run.on_diff, **kw
+        )
+        tasks.append(asyncio.create_task(run.reconciler.run()))
+        return run
+
+    yield starter
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for client in clients:
+        await client.close()
+
+
+async def ready(run: Run) -> None:
+    async with asyncio.timeout(5):
+        await run.reconciler.ready.wait()
+
+
+def write_raw(db: Path, tid: str, body: dict[str, Any]) -> None:
+    """A record the API would refuse (newer build, hand edit): straight into the store."""
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute("INSERT INTO triggers VALUES (?, ?, 1, ?)", [SPACE, tid, json.dumps(body)])
+        conn.commit()
+    finally:
+        conn.close()
+
+
+BAD_KIND = {"id": "trg_hook", "kind": "webhook", "spec": {"url": "x"}, "program": "p@v1"}
+BAD_SPEC = {"id": "trg_bad", "kind": "cron", "spec": {"expr": "61 * * * *"}, "program": "p@v1"}
+
+
+async def test_first_sync_fills_records_and_registry_by_responsibility(space, start):
+    floating = await space.admin.trigger_create(SPACE, CRON)
+    mine = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    theirs = await space.admin.trigger_create(SPACE, CRON | {"owner": OTHER})
+    paused = await space.admin.trigger_create(SPACE, CRON | {"owner": ME, "enabled": False})
+    write_raw(space.db, "trg_hook", BAD_KIND)
+    run = await start()
+    await ready(run)
+    rec = run.reconciler
+    ids = {floating["id"], mine["id"], theirs["id"], paused["id"], "trg_hook"}
+    assert set(rec.records) == ids
+    assert isinstance(rec.records["trg_hook"], Salvaged)
+    assert isinstance(rec.records[theirs["id"]], CronTrigger)
+    assert set(rec.registry) == {mine["id"]}
+    assert run.ids("add") == [mine["id"]]
+    assert [s.id for s in run.diffs[0].skipped] == ["trg_hook"]
+    assert rec.status()["ready"] and rec.status()["undecodable"] == 1
+
+
+async def test_feed_brings_create_patch_stamp_delete_in_well_under_a_second(space, start):
+    run = await start()
+    await ready(run)
+    admin, rec = space.admin, run.reconciler
+    made = await admin.trigger_create(SPACE, CRON | {"owner": ME})
+    tid = made["id"]
+    await run.until(lambda: run.ids("add") == [tid])
+    await admin.trigger_patch(SPACE, tid, {"args": {"n": 2}})
+    await run.until(lambda: run.ids("update") == [tid])
+    await admin.trigger_status(SPACE, tid, {"lastStatus": "ok"})  # stamps only: no diff
+    await admin.trigger_patch(SPACE, tid, {"name": "tock"})
+    await run.until(lambda: len(run.ids("update")) == 2)
+    assert len(run.diffs) == 3
+    assert rec.records[tid].last_status == "ok"  # type: ignore[union-attr]
+    assert rec.registry[tid].record.name == "tock"
+    await admin.trigger_patch(SPACE, tid, {"spec": {"expr": "*/7 * * * *"}})
+    await run.until(lambda: run.ids("rearm") == [tid])
+    await admin.trigger_delete(SPACE, tid)
+    await run.until(lambda: run.ids("remove") == [tid])
+    assert tid not in rec.records and tid not in rec.registry
+    sizes = [len(d.add) + len(d.remove) + len(d.rearm) + len(d.update) for d in run.diffs]
+    assert sizes == [1] * 5  # one diff per change, none for the stamp
+
+
+async def test_bad_records_are_skipped_loudly_once_and_never_armed(space, start, caplog):
+    caplog.set_level(logging.WARNING, logger="runtime.reconciler")
+    write_raw(space.db, "trg_hook", BAD_KIND | {"owner": ME})
+    write_raw(space.db, "trg_bad", BAD_SPEC | {"owner": ME})
+    run = await start()
+    await ready(run)
+    await space.admin.trigger_status(SPACE, "trg_hook", {"lastStatus": "unsupported_kind"})
+    await space.admin.trigger_status(SPACE, "trg_bad", {"lastStatus": "invalid_spec"})
+    good = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    await run.until(lambda: good["id"] in run.ids("add"))  # the stamps came before it
+    await run.reconciler.sync()
+    warned = [r.getMessage() for r in caplog.records if r.name == "runtime.reconciler"]
+    assert len([w for w in warned if "trg_hook" in w]) == 1
+    assert len([w for w in warned if "trg_bad" in w]) == 1
+    assert any("trg_hook" in w and "webhook" in w for w in warned)
+    assert any("trg_bad" in w and "'cron'" in w for w in warned)
+    assert set(run.reconciler.registry) == {good["id"]}
+    assert run.reconciler.records["trg_hook"].raw["lastStatus"] == "unsupported_kind"  # type: ignore[union-attr]
+
+
+async def test_resync_moves_floating_records_with_the_lease(space, start):
+    floating = await space.admin.trigger_create(SPACE, CRON)
+    mine = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    run = await start()
+    await ready(run)
+    rec = run.reconciler
+    assert set(rec.registry) == {mine["id"]}
+    run.active = True
+    diff = await rec.resync()
+    assert [a.record.id for a in diff.add] == [floating["id"]]
+    assert set(rec.registry) == {floating["id"], mine["id"]}
+    run.active = False
+    diff = await rec.resync()
+    assert diff.remove == (floating["id"],)
+    assert set(rec.registry) == {mine["id"]}
+
+
+async def test_a_server_restart_on_the_same_file_loses_no_change(space, start, aiohttp_server):
+    run = await start()
+    await ready(run)
+    await space.restart(aiohttp_server, lambda db: create_in_store(db, "while-down"))
+    await run.until(lambda: len(run.ids("add")) == 1, deadline=5)
+    after = await space.admin.trigger_create(SPACE, CRON | {"owner": ME, "name": "after"})
+    await run.until(lambda: len(run.ids("add")) == 2)
+    names = [run.reconciler.registry[i].record.name for i in run.ids("add")]
+    assert names == ["while-down", "after"] and run.ids("add")[1] == after["id"]
+    assert run.reconciler.status()["feed"] == "live"
+    assert run.reconciler._sub.status.connections >= 2  # resumed by the feed, not a resync
+
+
+async def test_the_slow_resync_catches_what_the_feed_missed(space, start):
+    clock = FakeClock()
+    run = await start(clock, resync_s=60.0)
+    await ready(run)
+    write_raw(space.db, "trg_quiet", CRON | {"id": "trg_quiet", "owner": ME})  # no feed entry
+    async with asyncio.timeout(5):
+        await clock.wait_for_sleepers(1)
+        for _ in range(2):
+            clock.advance(30)
+            await clock.wait_for_sleepers(1)
+    await run.until(lambda: "trg_quiet" in run.ids("add"))
+    assert "trg_quiet" in run.reconciler.records
+
+
+async def test_an_unreachable_space_is_retried_until_it_answers(space, start, aiohttp_server):
+    clock = FakeClock()
+    made = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    await space.server.close()
+    run = await start(clock)
+    async with asyncio.timeout(5):
+        await clock.wait_for_sleepers(1)  # the first sync failed: backing off
+    assert not run.reconciler.ready.is_set()
+    assert "unreachable" in run.reconciler.status()["error"]
+    await space.restart(aiohttp_server, lambda db: None)
+    clock.advance(30)
+    await ready(run)
+    assert run.ids("add") == [made["id"]]
+
+
+async def test_a_failing_callback_does_not_stop_the_loop(space, start):
+    run = await start()
+    calls = 0
+
+    def explode(diff: Diff) -> None:
+        nonlocal calls
+        calls += 1
+        run.on_diff(diff)
+        raise RuntimeError("consumer bug")
+
+    run.reconciler._on_diff = explode
+    await ready(run)
+    made = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    await run.until(lambda: made["id"] in run.ids("add"))
+    again = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    await run.until(lambda: again["id"] in run.ids("add"))
+    assert calls == 2
+
+
+def create_in_store(db: Path, name: str) -> None:
+    """A record created while the server is down (with its feed entry)."""
+    store = open_db(db)
+    try:
+        trigger_store.create(
+            store, SPACE, CRON | {"owner": ME, "name": name}, "2026-12-01T09:00:00Z"
+        )
+    finally:
+        store.conn.close()
