@@ -14,6 +14,7 @@ Pure: no I/O beyond reading the zone database, no clock reads.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, NewType
@@ -61,7 +62,7 @@ class ProgramRef(str):
     """`name@vN` or `internal:<name>`."""
 
 
-def cron_fields(expr: str) -> list[str]:
+def cron_fields(expr: str) -> tuple[str, ...]:
     """Split and check a cron expression; raise ValueError naming what is wrong."""
     fields = expr.split()
     if len(fields) not in (5, 6):
@@ -72,7 +73,7 @@ def cron_fields(expr: str) -> list[str]:
         except (ValueError, KeyError) as exc:
             raise ValueError(f"invalid cron expression {expr!r}: {exc}") from None
         raise ValueError(f"invalid cron expression {expr!r}")
-    return fields
+    return tuple(fields)
 
 
 def zone(name: str) -> ZoneInfo:
@@ -92,13 +93,18 @@ _CHECKS = {CronExpr: cron_fields, TimeZoneName: zone, ProgramRef: check_program_
 
 
 def _dec_hook(typ: type, obj: Any) -> Any:
-    check = _CHECKS.get(typ)
-    if check is None:
+    if typ not in _CHECKS:
         raise NotImplementedError(typ)
     if not isinstance(obj, str):
         raise TypeError(f"Expected `str`, got `{type(obj).__name__}`")
-    check(obj)
-    return typ(obj)
+    return _checked(typ, obj)
+
+
+@functools.lru_cache(maxsize=8192)
+def _checked(typ: type, text: str) -> str:
+    """A checked marker value; cached, since records repeat a few expressions and zones."""
+    _CHECKS[typ](text)
+    return typ(text)
 
 
 def _enc_hook(obj: Any) -> Any:
