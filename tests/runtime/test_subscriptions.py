@@ -23,6 +23,7 @@ from runtime.clock import FakeClock
 from runtime.dispatch import FireRequest
 from runtime.space.app import create_app, default_admin_token_file
 from runtime.space.chats import TOPICS
+from runtime.space.sse import STREAMS
 from runtime.subscriptions import Subscriptions
 from triggers.records import Loaded, PeerId, load
 from triggers.registry import Registry, apply, reconcile
@@ -204,16 +205,20 @@ async def test_live_only_nothing_from_before_the_subscription_or_while_unarmed(w
     assert w.recorder.texts("trg_1") == ["after", "again"]
 
 
-async def test_a_server_restart_loses_nothing_and_repeats_nothing(world, aiohttp_server):
+@pytest.mark.parametrize("how", ["restart", "streams cut"])
+async def test_a_server_side_drop_loses_nothing_and_repeats_nothing(world, aiohttp_server, how):
     w = world
     w.arm(event_record("trg_1", w.general))
     await w.live(w.general)
     await w.send(w.general, "m1")
     await w.recorder.until(lambda r: len(r.fired) == 1)
-    port = w.server.port
-    await w.server.close()
+    if how == "restart":
+        port = w.server.port
+        await w.server.close()
+        w.server = await aiohttp_server(create_app(w.db, clock=w.server_clock), port=port)
+    else:
+        w.server.app[STREAMS].close_all("cut")
     await w.clock.wait_for_sleepers()  # the stream is down, its backoff waits on the clock
-    w.server = await aiohttp_server(create_app(w.db, clock=w.server_clock), port=port)
     await w.send(w.general, "m2")  # accepted while the stream was down
     await w.send(w.general, "m3")
     driver = asyncio.create_task(drive(w.clock))
