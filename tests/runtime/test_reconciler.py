@@ -14,13 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
+from multidict import CIMultiDict
 
 from runtime.client import SpaceClient
 from runtime.clock import Clock, FakeClock, SystemClock
 from runtime.reconciler import Reconciler
 from runtime.space import trigger_store
 from runtime.space.app import create_app, default_admin_token_file
-from runtime.space.db import open_db
+from runtime.space.db import DB, open_db
 from runtime.subscribe import Backoff
 from triggers.records import CronTrigger, Salvaged
 from triggers.registry import Diff
@@ -40,11 +42,30 @@ class Space:
     device_token: str
     server: Any
 
-    async def restart(self, aiohttp_server: Any, while_down: Callable[[Path], None]) -> None:
-        """Stop the server, run `while_down` on its file, start it again on the same port."""
+    async def restart(
+        self, aiohttp_server: Any, while_down: Callable[[Path], None], *, replays: bool = True
+    ) -> None:
+        """Stop the server, run `while_down` on its file, start it again on the same port.
+
+        `replays=False`: the new server starts every change stream at its latest change
+        (as a server without a replay window would), so a resuming client sees a gap.
+        """
         await self.server.close()
         while_down(self.db)
-        self.server = await aiohttp_server(create_app(self.db), port=self.port)
+        app = create_app(self.db)
+        if not replays:
+            app.middlewares.append(_no_replay)
+        self.server = await aiohttp_server(app, port=self.port)
+
+
+@web.middleware
+async def _no_replay(request: web.Request, handler: Any) -> web.StreamResponse:
+    if "Last-Event-ID" in request.headers and "/changes" in request.path:
+        latest = trigger_store.latest_seq(request.app[DB], SPACE)
+        headers = CIMultiDict(request.headers)
+        headers["Last-Event-ID"] = str(latest)
+        request = request.clone(headers=headers)
+    return await handler(request)
 
 
 @dataclass
@@ -221,6 +242,22 @@ async def test_a_server_restart_on_the_same_file_loses_no_change(space, start, a
     assert names == ["while-down", "after"] and run.ids("add")[1] == after["id"]
     assert run.reconciler.status()["feed"] == "live"
     assert run.reconciler._sub.status.connections >= 2  # resumed by the feed, not a resync
+
+
+async def test_a_resumed_feed_that_skipped_changes_is_filled_from_the_pages(
+    space, start, aiohttp_server
+):
+    run = await start()
+    await ready(run)
+    seq = run.reconciler.seq
+    await space.restart(
+        aiohttp_server, lambda db: create_in_store(db, "skipped by the stream"), replays=False
+    )
+    await run.until(lambda: len(run.ids("add")) == 1, deadline=5)
+    (tid,) = run.ids("add")
+    assert run.reconciler.registry[tid].record.name == "skipped by the stream"
+    assert run.reconciler.seq > seq
+    assert run.reconciler._sub.status.connections >= 2
 
 
 async def test_the_slow_resync_catches_what_the_feed_missed(space, start):
