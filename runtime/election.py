@@ -1,7 +1,8 @@
 """The election loop: keeps this device's standing in the floating-trigger lease.
 
 Owns talking to the space about the lease (SPEC "Who runs what" → Election):
-heartbeats (`device_put` with name and priority) every renew interval, reads of
+heartbeats (`device_put` with name, priority and, given `report`, the device's
+own status for `baton status`) every renew interval, reads of
 the lease (`election`) and the live devices (`devices`), and carrying out what
 `runtime.lease.decide` says (claim, renew, hand over, want). The space answers
 `expiresInMs`, which becomes a local monotonic deadline at read time; no wall
@@ -56,8 +57,10 @@ class Elector:
         priority: int = 0,
         clock: Clock,
         config: lease.Config = DEFAULT_CONFIG,
+        report: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self._client, self._space, self._peer = client, space, peer
+        self._report = report  # the device's own status, sent with each heartbeat
         self._name, self._clock, self._cfg = name, clock, config
         self._state = lease.State(me=peer, priority=priority)
         self._view: lease.LeaseView | None = None
@@ -171,7 +174,9 @@ class Elector:
 
     async def _beat(self) -> None:
         sent = self._clock.monotonic()
-        body = {"name": self._name, "priority": self._state.priority}
+        body: dict[str, Any] = {"name": self._name, "priority": self._state.priority}
+        if self._report is not None:
+            body["status"] = self._status_report()
         await self._client.device_put(self._space, self._peer, body)
         if not self._healthy:
             self._healthy = True
@@ -181,6 +186,13 @@ class Elector:
         live = [d for d in listing["devices"] if d.get("live")]
         self._live = frozenset(d["peer"] for d in live)
         self._priorities = {d["peer"]: int(d.get("priority", 0)) for d in live}
+
+    def _status_report(self) -> dict[str, Any]:
+        try:
+            return msgspec.to_builtins(self._report())  # type: ignore[misc]
+        except Exception as exc:
+            log.warning("election: the status report failed: %s", exc)
+            return {"error": f"{type(exc).__name__}: {exc}"}
 
     async def _read(self) -> lease.LeaseView:
         answer = await self._client.election(self._space)

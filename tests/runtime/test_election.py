@@ -46,12 +46,15 @@ class World:
         self.clock, self.url, self.admin, self.server = clock, url, admin, server
         self.devices: list[Device] = []
 
-    async def device(self, peer: str, priority: int = 0, token: str | None = None) -> Device:
+    async def device(
+        self, peer: str, priority: int = 0, token: str | None = None, report=None
+    ) -> Device:
         token = token or (await self.admin.token_device({"peer": peer}))["token"]
         client = SpaceClient(self.url, token, clock=self.clock)
         elector = Elector(
-            client, SPACE, peer, name=peer.upper(), priority=priority, clock=self.clock, config=CFG
-        )
+            client, SPACE, peer, name=peer.upper(), priority=priority, clock=self.clock,
+            config=CFG, report=report,
+        )  # fmt: skip
         dev = Device(self, peer, elector, client)
         dev.task = asyncio.create_task(elector.run())
         self.devices.append(dev)
@@ -251,3 +254,22 @@ async def test_a_scripted_day_never_has_two_devices_firing(world: World) -> None
     await world.stop(leader)
     await world.until(follower.fires, limit=CFG.poll_s + STEP)
     assert follower.elector.term == 4
+
+
+async def test_heartbeats_carry_the_device_report_and_survive_a_broken_one(world: World) -> None:
+    beats = []
+
+    def report() -> dict:
+        beats.append(world.clock.wall())
+        return {"beats": len(beats), "at": world.clock.wall()}
+
+    def broken() -> dict:
+        raise RuntimeError("no report today")
+
+    await world.device("a", report=report)
+    await world.device("b", report=broken)
+    await world.run_for(CFG.renew_s)
+    devices = {d["peer"]: d for d in (await world.admin.devices(SPACE))["devices"]}
+    assert devices["a"]["status"] == {"beats": 2, "at": "2026-12-01T09:00:05Z"}
+    assert devices["b"]["status"] == {"error": "RuntimeError: no report today"}
+    assert devices["b"]["lastSeen"] == "2026-12-01T09:00:05.000Z"
