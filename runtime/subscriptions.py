@@ -270,8 +270,8 @@ class Subscriptions:
         chat.refusal, chat.error, chat.last_seq = exc, str(exc), None
 
     def _on_status(self, chat: _Chat, status: SubscriptionStatus) -> None:
-        if status.state is ConnectionState.LIVE and status.connections == 1:
-            log.info("chat %s: live", chat.object_id)
+        if status.state is ConnectionState.LIVE and (status.connections == 1 or status.attempt):
+            log.info("chat %s: live (connection %d)", chat.object_id, status.connections)
         elif status.state is ConnectionState.BACKOFF and status.attempt == 1:
             log.warning("chat %s: stream dropped (%s); resuming", chat.object_id, status.last_error)
 

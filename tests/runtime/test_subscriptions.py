@@ -389,3 +389,18 @@ async def test_status_and_close(world):
     assert w.subs.status() == []
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("chat ")]
     await eventually(lambda: w.streams(w.general) == w.streams(w.other) == 0)
+
+
+async def test_other_sources_are_not_followed_and_run_closes_on_cancel(world):
+    w = world
+    other = load(
+        {"id": "trg_x", "kind": "event", "program": "triage@v1", "spec": {"dataset": "mail"}}
+    )
+    cron = load({"id": "trg_c", "kind": "cron", "program": "t@v1", "spec": {"expr": "* * * * *"}})
+    w.arm(other, cron, event_record("trg_1", w.general))
+    assert [c["chat"] for c in w.subs.status()] == [w.general]
+    runner = asyncio.create_task(w.subs.run())
+    await w.live(w.general)
+    await stop(runner)
+    assert w.subs.status() == []
+    await eventually(lambda: w.streams(w.general) == 0)
