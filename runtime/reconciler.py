@@ -254,6 +254,7 @@ class Reconciler:
             "seq": self.seq,
             "syncedAt": self._synced_at.isoformat() if self._synced_at else None,
             "feed": stream.state.value if stream is not None else None,
+            "feedConnections": stream.connections if stream is not None else 0,
             "error": self._error,
         }
 

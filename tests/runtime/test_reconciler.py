@@ -112,14 +112,22 @@ async def start(space: Space) -> AsyncIterator[Callable[..., Any]]:
     tasks: list[asyncio.Task] = []
     clients: list[SpaceClient] = []
 
-    async def starter(clock: Clock | None = None, **kw: Any) -> Run:
+    async def starter(
+        clock: Clock | None = None, wrap: Callable[[Any], Any] = lambda f: f, **kw: Any
+    ) -> Run:
         clock = clock or SystemClock()
         client = SpaceClient(space.url, space.device_token, clock=clock)
         clients.append(client)
         run = Run(reconciler=None)  # type: ignore[arg-type]
         kw.setdefault("stream_options", FAST)
         run.reconciler = Reconciler(
-            client, SPACE, ME, clock=clock, is_active=lambda: run.active, on_diff=run.on_diff, **kw
+            client,
+            SPACE,
+            ME,
+            clock=clock,
+            is_active=lambda: run.active,
+            on_diff=wrap(run.on_diff),
+            **kw,
         )
         tasks.append(asyncio.create_task(run.reconciler.run()))
         return run
@@ -151,21 +159,24 @@ BAD_KIND = {"id": "trg_hook", "kind": "webhook", "spec": {"url": "x"}, "program"
 BAD_SPEC = {"id": "trg_bad", "kind": "cron", "spec": {"expr": "61 * * * *"}, "program": "p@v1"}
 
 
-async def test_first_sync_fills_records_and_registry_by_responsibility(space, start):
+@pytest.mark.parametrize("active", [False, True])
+async def test_first_sync_fills_records_and_registry_by_responsibility(space, start, active):
     floating = await space.admin.trigger_create(SPACE, CRON)
     mine = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
     theirs = await space.admin.trigger_create(SPACE, CRON | {"owner": OTHER})
     paused = await space.admin.trigger_create(SPACE, CRON | {"owner": ME, "enabled": False})
     write_raw(space.db, "trg_hook", BAD_KIND)
     run = await start()
+    run.active = active
     await ready(run)
     rec = run.reconciler
     ids = {floating["id"], mine["id"], theirs["id"], paused["id"], "trg_hook"}
     assert set(rec.records) == ids
     assert isinstance(rec.records["trg_hook"], Salvaged)
     assert isinstance(rec.records[theirs["id"]], CronTrigger)
-    assert set(rec.registry) == {mine["id"]}
-    assert run.ids("add") == [mine["id"]]
+    armed = {mine["id"], floating["id"]} if active else {mine["id"]}
+    assert set(rec.registry) == armed
+    assert set(run.ids("add")) == armed
     assert [s.id for s in run.diffs[0].skipped] == ["trg_hook"]
     assert rec.status()["ready"] and rec.status()["undecodable"] == 1
 
@@ -241,7 +252,7 @@ async def test_a_server_restart_on_the_same_file_loses_no_change(space, start, a
     names = [run.reconciler.registry[i].record.name for i in run.ids("add")]
     assert names == ["while-down", "after"] and run.ids("add")[1] == after["id"]
     assert run.reconciler.status()["feed"] == "live"
-    assert run.reconciler._sub.status.connections >= 2  # resumed by the feed, not a resync
+    assert run.reconciler.status()["feedConnections"] >= 2  # resumed by the feed, not a resync
 
 
 async def test_a_resumed_feed_that_skipped_changes_is_filled_from_the_pages(
@@ -257,7 +268,7 @@ async def test_a_resumed_feed_that_skipped_changes_is_filled_from_the_pages(
     (tid,) = run.ids("add")
     assert run.reconciler.registry[tid].record.name == "skipped by the stream"
     assert run.reconciler.seq > seq
-    assert run.reconciler._sub.status.connections >= 2
+    assert run.reconciler.status()["feedConnections"] >= 2
 
 
 async def test_the_slow_resync_catches_what_the_feed_missed(space, start):
@@ -290,16 +301,18 @@ async def test_an_unreachable_space_is_retried_until_it_answers(space, start, ai
 
 
 async def test_a_failing_callback_does_not_stop_the_loop(space, start):
-    run = await start()
     calls = 0
 
-    def explode(diff: Diff) -> None:
-        nonlocal calls
-        calls += 1
-        run.on_diff(diff)
-        raise RuntimeError("consumer bug")
+    def exploding(on_diff: Callable[[Diff], None]) -> Callable[[Diff], None]:
+        def explode(diff: Diff) -> None:
+            nonlocal calls
+            calls += 1
+            on_diff(diff)
+            raise RuntimeError("consumer bug")
 
-    run.reconciler._on_diff = explode
+        return explode
+
+    run = await start(wrap=exploding)
     await ready(run)
     made = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
     await run.until(lambda: made["id"] in run.ids("add"))
