@@ -107,8 +107,12 @@ class Reconciler:
             listing = await self._client.triggers(self._space)
             loaded = {r.id: r for r in map(load, listing["triggers"])}
             seq = int(listing.get("seq") or 0)
-            if seq < self.seq:  # feed changes already applied are newer than the listing
-                seq = await self._fold_pages(loaded, seq)
+            while seq < self.seq:  # the feed already applied changes newer than the listing
+                folded = await self._fold_pages(loaded, seq)
+                if folded == seq:  # the space's feed is behind ours (a restored store)
+                    log.warning("reconcile: the space's feed is at %d, ours at %d", seq, self.seq)
+                    self.seq = seq
+                seq = folded
             self.seq = max(self.seq, seq)
             diff = self._reconcile(list(loaded.values()))
             self._synced_at = self._clock.wall()
@@ -203,7 +207,7 @@ class Reconciler:
                     loaded[item.id] = item
                 since = int(change["seq"])
             if not (page.get("more") and page["changes"]):
-                return since
+                return max(since, int(page.get("next") or since))
 
     # --- applying ------------------------------------------------------------------------
 

@@ -43,23 +43,18 @@ class Space:
     server: Any
 
     async def restart(
-        self, aiohttp_server: Any, while_down: Callable[[Path], None], *, replays: bool = True
+        self, aiohttp_server: Any, while_down: Callable[[Path], None], *middlewares: Any
     ) -> None:
-        """Stop the server, run `while_down` on its file, start it again on the same port.
-
-        `replays=False`: the new server starts every change stream at its latest change
-        (as a server without a replay window would), so a resuming client sees a gap.
-        """
+        """Stop the server, run `while_down` on its file, start it again on the same port."""
         await self.server.close()
         while_down(self.db)
         app = create_app(self.db)
-        if not replays:
-            app.middlewares.append(_no_replay)
+        app.middlewares.extend(middlewares)
         self.server = await aiohttp_server(app, port=self.port)
 
 
 @web.middleware
-async def _no_replay(request: web.Request, handler: Any) -> web.StreamResponse:
+async def no_replay(request: web.Request, handler: Any) -> web.StreamResponse:
     if "Last-Event-ID" in request.headers and "/changes" in request.path:
         latest = trigger_store.latest_seq(request.app[DB], SPACE)
         headers = CIMultiDict(request.headers)
@@ -261,14 +256,45 @@ async def test_a_resumed_feed_that_skipped_changes_is_filled_from_the_pages(
     run = await start()
     await ready(run)
     seq = run.reconciler.seq
+    # the new server starts every change stream at its latest change, as a server
+    # without a replay window would: the resuming client sees a jump in the cursor
     await space.restart(
-        aiohttp_server, lambda db: create_in_store(db, "skipped by the stream"), replays=False
+        aiohttp_server, lambda db: create_in_store(db, "skipped by the stream"), no_replay
     )
     await run.until(lambda: len(run.ids("add")) == 1, deadline=5)
     (tid,) = run.ids("add")
     assert run.reconciler.registry[tid].record.name == "skipped by the stream"
     assert run.reconciler.seq > seq
     assert run.reconciler.status()["feedConnections"] >= 2
+
+
+async def test_a_listing_older_than_the_feed_never_moves_a_record_back(
+    space, start, aiohttp_server
+):
+    hold, listed, gate = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    @web.middleware
+    async def slow_listing(request: web.Request, handler: Any) -> web.StreamResponse:
+        response = await handler(request)
+        if request.method == "GET" and request.path.endswith("/triggers") and hold.is_set():
+            listed.set()
+            await gate.wait()  # the listing was taken; hold it back while the feed moves on
+        return response
+
+    await space.restart(aiohttp_server, lambda db: None, slow_listing)
+    run = await start()
+    await ready(run)
+    hold.set()
+    syncing = asyncio.create_task(run.reconciler.sync())
+    async with asyncio.timeout(5):
+        await listed.wait()
+    made = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    await run.until(lambda: run.ids("add") == [made["id"]])
+    gate.set()
+    async with asyncio.timeout(5):
+        diff = await syncing
+    assert diff.empty and run.ids("remove") == []
+    assert made["id"] in run.reconciler.registry and made["id"] in run.reconciler.records
 
 
 async def test_the_slow_resync_catches_what_the_feed_missed(space, start):
