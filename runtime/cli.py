@@ -12,7 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-COMMANDS = ("next", "space", "programs")
+COMMANDS = ("next", "space", "programs", "up", "status")
 
 
 class UsageError(ValueError):

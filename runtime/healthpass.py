@@ -10,6 +10,10 @@ stamps), asks `health.due` which stamps change, and writes only those through
 sent again, so a feed that lags behind costs nothing. Passes run every
 `interval` seconds and soon after `kick()`.
 
+It also keeps `nextFireAt` true: for the records this device stamps, the next
+fire the ticker has armed (`next_fires`), or none for a record it has not armed
+(paused, or run elsewhere), written only when it differs from the record's.
+
 Must not judge a record itself (that is `triggers.health`), and must not die
 of a record or the space: a pass that cannot learn the programs stamps
 nothing; one record's failed write is logged and the pass goes on.
@@ -37,6 +41,7 @@ MAX_SLEEP = 30.0
 RETRY_S = 5.0
 
 Records = Callable[[], Mapping[TriggerId, Loaded]]
+NextFires = Callable[[], Mapping[TriggerId, datetime]]
 FiredOnce = Callable[[], frozenset[tuple[TriggerId, datetime]]]
 
 
@@ -54,12 +59,14 @@ class HealthPass:
         elector: Elector,
         missing_chats: Callable[[], frozenset[str]],
         fired_once: FiredOnce | None = None,
+        next_fires: NextFires | None = None,
         interval: float = 30.0,
         internal_programs: frozenset[str] = INTERNAL_PROGRAMS,
     ) -> None:
         self._client, self._space, self._peer = client, space, PeerId(peer)
         self._clock, self._records, self._elector = clock, records, elector
         self._missing, self._fired_once = missing_chats, fired_once
+        self._next_fires = next_fires
         self._interval, self._internal = interval, internal_programs
         self._sent: dict[TriggerId, tuple[int, health.Stamp]] = {}
         self._wake = asyncio.Event()
@@ -98,6 +105,8 @@ class HealthPass:
         written = 0
         for stamp in health.due(current.values(), self._peer, inputs):
             written += await self._write(stamp, _rev(current.get(stamp.id)))
+        if self._next_fires is not None:
+            written += await self._stamp_next_fires(current.values(), inputs)
         self.passes += 1
         self.stamped += written
         self._last_pass = inputs.now
@@ -133,6 +142,29 @@ class HealthPass:
         self._sent[stamp.id] = (rev, stamp)
         log.info("health %s: %s %s", stamp.id, stamp.status or "cleared", stamp.detail)
         return 1
+
+    async def _stamp_next_fires(
+        self, records: Iterable[Loaded], inputs: health.HealthInputs
+    ) -> int:
+        armed = self._next_fires() if self._next_fires else {}
+        written = 0
+        for record in records:
+            if isinstance(record, Salvaged) or not health.stamper(
+                record, self._peer, inputs.active_peer, inputs.live
+            ):
+                continue
+            want = armed.get(record.id)
+            if _same_instant(record.next_fire_at, want):
+                continue
+            body = {"nextFireAt": health.utc(want) if want else None}
+            try:
+                await self._client.trigger_status(self._space, record.id, body)
+            except ApiError as exc:
+                if exc.status != 404:
+                    log.warning("health %s: could not stamp nextFireAt: %s", record.id, exc)
+                continue
+            written += 1
+        return written
 
     def _failed(self, exc: Exception) -> None:
         message = f"{type(exc).__name__}: {exc}"
@@ -189,3 +221,10 @@ def _last_statuses(records: Iterable[Loaded]) -> dict[TriggerId, str]:
         if last:
             found[record.id] = last
     return found
+
+
+def _same_instant(a: datetime | None, b: datetime | None) -> bool:
+    """Equal to the second: stamps travel as RFC 3339 and may lose a fraction."""
+    if a is None or b is None:
+        return a is b
+    return int(a.timestamp()) == int(b.timestamp())

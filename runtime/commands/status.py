@@ -1,0 +1,100 @@
+"""`baton status`: which device is the agent right now, and how every trigger stands.
+
+    baton status [--url U] [--token-file F] [--space ID] [--data DIR] [--json]
+
+Reads the space only: the election, the devices (with what each reports of
+itself in its heartbeat: its chat subscriptions), and the triggers with owner,
+status and next fire.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+from runtime.client import ApiError, SpaceClient
+from runtime.commands.common import Target, add_space_options, target
+from runtime.table import render
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("status", help="the active device, devices, subscriptions, triggers")
+    add_space_options(p)
+    p.set_defaults(func=run_status)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    where = target(args)
+    try:
+        report = asyncio.run(gather(where))
+    except ApiError as exc:
+        print(f"baton status: {where.url}: {exc}")
+        return 1
+    print(json.dumps(report, indent=2) if args.json else human(report))
+    return 0
+
+
+async def gather(where: Target) -> dict[str, Any]:
+    async with SpaceClient(where.url, where.token) as client:
+        election, devices, triggers = await asyncio.gather(
+            client.election(where.space),
+            client.devices(where.space),
+            client.triggers(where.space),
+        )
+    return {
+        "space": where.space,
+        "election": election,
+        "devices": devices["devices"],
+        "subscriptions": [
+            {"peer": d["peer"], **s}
+            for d in devices["devices"]
+            for s in d.get("status", {}).get("subscriptions", [])
+        ],
+        "triggers": [_trigger(t) for t in triggers["triggers"]],
+    }
+
+
+def _trigger(raw: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": raw.get("id", ""),
+        "name": raw.get("name", ""),
+        "kind": raw.get("kind", ""),
+        "owner": raw.get("owner", "") or "(floating)",
+        "enabled": raw.get("enabled", True),
+        "status": raw.get("lastStatus", ""),
+        "detail": raw.get("lastStatusDetail", "") or raw.get("decodeError", ""),
+        "nextFireAt": raw.get("nextFireAt") or "",
+        "lastRunAt": raw.get("lastRunAt") or "",
+    }
+
+
+def human(report: dict[str, Any]) -> str:
+    e = report["election"]
+    lines = [
+        f"space {report['space']}: active device {e.get('active') or '(none)'}, "
+        f"term {e.get('term', 0)}, lease until {e.get('expiresAt') or '-'}"
+    ]
+    devices = [
+        [d["peer"], d["name"], d["priority"], "yes" if d["live"] else "no", d["lastSeen"]]
+        for d in report["devices"]
+    ]
+    lines += ["", *render(["device", "name", "priority", "live", "last seen"], devices)]
+    subs = [
+        [s["peer"], s.get("chat", ""), s.get("state", ""), ",".join(s.get("triggers", [])),
+         s.get("lastId") or ""]
+        for s in report["subscriptions"]
+    ]  # fmt: skip
+    if subs:
+        lines += ["", *render(["device", "chat", "state", "triggers", "last id"], subs)]
+    triggers = [
+        [t["id"], t["name"], t["kind"], t["owner"], "yes" if t["enabled"] else "paused",
+         t["status"] + (f" ({t['detail']})" if t["detail"] else ""), t["nextFireAt"]]
+        for t in report["triggers"]
+    ]  # fmt: skip
+    lines += [
+        "",
+        *render(["trigger", "name", "kind", "owner", "on", "status", "next fire"], triggers),
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,188 @@
+"""`baton up` and `baton device`: run a device, with the embedded space (`up`) or joining one.
+
+    baton up [--data DIR] [--host H] [--port P] [--peer NAME] [--priority N] [--space ID] [--demo]
+    baton device --peer NAME [--priority N] [--url U] [--token-file F] [--space ID] [--data DIR]
+
+`up` is the main job on one machine: the space server and one device in one
+process, its data in `--data` (default `~/.baton`): `space.db`, `admin.token`
+(mode 0600), the device's token and `local.json`, which tells the other commands
+where the local space is. Ctrl-C or SIGTERM stops it cleanly, releasing the lease.
+A shell over `runtime.device.Device` and `runtime.space.app.create_app`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+from pathlib import Path
+
+from aiohttp import web
+
+from runtime import demo
+from runtime.cli import UsageError
+from runtime.client import ApiError, SpaceClient
+from runtime.commands.common import (
+    ADMIN_TOKEN_FILE,
+    DEFAULT_PORT,
+    DEFAULT_SPACE,
+    add_data_option,
+    add_space_options,
+    data_dir,
+    read_token,
+    target,
+    write_local_settings,
+)
+from runtime.device import Device
+
+log = logging.getLogger("baton")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    up = subparsers.add_parser("up", help="run the space and a device on this machine")
+    add_data_option(up)
+    up.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    up.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
+    )
+    up.add_argument("--space", default=DEFAULT_SPACE, help="space id (created if missing)")
+    _device_options(up, peer_required=False)
+    up.add_argument("--demo", action="store_true", help="publish and wire example triggers")
+    up.set_defaults(func=run_up)
+    device = subparsers.add_parser("device", help="run a device joining an existing space")
+    add_space_options(device)
+    _device_options(device, peer_required=True)
+    device.set_defaults(func=run_device)
+
+
+def _device_options(parser: argparse.ArgumentParser, *, peer_required: bool) -> None:
+    parser.add_argument(
+        "--peer",
+        required=peer_required,
+        default=None,
+        help="this device's peer id (default: the host name)",
+    )
+    parser.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        help="election priority: a higher one takes the lease over (default 0)",
+    )
+    parser.add_argument("--name", default="", help="a name for people (default: the peer id)")
+    parser.add_argument("--workers", type=int, default=None, help="program worker processes")
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise UsageError(f"--port: expected 0..65535, got {text!r}")
+    return int(text)
+
+
+def _setup_logging() -> None:
+    level = os.environ.get("BATON_LOG", "INFO").upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # one line per request is noise
+
+
+def run_up(args: argparse.Namespace) -> int:
+    _setup_logging()
+    data = data_dir(args.data)
+    data.mkdir(parents=True, exist_ok=True)
+    try:
+        asyncio.run(_up(args, data))
+    except OSError as exc:
+        print(f"baton up: cannot listen on {args.host}:{args.port}: {exc.strerror}")
+        return 1
+    return 0
+
+
+async def _up(args: argparse.Namespace, data: Path) -> None:
+    from runtime.space.app import create_app
+
+    admin_file = data / ADMIN_TOKEN_FILE
+    runner = web.AppRunner(
+        create_app(data / "space.db", admin_token_file=admin_file), handle_signals=False
+    )
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, args.host, args.port)
+        await site.start()
+        port = runner.addresses[0][1]
+        url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{port}"
+        peer = args.peer or socket.gethostname().split(".")[0] or "local"
+        token, chat = await _prepare(url, read_token(admin_file), args.space, peer, data, args.demo)
+        write_local_settings(data, url=url, space=args.space, peer=peer)
+        print(f"baton: space API on {url}/v1 (space {args.space!r}, general chat {chat})")
+        print(f"baton: admin token in {admin_file}")
+        print(f"baton: device {peer!r} running; Ctrl-C stops it", flush=True)
+        device = Device(
+            url=url,
+            token=token,
+            space=args.space,
+            peer=peer,
+            name=args.name,
+            priority=args.priority,
+            executor_size=args.workers,
+        )
+        await _until_signalled(device.run())
+    finally:
+        await runner.cleanup()
+    print("baton: stopped", flush=True)
+
+
+async def _prepare(
+    url: str, admin: str, space: str, peer: str, data: Path, with_demo: bool
+) -> tuple[str, str]:
+    """Make sure the space exists, the device has a token, and (with --demo) the demo is wired."""
+    async with SpaceClient(url, admin) as client:
+        try:
+            found = await client.space_create({"id": space})
+        except ApiError as exc:
+            if exc.code != "space_exists":
+                raise
+            found = await client.space_get(space)
+        token_file = data / f"device-{peer}.token"
+        if not token_file.exists():
+            minted = await client.token_device({"peer": peer})
+            token_file.touch(mode=0o600)
+            token_file.write_text(minted["token"] + "\n")
+        if with_demo:
+            added = await demo.install(client, space, found["generalChat"])
+            print(f"baton: demo wired: {', '.join(added) or 'already there'}")
+    return read_token(token_file), found["generalChat"]
+
+
+def run_device(args: argparse.Namespace) -> int:
+    _setup_logging()
+    where = target(args)
+    device = Device(
+        url=where.url,
+        token=where.token,
+        space=where.space,
+        peer=args.peer,
+        name=args.name,
+        priority=args.priority,
+        executor_size=args.workers,
+    )
+    print(f"baton: device {args.peer!r} joining {where.url} (space {where.space!r})", flush=True)
+    asyncio.run(_until_signalled(device.run()))
+    print("baton: stopped", flush=True)
+    return 0
+
+
+async def _until_signalled(work: object) -> None:
+    """Run `work` until it ends or SIGINT/SIGTERM arrives; then cancel it and wait for it."""
+    task = asyncio.ensure_future(work)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,242 @@
+"""One device of the agent: the parts of the runtime composed and wired together.
+
+Owns the wiring only (SPEC "Reconcile, registry, health pass", "Who runs what"):
+the reconciler's diffs go to the ticker, the chat subscriptions and the firing
+pipeline; the election's flips re-sync responsibility, with a bridge window so a
+device that takes over fires what came while it stood by; a detected sleep makes
+every part distrust what it knew. It must not decide anything the parts decide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from programs.executor import Executor
+from programs.loader import ProgramCache
+from programs.refs import ProgramRef
+from runtime.chatwatch import ChatWatch
+from runtime.client import ApiError, SpaceClient
+from runtime.clock import Clock, SystemClock
+from runtime.election import Elector
+from runtime.firing import Firing
+from runtime.healthpass import HealthPass
+from runtime.lease import Config as LeaseConfig
+from runtime.reconciler import Reconciler
+from runtime.responders import Responder, load_responder
+from runtime.sleepwatch import SleepWatch
+from runtime.subscriptions import Subscriptions
+from runtime.ticker import Ticker
+from triggers.records import RESERVED_CHAT_WATCH, PeerId
+from triggers.registry import Diff
+
+log = logging.getLogger("baton.device")
+
+BRIDGE_SECONDS = 120.0
+CHAT_WATCH_NAME = "Chat responder"
+
+
+class Device:
+    """A device of one space: `await run()` until cancelled; it stops cleanly."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        token: str,
+        space: str,
+        peer: str,
+        name: str = "",
+        priority: int = 0,
+        clock: Clock | None = None,
+        executor_size: int | None = None,
+        responder: Responder | None = None,
+        lease: LeaseConfig | None = None,
+        bridge_seconds: float = BRIDGE_SECONDS,
+        health_interval: float = 30.0,
+    ) -> None:
+        self.space, self.peer = space, PeerId(peer)
+        self.clock = clock or SystemClock()
+        self.client = SpaceClient(url, token, clock=self.clock)
+        self.executor = Executor(size=executor_size)
+        self.programs = ProgramCache(self._fetch_program)
+        self.bridge = timedelta(seconds=bridge_seconds)
+        self.up_since: datetime = self.clock.wall()
+        self._bridge_from: datetime | None = None
+        self.elector = Elector(
+            self.client,
+            space,
+            peer,
+            name=name or peer,
+            priority=priority,
+            clock=self.clock,
+            config=lease or LeaseConfig(),
+            report=self._report,
+        )
+        self.chatwatch = ChatWatch(
+            responder or load_responder("builtin", now=self.clock.wall),
+            self._chat_send,
+            self._chat_history,
+            record_turn=self._record_turn,
+            clock=self.clock,
+        )
+        self.firing = Firing(
+            self.client,
+            space,
+            peer,
+            url=url,
+            executor=self.executor,
+            programs=self.programs,
+            clock=self.clock,
+            term=lambda: self.elector.term,
+            may_fire_floating=self.elector.may_fire,
+            chatwatch=self.chatwatch,
+        )
+        self.ticker = Ticker(self.firing, clock=self.clock)
+        self.subscriptions = Subscriptions(self.client, space, self.firing, clock=self.clock)
+        self.reconciler = Reconciler(
+            self.client,
+            space,
+            peer,
+            clock=self.clock,
+            is_active=self.elector.may_fire,
+            on_diff=self._on_diff,
+        )
+        self.health = HealthPass(
+            self.client,
+            space,
+            peer,
+            clock=self.clock,
+            records=lambda: self.reconciler.records,
+            elector=self.elector,
+            missing_chats=lambda: self.subscriptions.missing,
+            next_fires=self.ticker.next_fires,
+            interval=health_interval,
+        )
+        self.sleepwatch = SleepWatch(self.clock)
+        self.elector.on_change(self._on_election)
+        self.sleepwatch.add_listener(self._on_slept)
+
+    async def run(self) -> None:
+        """Run every part until cancelled; then stop them, release the lease, close up."""
+        await self.executor.start()
+        await self._seed_chat_watch()
+        parts = [
+            self.elector.run(),
+            self.reconciler.run(),
+            self.ticker.run(),
+            self.subscriptions.run(),
+            self.health.run(),
+            self.sleepwatch.run(),
+        ]
+        tasks = [asyncio.create_task(_guarded(p)) for p in parts]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._close()
+
+    async def _close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.elector.release()
+        await self.subscriptions.close()
+        await self.chatwatch.close()
+        await self.firing.close()
+        await self.executor.close()
+        await self.client.close()
+
+    # --- wiring --------------------------------------------------------------------------
+
+    def _on_diff(self, diff: Diff) -> None:
+        now = self.clock.wall()
+        self.ticker.apply(diff, now, bridge_from=self._bridge_from)
+        self.subscriptions.apply(diff, bridge_from=self._bridge_from)
+        self.firing.apply(diff)
+        self.health.kick()
+        if RESERVED_CHAT_WATCH in diff.remove:
+            asyncio.get_running_loop().create_task(self._seed_chat_watch())
+
+    def _on_election(self, active: bool) -> None:
+        now = self.clock.wall()
+        self._bridge_from = max(self.up_since, now - self.bridge) if active else None
+        asyncio.get_running_loop().create_task(self._resync())
+
+    async def _resync(self) -> None:
+        try:
+            await self.reconciler.resync()
+        finally:
+            self._bridge_from = None
+
+    def _on_slept(self) -> None:
+        log.warning("the machine slept or its clock jumped: distrusting the lease and streams")
+        self.up_since = self.clock.wall()
+        self.elector.slept()
+        self.ticker.slept(self.up_since)
+        self.subscriptions.slept()
+
+    # --- chat-watch and programs -----------------------------------------------------------
+
+    async def _seed_chat_watch(self) -> None:
+        """Create the reserved chat responder record if it is missing; never overwrite it."""
+        try:
+            space = await self.client.space_get(self.space)
+            body = {
+                "name": CHAT_WATCH_NAME,
+                "kind": "event",
+                "program": "internal:chat-watch",
+                "spec": {"dataset": "chat_messages", "objectId": space["generalChat"]},
+                "owner": "",
+                "enabled": True,
+            }
+            await self.client.trigger_put(self.space, RESERVED_CHAT_WATCH, body)
+        except ApiError as exc:
+            if exc.status != 409:
+                log.warning("chat-watch: could not seed the record: %s", exc)
+
+    async def _fetch_program(self, ref: ProgramRef) -> str | None:
+        try:
+            found = await self.client.program_get(self.space, str(ref))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found["source"]
+
+    async def _chat_send(
+        self, space: str, object_id: str, text: str, agent: dict[str, Any]
+    ) -> dict[str, Any]:
+        return await self.client.chat_send(space, object_id, {"text": text, "agent": agent})
+
+    async def _chat_history(self, space: str, object_id: str, limit: int) -> list[dict[str, Any]]:
+        page = await self.client.chat_messages(space, object_id, limit=limit)
+        return page["messages"]
+
+    async def _record_turn(self, turn: dict[str, Any]) -> None:
+        log.info("chat-watch turn %s: %s", turn.get("turnId"), turn.get("outcome"))
+
+    def _report(self) -> dict[str, Any]:
+        """What this device says of itself in its heartbeat, for `baton status`."""
+        return {
+            "upSince": self.up_since.isoformat(),
+            "subscriptions": self.subscriptions.status(),
+            "armed": len(self.reconciler.registry),
+            "chatWatch": msgspec.to_builtins(self.chatwatch.status()),
+        }
+
+
+async def _guarded(part: Awaitable[None]) -> None:
+    """A part that ends on its own is a bug; log it rather than take the device down."""
+    try:
+        await part
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("a device part stopped unexpectedly")
