@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 
 from runtime.cli import UsageError
 from runtime.clock import Clock, SystemClock
+from runtime.table import align
 from triggers import cron
 from triggers.records import (
     CronExpr,
@@ -200,10 +201,7 @@ def render_table(fires: list[Fire], zone: tzinfo, start: datetime) -> str:
         (rfc3339_utc(f.at), _local(f, zone).strftime("%Y-%m-%d %H:%M:%S %z"), f.dst or "")
         for f in fires
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    ]
+    lines = align(rows)
     notes = sorted({f.dst for f in fires if f.dst is not None})
     lines += [f"{note}: {LEGEND[note]}" for note in notes]
     return "\n".join(lines)

@@ -38,6 +38,7 @@ from runtime.cli import UsageError
 from runtime.client import ApiError, SpaceClient
 from runtime.commands.common import Target, add_space_options, target
 from runtime.firing import new_run_id, run_job
+from runtime.table import align
 
 MANUAL_PREFIX = "manual:"
 N = TypeVar("N", int, float)
@@ -274,6 +275,4 @@ def render_run(record: dict[str, Any], stdout: str) -> str:
 
 def table(rows: list[tuple[str, ...]]) -> str:
     """Rows as aligned columns."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                     for row in rows)  # fmt: skip
+    return "\n".join(align(rows))
