@@ -5,6 +5,9 @@ clock and an async sleep. `SystemClock` is the real one; `FakeClock` is for
 tests, where time moves only when the test calls `advance()`, which wakes every
 sleeper whose deadline has come. Nothing else in `runtime/` may call
 `datetime.now`, `time.monotonic` or `asyncio.sleep` for waiting on time.
+
+`sleep_or_wake(clock, seconds, wake)` is how a loop waits for its next deadline
+*or* a change: never polling on a fixed interval when a deadline is known.
 """
 
 from __future__ import annotations
@@ -40,6 +43,24 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
+
+
+async def sleep_or_wake(clock: Clock, seconds: float, wake: asyncio.Event) -> bool:
+    """Sleep on `clock` until `seconds` pass or `wake` is set; True when woken.
+
+    The event is left set: the caller clears it once it has acted on the change.
+    """
+    if wake.is_set():
+        return True
+    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    waker = asyncio.ensure_future(wake.wait())
+    try:
+        await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (sleeper, waker):
+            task.cancel()
+        await asyncio.gather(sleeper, waker, return_exceptions=True)
+    return wake.is_set()
 
 
 class FakeClock:

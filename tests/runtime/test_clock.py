@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runtime.clock import Clock, FakeClock, SystemClock
+from runtime.clock import Clock, FakeClock, SystemClock, sleep_or_wake
 
 START = datetime(2026, 3, 29, 0, 30, tzinfo=UTC)
 
@@ -78,3 +78,21 @@ async def test_zero_sleep_yields_without_waiting_for_advance():
     async with asyncio.timeout(5):
         await clock.sleep(0)
     assert clock.monotonic() == 0
+
+
+async def test_sleep_or_wake_ends_at_the_deadline_or_the_wake_whichever_comes_first():
+    clock = FakeClock(START)
+    wake = asyncio.Event()
+    napping = asyncio.create_task(sleep_or_wake(clock, 30, wake))
+    async with asyncio.timeout(5):
+        await clock.wait_for_sleepers(1)
+        wake.set()
+        assert await napping is True
+    assert clock.sleepers == 0 and wake.is_set()  # the caller clears it
+    wake.clear()
+    napping = asyncio.create_task(sleep_or_wake(clock, 30, wake))
+    async with asyncio.timeout(5):
+        await clock.wait_for_sleepers(1)
+        clock.advance(30)
+        assert await napping is False
+    assert clock.slept == [30, 30]
