@@ -32,7 +32,7 @@ import msgspec
 
 from runtime import lease
 from runtime.client import ApiError, SpaceClient
-from runtime.clock import Clock
+from runtime.clock import Clock, sleep_or_wake
 
 log = logging.getLogger(__name__)
 
@@ -307,13 +307,5 @@ class Elector:
     async def _nap(self, until: float) -> None:
         """Sleep until `until` (at most 30 s) or until `slept()` asks for a round now."""
         seconds = min(MAX_SLEEP, max(0.0, until - self._clock.monotonic()))
-        if not self._wake.is_set():
-            sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
-            waker = asyncio.ensure_future(self._wake.wait())
-            try:
-                await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                sleeper.cancel()
-                waker.cancel()
-                await asyncio.gather(sleeper, waker, return_exceptions=True)
+        await sleep_or_wake(self._clock, seconds, self._wake)
         self._wake.clear()

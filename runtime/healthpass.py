@@ -29,7 +29,7 @@ from typing import Any
 
 from programs import breaker, rollup
 from runtime.client import ApiError, SpaceClient
-from runtime.clock import Clock
+from runtime.clock import Clock, sleep_or_wake
 from runtime.election import Elector
 from triggers import health
 from triggers.records import Loaded, PeerId, Salvaged, TriggerId
@@ -179,14 +179,7 @@ class HealthPass:
             left = deadline - self._clock.monotonic()
             if left <= 0:
                 return
-            sleeper = asyncio.ensure_future(self._clock.sleep(min(MAX_SLEEP, left)))
-            waker = asyncio.ensure_future(self._wake.wait())
-            try:
-                await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                sleeper.cancel()
-                waker.cancel()
-                await asyncio.gather(sleeper, waker, return_exceptions=True)
+            await sleep_or_wake(self._clock, min(MAX_SLEEP, left), self._wake)
         self._wake.clear()
 
 

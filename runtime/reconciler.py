@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 from runtime.client import SpaceClient
-from runtime.clock import Clock
+from runtime.clock import Clock, sleep_or_wake
 from runtime.sse import SseEvent
 from runtime.subscribe import Subscription
 from triggers import registry as reg
@@ -141,7 +141,7 @@ class Reconciler:
             left = self._resync_s - (self._clock.monotonic() - start)
             if left <= 0:
                 return
-            await _sleep_or(self._clock, min(MAX_SLEEP, left), self._resync_now)
+            await sleep_or_wake(self._clock, min(MAX_SLEEP, left), self._resync_now)
 
     def request_resync(self) -> None:
         """Ask for a full sync soon (returns at once)."""
@@ -287,15 +287,3 @@ def _merge(first: reg.Diff, second: reg.Diff) -> reg.Diff:
     """Both diffs as one summary (each was already published on its own)."""
     fields = first.__struct_fields__
     return reg.Diff(**{f: getattr(first, f) + getattr(second, f) for f in fields})
-
-
-async def _sleep_or(clock: Clock, seconds: float, event: asyncio.Event) -> None:
-    """Sleep on the clock until `seconds` pass or `event` is set."""
-    sleep = asyncio.ensure_future(clock.sleep(seconds))
-    woken = asyncio.ensure_future(event.wait())
-    try:
-        await asyncio.wait({sleep, woken}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (sleep, woken):
-            task.cancel()
-        await asyncio.gather(sleep, woken, return_exceptions=True)
