@@ -1,0 +1,285 @@
+"""In-process devices against a real space server on 127.0.0.1: the fixtures and helpers.
+
+`Space` is the embedded space server on a SQLite file in `tmp_path`, run by an
+`AppRunner` on a loopback port, with an admin client; it can be stopped and
+started again on the same file and port, and its clock can be a `FakeClock`'s
+wall. `make_device(**overrides)` starts a `runtime.device.Device` as a task
+(a real Executor with two workers) and, at teardown, cancels it and checks that
+no task of the runtime is left. Waits are on conditions under a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from runtime.client import SpaceClient
+from runtime.clock import FakeClock
+from runtime.device import Device
+from runtime.space.app import create_app, default_admin_token_file
+from runtime.space.clock import system_clock
+from runtime.space.sse import STREAMS
+
+SPACE = "home"
+DEADLINE = 10.0
+ECHO = "def main(args):\n    return {'ok': True, 'args': args}\n"
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[Any] | Any], *, timeout: float = DEADLINE, every: float = 0.02
+) -> Any:
+    """Look again every `every` seconds until `probe()` is truthy; return what it gave."""
+    async with asyncio.timeout(timeout):
+        while True:
+            found = probe()
+            if asyncio.iscoroutine(found):
+                found = await found
+            if found:
+                return found
+            await asyncio.sleep(every)
+
+
+class Space:
+    """The space server on one SQLite file, restartable on the same port, with an admin client."""
+
+    def __init__(self, db: Path, clock: FakeClock | None = None) -> None:
+        self.db, self.clock = db, clock
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+        self.admin: SpaceClient | None = None
+        self.general = ""
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def app(self) -> web.Application:
+        assert self.runner is not None
+        return self.runner.app
+
+    async def start(self) -> None:
+        server_clock = self.clock.wall if self.clock is not None else system_clock
+        app = create_app(self.db, clock=server_clock)
+        self.runner = web.AppRunner(app, handle_signals=False)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+        self.port = self.runner.addresses[0][1]
+        if self.admin is None:
+            token = default_admin_token_file(self.db).read_text().strip()
+            self.admin = SpaceClient(self.url, token)
+            self.general = (await self.admin.space_create({"id": SPACE}))["generalChat"]
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+    async def restart(self) -> None:
+        """Stop the server and start it again on the same file and port."""
+        await self.stop()
+        await self.start()
+
+    def cut_streams(self) -> None:
+        """Abort every open SSE stream of the server (chat streams and the change feed)."""
+        self.app[STREAMS].close_all("cut")
+
+    async def close(self) -> None:
+        await self.stop()
+        if self.admin is not None:
+            await self.admin.close()
+
+    # -- admin calls the tests use
+
+    @property
+    def api(self) -> SpaceClient:
+        assert self.admin is not None
+        return self.admin
+
+    async def device_token(self, peer: str) -> str:
+        return (await self.api.token_device({"peer": peer}))["token"]
+
+    async def chat(self, name: str) -> str:
+        return (await self.api.chat_create(SPACE, {"name": name}))["objectId"]
+
+    async def send(self, chat: str, text: str, **fields: Any) -> dict[str, Any]:
+        return await self.api.chat_send(SPACE, chat, {"text": text, **fields})
+
+    async def publish(self, ref: str, source: str = ECHO) -> None:
+        await self.api.program_put(SPACE, ref, {"source": source})
+
+    async def trigger(self, **fields: Any) -> dict[str, Any]:
+        return await self.api.trigger_create(SPACE, {"name": "t", **fields})
+
+    async def event_trigger(self, chat: str, **fields: Any) -> dict[str, Any]:
+        spec = {"dataset": "chat_messages", "objectId": chat}
+        return await self.trigger(kind="event", spec=spec, program="echo@v1", **fields)
+
+    async def record(self, tid: str) -> dict[str, Any]:
+        return await self.api.trigger_get(SPACE, tid)
+
+    async def patch(self, tid: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.api.trigger_patch(SPACE, tid, body)
+
+    async def runs(self, tid: str) -> list[dict[str, Any]]:
+        return (await self.api.runs(SPACE, trigger=tid, limit=1000))["runs"]
+
+    async def fires(self, tid: str) -> list[dict[str, Any]]:
+        return (await self.api.fires(SPACE, trigger=tid, limit=1000))["fires"]
+
+    async def messages(self, chat: str) -> list[dict[str, Any]]:
+        return (await self.api.chat_messages(SPACE, chat, limit=1000))["messages"]
+
+    async def until_runs(self, tid: str, count: int, **kw: Any) -> list[dict[str, Any]]:
+        """Wait until `tid` has at least `count` run records; return them."""
+
+        async def enough() -> list[dict[str, Any]] | None:
+            runs = await self.runs(tid)
+            return runs if len(runs) >= count else None
+
+        return await eventually(enough, **kw)
+
+    async def until_stamped(self, tid: str, status: str) -> dict[str, Any]:
+        async def stamped() -> dict[str, Any] | None:
+            record = await self.record(tid)
+            return record if record.get("lastStatus") == status else None
+
+        return await eventually(stamped)
+
+
+class Spaces:
+    """The test's space servers: `default()` (real time) on first use, `new(clock)` for more."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.all: list[Space] = []
+        self._default: Space | None = None
+
+    async def new(self, clock: FakeClock | None = None) -> Space:
+        space = Space(self.tmp_path / f"space-{len(self.all)}.db", clock)
+        self.all.append(space)
+        await space.start()
+        return space
+
+    async def default(self) -> Space:
+        if self._default is None:
+            self._default = await self.new()
+        return self._default
+
+
+class Running:
+    """A device running as a task; `stop()` cancels it and waits for its clean stop."""
+
+    def __init__(self, device: Device, task: asyncio.Task[None], space: Space) -> None:
+        self.device, self.task, self.space = device, task, space
+
+    @property
+    def peer(self) -> str:
+        return self.device.peer
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+    async def active(self) -> None:
+        """Wait until this device holds the lease and its first sync is done."""
+        d = self.device
+        await eventually(lambda: d.elector.may_fire() and d.reconciler.ready.is_set())
+
+    def chat_state(self, chat: str) -> dict[str, Any] | None:
+        return next((c for c in self.device.subscriptions.status() if c["chat"] == chat), None)
+
+    async def live(self, chat: str, trigger: str | None = None) -> None:
+        """Wait until the chat's stream is live here (with `trigger` armed on it, if given)."""
+
+        def ready() -> bool:
+            found = self.chat_state(chat)
+            armed = found is not None and (trigger is None or trigger in found["triggers"])
+            return armed and found["state"] == "live" and found["lastId"] is not None
+
+        await eventually(ready)
+
+    async def not_following(self, chat: str) -> None:
+        await eventually(lambda: self.chat_state(chat) is None)
+
+    async def settled(self) -> None:
+        """Wait until every fire taken so far is recorded."""
+        async with asyncio.timeout(DEADLINE):
+            await self.device.firing.settled()
+
+
+def runtime_tasks() -> list[asyncio.Task[Any]]:
+    """Pending tasks running our runtime's code (not the space server's handlers)."""
+    me = asyncio.current_task()
+    left = []
+    for task in asyncio.all_tasks():
+        code = getattr(task.get_coro(), "cr_code", None)
+        where = code.co_filename if code is not None else ""
+        ours = ("/runtime/" in where or "/programs/" in where) and "/runtime/space/" not in where
+        if task is not me and not task.done() and ours:
+            left.append(task)
+    return left
+
+
+@pytest.fixture
+async def spaces(tmp_path: Path) -> AsyncIterator[Spaces]:
+    held = Spaces(tmp_path)
+    try:
+        yield held
+    finally:
+        for space in held.all:
+            await space.close()
+
+
+@pytest.fixture
+async def space(spaces: Spaces) -> Space:
+    return await spaces.default()
+
+
+MakeDevice = Callable[..., Awaitable[Running]]
+
+
+@pytest.fixture
+async def make_device(spaces: Spaces) -> AsyncIterator[MakeDevice]:
+    """`await make_device(**overrides)`: a Device running as a task, stopped at teardown.
+
+    Overrides: `space` (a `Space`; default the test's real-time one), `peer` (default
+    `dev1`, `dev2`, …) and any keyword of `Device` (`clock`, `executor_size`, …).
+    """
+    running: list[Running] = []
+
+    async def make(**overrides: Any) -> Running:
+        space = overrides.pop("space", None) or await spaces.default()
+        peer = overrides.pop("peer", f"dev{len(running) + 1}")
+        token = overrides.pop("token", None) or await space.device_token(peer)
+        options: dict[str, Any] = {"executor_size": 2, **overrides}
+        device = Device(url=space.url, token=token, space=SPACE, peer=peer, **options)
+        task = asyncio.create_task(device.run(), name=f"device {peer} {secrets.token_hex(2)}")
+        run = Running(device, task, space)
+        running.append(run)
+        return run
+
+    try:
+        yield make
+    finally:
+        for run in running:
+            await run.stop()
+        for run in running:
+            assert run.task.done()
+        left = await _settle_tasks()
+        assert not left, f"tasks of the runtime left after the devices stopped: {left}"
+
+
+async def _settle_tasks() -> list[asyncio.Task[Any]]:
+    for _ in range(20):
+        left = runtime_tasks()
+        if not left:
+            return []
+        await asyncio.sleep(0)
+    return runtime_tasks()

