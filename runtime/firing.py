@@ -161,14 +161,31 @@ class Firing:
         self._admit(request, term)
 
     async def _claim(self, request: FireRequest, term: int) -> bool:
+        """Claim the fire; a transient failure is retried, so a space restart loses nothing."""
         body = {"triggerId": request.trigger.id, "key": request.key, "term": term,
                 "peer": self._peer}  # fmt: skip
+        for attempt in range(WRITE_TRIES):
+            try:
+                await self._client.fires_claim(self._space, body)
+                return True
+            except ApiError as exc:
+                if _transient(exc) and attempt < WRITE_TRIES - 1:
+                    await self._clock.sleep(0.5 * 2**attempt)
+                    continue
+                if attempt and exc.code == "already_claimed" and await self._ours(request, term):
+                    return True  # an earlier try went through, its answer was lost
+                await self._refused(request, term, exc)
+                return False
+        return False
+
+    async def _ours(self, request: FireRequest, term: int) -> bool:
+        """Whether the space holds this fire's claim as made by this device at `term`."""
         try:
-            await self._client.fires_claim(self._space, body)
-            return True
-        except ApiError as exc:
-            await self._refused(request, term, exc)
+            listed = await self._client.fires(self._space, trigger=request.trigger.id)
+        except ApiError:
             return False
+        mine = {"key": request.key, "peer": self._peer, "term": term}
+        return any(all(f.get(k) == v for k, v in mine.items()) for f in listed["fires"])
 
     async def _refused(self, request: FireRequest, term: int, exc: ApiError) -> None:
         tid, key = request.trigger.id, request.key
@@ -278,10 +295,15 @@ class Firing:
     async def _run_token(self, fire: Fire, timeout_s: float) -> str | Outcome:
         body = {"triggerId": fire.trigger_id, "runId": fire.run_id,
                 "ttlSeconds": timeout_s + TOKEN_MARGIN_S}  # fmt: skip
-        try:
-            return (await self._client.token_run(self._space, body))["token"]
-        except ApiError as exc:
-            return outcomes.failed_before_run(f"no run token: {exc}")
+        for attempt in range(WRITE_TRIES):
+            try:
+                return (await self._client.token_run(self._space, body))["token"]
+            except ApiError as exc:
+                error = exc
+                if not _transient(exc) or attempt == WRITE_TRIES - 1:
+                    break
+            await self._clock.sleep(0.5 * 2**attempt)
+        return outcomes.failed_before_run(f"no run token: {error}")
 
     def _context(self, fire: Fire, token: str) -> RunContext:
         return RunContext(run_id=fire.run_id, trigger_id=fire.trigger_id, program=fire.program,

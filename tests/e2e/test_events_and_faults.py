@@ -66,3 +66,35 @@ async def test_an_event_trigger_fires_once_per_user_message_and_never_for_the_un
     assert [r["key"] for r in runs].count(m3["messageId"]) == 1
     assert {before["messageId"], paused["messageId"]}.isdisjoint(r["key"] for r in runs)
     assert len(runs) == 3
+
+
+async def test_dropped_streams_and_a_restarted_server_lose_nothing_and_repeat_nothing(
+    space: Space, make_device: MakeDevice
+):
+    await space.publish("echo@v1")
+    chat = await space.chat("inbox")
+    tid = (await space.event_trigger(chat))["id"]
+    dev = await make_device()
+    await dev.active()
+    await dev.live(chat, tid)
+    sent = [await space.send(chat, "m1")]
+    await space.until_runs(tid, 1)
+
+    sent.append(await space.send(chat, "m2, just before the cut"))
+    space.cut_streams()
+    sent.append(await space.send(chat, "m3, while the stream is down"))
+    await space.until_runs(tid, 3)
+
+    sent.append(await space.send(chat, "m4, just before the restart"))
+    await space.restart()
+    sent.append(await space.send(chat, "m5, as the server is back"))
+    sent.append(await space.send(chat, "m6"))
+    await space.until_runs(tid, len(sent))
+    await dev.settled()
+
+    runs = await space.runs(tid)
+    assert sorted(r["key"] for r in runs) == sorted(m["messageId"] for m in sent)
+    assert {r["status"] for r in runs} == {"ok"}
+    assert [r["result"]["args"]["event"]["text"] for r in runs][:1] == ["m1"]
+    connections = dev.chat_state(chat)["connections"]
+    assert connections >= 3, dev.chat_state(chat)
