@@ -35,6 +35,14 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
     settle_s: float = 10.0
 
 
+def scaled(lease_s: float) -> Config:
+    """Timings for a lease of `lease_s` seconds in the defaults' proportions (15 → 5, 5, 2, 10)."""
+    third = lease_s / 3
+    return Config(
+        lease_s=lease_s, renew_s=third, margin_s=third, poll_s=lease_s / 7.5, settle_s=2 * third
+    )
+
+
 class LeaseView(msgspec.Struct, frozen=True, kw_only=True):
     """The lease as last read from the space, anchored to local monotonic time."""
 

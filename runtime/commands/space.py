@@ -1,10 +1,13 @@
 """`baton space`: run the embedded space server, mint device tokens.
 
     baton space serve --db PATH [--host H] [--port P] [--admin-token-file F]
+                      [--lease-seconds S] [--live-seconds S]
     baton space token --peer NAME [--db PATH]
 
 `serve` binds 127.0.0.1 unless `--host` says otherwise, prints where it listens
 and where the admin token file is, and stops cleanly on Ctrl-C or SIGTERM.
+`--lease-seconds` is the election lease length and `--live-seconds` how long a
+device counts as live after its last heartbeat (both default 15).
 `token` mints a device token straight in the store (the server may be running)
 and writes it to stdout: it is shown this once. `--db` defaults to
 `$BATON_DB`, else `~/.baton/space.db`. A shell over `runtime.space`.
@@ -49,6 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="admin token file (default admin.token beside the database)",
     )
+    for flag in ("--lease-seconds", "--live-seconds"):
+        serve.add_argument(flag, type=_seconds, default=15.0, help="seconds (default 15)")
     serve.set_defaults(func=run_serve)
     token = sub.add_parser("token", help="mint a device token (printed once)")
     token.add_argument("--peer", required=True, help="the device's peer id")
@@ -62,12 +67,27 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.5 <= value <= 3600:  # argparse names the flag
+        raise argparse.ArgumentTypeError(f"expected 0.5..3600 seconds, got {text!r}")
+    return value
+
+
 def run_serve(args: argparse.Namespace) -> int:
     db = args.db or default_db()
     port = _port(args.port)
     db.parent.mkdir(parents=True, exist_ok=True)
     token_file = args.admin_token_file or default_admin_token_file(db)
-    app = create_app(db, admin_token_file=token_file)
+    app = create_app(
+        db,
+        admin_token_file=token_file,
+        lease_seconds=args.lease_seconds,
+        live_seconds=args.live_seconds,
+    )
     asyncio.run(serve(app, args.host, port, token_file))
     return 0
 

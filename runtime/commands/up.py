@@ -1,12 +1,16 @@
 """`baton up` and `baton device`: run a device, with the embedded space (`up`) or joining one.
 
     baton up [--data DIR] [--host H] [--port P] [--peer NAME] [--priority N] [--space ID] [--demo]
+             [--lease-seconds S]
     baton device --peer NAME [--priority N] [--url U] [--token-file F] [--space ID] [--data DIR]
+                 [--lease-seconds S]
 
 `up` is the main job on one machine: the space server and one device in one
 process, its data in `--data` (default `~/.baton`): `space.db`, `admin.token`
 (mode 0600), the device's token and `local.json`, which tells the other commands
 where the local space is. Ctrl-C or SIGTERM stops it cleanly, releasing the lease.
+`--lease-seconds` (default 15) sets the election timings in proportion (renew and
+margin a third, poll 1/7.5, settle two thirds); `up` gives its space the same lease.
 A shell over `runtime.device.Device` and `runtime.space.app.create_app`.
 """
 
@@ -22,7 +26,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from runtime import demo
+from runtime import demo, lease
 from runtime.cli import UsageError
 from runtime.client import ApiError, SpaceClient
 from runtime.commands.common import (
@@ -73,12 +77,28 @@ def _device_options(parser: argparse.ArgumentParser, *, peer_required: bool) -> 
     )
     parser.add_argument("--name", default="", help="a name for people (default: the peer id)")
     parser.add_argument("--workers", type=int, default=None, help="program worker processes")
+    parser.add_argument(
+        "--lease-seconds",
+        type=_seconds,
+        default=lease.Config().lease_s,
+        help="election lease length; the other timings follow it (default 15)",
+    )
 
 
 def _port(text: str) -> int:
     if not text.isdigit() or int(text) > 65535:
         raise UsageError(f"--port: expected 0..65535, got {text!r}")
     return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.5 <= value <= 3600:  # argparse names the flag
+        raise argparse.ArgumentTypeError(f"expected 0.5..3600 seconds, got {text!r}")
+    return value
 
 
 def _setup_logging() -> None:
@@ -104,7 +124,13 @@ async def _up(args: argparse.Namespace, data: Path) -> None:
 
     admin_file = data / ADMIN_TOKEN_FILE
     runner = web.AppRunner(
-        create_app(data / "space.db", admin_token_file=admin_file), handle_signals=False
+        create_app(
+            data / "space.db",
+            admin_token_file=admin_file,
+            lease_seconds=args.lease_seconds,
+            live_seconds=args.lease_seconds,
+        ),
+        handle_signals=False,
     )
     await runner.setup()
     try:
@@ -126,6 +152,7 @@ async def _up(args: argparse.Namespace, data: Path) -> None:
             name=args.name,
             priority=args.priority,
             executor_size=args.workers,
+            lease=lease.scaled(args.lease_seconds),
         )
         await _until_signalled(device.run())
     finally:
@@ -166,6 +193,7 @@ def run_device(args: argparse.Namespace) -> int:
         name=args.name,
         priority=args.priority,
         executor_size=args.workers,
+        lease=lease.scaled(args.lease_seconds),
     )
     print(f"baton: device {args.peer!r} joining {where.url} (space {where.space!r})", flush=True)
     asyncio.run(_until_signalled(device.run()))
