@@ -18,10 +18,14 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
     SPACE,
     MakeDevice,
     Space,
+    eventually,
     make_device,
     space,
     spaces,
 )
+
+from runtime.client import ApiError
+from triggers.records import RESERVED_CHAT_WATCH as CHAT_WATCH
 
 
 def by_key(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -98,3 +102,71 @@ async def test_dropped_streams_and_a_restarted_server_lose_nothing_and_repeat_no
     assert [r["result"]["args"]["event"]["text"] for r in runs][:1] == ["m1"]
     connections = dev.chat_state(chat)["connections"]
     assert connections >= 3, dev.chat_state(chat)
+
+
+def answers(messages: list[dict[str, Any]], text: str) -> int:
+    """How many of the agent's messages answer the user's `text` (the built-in responder)."""
+    return sum(1 for m in messages if m.get("agent") and f"noted: {text!r}" in m["text"])
+
+
+async def until_answered(space: Space, text: str) -> None:
+    async def answered() -> bool:
+        return answers(await space.messages(space.general), text) > 0
+
+    await eventually(answered)
+
+
+async def chat_watch(space: Space) -> dict[str, Any] | None:
+    try:
+        return await space.record(CHAT_WATCH)
+    except ApiError as exc:
+        assert exc.status == 404, exc
+        return None
+
+
+async def test_chat_watch_is_seeded_reseeded_never_overwritten_and_answers_once(
+    space: Space, make_device: MakeDevice
+):
+    dev = await make_device()
+    await dev.active()
+    record = await eventually(lambda: chat_watch(space))
+    assert {k: record[k] for k in ("name", "kind", "program", "owner", "enabled")} == {
+        "name": "Chat responder",
+        "kind": "event",
+        "program": "internal:chat-watch",
+        "owner": "",
+        "enabled": True,
+    }
+    assert record["spec"]["objectId"] == space.general
+    await dev.live(space.general, CHAT_WATCH)
+    await space.send(space.general, "hello there")
+    await until_answered(space, "hello there")
+
+    await space.api.trigger_delete(SPACE, CHAT_WATCH)
+    reseeded = await eventually(lambda: chat_watch(space))
+    assert reseeded["enabled"] is True
+    await dev.live(space.general, CHAT_WATCH)
+    await space.send(space.general, "after the reseed")
+    await until_answered(space, "after the reseed")
+
+    paused = await space.patch(CHAT_WATCH, {"enabled": False})
+    await dev.not_following(space.general)
+    await space.send(space.general, "while paused")
+    await dev.stop()
+    dev = await make_device(peer=dev.peer)
+    await dev.active()
+    await eventually(lambda: CHAT_WATCH in dev.device.reconciler.records)
+    kept = await space.record(CHAT_WATCH)
+    assert (kept["enabled"], kept["rev"]) == (False, paused["rev"])
+    assert dev.chat_state(space.general) is None
+    await space.send(space.general, "still paused")
+
+    await space.patch(CHAT_WATCH, {"enabled": True})
+    await dev.live(space.general, CHAT_WATCH)
+    await space.send(space.general, "back again")
+    await until_answered(space, "back again")
+    messages = await space.messages(space.general)
+    answered = ["hello there", "after the reseed", "back again"]
+    assert [answers(messages, t) for t in answered] == [1, 1, 1]
+    assert answers(messages, "while paused") == answers(messages, "still paused") == 0
+    assert sum(1 for m in messages if m.get("agent")) == 3
