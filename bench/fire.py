@@ -1,0 +1,371 @@
+"""A real device firing: event latency, cron lateness, and the cost of 10,000 armed triggers.
+
+Run: .venv/bin/python bench/fire.py [--quick]
+
+The space server (`create_app` on a fresh SQLite file) runs in a child process, the
+device in another (`python -m runtime.cli device`, exactly what `baton device` runs,
+logging at its default INFO level to a file), this process only posts and reads. Every
+fire runs the published program `stamp@v1`, which returns `time.time()` taken as its
+`main()` is entered; the figures compare that with this process's `time.time()` (one
+machine, one wall clock). The server keeps up to 5,000 ok runs per trigger (instead of
+200) so that every run of a scenario can be read back.
+
+- event N/s:   one event trigger on its own chat; messages posted at a fixed rate
+               (each POST a task started on schedule); latency = main() entered minus
+               the instant just before the POST was sent; default limits (`overlap:
+               queue`, `maxQueue` 100)
+- cron burst:  N cron triggers (6-field expression) due in the same second; lateness =
+               the run record's `lateMs` (startedAt - slot) and main() entered - slot
+- idle:        CPU (% of one core, utime+stime from /proc over a window) and RSS of the
+               device process, with few triggers and with 10,000 armed cron triggers
+               (`0 0 1 1 *`, none due during the window); the server's CPU alongside
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+SPACE = "bench"
+PEER = "bench-dev"
+PROGRAM = "stamp@v1"
+SOURCE = (
+    "import time\n\n\ndef main(args):\n"
+    "    t = time.time()\n"
+    "    ev = args.get('event') or {}\n"
+    "    return {'ok': True, 't': t, 'm': ev.get('messageId')}\n"
+)
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+# ---------------------------------------------------------------- processes
+
+
+async def serve(db_path: str) -> None:
+    """Child: run the space server until stdin closes; print its port first."""
+    from aiohttp import web
+
+    from runtime.space.app import create_app
+    from runtime.space.appstate import RunRetention
+
+    app = create_app(db_path, retention=RunRetention(ok_per_trigger=5000))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    print(runner.addresses[0][1], flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await runner.cleanup()
+
+
+async def start_server(tmp: Path) -> tuple[asyncio.subprocess.Process, str, dict[str, str]]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--serve", str(tmp / "space.db"),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    port = int((await proc.stdout.readline()).decode())
+    token = (tmp / "admin.token").read_text().strip()
+    return proc, f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}
+
+
+async def stop_server(proc: asyncio.subprocess.Process) -> None:
+    assert proc.stdin is not None
+    proc.stdin.close()
+    await proc.wait()
+
+
+async def start_device(tmp: Path, base: str, token: str) -> asyncio.subprocess.Process:
+    (tmp / "device.token").write_text(token + "\n")
+    log = (tmp / "device.log").open("wb")
+    root = str(Path(__file__).resolve().parent.parent)
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runtime.cli", "device", "--peer", PEER, "--url", base,
+        "--token-file", str(tmp / "device.token"), "--space", SPACE, "--data", str(tmp),
+        stdout=log, stderr=log, cwd=root,
+    )  # fmt: skip
+
+
+async def stop_device(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        proc.terminate()
+    await proc.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of `pid` so far, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mb(pid: int) -> float:
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
+
+
+def children_rss_mb(pid: int) -> tuple[int, float]:
+    kids = [k for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            if Path(f"/proc/{k}").exists()]  # fmt: skip
+    return len(kids), sum(rss_mb(int(k)) for k in kids)
+
+
+async def cpu_percent(pids: list[int], seconds: float) -> list[float]:
+    before = [cpu_seconds(p) for p in pids]
+    t0 = time.monotonic()
+    await asyncio.sleep(seconds)
+    elapsed = time.monotonic() - t0
+    return [100 * (cpu_seconds(p) - b) / elapsed for p, b in zip(pids, before, strict=True)]
+
+
+# ---------------------------------------------------------------- the API
+
+
+class Api:
+    """The few space calls the bench makes, on one session."""
+
+    def __init__(self, session: aiohttp.ClientSession, base: str, headers: dict[str, str]):
+        self.session, self.base, self.h = session, base, headers
+
+    async def call(self, method: str, path: str, body: Any = None, ok: int = 200) -> Any:
+        url = f"{self.base}/v1{path}"
+        async with self.session.request(method, url, json=body, headers=self.h) as r:
+            assert r.status == ok, f"{method} {path}: {r.status} {await r.text()}"
+            return await r.json()
+
+    async def trigger(self, name: str, kind: str, spec: dict[str, Any]) -> str:
+        body = {"name": name, "kind": kind, "spec": spec, "program": PROGRAM, "owner": PEER}
+        return (await self.call("POST", f"/spaces/{SPACE}/triggers", body, 201))["id"]
+
+    async def runs(self, **query: str) -> list[dict[str, Any]]:
+        q = "&".join(f"{k}={v}" for k, v in query.items())
+        return (await self.call("GET", f"/spaces/{SPACE}/runs?{q}&limit=1000"))["runs"]
+
+    async def post(self, chat: str, text: str) -> str:
+        path = f"/spaces/{SPACE}/chats/{chat}/messages"
+        return (await self.call("POST", path, {"text": text}, 201))["messageId"]
+
+    async def report(self) -> dict[str, Any]:
+        devices = (await self.call("GET", f"/spaces/{SPACE}/devices"))["devices"]
+        return next((d.get("status") or {} for d in devices if d["peer"] == PEER), {})
+
+
+async def in_parallel(jobs: list[Callable[[], Awaitable[Any]]], concurrency: int) -> None:
+    queue = list(reversed(jobs))
+
+    async def worker() -> None:
+        while queue:
+            await queue.pop()()
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def until(check: Callable[[], Awaitable[bool]], seconds: float, what: str) -> None:
+    try:
+        async with asyncio.timeout(seconds):
+            while not await check():
+                await asyncio.sleep(0.25)
+    except TimeoutError:
+        raise SystemExit(f"bench: {what} did not happen within {seconds:.0f} s") from None
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def parse(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+async def event_rate(api: Api, rate: float, count: int) -> list[str]:
+    """`count` messages at `rate`/s on a fresh chat with one event trigger; rows to print."""
+    chat = (await api.call("POST", f"/spaces/{SPACE}/chats", {"name": f"r{rate}"}, 201))["objectId"]
+    tid = await api.trigger(f"event {rate}/s", "event", {"dataset": "chat_messages",
+                                                         "objectId": chat})  # fmt: skip
+    await subscribed(api, chat, tid)
+    sent: dict[str, float] = {}
+
+    async def send(i: int) -> None:
+        t0 = time.time()
+        sent[await api.post(chat, f"m{i}")] = t0
+
+    start = time.monotonic()
+    tasks = []
+    for i in range(count):
+        await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
+        tasks.append(asyncio.create_task(send(i)))
+    await asyncio.gather(*tasks)
+    posting = time.monotonic() - start
+    runs = await settled_runs(api, tid, set(sent))
+    lat = [(r["result"]["t"] - sent[r["result"]["m"]]) * 1e3 for r in runs if r["status"] == "ok"]
+    statuses = {s: sum(r["status"] == s for r in runs) for s in {r["status"] for r in runs}}
+    lat = lat or [float("nan")]
+    return [
+        f"event fire, {rate:g} msg/s (posted in {posting:.1f} s)", f"{count}",
+        f"{statuses}", f"{min(lat):.1f}", f"{pct(lat, 50):.1f}", f"{pct(lat, 99):.1f}",
+        f"{max(lat):.1f}",
+    ]  # fmt: skip
+
+
+async def subscribed(api: Api, chat: str, tid: str) -> None:
+    """Post warm-up messages until one fires: the device has armed and subscribed."""
+
+    async def fired() -> bool:
+        await api.post(chat, "warm-up")
+        await asyncio.sleep(0.5)
+        return bool(await api.runs(trigger=tid))
+
+    await until(fired, 60, f"the first fire of {tid}")
+
+
+async def settled_runs(api: Api, tid: str, messages: set[str]) -> list[dict[str, Any]]:
+    """The runs of `tid` for `messages`, once there is one per message (or 60 s passed)."""
+    found: list[dict[str, Any]] = []
+
+    async def done() -> bool:
+        nonlocal found
+        runs = await api.runs(trigger=tid)
+        found = [r for r in runs if (r.get("result") or {}).get("m") in messages]
+        found += [r for r in runs if r["status"] != "ok"]
+        return len(found) >= len(messages)
+
+    await until(done, 120, f"{len(messages)} runs of {tid}")
+    return found
+
+
+async def create_many(api: Api, count: int, spec: Callable[[int], dict[str, Any]]) -> float:
+    """Create `count` cron triggers, 16 requests in flight; seconds taken."""
+
+    def job(i: int) -> Callable[[], Awaitable[str]]:
+        return lambda: api.trigger(f"cron {i}", "cron", spec(i))
+
+    t0 = time.perf_counter()
+    await in_parallel([job(i) for i in range(count)], concurrency=16)
+    return time.perf_counter() - t0
+
+
+async def armed(api: Api, count: int, seconds: float) -> None:
+    async def check() -> bool:
+        return int((await api.report()).get("armed", 0)) >= count
+
+    await until(check, seconds, f"{count} armed triggers")
+
+
+async def cron_burst(api: Api, count: int, lead: float) -> tuple[list[str], float]:
+    """`count` cron triggers due at one second `lead` s ahead; rows and the creation time."""
+    slot = (datetime.now(UTC) + timedelta(seconds=lead)).replace(microsecond=0)
+    expr = f"{slot.second} {slot.minute} {slot.hour} {slot.day} {slot.month} *"
+    took = await create_many(api, count, lambda i: {"expr": expr, "tz": "UTC"})
+    assert datetime.now(UTC) < slot - timedelta(seconds=2), "creation ran into the slot"
+    since = (slot - timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
+    runs: list[dict[str, Any]] = []
+
+    async def done() -> bool:
+        nonlocal runs
+        runs = [r for r in await api.runs(since=since) if r["key"].startswith(slot.strftime("%Y"))]
+        return len(runs) >= count
+
+    await until(done, lead + 120, f"{count} cron runs")
+    late = [r["lateMs"] for r in runs if r["lateMs"] is not None]
+    main = [(r["result"]["t"] - slot.timestamp()) * 1e3 for r in runs if r["status"] == "ok"]
+    last = max(parse(r["finishedAt"]) for r in runs) - slot
+    statuses = {s: sum(r["status"] == s for r in runs) for s in {r["status"] for r in runs}}
+    rows = [
+        [f"cron, {count} due in one second: lateMs", f"{count}", f"{statuses}",
+         f"{min(late):.0f}", f"{pct(late, 50):.0f}", f"{pct(late, 99):.0f}", f"{max(late):.0f}"],
+        [f"cron, same: main() entered - slot (last run done {last.total_seconds():.1f} s)",
+         f"{len(main)}", "", f"{min(main):.0f}", f"{pct(main, 50):.0f}", f"{pct(main, 99):.0f}",
+         f"{max(main):.0f}"],
+    ]  # fmt: skip
+    return [" | ".join(r) for r in rows], took
+
+
+async def idle(device: int, server: int, seconds: float) -> str:
+    dev, srv = await cpu_percent([device, server], seconds)
+    workers, workers_mb = children_rss_mb(device)
+    return (
+        f"device CPU {dev:.2f} % of a core, RSS {rss_mb(device):.1f} MB "
+        f"({workers} workers: {workers_mb:.1f} MB); server CPU {srv:.2f} % "
+        f"[{seconds:.0f} s window]"
+    )
+
+
+async def quiet(pid: int, limit: float) -> float:
+    """Wait until `pid` uses under 5 % of a core over 2 s (at most `limit` s); seconds waited."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        if (await cpu_percent([pid], 2.0))[0] < 5.0:
+            break
+    return time.monotonic() - t0
+
+
+# ---------------------------------------------------------------- main
+
+
+async def bench(quick: bool) -> None:
+    window = 10.0 if quick else 25.0
+    with tempfile.TemporaryDirectory() as tmp:
+        server, base, h = await start_server(Path(tmp))
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=50))
+        api = Api(session, base, h)
+        device = None
+        try:
+            await api.call("POST", "/spaces", {"id": SPACE}, 201)
+            await api.call("PUT", f"/spaces/{SPACE}/programs/{PROGRAM}", {"source": SOURCE}, 201)
+            token = (await api.call("POST", "/tokens/device", {"peer": PEER}, 201))["token"]
+            device = await start_device(Path(tmp), base, token)
+            await armed(api, 1, 30)
+            await quiet(device.pid, 20)
+            print("idle, 1 trigger (chat-watch):", await idle(device.pid, server.pid, window / 2))
+            for rate, count in ((10, 50 if quick else 200), (100, 250 if quick else 1000)):
+                print(" | ".join(await event_rate(api, rate, count)), flush=True)
+            burst = 200 if quick else 1000
+            rows, took = await cron_burst(api, burst, lead=8 + burst / 250)
+            print(f"created {burst} cron triggers in {took:.1f} s ({burst / took:.0f}/s)")
+            print("\n".join(rows), flush=True)
+            more = 10_000 - burst
+            took = await create_many(api, more, lambda i: {"expr": "0 0 1 1 *", "tz": "UTC"})
+            print(f"created {more} more cron triggers in {took:.1f} s ({more / took:.0f}/s)")
+            t0 = time.monotonic()
+            await armed(api, 10_000, 120)
+            settle = await quiet(device.pid, 90) + time.monotonic() - t0
+            print(f"device armed 10,000 and went quiet {settle:.0f} s after the last create")
+            print(f"idle, {(await api.report()).get('armed')} armed:",
+                  await idle(device.pid, server.pid, window))  # fmt: skip
+        finally:
+            if device is not None:
+                await stop_device(device)
+            await session.close()
+            await stop_server(server)
+            if device is not None and device.returncode not in (0, -15):
+                print((Path(tmp) / "device.log").read_text()[-3000:])
+            if os.environ.get("BENCH_KEEP_LOG"):
+                Path(os.environ["BENCH_KEEP_LOG"]).write_bytes(
+                    (Path(tmp) / "device.log").read_bytes()
+                )
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--serve"]:
+        asyncio.run(serve(sys.argv[2]))
+        return
+    start = time.perf_counter()
+    print("scenario | n | statuses | min ms | p50 ms | p99 ms | max ms")
+    asyncio.run(bench(quick="--quick" in sys.argv))
+    print(f"total {time.perf_counter() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
