@@ -12,12 +12,16 @@ conditions under a deadline.
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 from device_support import (  # noqa: F401  (the fixtures are used by name)
+    DEADLINE,
     SPACE,
     MakeDevice,
     Space,
+    Spaces,
     eventually,
     make_device,
     space,
@@ -25,6 +29,7 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
 )
 
 from runtime.client import ApiError
+from runtime.clock import FakeClock
 from triggers.records import RESERVED_CHAT_WATCH as CHAT_WATCH
 
 
@@ -170,3 +175,71 @@ async def test_chat_watch_is_seeded_reseeded_never_overwritten_and_answers_once(
     assert [answers(messages, t) for t in answered] == [1, 1, 1]
     assert answers(messages, "while paused") == answers(messages, "still paused") == 0
     assert sum(1 for m in messages if m.get("agent")) == 3
+
+
+PARKED = 5  # an idle device's parts asleep on its clock: elector, ticker, sleep watch,
+# health pass, reconciler resync timer
+
+
+async def pass_time(clock: FakeClock, seconds: int, parked: int = PARKED) -> None:
+    """Move time a second at a time, each step once every part has gone back to sleep."""
+    for _ in range(seconds):
+        clock.advance(1.0)
+        async with asyncio.timeout(DEADLINE):
+            await clock.wait_for_sleepers(parked)
+
+
+def keys(runs: list[dict[str, Any]]) -> list[str]:
+    return [r["key"] for r in runs]
+
+
+async def test_a_wall_clock_jump_fires_only_what_the_rules_allow(
+    spaces: Spaces, make_device: MakeDevice
+):
+    clock = FakeClock(datetime(2026, 12, 1, 9, 2, tzinfo=UTC))
+    space = await spaces.new(clock)
+    await space.publish("echo@v1")
+    chat = await space.chat("inbox")
+    every5 = {"expr": "*/5 * * * *"}
+    none = (await space.trigger(kind="cron", spec=every5, program="echo@v1"))["id"]
+    spec = {**every5, "catchup": "latest"}
+    latest = (await space.trigger(kind="cron", spec=spec, program="echo@v1"))["id"]
+    event = (await space.event_trigger(chat))["id"]
+    dev = await make_device(space=space, clock=clock)
+    await dev.active()
+    await dev.live(chat, event)
+    await eventually(lambda: {none, latest} <= dev.device.ticker.next_fires().keys())
+    await space.send(chat, "awake before")
+    await space.until_runs(event, 1)
+
+    await pass_time(clock, 5 * 60)  # 09:07:00, past the 09:05 slot
+    assert keys(await space.until_runs(none, 1)) == ["2026-12-01T09:05:00Z"]
+    assert keys(await space.until_runs(latest, 1)) == ["2026-12-01T09:05:00Z"]
+
+    space.cut_streams()  # the machine sleeps: its streams die, its clocks stop
+    await eventually(lambda: dev.chat_state(chat)["state"] == "backoff")
+    clock.jump_wall(1800)
+    await space.send(chat, "while asleep")
+    clock.jump_wall(1799)
+    await space.send(chat, "just before waking")
+    clock.jump_wall(1)  # woken at 10:07:00: 10:05 is a stale slot, within `latest`'s grace
+
+    await pass_time(clock, 5)
+    await dev.active()
+    await dev.live(chat, event)
+    awake = await space.send(chat, "awake after")
+    await pass_time(clock, 3 * 60)  # 10:10:05, past the 10:10 slot
+    await space.until_runs(none, 2)
+    await space.until_runs(latest, 3)
+    await space.until_runs(event, 2)
+    await dev.settled()
+
+    assert keys(await space.runs(none)) == ["2026-12-01T09:05:00Z", "2026-12-01T10:10:00Z"]
+    assert keys(await space.runs(latest)) == [
+        "2026-12-01T09:05:00Z",
+        "2026-12-01T10:05:00Z",
+        "2026-12-01T10:10:00Z",
+    ]
+    texts = [r["result"]["args"]["event"]["text"] for r in await space.runs(event)]
+    assert texts == ["awake before", "awake after"]
+    assert keys(await space.runs(event))[-1] == awake["messageId"]
