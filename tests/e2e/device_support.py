@@ -119,7 +119,7 @@ class Space:
 
     async def event_trigger(self, chat: str, **fields: Any) -> dict[str, Any]:
         spec = {"dataset": "chat_messages", "objectId": chat}
-        return await self.trigger(kind="event", spec=spec, program="echo@v1", **fields)
+        return await self.trigger(**{"kind": "event", "spec": spec, "program": "echo@v1", **fields})
 
     async def record(self, tid: str) -> dict[str, Any]:
         return await self.api.trigger_get(SPACE, tid)

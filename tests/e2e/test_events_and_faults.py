@@ -13,6 +13,8 @@ conditions under a deadline.
 from __future__ import annotations
 
 import asyncio
+import json
+import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
@@ -243,3 +245,91 @@ async def test_a_wall_clock_jump_fires_only_what_the_rules_allow(
     texts = [r["result"]["args"]["event"]["text"] for r in await space.runs(event)]
     assert texts == ["awake before", "awake after"]
     assert keys(await space.runs(event))[-1] == awake["messageId"]
+
+
+def insert_raw(space: Space, *bodies: dict[str, Any]) -> None:
+    """Store records the way a newer build or a hand edit would: past the API's checks."""
+    with sqlite3.connect(space.db) as conn:
+        for body in bodies:
+            row = [SPACE, body["id"], json.dumps({"rev": 1, **body})]
+            conn.execute("INSERT INTO triggers VALUES (?, ?, 1, ?)", row)
+    conn.close()
+
+
+async def test_bad_records_are_stamped_while_a_healthy_trigger_keeps_firing(
+    space: Space, make_device: MakeDevice
+):
+    await space.publish("echo@v1")
+    chat = await space.chat("inbox")
+    common = {"program": "echo@v1", "owner": "", "enabled": True, "name": "bad"}
+    insert_raw(
+        space,
+        {"id": "trg_hook", "kind": "webhook", "spec": {"url": "https://x"}, **common},
+        {"id": "trg_badcron", "kind": "cron", "spec": {"expr": "every tuesday"}, **common},
+    )
+    yearly = {"expr": "0 0 1 1 *"}  # never due while the test runs
+    ghost = await space.trigger(kind="cron", spec=yearly, program="ghost@v1")
+    nowhere = await space.event_trigger("chat_nowhere")
+    healthy = (await space.event_trigger(chat))["id"]
+    dev = await make_device(health_interval=0.2)
+    await dev.active()
+    await dev.live(chat, healthy)
+    first = await space.send(chat, "first")
+    await space.until_runs(healthy, 1)
+
+    expected = {
+        "trg_hook": "unsupported_kind",
+        "trg_badcron": "invalid_spec",
+        ghost["id"]: "unknown_program",
+        nowhere["id"]: "source_not_found",
+    }
+    stamped = {tid: await space.until_stamped(tid, status) for tid, status in expected.items()}
+    assert "webhook" in stamped["trg_hook"]["lastStatusDetail"]
+    assert "ghost@v1" in stamped[ghost["id"]]["lastStatusDetail"]
+    raw = stamped["trg_hook"]
+    assert (raw["kind"], raw["spec"]) == ("webhook", {"url": "https://x"})  # never rewritten
+
+    second = await space.send(chat, "second")
+    runs = await space.until_runs(healthy, 2)
+    assert keys(runs) == [first["messageId"], second["messageId"]]
+    assert {r["status"] for r in runs} == {"ok"}
+    assert not dev.task.done()
+    assert await space.runs("trg_hook") == await space.runs("trg_badcron") == []
+
+
+BAD_PROGRAMS = {
+    "raises@v1": ("def main(args):\n    raise RuntimeError('boom')\n", "error"),
+    "crashes@v1": ("import os\n\ndef main(args):\n    os._exit(3)\n", "crashed"),
+    "loops@v1": ("def main(args):\n    while True:\n        pass\n", "timeout"),
+}
+
+
+async def test_a_program_that_raises_crashes_or_loops_costs_its_run_only(
+    space: Space, make_device: MakeDevice
+):
+    await space.publish("echo@v1")
+    chat = await space.chat("inbox")
+    bad: dict[str, str] = {}
+    for ref, (source, status) in BAD_PROGRAMS.items():
+        await space.publish(ref, source)
+        made = await space.event_trigger(chat, program=ref, limits={"timeoutSeconds": 1})
+        bad[made["id"]] = status
+    healthy = (await space.event_trigger(chat))["id"]
+    dev = await make_device()
+    await dev.active()
+    await dev.live(chat, healthy)
+
+    sent = [await space.send(chat, "first"), await space.send(chat, "second")]
+    for tid, status in bad.items():
+        runs = await space.until_runs(tid, 2)
+        assert [r["status"] for r in runs] == [status, status], runs
+    runs = await space.until_runs(healthy, 2)
+    assert keys(runs) == [m["messageId"] for m in sent]
+    assert {r["status"] for r in runs} == {"ok"}
+    errors = [r for tid in bad for r in await space.runs(tid)]
+    assert "boom" in next(r["error"] for r in errors if r["status"] == "error")
+
+    third = await space.send(chat, "third")
+    runs = await space.until_runs(healthy, 3)
+    assert (runs[-1]["key"], runs[-1]["status"]) == (third["messageId"], "ok")
+    assert not dev.task.done()
