@@ -1,9 +1,9 @@
 """`baton up` and `baton device`: run a device, with the embedded space (`up`) or joining one.
 
     baton up [--data DIR] [--host H] [--port P] [--peer NAME] [--priority N] [--space ID] [--demo]
-             [--lease-seconds S]
+             [--lease-seconds S] [--health-seconds S]
     baton device --peer NAME [--priority N] [--url U] [--token-file F] [--space ID] [--data DIR]
-                 [--lease-seconds S]
+                 [--lease-seconds S] [--health-seconds S]
 
 `up` is the main job on one machine: the space server and one device in one
 process, its data in `--data` (default `~/.baton`): `space.db`, `admin.token`
@@ -11,6 +11,7 @@ process, its data in `--data` (default `~/.baton`): `space.db`, `admin.token`
 where the local space is. Ctrl-C or SIGTERM stops it cleanly, releasing the lease.
 `--lease-seconds` (default 15) sets the election timings in proportion (renew and
 margin a third, poll 1/7.5, settle two thirds); `up` gives its space the same lease.
+`--health-seconds` (default 30) is the health pass's period; it also runs after changes.
 A shell over `runtime.device.Device` and `runtime.space.app.create_app`.
 """
 
@@ -83,6 +84,12 @@ def _device_options(parser: argparse.ArgumentParser, *, peer_required: bool) -> 
         default=lease.Config().lease_s,
         help="election lease length; the other timings follow it (default 15)",
     )
+    parser.add_argument(
+        "--health-seconds",
+        type=_seconds,
+        default=30.0,
+        help="how often the health pass runs besides after changes (default 30)",
+    )
 
 
 def _port(text: str) -> int:
@@ -153,6 +160,7 @@ async def _up(args: argparse.Namespace, data: Path) -> None:
             priority=args.priority,
             executor_size=args.workers,
             lease=lease.scaled(args.lease_seconds),
+            health_interval=args.health_seconds,
         )
         await _until_signalled(device.run())
     finally:
@@ -194,6 +202,7 @@ def run_device(args: argparse.Namespace) -> int:
         priority=args.priority,
         executor_size=args.workers,
         lease=lease.scaled(args.lease_seconds),
+        health_interval=args.health_seconds,
     )
     print(f"baton: device {args.peer!r} joining {where.url} (space {where.space!r})", flush=True)
     asyncio.run(_until_signalled(device.run()))

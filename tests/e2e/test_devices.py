@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ LEASE = 3.0
 POLL = LEASE / 7.5
 MARGIN = 4.0  # a slot's period, the takeover's resync, the run itself, a busy machine
 PEERS = ("a", "b", "c")
+HEALTH = 1.0  # the health pass's period: a repin elsewhere gives the active device no diff
+PAUSE_SLACK = timedelta(seconds=2)  # a slot due as the pause is written may still fire
 QUICK = 'def main(args):\n    return {"ok": True}\n'
 EVERY_SECOND = {"kind": "cron", "spec": {"expr": "* * * * * *"}, "program": "quick@v1"}
 
@@ -41,16 +44,24 @@ class Cluster:
         return await runs_of(self.api, SPACE, trigger)
 
     def runs_by(
-        self, trigger: str, n: int, peer: str | None = None, after: str = ""
+        self, trigger: str, n: int, peer: str | None = None, after: datetime | None = None
     ) -> Callable[[], Awaitable[Runs | None]]:
-        """A check: all runs of `trigger` once `n` of them (by `peer`, keys after `after`) exist."""
+        """A check: all runs of `trigger` once `n` of them (by `peer`, after `after`) exist."""
 
         async def check() -> Runs | None:
             runs = await self.runs(trigger)
-            hits = [r for r in runs if peer in (None, r["peer"]) and r["key"] > after]
+            hits = [r for r in runs if peer in (None, r["peer"]) and _later(r, after)]
             return runs if len(hits) >= n else None
 
         return check
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def _later(run: dict[str, Any], after: datetime | None) -> bool:
+    return after is None or at(run["key"]) > after
 
 
 @pytest.fixture
@@ -72,7 +83,7 @@ async def _device(procs: Procs, api: SpaceClient, url: str, peer: str) -> Proc:
     token.write_text((await api.token_device({"peer": peer}))["token"] + "\n")
     where = ("--url", url, "--token-file", str(token), "--space", SPACE)
     data = ("--data", str(procs.logs / peer))
-    tuning = ("--lease-seconds", str(LEASE), "--workers", "1")
+    tuning = ("--lease-seconds", str(LEASE), "--health-seconds", str(HEALTH), "--workers", "1")
     return await procs.start(peer, "device", "--peer", peer, *where, *data, *tuning)
 
 
@@ -104,7 +115,7 @@ async def test_one_device_fires_each_slot_and_another_takes_over_when_it_dies(
     successor, new_term = taken[0]["peer"], taken[0]["term"]
     assert successor in others and new_term > term
 
-    last_before = max(r["key"] for r in before)
+    last_before = max(at(r["key"]) for r in before)
     runs = await wait_until(
         cluster.runs_by(tid, 3, peer=successor, after=last_before),
         timeout=10,
@@ -127,3 +138,82 @@ def _runs_elsewhere(
         return [r for r in await cluster.runs(trigger) if r["peer"] != holder] or None
 
     return check
+
+
+async def test_a_pinned_trigger_runs_on_its_owner_alone_and_follows_a_repin(
+    cluster: Cluster,
+) -> None:
+    api = cluster.api
+    holder = (await api.election(SPACE))["active"]
+    first, second = (p for p in PEERS if p != holder)  # standbys: a floating run would show
+    metronome = await cluster.create("metronome")
+    tid = await cluster.create("pinned", owner=first)
+    await wait_until(cluster.runs_by(tid, 2), timeout=15, what=f"two runs on {first}")
+
+    moved = await api.trigger_patch(SPACE, tid, {"owner": second})
+    runs = await wait_until(
+        cluster.runs_by(tid, 2, peer=second), timeout=10, what=f"two runs on {second}"
+    )
+    assert {r["peer"] for r in runs} == {first, second}
+    assert duplicates([r["key"] for r in runs]) == []
+    last_first = max(at(r["key"]) for r in runs if r["peer"] == first)
+    assert last_first < min(at(r["key"]) for r in runs if r["peer"] == second)
+    fires = await fires_of(api, SPACE, tid)
+    assert all(at(f["claimedAt"]) <= at(moved["updatedAt"]) for f in fires if f["peer"] == first)
+
+    offline = await api.trigger_patch(SPACE, tid, {"owner": "ghost"})
+    since = at(offline["updatedAt"])
+    stamped = await wait_until(
+        _stamped(api, tid, "owner_offline"), timeout=10, what="the owner_offline stamp"
+    )
+    assert stamped["lastStatusDetail"] == "pinned to ghost, which is not live"
+    await wait_until(  # five slots pass on the active device while nobody runs the pinned one
+        cluster.runs_by(metronome, 1, after=since + timedelta(seconds=5)),
+        timeout=15,
+        what="the metronome running on",
+    )
+    late = [r for r in await cluster.runs(tid) if at(r["startedAt"]) > since]
+    assert late == []
+
+    back = await api.trigger_patch(SPACE, tid, {"owner": first})
+    await wait_until(
+        cluster.runs_by(tid, 1, peer=first, after=at(back["updatedAt"])),
+        timeout=10,
+        what=f"a run on {first} once it owns the trigger again",
+    )
+    cleared = await wait_until(_stamped(api, tid, "ok"), timeout=10, what="the stamp cleared")
+    assert cleared["owner"] == first
+
+
+def _stamped(
+    api: SpaceClient, trigger: str, status: str
+) -> Callable[[], Awaitable[dict[str, Any] | None]]:
+    async def check() -> dict[str, Any] | None:
+        record = await api.trigger_get(SPACE, trigger)
+        return record if record.get("lastStatus") == status else None
+
+    return check
+
+
+async def test_a_paused_trigger_fires_nothing_and_its_resume_replays_nothing(
+    cluster: Cluster,
+) -> None:
+    api = cluster.api
+    metronome = await cluster.create("metronome")
+    tid = await cluster.create("pausable")
+    await wait_until(cluster.runs_by(tid, 2), timeout=15, what="two runs before the pause")
+
+    paused = at((await api.trigger_patch(SPACE, tid, {"enabled": False}))["updatedAt"])
+    await wait_until(
+        cluster.runs_by(metronome, 1, after=paused + timedelta(seconds=5)),
+        timeout=15,
+        what="five slots passing while paused",
+    )
+    resumed = at((await api.trigger_patch(SPACE, tid, {"enabled": True}))["updatedAt"])
+    runs = await wait_until(
+        cluster.runs_by(tid, 2, after=resumed), timeout=10, what="two runs after the resume"
+    )
+    keys = [at(r["key"]) for r in runs]
+    assert duplicates([r["key"] for r in runs]) == []
+    assert [k for k in keys if paused + PAUSE_SLACK < k < resumed] == []
+    assert {r["status"] for r in runs} == {"ok"}
