@@ -16,8 +16,10 @@ import asyncio
 import json
 import sqlite3
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import pytest
 from device_support import (  # noqa: F401  (the fixtures are used by name)
     DEADLINE,
     SPACE,
@@ -30,8 +32,11 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
     spaces,
 )
 
+from runtime.cli import main
 from runtime.client import ApiError
 from runtime.clock import FakeClock
+from runtime.lease import Config as LeaseConfig
+from runtime.space.app import default_admin_token_file
 from triggers.records import RESERVED_CHAT_WATCH as CHAT_WATCH
 
 
@@ -333,3 +338,54 @@ async def test_a_program_that_raises_crashes_or_loops_costs_its_run_only(
     runs = await space.until_runs(healthy, 3)
     assert (runs[-1]["key"], runs[-1]["status"]) == (third["messageId"], "ok")
     assert not dev.task.done()
+
+
+async def test_baton_status_json_shows_the_device_term_subscriptions_and_triggers(
+    space: Space, make_device: MakeDevice, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    await space.publish("echo@v1")
+    chat = await space.chat("inbox")
+    hourly = {"expr": "0 * * * *"}
+    floating = (await space.trigger(kind="cron", spec=hourly, program="echo@v1"))["id"]
+    event = (await space.event_trigger(chat))["id"]
+    ghost = (await space.trigger(kind="cron", spec=hourly, program="ghost@v1"))["id"]
+    dev = await make_device(health_interval=0.2, lease=LeaseConfig(renew_s=0.2))
+    pinned = await space.trigger(kind="cron", spec=hourly, program="echo@v1", owner=dev.peer)
+    await dev.active()
+    await dev.live(chat, event)
+    await space.until_stamped(ghost, "unknown_program")
+
+    async def reported_live() -> bool:
+        devices = (await space.api.devices(SPACE))["devices"]
+        subs = [s for d in devices for s in d.get("status", {}).get("subscriptions", [])]
+        return any(s["chat"] == chat and s["state"] == "live" for s in subs)
+
+    await eventually(reported_live)
+    nexts = dev.device.ticker.next_fires()
+    await eventually(lambda: all(k in nexts for k in (floating, pinned["id"])))
+
+    async def next_fires_stamped() -> bool:
+        return all([(await space.record(t))["nextFireAt"] for t in (floating, pinned["id"])])
+
+    await eventually(next_fires_stamped)
+
+    argv = ["status", "--url", space.url, "--space", SPACE, "--json", "--data", str(tmp_path)]
+    argv += ["--token-file", str(default_admin_token_file(space.db))]
+    assert await asyncio.to_thread(main, argv) == 0
+    report = json.loads(capsys.readouterr().out)
+
+    assert report["election"]["active"] == dev.peer
+    assert report["election"]["term"] == dev.device.elector.term >= 1
+    assert [(d["peer"], d["live"]) for d in report["devices"]] == [(dev.peer, True)]
+    subs = {s["chat"]: s for s in report["subscriptions"]}
+    assert subs[chat]["peer"] == dev.peer and subs[chat]["state"] == "live"
+    assert subs[chat]["triggers"] == [event]
+    assert subs[space.general]["triggers"] == [CHAT_WATCH]
+    shown = {t["id"]: t for t in report["triggers"]}
+    assert set(shown) == {floating, event, ghost, pinned["id"], CHAT_WATCH}
+    assert shown[floating]["owner"] == shown[event]["owner"] == "(floating)"
+    assert shown[pinned["id"]]["owner"] == dev.peer
+    assert shown[ghost]["status"] == "unknown_program" and "ghost@v1" in shown[ghost]["detail"]
+    for tid in (floating, pinned["id"]):
+        assert datetime.fromisoformat(shown[tid]["nextFireAt"]) == nexts[tid]
+    assert shown[event]["nextFireAt"] == ""
