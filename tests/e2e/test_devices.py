@@ -8,6 +8,8 @@ under a deadline; assertions read the run records and fire claims through the AP
 from __future__ import annotations
 
 import asyncio
+import re
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
@@ -15,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import Proc, Procs, duplicates, fires_of, runs_of, serve, wait_until
+from support import Proc, Procs, duplicates, fires_of, matched, runs_of, serve, wait_until
 
 from runtime.client import SpaceClient
+from runtime.responders import HELP
 
 SPACE = "home"
 LEASE = 3.0
@@ -28,6 +31,8 @@ HEALTH = 1.0  # the health pass's period: a repin elsewhere gives the active dev
 PAUSE_SLACK = timedelta(seconds=2)  # a slot due as the pause is written may still fire
 QUICK = 'def main(args):\n    return {"ok": True}\n'
 EVERY_SECOND = {"kind": "cron", "spec": {"expr": "* * * * * *"}, "program": "quick@v1"}
+
+UP_URL = re.compile(r"space API on (http://127\.0\.0\.1:(\d+))/v1")
 
 Runs = list[dict[str, Any]]
 
@@ -217,3 +222,71 @@ async def test_a_paused_trigger_fires_nothing_and_its_resume_replays_nothing(
     assert duplicates([r["key"] for r in runs]) == []
     assert [k for k in keys if paused + PAUSE_SLACK < k < resumed] == []
     assert {r["status"] for r in runs} == {"ok"}
+
+
+async def test_baton_up_runs_the_demo_answers_the_chat_and_stops_cleanly_on_sigint(
+    tmp_path: Path,
+) -> None:
+    data, space = tmp_path / "up", "default"
+    async with Procs(tmp_path) as procs:
+        up = await procs.start(
+            "up", "up", "--data", str(data), "--port", "0", "--demo", "--peer", "solo"
+        )
+        printed = await matched(up, UP_URL)
+        url, port = printed.group(1), int(printed.group(2))
+        assert port != 0
+        admin = (data / "admin.token").read_text().strip()
+        async with SpaceClient(url, admin) as api:
+            heartbeat = await wait_until(
+                _named(api, space, "demo heartbeat"), timeout=10, what="the demo heartbeat"
+            )
+            await wait_until(  # it fires every ten seconds
+                _ok_run(api, space, heartbeat["id"]), timeout=25, what="an ok heartbeat run"
+            )
+            code, shown = await procs.run("status", "status", "--data", str(data))
+            assert code == 0 and f"space {space}: active device solo," in shown
+
+            chat = (await api.space_get(space))["generalChat"]
+            sent = await api.chat_send(space, chat, {"text": "help"})
+            reply = await wait_until(
+                _reply(api, space, chat, sent["seq"]), timeout=15, what="chat-watch's answer"
+            )
+            assert HELP in reply["text"]
+
+        assert await up.stop(signal.SIGINT) == 0
+        said = up.output()
+        assert "released the lease" in said and "baton: stopped" in said
+        _, again = await serve(procs, data / "space.db")
+        async with SpaceClient(again, admin) as api:
+            lease = await api.election(space)
+        assert (lease["active"], lease["expiresAt"]) == (None, None)  # released, not lapsing
+
+
+def _named(
+    api: SpaceClient, space: str, name: str
+) -> Callable[[], Awaitable[dict[str, Any] | None]]:
+    async def check() -> dict[str, Any] | None:
+        found = [t for t in (await api.triggers(space))["triggers"] if t.get("name") == name]
+        return found[0] if found else None
+
+    return check
+
+
+def _ok_run(api: SpaceClient, space: str, trigger: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return any(r["status"] == "ok" for r in await runs_of(api, space, trigger))
+
+    return check
+
+
+def _reply(
+    api: SpaceClient, space: str, chat: str, after: int
+) -> Callable[[], Awaitable[dict[str, Any] | None]]:
+    async def check() -> dict[str, Any] | None:
+        page = await api.chat_messages(space, chat, after=after)
+        answers = [
+            m for m in page["messages"] if (m.get("agent") or {}).get("name") == "chat-watch"
+        ]
+        return answers[0] if answers else None
+
+    return check
