@@ -76,12 +76,21 @@ async def test_an_event_trigger_fires_once_per_user_message_and_never_for_the_un
     await space.until_runs(tid, 3)
     await dev.settled()
 
-    keys = [f["key"] for f in await space.fires(tid)]
-    assert sorted(keys) == sorted([m1["messageId"], m2["messageId"], m3["messageId"]])
+    await dev.stop()
+    down = await space.send(chat, "while no device runs")
+    dev = await make_device(peer=dev.peer)
+    await dev.active()
+    await dev.live(chat, tid)
+    m4 = await space.send(chat, "four")
+    await space.until_runs(tid, 4)
+    await dev.settled()
+
+    fired = [m1["messageId"], m2["messageId"], m3["messageId"], m4["messageId"]]
+    assert sorted(f["key"] for f in await space.fires(tid)) == sorted(fired)
     runs = await space.runs(tid)
-    assert [r["key"] for r in runs].count(m3["messageId"]) == 1
-    assert {before["messageId"], paused["messageId"]}.isdisjoint(r["key"] for r in runs)
-    assert len(runs) == 3
+    assert [r["key"] for r in runs] == fired
+    never = {before["messageId"], paused["messageId"], down["messageId"]}
+    assert never.isdisjoint(r["key"] for r in runs)
 
 
 async def test_dropped_streams_and_a_restarted_server_lose_nothing_and_repeat_nothing(
