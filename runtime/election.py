@@ -6,7 +6,8 @@ own status for `baton status`) every renew interval, reads of
 the lease (`election`) and the live devices (`devices`), and carrying out what
 `runtime.lease.decide` says (claim, renew, hand over, want). The space answers
 `expiresInMs`, which becomes a local monotonic deadline at read time; no wall
-clock is compared with another device's.
+clock is compared with another device's. The space's `leaseSeconds` wins over the
+configured lease length: the timings stretch to it (`lease.scaled`).
 
 `may_fire()` is the gate for floating triggers. It is false unless a claim or
 renewal succeeded less than `lease_s - margin_s` ago, so a device cut off from
@@ -202,6 +203,7 @@ class Elector:
         """A lease answer as a view anchored to local monotonic time."""
         expires_in = answer.get("expiresInMs")
         expires = float("-inf") if expires_in is None else expires_in / 1000.0
+        self._follow(answer.get("leaseSeconds"))
         self._view = lease.LeaseView(
             active=answer.get("active"),
             term=int(answer["term"]),
@@ -209,6 +211,18 @@ class Elector:
             want=answer.get("want"),
         )
         return self._view
+
+    def _follow(self, seconds: object) -> None:
+        """Stretch the timings to the space's lease length when it differs from ours."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+            return
+        if seconds == self._cfg.lease_s:
+            return
+        log.info("election: the space's lease is %g s; timings follow it", seconds)
+        self._cfg = lease.scaled(float(seconds), like=self._cfg)
+        if self._state.holding:  # may act only as long as the space's lease allows
+            state = self._state
+            self._state = lease.on_renewed(state, self._cfg, state.term, state.last_renew_sent)
 
     async def _act(self, step: lease.Step, now: float) -> float:
         match step.act:

@@ -35,11 +35,16 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
     settle_s: float = 10.0
 
 
-def scaled(lease_s: float) -> Config:
-    """Timings for a lease of `lease_s` seconds in the defaults' proportions (15 → 5, 5, 2, 10)."""
-    third = lease_s / 3
+def scaled(lease_s: float, like: Config | None = None) -> Config:
+    """`like`'s timings (default: the defaults, 15 s → 5, 5, 2, 10) stretched to `lease_s`."""
+    base = like or Config()
+    k = lease_s / base.lease_s
     return Config(
-        lease_s=lease_s, renew_s=third, margin_s=third, poll_s=lease_s / 7.5, settle_s=2 * third
+        lease_s=lease_s,
+        renew_s=base.renew_s * k,
+        margin_s=base.margin_s * k,
+        poll_s=base.poll_s * k,
+        settle_s=base.settle_s * k,
     )
 
 

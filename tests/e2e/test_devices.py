@@ -1,7 +1,8 @@
 """Devices as real processes on one real space server: who fires, what happens when one dies.
 
-Three `baton device` processes join one `baton space serve` with a 3 s lease (the
-timings scale with it), so failover takes seconds. Every wait polls the space
+Three `baton device` processes join one `baton space serve` with a 3 s lease; the
+devices are not told, they follow the length the space answers (their timings
+scale with it), so failover takes seconds. Every wait polls the space
 under a deadline; assertions read the run records and fire claims through the API.
 """
 
@@ -88,7 +89,7 @@ async def _device(procs: Procs, api: SpaceClient, url: str, peer: str) -> Proc:
     token.write_text((await api.token_device({"peer": peer}))["token"] + "\n")
     where = ("--url", url, "--token-file", str(token), "--space", SPACE)
     data = ("--data", str(procs.logs / peer))
-    tuning = ("--lease-seconds", str(LEASE), "--health-seconds", str(HEALTH), "--workers", "1")
+    tuning = ("--health-seconds", str(HEALTH), "--workers", "1")  # the lease: the space's
     return await procs.start(peer, "device", "--peer", peer, *where, *data, *tuning)
 
 
@@ -230,8 +231,9 @@ async def test_baton_up_runs_the_demo_answers_the_chat_and_stops_cleanly_on_sigi
     data, space = tmp_path / "up", "default"
     async with Procs(tmp_path) as procs:
         up = await procs.start(
-            "up", "up", "--data", str(data), "--port", "0", "--demo", "--peer", "solo"
-        )
+            "up", "up", "--data", str(data), "--port", "0", "--demo", "--peer", "solo",
+            "--lease-seconds", str(LEASE),
+        )  # fmt: skip
         printed = await matched(up, UP_URL)
         url, port = printed.group(1), int(printed.group(2))
         assert port != 0
@@ -245,6 +247,7 @@ async def test_baton_up_runs_the_demo_answers_the_chat_and_stops_cleanly_on_sigi
             )
             code, shown = await procs.run("status", "status", "--data", str(data))
             assert code == 0 and f"space {space}: active device solo," in shown
+            assert (await api.election(space))["leaseSeconds"] == LEASE
 
             chat = (await api.space_get(space))["generalChat"]
             sent = await api.chat_send(space, chat, {"text": "help"})
