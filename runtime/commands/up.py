@@ -11,6 +11,8 @@ process, its data in `--data` (default `~/.baton`): `space.db`, `admin.token`
 where the local space is. Ctrl-C or SIGTERM stops it cleanly, releasing the lease.
 `--lease-seconds` (default 15) sets the election timings in proportion (renew and
 margin a third, poll 1/7.5, settle two thirds); `up` gives its space the same lease.
+A device follows the length its space answers once it has read the election, so for
+`device` the flag only matters until then.
 `--health-seconds` (default 30) is the health pass's period; it also runs after changes.
 A shell over `runtime.device.Device` and `runtime.space.app.create_app`.
 """
