@@ -165,6 +165,7 @@ class Device:
             asyncio.get_running_loop().create_task(self._seed_chat_watch())
 
     def _on_election(self, active: bool) -> None:
+        self.sleepwatch.check()  # a sleep the elector saw first must not open the bridge into it
         now = self.clock.wall()
         self._bridge_from = max(self.up_since, now - self.bridge) if active else None
         asyncio.get_running_loop().create_task(self._resync())

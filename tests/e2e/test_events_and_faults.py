@@ -398,3 +398,37 @@ async def test_baton_status_json_shows_the_device_term_subscriptions_and_trigger
     for tid in (floating, pinned["id"]):
         assert datetime.fromisoformat(shown[tid]["nextFireAt"]) == nexts[tid]
     assert shown[event]["nextFireAt"] == ""
+
+
+async def test_a_sleep_the_elector_notices_first_bridges_nothing_from_the_sleep(
+    spaces: Spaces, make_device: MakeDevice
+):
+    clock = FakeClock(datetime(2026, 12, 1, 9, 2, tzinfo=UTC))
+    space = await spaces.new(clock)
+    await space.publish("echo@v1")
+    chat = await space.chat("inbox")
+    event = (await space.event_trigger(chat))["id"]
+    minutely = await space.trigger(kind="cron", spec={"expr": "* * * * *"}, program="echo@v1")
+    dev = await make_device(space=space, clock=clock)
+    await dev.active()
+    await dev.live(chat, event)
+    await pass_time(clock, 30)  # 09:02:30
+
+    space.cut_streams()
+    await eventually(lambda: dev.chat_state(chat)["state"] == "backoff")
+    clock.jump_wall(3540)
+    await space.send(chat, "asleep, a minute before waking")
+    clock.jump_wall(60)  # woken at 10:02:30; the 10:01 slot passed while asleep
+    # A fire taken at wake, before the sleep watch's next tick, asks the elector first:
+    assert dev.device.elector.may_fire() is False
+    await dev.active()
+    await pass_time(clock, 5)
+    await dev.live(chat, event)
+    awake = await space.send(chat, "awake")
+    await space.until_runs(event, 1)
+    await pass_time(clock, 60)  # 10:03:35, past the 10:03 slot
+    await space.until_runs(minutely["id"], 1)
+    await dev.settled()
+
+    assert keys(await space.runs(event)) == [awake["messageId"]]
+    assert keys(await space.runs(minutely["id"])) == ["2026-12-01T10:03:00Z"]
