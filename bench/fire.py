@@ -14,7 +14,7 @@ machine, one wall clock). The server keeps up to 5,000 ok runs per trigger (inst
                (each POST a task started on schedule); latency = main() entered minus
                the instant just before the POST was sent; default limits (`overlap:
                queue`, `maxQueue` 100)
-- cron burst:  N cron triggers (6-field expression) due in the same second; lateness =
+- cron burst:  N cron triggers due in the same second (`S M * * * *`, hourly, UTC); lateness =
                the run record's `lateMs` (startedAt - slot) and main() entered - slot
 - idle:        CPU (% of one core, utime+stime from /proc over a window) and RSS of the
                device process, with few triggers and with 10,000 armed cron triggers
@@ -189,7 +189,7 @@ def parse(text: str) -> datetime:
 # ---------------------------------------------------------------- scenarios
 
 
-async def event_rate(api: Api, rate: float, count: int) -> list[str]:
+async def event_rate(api: Api, rate: float, count: int, device: int) -> list[str]:
     """`count` messages at `rate`/s on a fresh chat with one event trigger; rows to print."""
     chat = (await api.call("POST", f"/spaces/{SPACE}/chats", {"name": f"r{rate}"}, 201))["objectId"]
     tid = await api.trigger(f"event {rate}/s", "event", {"dataset": "chat_messages",
@@ -201,7 +201,7 @@ async def event_rate(api: Api, rate: float, count: int) -> list[str]:
         t0 = time.time()
         sent[await api.post(chat, f"m{i}")] = t0
 
-    start = time.monotonic()
+    start, cpu = time.monotonic(), cpu_seconds(device)
     tasks = []
     for i in range(count):
         await asyncio.sleep(max(0.0, start + i / rate - time.monotonic()))
@@ -209,11 +209,13 @@ async def event_rate(api: Api, rate: float, count: int) -> list[str]:
     await asyncio.gather(*tasks)
     posting = time.monotonic() - start
     runs = await settled_runs(api, tid, set(sent))
+    per_fire = (cpu_seconds(device) - cpu) / count * 1e3
     lat = [(r["result"]["t"] - sent[r["result"]["m"]]) * 1e3 for r in runs if r["status"] == "ok"]
     statuses = {s: sum(r["status"] == s for r in runs) for s in {r["status"] for r in runs}}
     lat = lat or [float("nan")]
     return [
-        f"event fire, {rate:g} msg/s (posted in {posting:.1f} s)", f"{count}",
+        f"event fire, {rate:g} msg/s (posted in {posting:.1f} s; device CPU "
+        f"{per_fire:.1f} ms per fire)", f"{count}",
         f"{statuses}", f"{min(lat):.1f}", f"{pct(lat, 50):.1f}", f"{pct(lat, 99):.1f}",
         f"{max(lat):.1f}",
     ]  # fmt: skip
@@ -263,14 +265,16 @@ async def armed(api: Api, count: int, seconds: float) -> None:
     await until(check, seconds, f"{count} armed triggers")
 
 
-async def cron_burst(api: Api, count: int, lead: float) -> tuple[list[str], float]:
+async def cron_burst(api: Api, count: int, lead: float, device: int) -> tuple[list[str], float]:
     """`count` cron triggers due at one second `lead` s ahead; rows and the creation time."""
     slot = (datetime.now(UTC) + timedelta(seconds=lead)).replace(microsecond=0)
-    expr = f"{slot.second} {slot.minute} {slot.hour} {slot.day} {slot.month} *"
+    expr = f"{slot.second} {slot.minute} * * * *"  # hourly: due once during the bench
     took = await create_many(api, count, lambda i: {"expr": expr, "tz": "UTC"})
     assert datetime.now(UTC) < slot - timedelta(seconds=2), "creation ran into the slot"
     since = (slot - timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
     runs: list[dict[str, Any]] = []
+    await asyncio.sleep((slot - datetime.now(UTC)).total_seconds() - 1)
+    cpu = cpu_seconds(device)
 
     async def done() -> bool:
         nonlocal runs
@@ -278,12 +282,14 @@ async def cron_burst(api: Api, count: int, lead: float) -> tuple[list[str], floa
         return len(runs) >= count
 
     await until(done, lead + 120, f"{count} cron runs")
+    per_fire = (cpu_seconds(device) - cpu) / count * 1e3
     late = [r["lateMs"] for r in runs if r["lateMs"] is not None]
     main = [(r["result"]["t"] - slot.timestamp()) * 1e3 for r in runs if r["status"] == "ok"]
     last = max(parse(r["finishedAt"]) for r in runs) - slot
     statuses = {s: sum(r["status"] == s for r in runs) for s in {r["status"] for r in runs}}
     rows = [
-        [f"cron, {count} due in one second: lateMs", f"{count}", f"{statuses}",
+        [f"cron, {count} due in one second: lateMs (device CPU {per_fire:.1f} ms per fire)",
+         f"{count}", f"{statuses}",
          f"{min(late):.0f}", f"{pct(late, 50):.0f}", f"{pct(late, 99):.0f}", f"{max(late):.0f}"],
         [f"cron, same: main() entered - slot (last run done {last.total_seconds():.1f} s)",
          f"{len(main)}", "", f"{min(main):.0f}", f"{pct(main, 50):.0f}", f"{pct(main, 99):.0f}",
@@ -330,18 +336,24 @@ async def bench(quick: bool) -> None:
             await quiet(device.pid, 20)
             print("idle, 1 trigger (chat-watch):", await idle(device.pid, server.pid, window / 2))
             for rate, count in ((10, 50 if quick else 200), (100, 250 if quick else 1000)):
-                print(" | ".join(await event_rate(api, rate, count)), flush=True)
+                print(" | ".join(await event_rate(api, rate, count, device.pid)), flush=True)
             burst = 200 if quick else 1000
-            rows, took = await cron_burst(api, burst, lead=8 + burst / 250)
+            rows, took = await cron_burst(api, burst, lead=8 + burst / 250, device=device.pid)
             print(f"created {burst} cron triggers in {took:.1f} s ({burst / took:.0f}/s)")
             print("\n".join(rows), flush=True)
             more = 10_000 - burst
+            cpu = cpu_seconds(device.pid), cpu_seconds(server.pid)
             took = await create_many(api, more, lambda i: {"expr": "0 0 1 1 *", "tz": "UTC"})
             print(f"created {more} more cron triggers in {took:.1f} s ({more / took:.0f}/s)")
             t0 = time.monotonic()
             await armed(api, 10_000, 120)
             settle = await quiet(device.pid, 90) + time.monotonic() - t0
-            print(f"device armed 10,000 and went quiet {settle:.0f} s after the last create")
+            dev, srv = cpu_seconds(device.pid) - cpu[0], cpu_seconds(server.pid) - cpu[1]
+            listing = (await api.call("GET", f"/spaces/{SPACE}/triggers"))["triggers"]
+            stamped = sum(bool(t.get("nextFireAt")) for t in listing)
+            print(f"device armed 10,000 and went quiet {settle:.0f} s after the last create; "
+                  f"CPU from the first create to quiet: device {dev:.1f} s, server {srv:.1f} s; "
+                  f"records with nextFireAt: {stamped}")  # fmt: skip
             print(f"idle, {(await api.report()).get('armed')} armed:",
                   await idle(device.pid, server.pid, window))  # fmt: skip
         finally:

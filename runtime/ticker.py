@@ -210,24 +210,23 @@ class Ticker:
             await self._nap()
 
     async def tick(self) -> int:
-        """One wake: dispatch every fire due at the wall clock's now; how many there were."""
+        """One wake: dispatch every fire due at the wall clock's now; how many there were.
+
+        Each due entry's fires are dispatched as soon as they are taken, and the loop is
+        yielded to after each, so the first fires of a large burst are claimed while the
+        later entries are still being computed (a cron step costs ≈ 50–80 µs).
+        """
         self._wake.clear()
         now = self._clock.wall()
         self.last_wake = now
-        requests = self._collect(now)
-        for request in requests:
-            await self._dispatch(request)
-        return len(requests)
-
-    def _collect(self, now: datetime) -> list[FireRequest]:
-        requests: list[FireRequest] = []
-        for entry in self._entries.values():
-            if entry.next_at is not None and entry.next_at <= now:
-                requests += [
-                    FireRequest(trigger=entry.record, key=key, due_at=at)
-                    for key, at in take(entry, now)
-                ]
-        return requests
+        due = [e for e in self._entries.values() if e.next_at is not None and e.next_at <= now]
+        count = 0
+        for entry in due:  # a snapshot: `apply` may change the entries while this yields
+            for key, at in take(entry, now):
+                count += 1
+                await self._dispatch(FireRequest(trigger=entry.record, key=key, due_at=at))
+            await asyncio.sleep(0)  # a yield, not a wait: let the fires just taken start
+        return count
 
     async def _dispatch(self, request: FireRequest) -> None:
         self.dispatched += 1

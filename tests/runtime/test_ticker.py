@@ -331,3 +331,48 @@ def test_restart_after_a_clock_jump_fires_nothing_stale_then_goes_on(now, next_s
     restart(entry, now)
     assert take(entry, now) == []
     assert take(entry, next_slot) == [(key(next_slot), next_slot)]
+
+
+class Spawner:
+    """A Dispatcher that, like the firing pipeline, starts each fire in its own task."""
+
+    def __init__(self, on_start: Any = None) -> None:
+        self.started: list[str] = []
+        self.started_before: list[int] = []  # at each fire(): how many fires had started
+        self.tasks: list[asyncio.Task[None]] = []
+        self.on_start = on_start
+
+    async def fire(self, request: FireRequest) -> None:
+        self.started_before.append(len(self.started))
+        self.tasks.append(asyncio.create_task(self._start(request)))
+
+    async def _start(self, request: FireRequest) -> None:
+        self.started.append(request.trigger.id)
+        if self.on_start is not None:
+            self.on_start()
+
+
+async def test_a_burst_starts_its_first_fires_before_the_last_are_taken(clock):
+    spawner = Spawner()
+    ticker = Ticker(spawner, clock=clock)
+    burst = tuple(cron("0 9 * * *", id=f"trg_{i}") for i in range(5))
+    ticker.apply(Diff(add=burst), T0 - S)
+    assert await ticker.tick() == 5
+    await asyncio.gather(*spawner.tasks)
+    assert spawner.started_before == [0, 1, 2, 3, 4]
+    assert sorted(spawner.started) == sorted(a.record.id for a in burst)
+
+
+async def test_a_change_applied_while_a_burst_is_dispatched_is_safe(clock):
+    burst = tuple(cron("0 9 * * *", id=f"trg_{i}") for i in range(4))
+    ticker: Ticker
+
+    def remove_the_rest() -> None:
+        ticker.apply(Diff(remove=tuple(a.record.id for a in burst[1:])), clock.wall())
+
+    spawner = Spawner(on_start=remove_the_rest)
+    ticker = Ticker(spawner, clock=clock)
+    ticker.apply(Diff(add=burst), T0 - S)
+    assert await ticker.tick() == 4  # taken in one wake: their slot had come
+    await asyncio.gather(*spawner.tasks)
+    assert ticker.next_fires() == {"trg_0": T0 + timedelta(days=1)}
