@@ -22,6 +22,7 @@ class FireRequest(msgspec.Struct, frozen=True, kw_only=True):
     key: FireKey
     due_at: datetime  # the slot, the `at`, or when the space accepted the message
     event: dict[str, Any] | None = None  # event fires: {space, objectId, messageId, text, agent?}
+    catchup: bool = False  # bridged on a takeover: runs in turn, never crowds out a live fire
 
 
 class Dispatcher(Protocol):

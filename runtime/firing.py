@@ -42,7 +42,7 @@ from runtime.client import ApiError, SpaceClient
 from runtime.clock import Clock
 from runtime.dispatch import FireRequest
 from runtime.outcomes import Book, Fire
-from triggers.records import Trigger, TriggerId
+from triggers.records import Overlap, Trigger, TriggerId
 from triggers.registry import Diff
 
 log = logging.getLogger("baton.firing")
@@ -62,6 +62,19 @@ class _Slot:
         self.runs_seen = self.book.rollup.runs
         self.latest: dict[str, Any] | None = None  # stamps not yet written
         self.writing = asyncio.Lock()
+        self.catchups = 0  # catch-up fires admitted and not yet finished
+
+
+def _policy(request: FireRequest, slot: _Slot) -> Overlap:
+    """The overlap policy for this fire.
+
+    Catch-up fires (slots bridged on a takeover) queue: each is a slot that would
+    otherwise be lost. A live fire that meets only catch-up fires queues behind
+    them too, rather than being skipped for a backlog that is not its overlap.
+    """
+    if request.catchup or slot.catchups > 0:
+        return Overlap.QUEUE
+    return request.trigger.effective_overlap
 
 
 def new_run_id() -> str:
@@ -218,8 +231,13 @@ class Firing:
     def _admit(self, request: FireRequest, term: int) -> None:
         record = request.trigger
         slot = self._slot(record)
-        policy, max_queue = record.effective_overlap, record.limits.max_queue
+        policy, max_queue = _policy(request, slot), record.limits.max_queue
         decision, slot.slots = admission.admit(slot.slots, policy, max_queue, self._executor.size)
+        if request.catchup and decision.verdict in (
+            admission.Verdict.START,
+            admission.Verdict.QUEUED,
+        ):
+            slot.catchups += 1
         match decision.verdict:
             case admission.Verdict.START:
                 self._spawn(self._run_admitted(request, term), request)
@@ -244,6 +262,7 @@ class Firing:
             else:
                 await self._not_run(request, term, RunStatus.skipped, outcomes.BREAKER_OPEN)
         finally:
+            slot.catchups -= request.catchup
             self._next(request.trigger.id, slot)
 
     def _breaker_admit(self, book: Book) -> tuple[bool, Book]:

@@ -215,6 +215,24 @@ async def test_a_fire_while_one_runs_is_skipped_for_overlap(w: World, tmp_path: 
     assert (runs["b"]["status"], runs["b"]["reason"]) == ("skipped", "overlap")
 
 
+async def test_catch_up_fires_run_in_turn_and_the_live_fire_queues_behind_them(
+    w: World, tmp_path: Path
+):
+    gate = tmp_path / "gate"
+    await w.publish("slow@v1", GATED)
+    record = await w.trigger("slow@v1", args={"gate": str(gate)})  # overlap: skip
+    assert w.firing is not None
+    for key in ("s1", "s2"):  # slots bridged on a takeover
+        await w.firing.fire(w.request(record, key, catchup=True))
+    await w.until_running(record)
+    await w.firing.fire(w.request(record, "live"))
+    gate.touch()
+    await w.fire()
+    runs = {r["key"]: r for r in await w.runs(record)}
+    assert {k: r["status"] for k, r in runs.items()} == {"s1": "ok", "s2": "ok", "live": "ok"}
+    assert (await w.stamped(record))["rollup"]["skipped"] == 0
+
+
 async def test_a_full_queue_rejects_and_the_queued_fire_runs_after(w: World, tmp_path: Path):
     gate = tmp_path / "gate"
     await w.publish("slow@v1", GATED)
