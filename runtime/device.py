@@ -106,7 +106,7 @@ class Device:
             peer,
             clock=self.clock,
             is_active=self.elector.may_fire,
-            on_diff=self._on_diff,
+            on_diff=self._on_diff, on_edit=lambda: self.health.kick(),
         )
         self.health = HealthPass(
             self.client,

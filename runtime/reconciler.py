@@ -12,7 +12,9 @@ status) and `registry` (the ones this device arms), kept current by (SPEC
 3. a slow full resync (`resync_s`) as a safety net, and `resync()` on demand
    (election flip), which re-sorts the records in memory at once, then fetches.
 
-Each non-empty diff goes to `on_diff` (stamp-only writes make none). Skipped
+Each non-empty diff goes to `on_diff` (stamp-only writes make none), and
+`on_edit` hears of every feed change to a record's user fields, armed here or
+not (a repin between two other devices still changes who stamps it). Skipped
 records are logged once per version. Never dies of a record, a callback or the
 network: it logs one line, backs off through the Clock and goes on. Must not
 write records or decide when anything fires.
@@ -58,6 +60,7 @@ class Reconciler:
         clock: Clock,
         is_active: Callable[[], bool],
         on_diff: Callable[[reg.Diff], None],
+        on_edit: Callable[[], None] | None = None,
         resync_s: float = 300.0,
         stream_options: dict[str, Any] | None = None,
     ) -> None:
@@ -65,6 +68,7 @@ class Reconciler:
         self._clock = clock
         self._is_active = is_active
         self._on_diff = on_diff
+        self._on_edit = on_edit
         self._resync_s = resync_s
         self._stream_options = stream_options or {}
         self.records: dict[TriggerId, Loaded] = {}
@@ -185,7 +189,9 @@ class Reconciler:
             return
         items = [_item(c) for c in fresh]
         self.seq = int(fresh[-1]["seq"])
+        edited = False
         for item in items:
+            edited = edited or _edited(self.records.get(item.id), item)
             if isinstance(item, reg.Deleted):
                 self.records.pop(item.id, None)
                 self._warned.pop(item.id, None)
@@ -194,6 +200,8 @@ class Reconciler:
         active = self._is_active()
         diff = reg.reconcile_changes(self.registry, items, self._peer, active)
         self._publish(diff)
+        if edited and self._on_edit is not None:
+            self._on_edit()
 
     async def _fold_pages(self, loaded: dict[TriggerId, Loaded], since: int) -> int:
         """Bring a listing taken at `since` forward with the feed pages after it."""
@@ -221,9 +229,9 @@ class Reconciler:
     def _publish(self, diff: reg.Diff) -> None:
         for skip in diff.skipped:
             self._warn_once(skip)
+        self.registry = reg.apply(self.registry, diff)  # keeps `refresh` too
         if diff.empty:
             return
-        self.registry = reg.apply(self.registry, diff)
         log.info("reconcile: %s", diff.summary)
         try:
             self._on_diff(diff)
@@ -287,3 +295,19 @@ def _merge(first: reg.Diff, second: reg.Diff) -> reg.Diff:
     """Both diffs as one summary (each was already published on its own)."""
     fields = first.__struct_fields__
     return reg.Diff(**{f: getattr(first, f) + getattr(second, f) for f in fields})
+
+
+def _edited(prev: Loaded | None, item: Loaded | reg.Deleted) -> bool:
+    """Whether a feed change touched user fields (not only stamps or server fields)."""
+    if prev is None or isinstance(item, reg.Deleted):
+        return True
+    if isinstance(prev, Salvaged) or isinstance(item, Salvaged):
+        return not (
+            isinstance(prev, Salvaged) and isinstance(item, Salvaged) and prev.raw == item.raw
+        )
+    return reg.change(reg.arm(prev), item) is not reg.Change.NONE
+
+
+def _user_part(record: Loaded) -> dict[str, Any]:
+    raw = record.raw if isinstance(record, Salvaged) else msgspec.to_builtins(record)
+    return {k: v for k, v in raw.items() if k not in _NOT_USER}

@@ -72,8 +72,14 @@ class Run:
     active: bool = False
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
+    edits: int = 0
+
     def on_diff(self, diff: Diff) -> None:
         self.diffs.append(diff)
+        asyncio.get_running_loop().create_task(self._notify())
+
+    def on_edit(self) -> None:
+        self.edits += 1
         asyncio.get_running_loop().create_task(self._notify())
 
     async def _notify(self) -> None:
@@ -198,6 +204,20 @@ async def test_feed_brings_create_patch_stamp_delete_in_well_under_a_second(spac
     assert tid not in rec.records and tid not in rec.registry
     sizes = [len(d.add) + len(d.remove) + len(d.rearm) + len(d.update) for d in run.diffs]
     assert sizes == [1] * 5  # one diff per change, none for the stamp
+
+
+async def test_edits_to_records_armed_elsewhere_are_heard_and_stamps_are_not(space, start):
+    run = await start(on_edit=lambda: run.on_edit())
+    await ready(run)
+    admin = space.admin
+    theirs = await admin.trigger_create(SPACE, CRON | {"owner": OTHER})  # never armed here
+    await run.until(lambda: run.edits == 1)
+    assert run.diffs == []
+    await admin.trigger_status(SPACE, theirs["id"], {"lastStatus": "owner_offline"})
+    await admin.trigger_patch(SPACE, theirs["id"], {"owner": "ghost"})  # a repin elsewhere
+    await run.until(lambda: run.reconciler.records[theirs["id"]].owner == "ghost")
+    assert run.reconciler.records[theirs["id"]].last_status == "owner_offline"
+    assert run.edits == 2 and run.diffs == []  # the stamp alone was not an edit
 
 
 async def test_bad_records_are_skipped_loudly_once_and_never_armed(space, start, caplog):
