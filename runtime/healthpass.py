@@ -69,7 +69,6 @@ class HealthPass:
         self._next_fires = next_fires
         self._interval, self._internal = interval, internal_programs
         self._sent: dict[TriggerId, tuple[int, health.Stamp]] = {}
-        self._sent_next: dict[TriggerId, tuple[int, datetime | None]] = {}
         self._wake = asyncio.Event()
         self.passes = 0
         self.stamped = 0
@@ -157,8 +156,6 @@ class HealthPass:
             want = armed.get(record.id)
             if _same_instant(record.next_fire_at, want):
                 continue
-            if self._sent_next.get(record.id) == (_rev(record), want):
-                continue  # sent for this very version already; the feed has not caught up
             body = {"nextFireAt": health.utc(want) if want else None}
             try:
                 await self._client.trigger_status(self._space, record.id, body)
@@ -166,7 +163,6 @@ class HealthPass:
                 if exc.status != 404:
                     log.warning("health %s: could not stamp nextFireAt: %s", record.id, exc)
                 continue
-            self._sent_next[record.id] = (_rev(record), want)
             written += 1
         return written
 

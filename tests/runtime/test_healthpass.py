@@ -224,21 +224,3 @@ async def test_a_pass_that_cannot_list_programs_stamps_nothing_and_the_loop_goes
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
     assert await setup.stamp_of(tid) == ("", "")
-
-
-async def test_next_fire_is_stamped_once_while_the_feed_lags(setup: Setup) -> None:
-    tid = await setup.create(owner="a")
-    next_fires = {tid: START + timedelta(minutes=5)}
-    health = HealthPass(
-        setup.admin, SPACE, "a", clock=setup.clock, records=setup.known, elector=setup.elector,
-        missing_chats=frozenset, next_fires=lambda: next_fires,
-    )  # fmt: skip
-    await setup.known.refresh()
-    seq = await setup.seq()
-    assert await health.run_pass() == 1
-    assert await health.run_pass() == 0  # the records it reads do not show the stamp yet
-    assert len(await setup.changes_since(seq)) == 1
-    stored = await setup.admin.trigger_get(SPACE, tid)
-    assert datetime.fromisoformat(stored["nextFireAt"]) == START + timedelta(minutes=5)
-    next_fires[tid] = START + timedelta(minutes=10)  # it fired meanwhile: a new instant
-    assert await health.run_pass() == 1
