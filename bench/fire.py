@@ -18,7 +18,10 @@ machine, one wall clock). The server keeps up to 5,000 ok runs per trigger (inst
                the run record's `lateMs` (startedAt - slot) and main() entered - slot
 - idle:        CPU (% of one core, utime+stime from /proc over a window) and RSS of the
                device process, with few triggers and with 10,000 armed cron triggers
-               (`0 0 1 1 *`, none due during the window); the server's CPU alongside
+               (the burst's plus 9,000 `0 0 1 1 *`, none due during the window); the
+               server's CPU alongside; also the CPU it took to absorb the 9,000 new records
+
+Device CPU per fire is its utime+stime over the scenario divided by the fires.
 """
 
 from __future__ import annotations
