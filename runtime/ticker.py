@@ -103,17 +103,20 @@ def arm(record: Timed, now: datetime, prev: Entry | None, bridge_start: datetime
     return entry
 
 
-def take(entry: Entry, now: datetime) -> list[tuple[FireKey, datetime]]:
-    """The fires of `entry` due at `now` as `(key, due_at)`, oldest first; advances the entry."""
+def take(entry: Entry, now: datetime) -> list[tuple[FireKey, datetime, bool]]:
+    """The fires of `entry` due at `now` as `(key, due_at, catchup)`, oldest first.
+
+    `catchup` marks the slots bridged on a takeover. Advances the entry.
+    """
     rec = entry.record
     if isinstance(rec, OnceTrigger):
-        fires = _take_once(entry, rec, now)
+        fires = [(key, at, False) for key, at in _take_once(entry, rec, now)]
     else:
-        fires = [(schedule.fire_key_cron(s), s) for s in entry.bridge]
+        fires = [(schedule.fire_key_cron(s), s, True) for s in entry.bridge]
         entry.bridge = []
         slot = schedule.due(rec.spec, entry.cursor, now)
         if slot is not None:
-            fires.append((schedule.fire_key_cron(slot), slot))
+            fires.append((schedule.fire_key_cron(slot), slot, False))
         entry.cursor = max(entry.cursor, now)
     entry.refresh()
     return fires
@@ -222,9 +225,10 @@ class Ticker:
         due = [e for e in self._entries.values() if e.next_at is not None and e.next_at <= now]
         count = 0
         for entry in due:  # a snapshot: `apply` may change the entries while this yields
-            for key, at in take(entry, now):
+            for key, at, catchup in take(entry, now):
                 count += 1
-                await self._dispatch(FireRequest(trigger=entry.record, key=key, due_at=at))
+                request = FireRequest(trigger=entry.record, key=key, due_at=at, catchup=catchup)
+                await self._dispatch(request)
             await asyncio.sleep(0)  # a yield, not a wait: let the fires just taken start
         return count
 

@@ -286,9 +286,11 @@ async def test_takeover_fires_every_slot_since_bridge_from_each_once(ticker, clo
     assert await ticker.tick() == 6
     slots = [T0 - 50 * S + 10 * i * S for i in range(6)]  # 08:59:10 … 09:00:00
     assert rec.keys == [key(t) for t in slots]
+    assert all(f.catchup for f in rec.fires)  # bridged: they run in turn, never crowd out
     clock.advance(5)
     assert await ticker.tick() == 1  # then live again: 09:00:10
     assert rec.keys[-1] == key(T0 + 10 * S)
+    assert not rec.fires[-1].catchup
 
 
 async def test_bridge_is_bounded_by_its_window_and_only_for_floating(clock, rec):
@@ -330,7 +332,7 @@ def test_restart_after_a_clock_jump_fires_nothing_stale_then_goes_on(now, next_s
     entry = arm(cron("*/5 * * * *").record, T0, None, None)  # type: ignore[arg-type]
     restart(entry, now)
     assert take(entry, now) == []
-    assert take(entry, next_slot) == [(key(next_slot), next_slot)]
+    assert take(entry, next_slot) == [(key(next_slot), next_slot, False)]
 
 
 class Spawner:
