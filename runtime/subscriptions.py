@@ -320,7 +320,9 @@ class Subscriptions:
         chat.last_seq = event.seq if event.seq is not None else chat.last_seq
         log.warning("chat %s: gap, these never fire: %s", chat.object_id, event.data)
 
-    async def _fire(self, chat: _Chat, trigger: Trigger, message: ChatMessage) -> None:
+    async def _fire(
+        self, chat: _Chat, trigger: Trigger, message: ChatMessage, *, catchup: bool = False
+    ) -> None:
         if not wants(trigger, message):
             return
         request = FireRequest(
@@ -328,6 +330,7 @@ class Subscriptions:
             key=fire_key_event(message.message_id),
             due_at=message.created_at,
             event=message.event(self._space, chat.object_id),
+            catchup=catchup,
         )
         try:
             await self._dispatcher.fire(request)
@@ -357,7 +360,7 @@ class Subscriptions:
                 if message.created_at >= bridge.since:
                     fired += 1
                     for tid in sorted(bridge.ids & chat.triggers.keys()):
-                        await self._fire(chat, chat.triggers[tid], message)
+                        await self._fire(chat, chat.triggers[tid], message, catchup=True)
         except ApiError as exc:
             log.warning("chat %s: bridge from %s failed: %s", chat.object_id, bridge.since, exc)
         log.info("chat %s: bridged %d messages since %s", chat.object_id, fired, bridge.since)

@@ -311,6 +311,7 @@ async def test_takeover_bridges_messages_since_bridge_from_then_goes_live(world)
     await w.recorder.until(lambda r: len(r.fired) == 4)
     assert w.recorder.texts("trg_1") == ["recent 0", "recent 1", "recent 2", "live"]
     assert [r.key for r in w.recorder.fired[:3]] == [m["messageId"] for m in recent]
+    assert [r.catchup for r in w.recorder.fired] == [True, True, True, False]
     assert old[-1]["messageId"] not in {r.key for r in w.recorder.fired}
 
 
