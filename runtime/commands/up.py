@@ -152,6 +152,7 @@ async def _up(args: argparse.Namespace, data: Path) -> None:
         write_local_settings(data, url=url, space=args.space, peer=peer)
         print(f"baton: space API on {url}/v1 (space {args.space!r}, general chat {chat})")
         print(f"baton: admin token in {admin_file}")
+        print(f"baton: dashboard on {url}/ (token: the admin token file)")
         print(f"baton: device {peer!r} running; Ctrl-C stops it", flush=True)
         device = Device(
             url=url,

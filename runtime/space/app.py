@@ -15,6 +15,7 @@ from runtime.space import (
     auth,
     changes,
     chats,
+    dashboard,
     devices,
     election,
     fires,
@@ -75,6 +76,7 @@ def create_app(
         area.setup(app)
     chats.setup(app)
     openapi.setup(app)
+    dashboard.setup(app)
     return app
 
 
