@@ -97,6 +97,7 @@ class Device:
             term=lambda: self.elector.term,
             may_fire_floating=self.elector.may_fire,
             chatwatch=self.chatwatch,
+            next_fire=lambda tid: self.ticker.next_fire(tid),
         )
         self.ticker = Ticker(self.firing, clock=self.clock)
         self.subscriptions = Subscriptions(self.client, space, self.firing, clock=self.clock)
@@ -106,7 +107,8 @@ class Device:
             peer,
             clock=self.clock,
             is_active=self.elector.may_fire,
-            on_diff=self._on_diff, on_edit=lambda: self.health.kick(),
+            on_diff=self._on_diff,
+            on_edit=lambda: self.health.kick(),
         )
         self.health = HealthPass(
             self.client,

@@ -27,6 +27,7 @@ import logging
 import secrets
 from collections import deque
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from programs import admission, breaker
@@ -97,10 +98,12 @@ class Firing:
         term: Callable[[], int],
         may_fire_floating: Callable[[], bool],
         chatwatch: ChatWatch | None = None,
+        next_fire: Callable[[TriggerId], datetime | None] | None = None,
     ) -> None:
         self._client, self._space, self._peer, self._url = client, space, peer, url
         self._executor, self._programs, self._clock = executor, programs, clock
         self._term, self._may_fire_floating, self._chatwatch = term, may_fire_floating, chatwatch
+        self._next_fire = next_fire
         self._slots: dict[TriggerId, _Slot] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.counts: dict[str, int] = {}
@@ -359,6 +362,9 @@ class Firing:
         slot.book, slot.latest = outcomes.settle(
             slot.book, request.trigger, fire, outcome, finished_at=now, reason=why
         )
+        if self._next_fire is not None and request.trigger.kind != "event":
+            upcoming = self._next_fire(request.trigger.id)  # stamped with the run: never stale
+            slot.latest["nextFireAt"] = outcomes.iso(upcoming) if upcoming else None
         slot.runs_seen = slot.book.rollup.runs
         await self._write_stamps(request.trigger.id, slot)
 

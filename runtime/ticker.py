@@ -202,6 +202,11 @@ class Ticker:
         """When each armed entry fires next (for `nextFireAt` and `baton status`)."""
         return {tid: e.next_at for tid, e in self._entries.items() if e.next_at is not None}
 
+    def next_fire(self, tid: TriggerId) -> datetime | None:
+        """When one armed entry fires next; None when it is not armed or never fires again."""
+        entry = self._entries.get(tid)
+        return entry.next_at if entry is not None else None
+
     def wake(self) -> None:
         """Recompute what is due now (e.g. after the lease changed)."""
         self._wake.set()

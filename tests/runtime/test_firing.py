@@ -180,6 +180,20 @@ async def test_a_cron_fire_runs_once_with_one_run_record_and_its_stamps(w: World
     assert w.firing is not None and w.firing.counts["already_claimed"] == 1
 
 
+async def test_a_run_stamps_the_next_fire_the_ticker_has_armed(
+    world: World, executor: Executor
+):
+    upcoming = datetime(2026, 12, 1, 9, 5, tzinfo=UTC)
+    firing = make_firing(world, executor, next_fire=lambda tid: upcoming)
+    try:
+        await world.publish("tick@v1", OK)
+        record = await world.trigger("tick@v1")
+        await world.fire(world.request(record, "2026-12-01T09:00:00Z"))
+    finally:
+        await firing.close()
+    assert instant((await world.stamped(record))["nextFireAt"]) == upcoming
+
+
 async def test_three_failures_open_the_breaker_and_the_fourth_fire_is_skipped(w: World):
     await w.publish("flaky@v1", FAIL)
     record = await w.trigger("flaky@v1", args={"n": 1})
