@@ -11,6 +11,7 @@ import asyncio
 import json
 from collections import deque
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -30,6 +31,8 @@ class Hub:
         self.statuses: deque[tuple[int, dict[str, str]]] = deque()
         self.requests: list[dict[str, str]] = []
         self.ignore_last_event_id = False
+        self.endless_error_bodies = False
+        self.freed = 0  # endless answers whose connection the client closed
         self.ping_every: float | None = None
         self.pings = 0
         self.changed = asyncio.Event()
@@ -48,6 +51,9 @@ class Hub:
 
     def stall(self) -> None:
         self._tell(("stall",))
+
+    def send_raw(self, chunk: bytes) -> None:
+        self._tell(("raw", chunk))
 
     def _tell(self, item: tuple) -> None:
         for queue in list(self.queues):
@@ -70,6 +76,10 @@ async def stream(request: web.Request) -> web.StreamResponse:
     if hub.statuses:
         status, headers = hub.statuses.popleft()
         body = {"error": "not_found" if status == 404 else f"e{status}", "detail": "said so"}
+        if hub.endless_error_bodies:
+            return await endless_answer(request, hub, status, json.dumps(body).encode())
+        if status == 200:  # a 200 that is not an event stream
+            return web.json_response(body, headers=headers)
         return web.json_response(body if status != 204 else None, status=status, headers=headers)
     queue: asyncio.Queue = asyncio.Queue()
     hub.queues.add(queue)  # registered before the replay: nothing falls between
@@ -77,6 +87,26 @@ async def stream(request: web.Request) -> web.StreamResponse:
         return await serve(request, hub, queue)
     finally:
         hub.queues.discard(queue)
+
+
+async def endless_answer(
+    request: web.Request, hub: Hub, status: int, body: bytes
+) -> web.StreamResponse:
+    """An answer whose body never ends: only the client closing it frees the connection."""
+    resp = web.StreamResponse(status=status, headers={"Content-Type": "application/json"})
+    await resp.prepare(request)
+    await resp.write(body)
+    queue: asyncio.Queue = asyncio.Queue()
+    hub.queues.add(queue)
+    try:
+        await stall_until_closed(queue)
+    except asyncio.CancelledError:  # the client closed the connection
+        hub.freed += 1
+        hub.bump()
+        raise
+    finally:
+        hub.queues.discard(queue)
+    return resp
 
 
 async def serve(request: web.Request, hub: Hub, queue: asyncio.Queue) -> web.StreamResponse:
@@ -109,6 +139,8 @@ async def serve(request: web.Request, hub: Hub, queue: asyncio.Queue) -> web.Str
             await resp.write(b"event: zzz\r\ndata: partial\r\n")
             await resp.write_eof()
             return resp
+        elif item[0] == "raw":
+            await resp.write(item[1])
         elif item[0] == "stall":
             await stall_until_closed(queue)
             return resp
@@ -438,3 +470,84 @@ async def test_a_shared_session_is_left_open_for_its_owner(hub_server, clock, fo
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         assert not session.closed
+
+
+async def test_an_id_less_event_is_not_taken_for_a_repeat(hub_server, follow):
+    hub, server = hub_server
+    sub, got, _ = follow(url(server))
+    await got.wait_for(lambda g: hellos(g) == 1)
+    hub.publish("a")
+    hub.send_raw(b"event: note\ndata: no id\n\nid: 5\n\ndata: still none\n\n")
+    await got.wait_for(lambda g: len(g.events) == 4)
+    assert [(e.event, e.id) for e in got.events[2:]] == [("note", None), ("message", None)]
+    assert sub.last_id == 1
+
+
+async def test_the_end_of_a_stream_is_reconnected_by_our_loop_only(
+    hub_server, follow, clock, drive
+):
+    hub, server = hub_server
+    sub, got, _ = follow(url(server))
+    await got.wait_for(lambda g: hellos(g) == 1)
+    hub.publish("a")
+    await got.wait_for(lambda g: len(g.seqs) == 1)
+    hub.end_with_partial()
+    await got.wait_for(lambda g: hellos(g) == 2)
+    assert sub.status.connections == 2
+    assert len(clock.slept) == 1  # our backoff, through the Clock: not the package's sleep
+    assert sub.status.last_error == "the stream ended"
+    assert [r.get("Last-Event-ID") for r in hub.requests] == [None, "1"]
+
+
+@pytest.mark.parametrize(
+    "poison",
+    [b"data: \xff\n\n", b"data: " + b"x" * (600 * 1024) + b"\n\n"],
+    ids=["invalid-utf8", "line-over-512KiB"],
+)
+async def test_an_unreadable_event_is_a_transient_failure(hub_server, follow, drive, poison):
+    hub, server = hub_server
+    sub, got, _ = follow(url(server))
+    await got.wait_for(lambda g: hellos(g) == 1)
+    hub.publish("a")
+    await got.wait_for(lambda g: len(g.seqs) == 1)
+    hub.send_raw(poison)
+    await got.wait_for(lambda g: hellos(g) == 2)
+    hub.publish("b")
+    await got.wait_for(lambda g: len(g.seqs) == 2)
+    assert got.seqs == [1, 2]
+    assert sub.status.connections == 2
+    assert sub.status.last_error
+
+
+async def test_a_200_that_is_not_an_event_stream_is_retried(hub_server, follow, drive, clock):
+    hub, server = hub_server
+    hub.statuses.append((200, {}))
+    sub, got, _ = follow(url(server))
+    await got.wait_for(lambda g: hellos(g) == 1)
+    assert sub.status.connections == 2
+    assert len(clock.slept) == 1
+
+
+async def test_error_answers_are_closed_not_left_open(hub_server, follow, drive):
+    hub, server = hub_server  # aiohttp's TestServer cancels a handler when its client leaves
+    hub.endless_error_bodies = True
+    hub.statuses.extend([(503, {}), (200, {}), (404, {})])
+    async with sse_session() as session:  # a shared session stays open: nothing closes them
+        sub, _, task = follow(url(server), session=session)
+        with pytest.raises(Permanent):
+            async with asyncio.timeout(5):
+                await task
+        await wait_until(hub, lambda: hub.freed == 3)  # the package would leave all three open
+    assert sub.status.connections == 3
+
+
+async def test_a_session_without_our_tracing_still_maps_statuses(hub_server, clock):
+    hub, server = hub_server
+    hub.statuses.append((404, {}))
+    async with aiohttp.ClientSession() as session:
+        sub = Subscription(url(server), "tok", clock=clock, session=session)
+        with pytest.raises(Permanent) as caught:
+            async with asyncio.timeout(5):
+                await sub.run(Collector())
+    assert (caught.value.status, caught.value.code) == (404, "http_404")
+    assert "404" in caught.value.detail
