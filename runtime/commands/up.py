@@ -114,6 +114,8 @@ def _setup_logging() -> None:
     level = os.environ.get("BATON_LOG", "INFO").upper()
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # one line per request is noise
+    # Refused stream connects are reported once by our own loop, with what it does next.
+    logging.getLogger("aiohttp_sse_client").setLevel(logging.CRITICAL)
 
 
 def run_up(args: argparse.Namespace) -> int:
