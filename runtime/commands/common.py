@@ -32,6 +32,24 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
     space: str
 
 
+def port(text: str) -> int:
+    """An argparse type: a TCP port, 0 meaning any free one."""
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected 0..65535, got {text!r}")
+    return int(text)
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a duration between half a second and an hour."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.5 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"expected 0.5..3600 seconds, got {text!r}")
+    return value
+
+
 def data_dir(explicit: Path | None = None) -> Path:
     return explicit or Path(os.environ.get("BATON_DATA") or Path.home() / ".baton")
 

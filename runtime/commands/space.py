@@ -26,12 +26,12 @@ from pathlib import Path
 from aiohttp import web
 
 from runtime.cli import UsageError
+from runtime.commands.common import DEFAULT_PORT, port, seconds
 from runtime.space import auth
 from runtime.space.app import create_app, default_admin_token_file
 from runtime.space.clock import system_clock
 from runtime.space.db import open_db
 
-DEFAULT_PORT = 8377
 PEER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve = sub.add_parser("serve", help="run the space server")
     serve.add_argument("--db", type=Path, default=None, help="SQLite file (created if missing)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", default=str(DEFAULT_PORT), help="port (0: any free port)")
+    serve.add_argument("--port", type=port, default=DEFAULT_PORT, help="port (0: any free port)")
     serve.add_argument(
         "--admin-token-file",
         type=Path,
@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="admin token file (default admin.token beside the database)",
     )
     for flag in ("--lease-seconds", "--live-seconds"):
-        serve.add_argument(flag, type=_seconds, default=15.0, help="seconds (default 15)")
+        serve.add_argument(flag, type=seconds, default=15.0, help="seconds (default 15)")
     serve.set_defaults(func=run_serve)
     token = sub.add_parser("token", help="mint a device token (printed once)")
     token.add_argument("--peer", required=True, help="the device's peer id")
@@ -61,25 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     token.set_defaults(func=run_token)
 
 
-def _port(text: str) -> int:
-    if not text.isdigit() or int(text) > 65535:
-        raise UsageError(f"--port: expected 0..65535, got {text!r}")
-    return int(text)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.5 <= value <= 3600:  # argparse names the flag
-        raise argparse.ArgumentTypeError(f"expected 0.5..3600 seconds, got {text!r}")
-    return value
-
-
 def run_serve(args: argparse.Namespace) -> int:
     db = args.db or default_db()
-    port = _port(args.port)
+    port = args.port
     db.parent.mkdir(parents=True, exist_ok=True)
     token_file = args.admin_token_file or default_admin_token_file(db)
     app = create_app(

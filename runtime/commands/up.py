@@ -30,7 +30,6 @@ from pathlib import Path
 from aiohttp import web
 
 from runtime import demo, lease
-from runtime.cli import UsageError
 from runtime.client import ApiError, SpaceClient
 from runtime.commands.common import (
     ADMIN_TOKEN_FILE,
@@ -39,7 +38,9 @@ from runtime.commands.common import (
     add_data_option,
     add_space_options,
     data_dir,
+    port,
     read_token,
+    seconds,
     target,
     write_local_settings,
 )
@@ -53,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_data_option(up)
     up.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     up.add_argument(
-        "--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
+        "--port", type=port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})"
     )
     up.add_argument("--space", default=DEFAULT_SPACE, help="space id (created if missing)")
     _device_options(up, peer_required=False)
@@ -82,32 +83,16 @@ def _device_options(parser: argparse.ArgumentParser, *, peer_required: bool) -> 
     parser.add_argument("--workers", type=int, default=None, help="program worker processes")
     parser.add_argument(
         "--lease-seconds",
-        type=_seconds,
+        type=seconds,
         default=lease.Config().lease_s,
         help="election lease length; the other timings follow it (default 15)",
     )
     parser.add_argument(
         "--health-seconds",
-        type=_seconds,
+        type=seconds,
         default=30.0,
         help="how often the health pass runs besides after changes (default 30)",
     )
-
-
-def _port(text: str) -> int:
-    if not text.isdigit() or int(text) > 65535:
-        raise UsageError(f"--port: expected 0..65535, got {text!r}")
-    return int(text)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.5 <= value <= 3600:  # argparse names the flag
-        raise argparse.ArgumentTypeError(f"expected 0.5..3600 seconds, got {text!r}")
-    return value
 
 
 def _setup_logging() -> None:
