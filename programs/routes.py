@@ -92,6 +92,8 @@ ROUTES: dict[str, Route] = {
             query=("trigger", "status", "since", "limit"),
         ),
         Route(name="runs_rollup", method="GET", path=_S + "/runs/rollup", query=("trigger",)),
+        Route(name="turn_create", method="POST", path=_S + "/turns", body=True),
+        Route(name="turns", method="GET", path=_S + "/turns", query=("chat", "since", "limit")),
         Route(name="state_get", method="GET", path=_S + "/state/{triggerId}/{key}"),
         Route(name="state_put", method="PUT", path=_S + "/state/{triggerId}/{key}", body=True),
     )

@@ -205,7 +205,7 @@ class SpaceClient:
     async def fires(self, space: str, trigger: str | None = None, limit: int | None = None) -> JSON:
         return await self.call("fires", space=space, trigger=trigger, limit=limit)
 
-    # -- runs and state
+    # -- runs, turns and state
     async def run_create(self, space: str, body: JSON) -> JSON:
         return await self.call("run_create", body, space=space)
 
@@ -214,6 +214,12 @@ class SpaceClient:
 
     async def runs_rollup(self, space: str, trigger: str | None = None) -> JSON:
         return await self.call("runs_rollup", space=space, trigger=trigger)
+
+    async def turn_create(self, space: str, body: JSON) -> JSON:
+        return await self.call("turn_create", body, space=space)
+
+    async def turns(self, space: str, **query: object) -> JSON:
+        return await self.call("turns", space=space, **query)
 
     async def state_get(self, space: str, trigger_id: str, key: str) -> JSON:
         return await self.call("state_get", space=space, triggerId=trigger_id, key=key)

@@ -26,6 +26,7 @@ from runtime.space import (
     state,
     tokens,
     triggers,
+    turns,
 )
 from runtime.space.appstate import CLOCK, ROUTE_DOCS, SETTINGS, RunRetention, Settings
 from runtime.space.clock import ServerClock, system_clock
@@ -33,7 +34,7 @@ from runtime.space.db import DB, open_db
 from runtime.space.http import refusals
 
 ADMIN_TOKEN_FILE = "admin.token"
-_AREAS = (spaces, tokens, triggers, changes, election, fires, programs, devices, runs, state)
+_AREAS = (spaces, tokens, triggers, changes, election, fires, programs, devices, runs, turns, state)
 
 
 def default_admin_token_file(db_path: str | Path) -> Path:
