@@ -144,9 +144,9 @@ def add(
     return replace(rollup, **changes, **_last(rollup, at, value))
 
 
-def conversation_started(rollup: Rollup, at: datetime) -> Rollup:
-    """chat-watch: one more conversation start (turns are not run records)."""
-    return replace(rollup, starts=rollup.starts + 1, **_last(rollup, at, "ok"))
+def conversation_started(rollup: Rollup, at: datetime, status: str = "ok") -> Rollup:
+    """chat-watch: one more conversation start (turns are not run records), ended `status`."""
+    return replace(rollup, starts=rollup.starts + 1, **_last(rollup, at, status))
 
 
 def _last(rollup: Rollup, at: datetime, status: str) -> dict[str, Any]:

@@ -14,11 +14,10 @@ import contextlib
 import logging
 from collections.abc import Awaitable
 from datetime import datetime, timedelta
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 
-from programs import rollup
 from programs.executor import Executor
 from programs.loader import ProgramCache
 from programs.refs import ProgramRef
@@ -36,14 +35,13 @@ from runtime.responders import Responder, load_responder
 from runtime.sleepwatch import SleepWatch
 from runtime.subscriptions import Subscriptions
 from runtime.ticker import Ticker
-from triggers.records import RESERVED_CHAT_WATCH, Loaded, PeerId, Salvaged
+from triggers.records import RESERVED_CHAT_WATCH, PeerId
 from triggers.registry import Diff
 
 log = logging.getLogger("baton.device")
 
 BRIDGE_SECONDS = 120.0
 CHAT_WATCH_NAME = "Chat responder"
-_Aware = Annotated[datetime, msgspec.Meta(tz=True)]
 
 
 class Device:
@@ -236,7 +234,7 @@ class Device:
         except ApiError as exc:
             log.warning("chat-watch turn %s not recorded: %s", tid, exc)
         try:
-            self._turns_rollup, stamps = turn_stamps(self._chat_watch_rollup(), turn)
+            self._turns_rollup, stamps = outcomes.turn_stamps(self._chat_watch_rollup(), turn)
             await self.client.trigger_status(self.space, RESERVED_CHAT_WATCH, stamps)
         except (ApiError, ValueError) as exc:
             log.warning("chat-watch turn %s not stamped: %s", tid, exc)
@@ -244,7 +242,7 @@ class Device:
     def _chat_watch_rollup(self) -> Rollup:
         """The rollup to add the next start to: the record's stamp when it has seen more
         starts than this device (another device answered meanwhile), else this device's."""
-        stamped = stamped_rollup(self.reconciler.records.get(RESERVED_CHAT_WATCH))
+        stamped = outcomes.stamped_rollup(self.reconciler.records.get(RESERVED_CHAT_WATCH))
         mine = self._turns_rollup
         return stamped if mine is None or stamped.starts > mine.starts else mine
 
@@ -256,32 +254,6 @@ class Device:
             "armed": len(self.reconciler.registry),
             "chatWatch": msgspec.to_builtins(self.chatwatch.status()),
         }
-
-
-def stamped_rollup(record: Loaded | None) -> Rollup:
-    """The rollup a record's stamp holds (an undecodable record's too); empty when none."""
-    if record is None:
-        return rollup.EMPTY
-    raw = record.raw.get("rollup") if isinstance(record, Salvaged) else record.rollup
-    return rollup.from_dict(raw)
-
-
-def turn_stamps(seed: Rollup, turn: dict[str, Any]) -> tuple[Rollup, dict[str, Any]]:
-    """chat-watch's rollup after one more conversation start, and the stamps to write.
-
-    Raises ValueError when the turn has no aware `startedAt`."""
-    try:
-        started = msgspec.convert(turn.get("startedAt"), _Aware)
-    except msgspec.ValidationError as exc:
-        raise ValueError(f"turn.startedAt: {exc}") from None
-    after = rollup.conversation_started(seed, started)
-    ok = turn.get("outcome") == "ok"
-    return after, {
-        "lastStatus": "ok" if ok else "error",
-        "lastStatusDetail": "" if ok else outcomes.headline(str(turn.get("error") or "")),
-        "lastRunAt": outcomes.iso(after.last_run_at or started),
-        "rollup": rollup.to_dict(after),
-    }
 
 
 async def _guarded(part: Awaitable[None]) -> None:

@@ -12,6 +12,9 @@ follows the trigger between devices, and moved on by `settle`. The stamps agree 
 health pass (`triggers.health`): a fired `once` is `done` "fired for <at>", an open
 breaker is `breaker_open` "until <t>", so neither side rewrites the other's stamp.
 
+chat-watch's turns are not runs: `turn_stamps` counts one more conversation start on
+its rollup and stamps how the turn ended.
+
 Pure: no I/O and no clock; every instant is passed in. It must not decide whether a fire
 runs (that is `runtime.firing`) nor know how a program is run.
 """
@@ -19,7 +22,7 @@ runs (that is `runtime.firing`) nor know how a program is run.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -28,7 +31,7 @@ from programs.breaker import BreakerState
 from programs.outcome import Outcome, RunStatus
 from programs.rollup import Rollup
 from triggers.health import Reason, utc
-from triggers.records import OnceTrigger, Trigger
+from triggers.records import Loaded, OnceTrigger, Salvaged, Trigger
 
 DETAIL_CHARS = 200
 
@@ -176,3 +179,34 @@ def iso(when: datetime) -> str:
 
 def _ran(status: RunStatus) -> bool:
     return status not in (RunStatus.skipped, RunStatus.rejected)
+
+
+# --- chat-watch: a turn is a conversation start, not a run ---------------------------
+
+_Aware = Annotated[datetime, msgspec.Meta(tz=True)]
+
+
+def stamped_rollup(record: Loaded | None) -> Rollup:
+    """The rollup a record's stamp holds (an undecodable record's too); empty when none."""
+    if record is None:
+        return rollup.EMPTY
+    raw = record.raw.get("rollup") if isinstance(record, Salvaged) else record.rollup
+    return rollup.from_dict(raw)
+
+
+def turn_stamps(seed: Rollup, turn: dict[str, Any]) -> tuple[Rollup, dict[str, Any]]:
+    """chat-watch's rollup after one more conversation start, and the stamps to write.
+
+    Raises ValueError when the turn has no aware `startedAt`."""
+    try:
+        started = msgspec.convert(turn.get("startedAt"), _Aware)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"turn.startedAt: {exc}") from None
+    ok = turn.get("outcome") == "ok"
+    after = rollup.conversation_started(seed, started, "ok" if ok else "error")
+    return after, {
+        "lastStatus": "ok" if ok else "error",
+        "lastStatusDetail": "" if ok else headline(str(turn.get("error") or "")),
+        "lastRunAt": iso(after.last_run_at or started),
+        "rollup": rollup.to_dict(after),
+    }

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from programs import rollup
-from runtime.device import turn_stamps
+from runtime.outcomes import turn_stamps
 
 AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -38,6 +38,7 @@ def test_a_turn_adds_one_start_and_stamps_its_outcome(
     turn = {"startedAt": "2026-12-01T10:00:00+01:00", "outcome": outcome, "error": error}
     after, stamps = turn_stamps(seed, turn)
     assert (after.starts, after.runs, after.last_run_at) == (5, 2, AT)
+    assert after.last_status == status  # the health pass restores a cleared stamp from it
     assert stamps == {
         "lastStatus": status,
         "lastStatusDetail": detail,
