@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -71,6 +71,7 @@ class Device:
         self.bridge = timedelta(seconds=bridge_seconds)
         self.up_since: datetime = self.clock.wall()
         self._bridge_from: datetime | None = None
+        self._background: set[asyncio.Task[None]] = set()  # resyncs and re-seeds in flight
         self._turns_rollup: Rollup | None = None  # chat-watch's, as this device last stamped it
         self.elector = Elector(
             self.client,
@@ -149,7 +150,15 @@ class Device:
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._close()
 
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(_guarded(work))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def _close(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         with contextlib.suppress(Exception):
             await self.elector.release()
         await self.subscriptions.close()
@@ -167,13 +176,13 @@ class Device:
         self.firing.apply(diff)
         self.health.kick()
         if RESERVED_CHAT_WATCH in diff.remove:
-            asyncio.get_running_loop().create_task(self._seed_chat_watch())
+            self._spawn(self._seed_chat_watch())
 
     def _on_election(self, active: bool) -> None:
         self.sleepwatch.check()  # a sleep the elector saw first must not open the bridge into it
         now = self.clock.wall()
         self._bridge_from = max(self.up_since, now - self.bridge) if active else None
-        asyncio.get_running_loop().create_task(self._resync())
+        self._spawn(self._resync())
 
     async def _resync(self) -> None:
         try:
