@@ -106,7 +106,7 @@ def _setup_logging() -> None:
 def run_up(args: argparse.Namespace) -> int:
     _setup_logging()
     data = data_dir(args.data)
-    data.mkdir(parents=True, exist_ok=True)
+    data.mkdir(mode=0o700, parents=True, exist_ok=True)  # tokens and the space live here
     try:
         asyncio.run(_up(args, data))
     except OSError as exc:
