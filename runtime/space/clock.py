@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Annotated
+
+import msgspec
 
 from runtime.clock import SystemClock
 
 ServerClock = Callable[[], datetime]
+Aware = Annotated[datetime, msgspec.Meta(tz=True)]
+"""An instant on the wire: RFC 3339 with an offset (msgspec refuses a naive one)."""
 _SYSTEM = SystemClock()
 
 

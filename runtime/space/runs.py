@@ -11,22 +11,22 @@ pruned. Must not touch records or claims.
 from __future__ import annotations
 
 import enum
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
 import sqlite_utils
 from aiohttp import web
 
+from runtime.space import logtable
 from runtime.space.appstate import SETTINGS, RunRetention
 from runtime.space.changes import int_param
-from runtime.space.clock import iso
+from runtime.space.clock import Aware, iso
 from runtime.space.db import DB, transaction
 from runtime.space.http import ApiError, add_route, answer, decode, now_of, raw_body
 from runtime.space.spaces import require_space
 
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
-Aware = Annotated[datetime, msgspec.Meta(tz=True)]
 
 
 class RunStatus(enum.StrEnum):
@@ -120,7 +120,7 @@ def add_run(
             ],
         )
         _bump(db, space, run)
-        _prune(db, space, run.triggerId, failure, keep, now)
+        logtable.prune(db, "runs", "trigger_id", space, run.triggerId, failure, keep, now)
     return True
 
 
@@ -133,48 +133,16 @@ def _bump(db: sqlite_utils.Database, space: str, run: RunIn) -> None:
     )
 
 
-def _prune(
-    db: sqlite_utils.Database,
-    space: str,
-    tid: str,
-    failure: bool,
-    keep: RunRetention,
-    now: datetime,
-) -> None:
-    count = keep.failure_per_trigger if failure else keep.ok_per_trigger
-    days = keep.failure_days if failure else keep.ok_days
-    db.execute(
-        "DELETE FROM runs WHERE space = ? AND trigger_id = ? AND failure = ? AND seq NOT IN "
-        "(SELECT seq FROM runs WHERE space = ? AND trigger_id = ? AND failure = ? "
-        "ORDER BY started_at DESC, seq DESC LIMIT ?)",
-        [space, tid, failure, space, tid, failure, count],
-    )
-    cutoff = (now - timedelta(days=days)).timestamp()
-    db.execute(
-        "DELETE FROM runs WHERE space = ? AND failure = ? AND started_at < ?",
-        [space, failure, cutoff],
-    )
-
-
 def query_runs(
     db: sqlite_utils.Database, space: str, query: dict[str, str], limit: int
 ) -> list[dict[str, Any]]:
     """Oldest first: from `since` on if given, else the latest `limit` runs."""
-    where, params = "space = ?", [space]
+    filters = {}
     if "trigger" in query:
-        where, params = where + " AND trigger_id = ?", [*params, query["trigger"]]
+        filters["trigger_id"] = query["trigger"]
     if "status" in query:
-        where, params = where + " AND status = ?", [*params, _status(query["status"])]
-    if "since" in query:
-        where, params = where + " AND started_at >= ?", [*params, _instant(query["since"])]
-        order = "started_at, seq"
-    else:
-        order = "started_at DESC, seq DESC"
-    rows = db.execute(
-        f"SELECT body FROM runs WHERE {where} ORDER BY {order} LIMIT ?", [*params, limit]
-    ).fetchall()
-    runs = [msgspec.json.decode(r[0]) for r in rows]
-    return runs if "since" in query else runs[::-1]
+        filters["status"] = _status(query["status"])
+    return logtable.query(db, "runs", space, filters, query.get("since"), limit)
 
 
 def _status(text: str) -> str:
@@ -185,15 +153,6 @@ def _status(text: str) -> str:
             400,
             "invalid_query",
             f"`status` must be one of {', '.join(s.value for s in RunStatus)}, got {text!r}",
-        ) from None
-
-
-def _instant(text: str) -> float:
-    try:
-        return msgspec.convert(text, Aware).timestamp()
-    except msgspec.ValidationError:
-        raise ApiError(
-            400, "invalid_query", f"`since` must be an RFC 3339 instant with offset, got {text!r}"
         ) from None
 
 

@@ -7,20 +7,17 @@ this module must not write SQL.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 from aiohttp import web
 
 from runtime.space import trigger_store as store
 from runtime.space.changes import notify
-from runtime.space.clock import iso
+from runtime.space.clock import Aware, iso
 from runtime.space.db import DB
 from runtime.space.http import ApiError, add_route, answer, decode, now_of, raw_body
 from runtime.space.spaces import require_space
-
-Aware = Annotated[datetime, msgspec.Meta(tz=True)]
 
 
 class Stamps(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

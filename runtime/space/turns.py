@@ -11,21 +11,22 @@ count per chat, failed turns (any outcome but `ok`) kept longer, with the runs'
 from __future__ import annotations
 
 import enum
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
 import sqlite_utils
 from aiohttp import web
 
+from runtime.space import logtable
 from runtime.space.appstate import SETTINGS, RunRetention
 from runtime.space.changes import int_param
+from runtime.space.clock import Aware
 from runtime.space.db import DB, transaction
 from runtime.space.http import ApiError, add_route, answer, decode, now_of, raw_body
 from runtime.space.spaces import require_space
 
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
-Aware = Annotated[datetime, msgspec.Meta(tz=True)]
 Count = Annotated[int, msgspec.Meta(ge=0)]
 
 
@@ -100,59 +101,16 @@ def add_turn(
             "VALUES (?, ?, ?, ?, ?, ?)",
             [space, turn.turnId, turn.objectId, turn.startedAt.timestamp(), failure, body],
         )
-        _prune(db, space, turn.objectId, failure, keep, now)
+        logtable.prune(db, "agent_turns", "object_id", space, turn.objectId, failure, keep, now)
     return True
-
-
-def _prune(
-    db: sqlite_utils.Database,
-    space: str,
-    chat: str,
-    failure: bool,
-    keep: RunRetention,
-    now: datetime,
-) -> None:
-    count = keep.failure_per_trigger if failure else keep.ok_per_trigger
-    days = keep.failure_days if failure else keep.ok_days
-    db.execute(
-        "DELETE FROM agent_turns WHERE space = ? AND object_id = ? AND failure = ? AND seq NOT IN "
-        "(SELECT seq FROM agent_turns WHERE space = ? AND object_id = ? AND failure = ? "
-        "ORDER BY started_at DESC, seq DESC LIMIT ?)",
-        [space, chat, failure, space, chat, failure, count],
-    )
-    cutoff = (now - timedelta(days=days)).timestamp()
-    db.execute(
-        "DELETE FROM agent_turns WHERE space = ? AND failure = ? AND started_at < ?",
-        [space, failure, cutoff],
-    )
 
 
 def query_turns(
     db: sqlite_utils.Database, space: str, query: dict[str, str], limit: int
 ) -> list[dict[str, Any]]:
     """Oldest first: from `since` on if given, else the latest `limit` turns."""
-    where, params = "space = ?", [space]
-    if "chat" in query:
-        where, params = where + " AND object_id = ?", [*params, query["chat"]]
-    if "since" in query:
-        where, params = where + " AND started_at >= ?", [*params, _instant(query["since"])]
-        order = "started_at, seq"
-    else:
-        order = "started_at DESC, seq DESC"
-    rows = db.execute(
-        f"SELECT body FROM agent_turns WHERE {where} ORDER BY {order} LIMIT ?", [*params, limit]
-    ).fetchall()
-    turns = [msgspec.json.decode(r[0]) for r in rows]
-    return turns if "since" in query else turns[::-1]
-
-
-def _instant(text: str) -> float:
-    try:
-        return msgspec.convert(text, Aware).timestamp()
-    except msgspec.ValidationError:
-        raise ApiError(
-            400, "invalid_query", f"`since` must be an RFC 3339 instant with offset, got {text!r}"
-        ) from None
+    filters = {"object_id": query["chat"]} if "chat" in query else {}
+    return logtable.query(db, "agent_turns", space, filters, query.get("since"), limit)
 
 
 async def post_turn(request: web.Request) -> web.Response:
