@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from serving import in_parallel, start_server, stop_server
 
 SPACE = "bench"
 PEER = "bench-dev"
@@ -52,40 +53,6 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 # ---------------------------------------------------------------- processes
-
-
-async def serve(db_path: str) -> None:
-    """Child: run the space server until stdin closes; print its port first."""
-    from aiohttp import web
-
-    from runtime.space.app import create_app
-    from runtime.space.appstate import RunRetention
-
-    app = create_app(db_path, retention=RunRetention(ok_per_trigger=5000))
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    print(runner.addresses[0][1], flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-    await runner.cleanup()
-
-
-async def start_server(tmp: Path) -> tuple[asyncio.subprocess.Process, str, dict[str, str]]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--serve", str(tmp / "space.db"),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    port = int((await proc.stdout.readline()).decode())
-    token = (tmp / "admin.token").read_text().strip()
-    return proc, f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}
-
-
-async def stop_server(proc: asyncio.subprocess.Process) -> None:
-    assert proc.stdin is not None
-    proc.stdin.close()
-    await proc.wait()
 
 
 async def start_device(tmp: Path, base: str, token: str) -> asyncio.subprocess.Process:
@@ -159,16 +126,6 @@ class Api:
     async def report(self) -> dict[str, Any]:
         devices = (await self.call("GET", f"/spaces/{SPACE}/devices"))["devices"]
         return next((d.get("status") or {} for d in devices if d["peer"] == PEER), {})
-
-
-async def in_parallel(jobs: list[Callable[[], Awaitable[Any]]], concurrency: int) -> None:
-    queue = list(reversed(jobs))
-
-    async def worker() -> None:
-        while queue:
-            await queue.pop()()
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
 async def until(check: Callable[[], Awaitable[bool]], seconds: float, what: str) -> None:
@@ -326,7 +283,7 @@ async def quiet(pid: int, limit: float) -> float:
 async def bench(quick: bool) -> None:
     window = 10.0 if quick else 25.0
     with tempfile.TemporaryDirectory() as tmp:
-        server, base, h = await start_server(Path(tmp))
+        server, base, h = await start_server(Path(tmp), ok_runs_kept=5000)
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=50))
         api = Api(session, base, h)
         device = None
@@ -373,9 +330,6 @@ async def bench(quick: bool) -> None:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--serve"]:
-        asyncio.run(serve(sys.argv[2]))
-        return
     start = time.perf_counter()
     print("scenario | n | statuses | min ms | p50 ms | p99 ms | max ms")
     asyncio.run(bench(quick="--quick" in sys.argv))

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from serving import in_parallel, start_server, stop_server
 
 SPACE = "bench"
 PEER = "bench-box"
@@ -33,39 +34,6 @@ NO_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=60)
 
 
 # ---------------------------------------------------------------- server process
-
-
-async def serve(db_path: str) -> None:
-    """Child: run the space server until stdin closes; print its port first."""
-    from aiohttp import web
-
-    from runtime.space.app import create_app
-
-    runner = web.AppRunner(create_app(db_path))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    print(runner.addresses[0][1], flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-    await runner.cleanup()
-
-
-async def start_server(tmp: Path) -> tuple[asyncio.subprocess.Process, str, dict[str, str]]:
-    db = tmp / "space.db"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--serve", str(db),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    port = int((await proc.stdout.readline()).decode())
-    token = (tmp / "admin.token").read_text().strip()
-    return proc, f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}
-
-
-async def stop_server(proc: asyncio.subprocess.Process) -> None:
-    assert proc.stdin is not None
-    proc.stdin.close()
-    await proc.wait()
 
 
 # ---------------------------------------------------------------- clients
@@ -130,16 +98,6 @@ async def close_streams(tasks: list[asyncio.Task[None]]) -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def in_parallel(jobs: list[Callable[[], Awaitable[Any]]], concurrency: int) -> None:
-    queue = list(reversed(jobs))
-
-    async def worker() -> None:
-        while queue:
-            await queue.pop()()
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
 async def post_messages(
@@ -279,9 +237,6 @@ def print_table(rows: list[tuple[Any, ...]]) -> None:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--serve"]:
-        asyncio.run(serve(sys.argv[2]))
-        return
     start = time.perf_counter()
     print_table(asyncio.run(bench(quick="--quick" in sys.argv)))
     print(f"total {time.perf_counter() - start:.1f} s")

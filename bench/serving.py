@@ -1,0 +1,69 @@
+"""What the benchmarks share: the space server in a child process, and bounded concurrency.
+
+Run as a script, it is that child: `python bench/serving.py DB [OK_RUNS_KEPT]` serves the
+space on 127.0.0.1 (port 0), prints the port, and stops when its stdin closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def serve(db_path: str, ok_runs_kept: int | None) -> None:
+    """Child: run the space server until stdin closes; print its port first."""
+    sys.path.insert(0, str(ROOT))
+    from aiohttp import web
+
+    from runtime.space.app import create_app
+    from runtime.space.appstate import RunRetention
+
+    retention = RunRetention(ok_per_trigger=ok_runs_kept) if ok_runs_kept else None
+    runner = web.AppRunner(create_app(db_path, retention=retention))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    print(runner.addresses[0][1], flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await runner.cleanup()
+
+
+async def start_server(
+    tmp: Path, ok_runs_kept: int | None = None
+) -> tuple[asyncio.subprocess.Process, str, dict[str, str]]:
+    """A space server on a fresh SQLite file in `tmp`: its process, base URL, admin header."""
+    extra = [str(ok_runs_kept)] if ok_runs_kept else []
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, str(tmp / "space.db"), *extra,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    port = int((await proc.stdout.readline()).decode())
+    token = (tmp / "admin.token").read_text().strip()
+    return proc, f"http://127.0.0.1:{port}", {"Authorization": f"Bearer {token}"}
+
+
+async def stop_server(proc: asyncio.subprocess.Process) -> None:
+    assert proc.stdin is not None
+    proc.stdin.close()
+    await proc.wait()
+
+
+async def in_parallel(jobs: list[Callable[[], Awaitable[Any]]], concurrency: int) -> None:
+    """Run `jobs` in order, at most `concurrency` at once."""
+    queue = list(reversed(jobs))
+
+    async def worker() -> None:
+        while queue:
+            await queue.pop()()
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None))
