@@ -353,20 +353,27 @@ class Firing:
                                                  reason=why))  # fmt: skip
 
     async def _finish(self, request: FireRequest, fire: Fire, outcome: Outcome, why: str) -> None:
+        """Settle the book now (the breaker sees this outcome before the next fire starts),
+        then record the run and its stamps in the background, so the trigger's slot is
+        free for its next fire while the space is written."""
         self._count(outcome.status.value)
         now = self._clock.wall()
-        await self._post_run(outcomes.run_record(fire, outcome, finished_at=now, reason=why))
+        run = outcomes.run_record(fire, outcome, finished_at=now, reason=why)
         slot = self._slots.get(request.trigger.id)
-        if slot is None:
-            return  # withdrawn meanwhile: it is no longer ours to stamp
-        slot.book, slot.latest = outcomes.settle(
-            slot.book, request.trigger, fire, outcome, finished_at=now, reason=why
-        )
-        if self._next_fire is not None and request.trigger.kind != "event":
-            upcoming = self._next_fire(request.trigger.id)  # stamped with the run: never stale
-            slot.latest["nextFireAt"] = outcomes.iso(upcoming) if upcoming else None
-        slot.runs_seen = slot.book.rollup.runs
-        await self._write_stamps(request.trigger.id, slot)
+        if slot is not None:  # else withdrawn meanwhile: it is no longer ours to stamp
+            slot.book, slot.latest = outcomes.settle(
+                slot.book, request.trigger, fire, outcome, finished_at=now, reason=why
+            )
+            if self._next_fire is not None and request.trigger.kind != "event":
+                upcoming = self._next_fire(request.trigger.id)  # stamped with the run
+                slot.latest["nextFireAt"] = outcomes.iso(upcoming) if upcoming else None
+            slot.runs_seen = slot.book.rollup.runs
+        self._spawn(self._record(request.trigger.id, run, slot), request)
+
+    async def _record(self, tid: TriggerId, run: dict[str, Any], slot: _Slot | None) -> None:
+        await self._post_run(run)
+        if slot is not None:
+            await self._write_stamps(tid, slot)
 
     async def _write_stamps(self, tid: TriggerId, slot: _Slot) -> None:
         """Stamps of one trigger are written in order; a newer set replaces a waiting one."""
