@@ -175,8 +175,11 @@ class Device:
         self.subscriptions.apply(diff, bridge_from=self._bridge_from)
         self.firing.apply(diff)
         self.health.kick()
-        if RESERVED_CHAT_WATCH in diff.remove:
-            self._spawn(self._seed_chat_watch())
+        if (
+            RESERVED_CHAT_WATCH in diff.remove
+            and RESERVED_CHAT_WATCH not in self.reconciler.records
+        ):
+            self._spawn(self._seed_chat_watch())  # deleted, not merely paused or moved away
 
     def _on_election(self, active: bool) -> None:
         self.sleepwatch.check()  # a sleep the elector saw first must not open the bridge into it
