@@ -9,8 +9,11 @@ The data directory is `--data`, else `BATON_DATA`, else `~/.baton`.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import signal
+from collections.abc import Awaitable
 from pathlib import Path
 
 import msgspec
@@ -114,3 +117,18 @@ def read_token(path: Path) -> str:
 def _env_path(name: str) -> Path | None:
     value = os.environ.get(name)
     return Path(value) if value else None
+
+
+async def until_signalled(work: Awaitable[None]) -> None:
+    """Run `work` until it ends or SIGINT/SIGTERM arrives; then cancel it and wait for it."""
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

@@ -19,14 +19,13 @@ import argparse
 import asyncio
 import os
 import re
-import signal
 import sys
 from pathlib import Path
 
 from aiohttp import web
 
 from runtime.cli import UsageError
-from runtime.commands.common import DEFAULT_PORT, port, seconds
+from runtime.commands.common import DEFAULT_PORT, port, seconds, until_signalled
 from runtime.space import auth
 from runtime.space.app import create_app, default_admin_token_file
 from runtime.space.clock import system_clock
@@ -85,22 +84,10 @@ async def serve(app: web.Application, host: str, port: int, token_file: Path) ->
         bound = runner.addresses[0][1] if runner.addresses else port
         print(f"baton space: listening on http://{host}:{bound}", flush=True)
         print(f"baton space: admin token in {token_file}", flush=True)
-        await _until_signalled()
+        await until_signalled(asyncio.Event().wait())  # serve until Ctrl-C or SIGTERM
     finally:
         await runner.cleanup()
     print("baton space: stopped", flush=True)
-
-
-async def _until_signalled() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
 
 
 def run_token(args: argparse.Namespace) -> int:

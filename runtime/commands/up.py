@@ -23,8 +23,8 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import socket
+from collections.abc import Awaitable
 from pathlib import Path
 
 from aiohttp import web
@@ -35,6 +35,7 @@ from runtime.commands.common import (
     ADMIN_TOKEN_FILE,
     DEFAULT_PORT,
     DEFAULT_SPACE,
+    Target,
     add_data_option,
     add_space_options,
     data_dir,
@@ -42,6 +43,7 @@ from runtime.commands.common import (
     read_token,
     seconds,
     target,
+    until_signalled,
     write_local_settings,
 )
 from runtime.device import Device
@@ -141,18 +143,7 @@ async def _up(args: argparse.Namespace, data: Path) -> None:
         print(f"baton: admin token in {admin_file}")
         print(f"baton: dashboard on {url}/ (token: the admin token file)")
         print(f"baton: device {peer!r} running; Ctrl-C stops it", flush=True)
-        device = Device(
-            url=url,
-            token=token,
-            space=args.space,
-            peer=peer,
-            name=args.name,
-            priority=args.priority,
-            executor_size=args.workers,
-            lease=lease.scaled(args.lease_seconds),
-            health_interval=args.health_seconds,
-        )
-        await _until_signalled(device.run())
+        await until_signalled(_device(args, Target(url=url, token=token, space=args.space), peer))
     finally:
         await runner.cleanup()
     print("baton: stopped", flush=True)
@@ -183,33 +174,23 @@ async def _prepare(
 def run_device(args: argparse.Namespace) -> int:
     _setup_logging()
     where = target(args)
+    print(f"baton: device {args.peer!r} joining {where.url} (space {where.space!r})", flush=True)
+    asyncio.run(until_signalled(_device(args, where, args.peer)))
+    print("baton: stopped", flush=True)
+    return 0
+
+
+def _device(args: argparse.Namespace, where: Target, peer: str) -> Awaitable[None]:
+    """The device the flags describe, running."""
     device = Device(
         url=where.url,
         token=where.token,
         space=where.space,
-        peer=args.peer,
+        peer=peer,
         name=args.name,
         priority=args.priority,
         executor_size=args.workers,
         lease=lease.scaled(args.lease_seconds),
         health_interval=args.health_seconds,
     )
-    print(f"baton: device {args.peer!r} joining {where.url} (space {where.space!r})", flush=True)
-    asyncio.run(_until_signalled(device.run()))
-    print("baton: stopped", flush=True)
-    return 0
-
-
-async def _until_signalled(work: object) -> None:
-    """Run `work` until it ends or SIGINT/SIGTERM arrives; then cancel it and wait for it."""
-    task = asyncio.ensure_future(work)  # type: ignore[arg-type]
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, task.cancel)
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+    return device.run()
