@@ -3,9 +3,9 @@
 Owns the loop around `triggers.health` (SPEC "Reconcile, registry, health
 pass"): once per pass it builds one `HealthInputs` (programs published in the
 space plus the runtime's own `internal:` refs, the active peer and the live
-devices from the Elector, the missing chats from the subscriptions, fired
-`once` instants, open breakers and last run statuses from the records' own
-stamps), asks `health.due` which stamps change, and writes only those through
+devices from the Elector, the missing chats from the subscriptions, open
+breakers and last run statuses from the records' own stamps), asks
+`health.due` which stamps change, and writes only those through
 `trigger_status`. A stamp already sent for a record at the same `rev` is not
 sent again, so a feed that lags behind costs nothing. Passes run every
 `interval` seconds and soon after `kick()`.
@@ -42,7 +42,6 @@ RETRY_S = 5.0
 
 Records = Callable[[], Mapping[TriggerId, Loaded]]
 NextFires = Callable[[], Mapping[TriggerId, datetime]]
-FiredOnce = Callable[[], frozenset[tuple[TriggerId, datetime]]]
 
 
 class HealthPass:
@@ -58,14 +57,13 @@ class HealthPass:
         records: Records,
         elector: Elector,
         missing_chats: Callable[[], frozenset[str]],
-        fired_once: FiredOnce | None = None,
         next_fires: NextFires | None = None,
         interval: float = 30.0,
         internal_programs: frozenset[str] = INTERNAL_PROGRAMS,
     ) -> None:
         self._client, self._space, self._peer = client, space, PeerId(peer)
         self._clock, self._records, self._elector = clock, records, elector
-        self._missing, self._fired_once = missing_chats, fired_once
+        self._missing = missing_chats
         self._next_fires = next_fires
         self._interval, self._internal = interval, internal_programs
         self._sent: dict[TriggerId, tuple[int, health.Stamp]] = {}
@@ -120,7 +118,6 @@ class HealthPass:
             active_peer=_peer_or_none(self._elector.active),
             live=frozenset(PeerId(p) for p in self._elector.live),
             missing_chats=self._missing(),
-            fired_once=self._fired_once() if self._fired_once else frozenset(),
             breaker_until=_open_breakers(records),
             last_run_status=_last_statuses(records),
         )

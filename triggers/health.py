@@ -2,8 +2,8 @@
 
 Owns the verdicts of the health pass (SPEC "Reconcile, registry, health pass").
 Pure: the caller builds one `HealthInputs` per pass from what it knows (live
-peers, published programs, chats known to be missing, fired `once` instants,
-open breakers, last run statuses) and writes the stamps `due` returns.
+peers, published programs, chats known to be missing, open breakers, last run
+statuses) and writes the stamps `due` returns.
 
 The first rule that applies wins:
 
@@ -12,8 +12,8 @@ The first rule that applies wins:
 2. `unsupported_source` (event dataset other than `chat_messages`), then
    `source_not_found` (event chat among `missing_chats`, or none given);
 3. `unknown_program` (not among `HealthInputs.programs`);
-4. `done` (a once whose current `at` fired), `missed` (a once past
-   `at + graceSeconds` that never fired);
+4. `done` (a once whose current `at` fired: its `lastRunAt` is at or after
+   `at`), `missed` (a once past `at + graceSeconds` that never fired);
 5. a paused record is healthy from here on: nothing is expected of it;
 6. `owner_offline` (pinned to a peer not in `live`);
 7. `breaker_open` (detail: until when, UTC);
@@ -93,7 +93,6 @@ class HealthInputs(msgspec.Struct, frozen=True, kw_only=True):
     active_peer: PeerId | None = None
     live: frozenset[PeerId] = frozenset()
     missing_chats: frozenset[str] = frozenset()
-    fired_once: frozenset[tuple[TriggerId, datetime]] = frozenset()  # (id, `at`) claimed
     breaker_until: dict[TriggerId, datetime] = {}  # open breakers only
     last_run_status: dict[TriggerId, str] = {}
     tick_seconds: float = TICK_SECONDS
@@ -160,7 +159,7 @@ def _once(record: Trigger, inputs: HealthInputs) -> Verdict | None:
     if not isinstance(record, OnceTrigger):
         return None
     at = record.spec.at_utc
-    if (record.id, at) in inputs.fired_once:
+    if record.last_run_at is not None and record.last_run_at >= at:  # its fire ran for this `at`
         return Verdict(reason=Reason.DONE, detail=f"fired for {utc(at)}")
     grace = timedelta(seconds=record.spec.grace_seconds)
     if inputs.now > at + grace:

@@ -81,7 +81,13 @@ AT_UTC = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
         (EVENT, {"missing_chats": frozenset({"chat_1"})}, Reason.SOURCE_NOT_FOUND, "chat_1"),
         ({**EVENT, "spec": {"dataset": "chat_messages"}}, {}, Reason.SOURCE_NOT_FOUND, "objectId"),
         ({**CRON, "owner": PHONE}, {}, Reason.OWNER_OFFLINE, "phone"),
-        (ONCE, {"fired_once": frozenset({(TriggerId("trg_o"), AT_UTC)})}, Reason.DONE, "09:00"),
+        ({**ONCE, "lastRunAt": AT}, {}, Reason.DONE, "09:00"),
+        (
+            {**ONCE, "spec": {"at": AT, "graceSeconds": 60}, "lastRunAt": AT},
+            {},
+            Reason.DONE,
+            "09:00",
+        ),
         ({**ONCE, "spec": {"at": AT, "graceSeconds": 60}}, {}, Reason.MISSED, "60 s"),
         (
             CRON,
@@ -109,9 +115,9 @@ def test_verdict(raw, over, reason, detail_has):
         ({**CRON, "owner": BOX}, {}),
         (ONCE, {}),  # 30 min into its 1 h grace, not fired yet: will fire
         ({**ONCE, "spec": {"at": "2026-12-02T09:00:00Z"}}, {}),  # in the future
-        (
-            ONCE,  # fired for another `at`: moving `at` fires again
-            {"fired_once": frozenset({(TriggerId("trg_o"), AT_UTC - timedelta(days=1))})},
+        (  # ran for an earlier `at`: moving `at` arms it again
+            {**ONCE, "spec": {"at": "2026-12-02T09:00:00Z"}, "lastRunAt": AT},
+            {},
         ),
         (CRON, {"breaker_until": {TriggerId("trg_c"): NOW}}),  # backoff over: trial fire
         ({**CRON, "nextFireAt": ago(0.5)}, {}),  # due, within the margin
