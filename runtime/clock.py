@@ -45,6 +45,11 @@ class SystemClock:
         await asyncio.sleep(max(0.0, seconds))
 
 
+def iso(when: datetime) -> str:
+    """An instant on the wire: RFC 3339 in UTC with milliseconds, `2026-12-01T09:00:00.000Z`."""
+    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 async def sleep_or_wake(clock: Clock, seconds: float, wake: asyncio.Event) -> bool:
     """Sleep on `clock` until `seconds` pass or `wake` is set; True when woken.
 

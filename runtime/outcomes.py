@@ -21,7 +21,7 @@ runs (that is `runtime.firing`) nor know how a program is run.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -30,6 +30,7 @@ from programs import breaker, rollup
 from programs.breaker import BreakerState
 from programs.outcome import Outcome, RunStatus
 from programs.rollup import Rollup
+from runtime.clock import iso
 from triggers.health import Reason, utc
 from triggers.records import Loaded, OnceTrigger, Salvaged, Trigger
 
@@ -170,11 +171,6 @@ def headline(error: str) -> str:
         return ""
     line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
     return line if len(line) <= DETAIL_CHARS else line[: DETAIL_CHARS - 1] + "…"
-
-
-def iso(when: datetime) -> str:
-    """RFC 3339 in UTC with milliseconds, e.g. `2026-12-01T09:00:00.000Z`."""
-    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _ran(status: RunStatus) -> bool:

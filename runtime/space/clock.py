@@ -8,12 +8,14 @@ formatting. Handlers ask the app's clock, never the machine, so tests control it
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated
 
 import msgspec
 
-from runtime.clock import SystemClock
+from runtime.clock import SystemClock, iso
+
+__all__ = ["Aware", "ServerClock", "epoch", "iso", "system_clock"]
 
 ServerClock = Callable[[], datetime]
 Aware = Annotated[datetime, msgspec.Meta(tz=True)]
@@ -23,11 +25,6 @@ _SYSTEM = SystemClock()
 
 def system_clock() -> datetime:
     return _SYSTEM.wall()
-
-
-def iso(when: datetime) -> str:
-    """RFC 3339 in UTC with milliseconds, e.g. `2026-12-01T09:00:00.000Z`."""
-    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def epoch(when: datetime) -> float:
