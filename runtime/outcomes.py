@@ -31,7 +31,7 @@ from programs.breaker import BreakerState
 from programs.outcome import Outcome, RunStatus
 from programs.rollup import Rollup
 from runtime.clock import iso
-from triggers.health import Reason, utc
+from triggers.health import Reason, breaker_detail, done_detail
 from triggers.records import Loaded, OnceTrigger, Salvaged, Trigger
 
 DETAIL_CHARS = 200
@@ -157,10 +157,10 @@ def last_status(
     """`lastStatus`/`lastStatusDetail`: `done` for a fired once, `breaker_open` while
     the breaker is open (worded as the health pass words them), else the run's status."""
     if isinstance(record, OnceTrigger):
-        return Reason.DONE.value, f"fired for {utc(record.spec.at_utc)}"
+        return Reason.DONE.value, done_detail(record.spec.at_utc)
     until = breaker.until(book.breaker)
     if until is not None and until > now:
-        return Reason.BREAKER_OPEN.value, f"until {utc(until)}"
+        return Reason.BREAKER_OPEN.value, breaker_detail(until)
     return outcome.status.value, reason or headline(outcome.error)
 
 

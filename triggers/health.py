@@ -114,6 +114,16 @@ def utc(at: datetime) -> str:
     return at.astimezone(UTC).isoformat()
 
 
+def done_detail(at: datetime) -> str:
+    """The detail of a fired once; the fire pipeline stamps the very same words."""
+    return f"fired for {utc(at)}"
+
+
+def breaker_detail(until: datetime) -> str:
+    """The detail of an open breaker; the fire pipeline stamps the very same words."""
+    return f"until {utc(until)}"
+
+
 def verdict(record: Loaded, inputs: HealthInputs) -> Verdict:
     """The health of one record under `inputs`; see the module docstring for the order."""
     if isinstance(record, Salvaged):
@@ -160,7 +170,7 @@ def _once(record: Trigger, inputs: HealthInputs) -> Verdict | None:
         return None
     at = record.spec.at_utc
     if record.last_run_at is not None and record.last_run_at >= at:  # its fire ran for this `at`
-        return Verdict(reason=Reason.DONE, detail=f"fired for {utc(at)}")
+        return Verdict(reason=Reason.DONE, detail=done_detail(at))
     grace = timedelta(seconds=record.spec.grace_seconds)
     if inputs.now > at + grace:
         detail = f"{utc(at)} passed its {record.spec.grace_seconds:g} s grace unfired"
@@ -179,7 +189,7 @@ def _breaker(record: Trigger, inputs: HealthInputs) -> Verdict | None:
     until = inputs.breaker_until.get(record.id)
     if until is None or until <= inputs.now:
         return None
-    return Verdict(reason=Reason.BREAKER_OPEN, detail=f"until {utc(until)}")
+    return Verdict(reason=Reason.BREAKER_OPEN, detail=breaker_detail(until))
 
 
 def _overdue(record: Trigger, inputs: HealthInputs) -> Verdict | None:

@@ -31,7 +31,7 @@ KINDS = ("cron", "once", "event")
 CHAT_DATASET = "chat_messages"
 ONCE_GRACE_DEFAULT = 3600.0
 RESERVED_CHAT_WATCH = TriggerId("chat-watch")
-PROGRAM_REF = re.compile(r"^(?:[a-z0-9][a-z0-9_-]*@v[1-9][0-9]*|internal:[a-z0-9][a-z0-9_-]*)$")
+PROGRAM_REF = re.compile(r"[a-z0-9][a-z0-9_-]*@v[1-9][0-9]*|internal:[a-z0-9][a-z0-9_-]*")
 
 
 class InvalidRecord(ValueError):
@@ -85,7 +85,7 @@ def zone(name: str) -> ZoneInfo:
 
 
 def check_program_ref(ref: str) -> None:
-    if not PROGRAM_REF.match(ref):
+    if not PROGRAM_REF.fullmatch(ref):
         raise ValueError(f"program {ref!r} is not `name@vN` or `internal:<name>`")
 
 

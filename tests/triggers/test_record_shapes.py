@@ -116,6 +116,7 @@ def test_round_trip_keeps_wire_names():
         ({**CRON, "id": "trg_1"}, "unknown field `id`"),
         ({**CRON, "program": "daily@v0"}, "- at `$.program`"),
         ({**CRON, "program": "Daily"}, "- at `$.program`"),
+        ({**CRON, "program": "daily@v1\n"}, "- at `$.program`"),
         ({**CRON, "spec": {"expr": "61 * * * *"}}, "out of range - at `$.spec.expr`"),
         (
             {**CRON, "spec": {"expr": "* * * * * * *"}},
