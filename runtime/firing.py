@@ -287,7 +287,7 @@ class Firing:
         outcome, reason = await self._execute(record, fire, request.event)
         log.info("fire %s@%s ← %s %.0f ms%s", record.id, request.key, outcome.status.value,
                  outcome.duration_ms, f": {reason}" if reason else "")  # fmt: skip
-        await self._finish(request, fire, outcome, reason)
+        await self._finish(request, fire, outcome, reason, admitted=True)
 
     async def _execute(
         self, record: Trigger, fire: Fire, event: dict[str, Any] | None
@@ -337,7 +337,7 @@ class Firing:
     async def _not_run(self, request: FireRequest, term: int, status: RunStatus, why: str) -> None:
         fire = self._fire_of(request, term, new_run_id())
         log.info("fire %s@%s ← %s: %s", request.trigger.id, request.key, status.value, why)
-        await self._finish(request, fire, outcomes.not_run(status, why), why)
+        await self._finish(request, fire, outcomes.not_run(status, why), why, admitted=False)
 
     async def _withdrawn(self, request: FireRequest, term: int) -> None:
         await self._unstamped(request, term, RunStatus.skipped, outcomes.WITHDRAWN)
@@ -352,7 +352,9 @@ class Firing:
         await self._post_run(outcomes.run_record(fire, ending, finished_at=fire.started_at,
                                                  reason=why))  # fmt: skip
 
-    async def _finish(self, request: FireRequest, fire: Fire, outcome: Outcome, why: str) -> None:
+    async def _finish(
+        self, request: FireRequest, fire: Fire, outcome: Outcome, why: str, *, admitted: bool
+    ) -> None:
         """Settle the book now (the breaker sees this outcome before the next fire starts),
         then record the run and its stamps in the background, so the trigger's slot is
         free for its next fire while the space is written."""
@@ -362,7 +364,13 @@ class Firing:
         slot = self._slots.get(request.trigger.id)
         if slot is not None:  # else withdrawn meanwhile: it is no longer ours to stamp
             slot.book, slot.latest = outcomes.settle(
-                slot.book, request.trigger, fire, outcome, finished_at=now, reason=why
+                slot.book,
+                request.trigger,
+                fire,
+                outcome,
+                finished_at=now,
+                reason=why,
+                admitted=admitted,
             )
             if self._next_fire is not None and request.trigger.kind != "event":
                 upcoming = self._next_fire(request.trigger.id)  # stamped with the run

@@ -122,15 +122,17 @@ def settle(
     outcome: Outcome,
     *,
     finished_at: datetime,
+    admitted: bool,
     reason: str = "",
 ) -> tuple[Book, dict[str, Any]]:
     """The book after this fire and the stamps to write on its trigger.
 
-    The breaker moves only on runs that passed its admission (a status that ran);
-    a fire refused by it was already counted by `breaker.admit`.
+    The breaker moves only on fires that passed its admission (`admitted`): a fire
+    refused by it, or skipped before it, was never its to judge. An admitted fire that
+    did not run (the executor closed under it) hands a trial on to the next fire.
     """
     state = book.breaker
-    if _ran(outcome.status):
+    if admitted:
         state = breaker.on_status(state, outcome.status, finished_at)
     duration = outcome.duration_ms if _ran(outcome.status) else None
     roll = rollup.add(book.rollup, outcome.status, duration, fire.started_at, reason=reason)

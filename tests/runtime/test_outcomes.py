@@ -78,7 +78,7 @@ def failing(n: int) -> Book:
     book = Book()
     for _ in range(n):
         book, _ = outcomes.settle(book, record(CRON), FIRE, Outcome(status=RunStatus.error,
-                                  error="x"), finished_at=FINISHED)  # fmt: skip
+                                  error="x"), finished_at=FINISHED, admitted=True)  # fmt: skip
     return book
 
 
@@ -103,8 +103,9 @@ def failing(n: int) -> Book:
 def test_last_status_stamps(
     raw: dict, book: Book, outcome: Outcome, reason: str, status: str, detail: str
 ) -> None:
+    ran = outcome.status not in (RunStatus.skipped, RunStatus.rejected)
     _, stamps = outcomes.settle(book, record(raw), FIRE, outcome, finished_at=FINISHED,
-                                reason=reason)  # fmt: skip
+                                reason=reason, admitted=ran)  # fmt: skip
     assert (stamps["lastStatus"], stamps["lastStatusDetail"]) == (status, detail)
     assert stamps["lastRunAt"] == "2026-12-01T09:00:01.250Z"
 
@@ -112,7 +113,7 @@ def test_last_status_stamps(
 def test_settle_counts_the_run_in_the_rollup_and_moves_the_breaker() -> None:
     book, stamps = outcomes.settle(failing(2), record(CRON), FIRE,
                                    Outcome(status=RunStatus.timeout, duration_ms=60000),
-                                   finished_at=FINISHED)  # fmt: skip
+                                   finished_at=FINISHED, admitted=True)  # fmt: skip
     assert book.breaker.phase is breaker.Phase.OPEN
     assert (book.rollup.runs, book.rollup.errors, book.rollup.timeouts) == (3, 2, 1)
     assert book.rollup.consecutive_failures == 3
@@ -127,7 +128,8 @@ def test_a_fire_refused_by_the_breaker_is_suppressed_not_a_failure() -> None:
     assert not admitted
     book, _ = outcomes.settle(Book(breaker=state, rollup=opened.rollup), record(CRON), FIRE,
                               outcomes.not_run(RunStatus.skipped, outcomes.BREAKER_OPEN),
-                              finished_at=FINISHED, reason=outcomes.BREAKER_OPEN)  # fmt: skip
+                              finished_at=FINISHED, reason=outcomes.BREAKER_OPEN,
+                              admitted=False)  # fmt: skip
     assert (book.rollup.skipped, book.rollup.suppressed) == (1, 1)
     assert book.rollup.consecutive_failures == 3
     assert book.breaker == state  # counted by admit, not moved again
@@ -138,8 +140,19 @@ def test_a_skip_while_a_trial_runs_leaves_the_trial_alone() -> None:
     _, trial = breaker.admit(opened, opened.open_until or FINISHED)
     book, _ = outcomes.settle(Book(breaker=trial), record(CRON), FIRE,
                               outcomes.not_run(RunStatus.skipped, outcomes.OVERLAP),
-                              finished_at=FINISHED, reason=outcomes.OVERLAP)  # fmt: skip
+                              finished_at=FINISHED, reason=outcomes.OVERLAP,
+                              admitted=False)  # fmt: skip
     assert book.breaker.phase is breaker.Phase.HALF_OPEN
+
+
+def test_a_trial_the_executor_never_ran_hands_the_trial_on() -> None:
+    opened = failing(3).breaker
+    _, trial = breaker.admit(opened, opened.open_until or FINISHED)
+    book, _ = outcomes.settle(Book(breaker=trial), record(CRON), FIRE,
+                              outcomes.not_run(RunStatus.rejected, outcomes.SHUTDOWN),
+                              finished_at=FINISHED, reason=outcomes.SHUTDOWN,
+                              admitted=True)  # fmt: skip
+    assert book.breaker.phase is breaker.Phase.OPEN  # the next fire is the trial
 
 
 @pytest.mark.parametrize(
