@@ -192,7 +192,7 @@ class Firing:
                     return True  # an earlier try went through, its answer was lost
                 await self._refused(request, term, exc)
                 return False
-        return False
+        raise AssertionError("unreachable: the last try returns or refuses")
 
     async def _ours(self, request: FireRequest, term: int) -> bool:
         """Whether the space holds this fire's claim as made by this device at `term`."""

@@ -147,10 +147,6 @@ class Reconciler:
                 return
             await sleep_or_wake(self._clock, min(MAX_SLEEP, left), self._resync_now)
 
-    def request_resync(self) -> None:
-        """Ask for a full sync soon (returns at once)."""
-        self._resync_now.set()
-
     # --- the change feed -----------------------------------------------------------------
 
     async def _follow(self) -> None:

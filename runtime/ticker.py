@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from runtime.clock import Clock
+from runtime.clock import Clock, sleep_or_wake
 from runtime.dispatch import Dispatcher, FireRequest
 from triggers import schedule
 from triggers.records import CronTrigger, FireKey, OnceTrigger, TriggerId
@@ -207,10 +207,6 @@ class Ticker:
         entry = self._entries.get(tid)
         return entry.next_at if entry is not None else None
 
-    def wake(self) -> None:
-        """Recompute what is due now (e.g. after the lease changed)."""
-        self._wake.set()
-
     async def run(self) -> None:
         """Fire what is due, sleep until the next fire or a change; until cancelled."""
         while True:
@@ -253,16 +249,7 @@ class Ticker:
         return min(self._max_sleep, max(0.0, (min(upcoming) - now).total_seconds()))
 
     async def _nap(self) -> None:
-        if self._wake.is_set():
-            return
-        sleep = asyncio.ensure_future(self._clock.sleep(self.delay(self._clock.wall())))
-        woken = asyncio.ensure_future(self._wake.wait())
-        try:
-            await asyncio.wait({sleep, woken}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (sleep, woken):
-                task.cancel()
-            await asyncio.gather(sleep, woken, return_exceptions=True)
+        await sleep_or_wake(self._clock, self.delay(self._clock.wall()), self._wake)
 
     def status(self) -> dict[str, Any]:
         upcoming = self.next_fires()
