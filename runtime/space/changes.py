@@ -17,7 +17,7 @@ from aiohttp import web
 from runtime.space import sse
 from runtime.space import trigger_store as store
 from runtime.space.db import DB
-from runtime.space.http import ApiError, add_route, answer
+from runtime.space.http import add_route, answer, int_query
 from runtime.space.spaces import require_space
 
 FANOUT = web.AppKey("change_fanout", sse.Fanout[str])
@@ -45,23 +45,11 @@ def notify(app: web.Application, space: str) -> None:
     app[FANOUT].publish(space, None)
 
 
-def int_param(request: web.Request, name: str, default: int, *, high: int | None = None) -> int:
-    text = request.query.get(name)
-    if text is None:
-        return default
-    if not text.isdigit():
-        raise ApiError(
-            400, "invalid_query", f"`{name}` must be a non-negative integer, got {text!r}"
-        )
-    value = int(text)
-    return min(value, high) if high is not None else value
-
-
 def cursor(request: web.Request) -> int:
     if "since" in request.query:
-        return int_param(request, "since", 0)
+        return int_query(request, "since", 0)
     resume = sse.last_event_id(request)
-    if resume is not None and resume.isdigit():
+    if resume is not None and resume.isascii() and resume.isdigit():
         return int(resume)
     return 0
 
@@ -70,8 +58,8 @@ async def get_changes(request: web.Request) -> web.StreamResponse:
     if "text/event-stream" in request.headers.get("Accept", ""):
         return await stream_changes(request)
     space = require_space(request)
-    since = int_param(request, "since", 0)
-    limit = max(1, int_param(request, "limit", PAGE_DEFAULT, high=PAGE_MAX))
+    since = int_query(request, "since", 0)
+    limit = int_query(request, "limit", PAGE_DEFAULT, low=1, high=PAGE_MAX)
     page = store.changes_since(request.app[DB], space, since, limit + 1)
     more = len(page) > limit
     page = page[:limit]

@@ -28,7 +28,7 @@ from runtime.space import (
 from runtime.space.chat_store import ChatIn, Message, MessageIn, UnknownChat
 from runtime.space.clock import epoch
 from runtime.space.db import DB
-from runtime.space.http import ApiError, add_route, answer, decode, now_of, raw_body
+from runtime.space.http import ApiError, add_route, answer, decode, int_query, now_of, raw_body
 from runtime.space.sse import EventStream, install
 
 
@@ -154,24 +154,14 @@ def _check_text(msg: MessageIn, limit: int) -> None:
 async def get_messages(request: web.Request) -> web.Response:
     _, object_id, _ = _chat_cursor(request)
     conf = settings(request.app)
-    after = _int_query(request, "after", 0, 0, None)
-    limit = _int_query(request, "limit", conf.page_default, 1, conf.page_max)
+    after = int_query(request, "after", 0, clamp=False)
+    limit = int_query(request, "limit", conf.page_default, low=1, high=conf.page_max, clamp=False)
     rows = chat_store.page(request.app[DB], object_id, after, limit + 1)
     more, rows = len(rows) > limit, rows[:limit]
     nxt = rows[-1][0] if rows else after
     messages = ",".join(body for _, body in rows)
     text = f'{{"messages":[{messages}],"next":{nxt},"more":{"true" if more else "false"}}}'
     return web.Response(text=text, content_type="application/json")
-
-
-def _int_query(request: web.Request, name: str, default: int, low: int, high: int | None) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    if raw.isascii() and raw.isdigit() and low <= int(raw) and (high is None or int(raw) <= high):
-        return int(raw)
-    bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-    raise ApiError(400, "invalid_query", f"query `{name}` must be an integer {bound}, got {raw!r}")
 
 
 async def get_stream(request: web.Request) -> web.StreamResponse:

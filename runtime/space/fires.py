@@ -20,10 +20,9 @@ from aiohttp import web
 from runtime.space import election
 from runtime.space import trigger_store as records
 from runtime.space.auth import require_peer
-from runtime.space.changes import int_param
 from runtime.space.clock import iso
 from runtime.space.db import DB, transaction
-from runtime.space.http import ApiError, add_route, answer, now_of, read_body
+from runtime.space.http import ApiError, add_route, answer, int_query, now_of, read_body
 from runtime.space.spaces import require_space
 
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
@@ -142,7 +141,7 @@ async def post_fires(request: web.Request) -> web.Response:
 
 async def get_fires(request: web.Request) -> web.Response:
     space = require_space(request)
-    limit = max(1, int_param(request, "limit", 100, high=1000))
+    limit = int_query(request, "limit", 100, low=1, high=1000)
     sql = "SELECT trigger_id, key, term, peer, claimed_at FROM fires WHERE space = ?"
     params: list[Any] = [space]
     if "trigger" in request.query:

@@ -2,9 +2,9 @@
 
 Owns `ApiError` (a refusal that becomes the house error body), `read_body`
 (size-limited JSON decoded into a msgspec type, the path of a bad field in
-`detail`), route registration with its documentation, and the middleware that
-turns every refusal — ours and aiohttp's (404, 405, 413) — into
-`{"error", "detail"}`. Must not know any table.
+`detail`), integer query parameters (`int_query`), route registration with
+its documentation, and the middleware that turns every refusal — ours and
+aiohttp's (404, 405, 413) — into `{"error", "detail"}`. Must not know any table.
 """
 
 from __future__ import annotations
@@ -50,6 +50,31 @@ def answer(data: Any, status: int = 200, headers: dict[str, str] | None = None) 
         content_type="application/json",
         headers=headers,
     )
+
+
+def int_query(
+    request: web.Request,
+    name: str,
+    default: int,
+    *,
+    low: int = 0,
+    high: int | None = None,
+    clamp: bool = True,
+) -> int:
+    """Query `name` as a decimal integer; `default` when absent.
+
+    Anything but ASCII digits is a 400 `invalid_query`. A value outside
+    `[low, high]` is brought inside when `clamp`, else refused the same way.
+    """
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    value = int(raw) if raw.isascii() and raw.isdigit() else None
+    if value is not None and (clamp or (low <= value and (high is None or value <= high))):
+        return max(low, value if high is None else min(value, high))
+    bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+    detail = f"query `{name}` must be an integer {bound}, got {raw!r}"
+    raise ApiError(400, "invalid_query", detail)
 
 
 async def raw_body(request: web.Request) -> bytes:

@@ -41,7 +41,7 @@ def if_match(request: web.Request) -> int | None:
     if value is None:
         return None
     text = value.strip().removeprefix("W/").strip('"')
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise ApiError(400, "invalid_header", f"If-Match must be a record rev, got {value!r}")
     return int(text)
 

@@ -20,10 +20,9 @@ from aiohttp import web
 
 from runtime.space import logtable
 from runtime.space.appstate import SETTINGS, RunRetention
-from runtime.space.changes import int_param
 from runtime.space.clock import Aware
 from runtime.space.db import DB, transaction
-from runtime.space.http import ApiError, add_route, answer, decode, now_of, raw_body
+from runtime.space.http import ApiError, add_route, answer, decode, int_query, now_of, raw_body
 from runtime.space.spaces import require_space
 
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
@@ -124,7 +123,7 @@ async def post_turn(request: web.Request) -> web.Response:
 
 async def get_turns(request: web.Request) -> web.Response:
     space = require_space(request)
-    limit = max(1, int_param(request, "limit", 100, high=1000))
+    limit = int_query(request, "limit", 100, low=1, high=1000)
     return answer({"turns": query_turns(request.app[DB], space, dict(request.query), limit)})
 
 

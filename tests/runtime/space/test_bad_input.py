@@ -67,6 +67,15 @@ CASES: list[tuple[str, str, Any, dict[str, str], int, str, str]] = [
     (
         "PATCH",
         f"{S}/triggers/{{tid}}",
+        {"name": "x"},
+        {"If-Match": "²"},
+        400,
+        "invalid_header",
+        "If-Match",
+    ),
+    (
+        "PATCH",
+        f"{S}/triggers/{{tid}}",
         {"limits": {"timeoutSeconds": -1}},
         {},
         400,
@@ -159,6 +168,11 @@ CASES: list[tuple[str, str, Any, dict[str, str], int, str, str]] = [
     ("POST", f"{S}/runs", {**RUN, "extra": 1}, {}, 400, "invalid_run", "extra"),
     ("GET", f"{S}/runs?status=great", None, {}, 400, "invalid_query", "status"),
     ("GET", f"{S}/changes?since=-1", None, {}, 400, "invalid_query", "since"),
+    ("GET", f"{S}/changes?since=%C2%B2", None, {}, 400, "invalid_query", "since"),
+    ("GET", f"{S}/changes?limit=%C2%B2", None, {}, 400, "invalid_query", "limit"),
+    ("GET", f"{S}/runs?limit=%C2%B2", None, {}, 400, "invalid_query", "limit"),
+    ("GET", f"{S}/turns?limit=%C2%B2", None, {}, 400, "invalid_query", "limit"),
+    ("GET", f"{S}/fires?limit=%C2%B2", None, {}, 400, "invalid_query", "limit"),
     ("PUT", f"{S}/state/{{tid}}/cursor", {"val": 1}, {}, 400, "invalid_body", "val"),
     (
         "POST",

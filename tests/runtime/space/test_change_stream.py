@@ -66,3 +66,16 @@ async def test_accept_header_and_last_event_id_resume(api: Api) -> None:
         assert replayed["data"]["triggerId"] == second["id"] != first["id"]
     finally:
         resp.close()
+
+
+async def test_non_ascii_digit_last_event_id_replays_from_the_start(api: Api) -> None:
+    record = await api.create_trigger()
+    resp = await open_stream(api, C + "/stream", **{"Last-Event-ID": "²"})
+    try:
+        assert resp.status == 200
+        hello = await next_event(resp)
+        assert hello["data"] == {"cursor": 0}
+        replayed = await next_event(resp)
+        assert replayed["data"]["triggerId"] == record["id"]
+    finally:
+        resp.close()
