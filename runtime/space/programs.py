@@ -1,30 +1,28 @@
 """Programs published to a space: `name@vN`, immutable, checked before they are stored.
 
-Owns the `programs` table and the publish rules: the name matches
-`[a-z0-9][a-z0-9_-]*`, N ≥ 1, the source is capped in size, compiles, and
-defines a top-level `main`; a top-level `__any_tool__ = True/False` is kept as
-metadata. The same source again is a no-op; another source is 409. Must not
-run the program.
+Owns the `programs` table and the publish routes. The ref and the source are
+checked by the device's own rules (`programs.refs.parse_ref`,
+`programs.loader.inspect_source`), so the space stores only what every device
+will load; `internal:` refs are never published. The source is also capped in
+size by the server's setting; `__any_tool__` is kept as metadata. The same
+source again is a no-op; another source is 409. Must not run the program.
 """
 
 from __future__ import annotations
 
-import ast
-import hashlib
-import re
 from typing import Any
 
 import msgspec
 import sqlite_utils
 from aiohttp import web
 
+from programs import loader, refs
+from programs.loader import ProgramMeta
 from runtime.space.appstate import SETTINGS
 from runtime.space.clock import iso
 from runtime.space.db import DB, transaction
 from runtime.space.http import ApiError, add_route, answer, now_of, read_body
 from runtime.space.spaces import require_space
-
-REF = re.compile(r"(?P<name>[a-z0-9][a-z0-9_-]*)@v(?P<version>[1-9][0-9]*)")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS programs (space TEXT NOT NULL, name TEXT NOT NULL,
@@ -55,56 +53,26 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
 
 
-def parse_ref(ref: str) -> tuple[str, int]:
-    m = REF.fullmatch(ref)
-    if m is None:
-        raise ApiError(
-            400,
-            "invalid_program_ref",
-            f"program {ref!r} is not `name@vN` (name [a-z0-9][a-z0-9_-]*, N ≥ 1)",
-        )
-    return m["name"], int(m["version"])
-
-
-def inspect_source(source: str) -> bool:
-    """Check that `source` compiles and defines a top-level `main`; its `__any_tool__`."""
+def parse_ref(text: str) -> tuple[str, int]:
+    """`(name, N)` of a published ref, by the device's grammar; `internal:` refs are refused."""
     try:
-        tree = compile(source, "<program>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
-        compile(tree, "<program>", "exec", dont_inherit=True)
-    except SyntaxError as exc:
+        ref = refs.parse_ref(text)
+    except refs.InvalidRef as exc:
         raise ApiError(
-            400,
-            "invalid_program",
-            f"does not compile: {exc.msg} at line {exc.lineno} - at `$.source`",
-            line=exc.lineno,
+            400, "invalid_program_ref", f"program {text!r} is not `name@vN`: {exc}"
         ) from None
-    except ValueError as exc:
-        raise ApiError(400, "invalid_program", f"does not compile: {exc} - at `$.source`") from None
-    if not any(_defines(node, "main") for node in tree.body):
-        raise ApiError(400, "invalid_program", "no top-level `main` - at `$.source`")
-    return _any_tool(tree)
+    if ref.internal or ref.version is None:
+        detail = f"program {text!r} is not `name@vN`: `internal:` refs are not published"
+        raise ApiError(400, "invalid_program_ref", detail)
+    return ref.name, ref.version
 
 
-def _defines(node: ast.stmt, name: str) -> bool:
-    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-        return node.name == name
-    if isinstance(node, ast.Assign):
-        return any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
-    return False
-
-
-def _any_tool(tree: ast.Module) -> bool:
-    for node in tree.body:
-        if _defines(node, "__any_tool__") and isinstance(node, ast.Assign):
-            try:
-                return bool(ast.literal_eval(node.value))
-            except ValueError:
-                raise ApiError(
-                    400,
-                    "invalid_program",
-                    "`__any_tool__` must be a literal True or False - at `$.source`",
-                ) from None
-    return False
+def inspect_source(source: str) -> ProgramMeta:
+    """The device loader's check of `source`, its refusal as a 400 `invalid_program`."""
+    try:
+        return loader.inspect_source(source)
+    except loader.InvalidProgram as exc:
+        raise ApiError(400, "invalid_program", f"{exc} - at `$.source`") from None
 
 
 def _out(row: dict[str, Any], with_source: bool) -> dict[str, Any]:
@@ -136,8 +104,8 @@ async def put_program(request: web.Request) -> web.Response:
     limit = request.app[SETTINGS].max_program_bytes
     if len(body.source.encode()) > limit:
         raise ApiError(413, "program_too_large", f"source over {limit} bytes - at `$.source`")
-    any_tool = inspect_source(body.source)
-    digest = hashlib.sha256(body.source.encode()).hexdigest()
+    meta = inspect_source(body.source)
+    any_tool, digest = meta.any_tool, meta.sha256
     db = request.app[DB]
     with transaction(db):
         existing = _find(db, space, name, version)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from aiohttp.test_utils import TestClient
 from space_support import SPACE, Api, FakeClock
@@ -34,8 +36,12 @@ async def test_publish_is_immutable(api: Api) -> None:
         ("ok@v0", SOURCE, "invalid_program_ref", "name@vN"),
         ("ok@v1", "def main(:\n", "invalid_program", "line 1"),
         ("ok@v1", "x = 1\n\n\ndef main(a)\n", "invalid_program", "line 4"),
-        ("ok@v1", "def helper():\n    pass\n", "invalid_program", "no top-level `main`"),
+        ("ok@v1", "def helper():\n    pass\n", "invalid_program", "no top-level `def main"),
         ("ok@v1", "__any_tool__ = yes\ndef main(a): pass\n", "invalid_program", "__any_tool__"),
+        ("ok@v1", "def main():\n    pass\n", "invalid_program", "line 1: `main` must accept"),
+        ("ok@v1", "main = lambda args: 1\n", "invalid_program", "no top-level `def main"),
+        ("ok@v1", "__any_tool__ = 1\ndef main(a): pass\n", "invalid_program", "__any_tool__"),
+        ("internal:chat-watch", SOURCE, "invalid_program_ref", "name@vN"),
     ],
 )
 async def test_bad_programs_are_refused(
@@ -44,6 +50,22 @@ async def test_bad_programs_are_refused(
     status, body = await api.put(f"{S}/programs/{ref}", {"source": source})
     assert status == 400 and body["error"] == code and fragment in body["detail"]
     assert (await api.get(f"{S}/programs"))[1]["programs"] == []
+
+
+@pytest.mark.parametrize(
+    ("source", "any_tool"),
+    [
+        ("__any_tool__: bool = True\ndef main(a): pass\n", True),
+        ("__any_tool__ = True\n__any_tool__ = False\ndef main(a): pass\n", False),
+        ("def main(a): pass\n", False),
+    ],
+)
+async def test_any_tool_is_read_as_the_device_reads_it(
+    api: Api, source: str, any_tool: bool
+) -> None:
+    status, body = await api.put(f"{S}/programs/tool@v1", {"source": source})
+    assert status == 201 and body["anyTool"] is any_tool
+    assert body["sha256"] == hashlib.sha256(source.encode()).hexdigest()
 
 
 async def test_program_size_is_capped(api: Api) -> None:
