@@ -178,16 +178,19 @@ def stamp(
     stamps: Record,
     now: str,
     if_match: int | None = None,
-) -> Record:
-    """Write runtime stamps only; unchanged stamps write nothing (no rev bump, no change)."""
+) -> tuple[Record, bool]:
+    """Write runtime stamps only: the record and whether it was written.
+
+    Unchanged stamps write nothing (no rev bump, no change).
+    """
     with transaction(db):
         rev, record = current(db, space, tid)
         _check_rev(rev, if_match)
         if all(k in record and record[k] == v for k, v in stamps.items()):
-            return record
+            return record, False
         record = {**record, **stamps, "rev": rev + 1, "updatedAt": now}
         _write(db, space, record, "stamp", now)
-    return record
+    return record, True
 
 
 def delete(

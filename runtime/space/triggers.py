@@ -112,7 +112,7 @@ async def post_status(request: web.Request) -> web.Response:
     data = await raw_body(request)
     decode(data, Stamps, code="invalid_status")
     stamps = decode(data, dict[str, Any], code="invalid_status")
-    record = store.stamp(
+    record, written = store.stamp(
         request.app[DB],
         space,
         request.match_info["id"],
@@ -120,7 +120,8 @@ async def post_status(request: web.Request) -> web.Response:
         iso(now_of(request)),
         if_match(request),
     )
-    notify(request.app, space)
+    if written:
+        notify(request.app, space)
     return _one(record)
 
 

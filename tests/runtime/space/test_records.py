@@ -7,6 +7,8 @@ import sqlite3
 
 from space_support import CRON, SPACE, Api, FakeClock
 
+from runtime.space.changes import FANOUT
+
 T = f"/spaces/{SPACE}/triggers"
 
 
@@ -81,6 +83,29 @@ async def test_status_writes_stamps_only(api: Api) -> None:
     assert status == 200 and again["rev"] == 2
     status, body = await api.post(f"{path}/status", {"name": "x"})
     assert status == 400 and body["error"] == "invalid_status"
+
+
+class Wakes:
+    """A change-feed subscriber that only counts how often it was woken."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def push(self, item: object) -> bool:
+        self.count += 1
+        return True
+
+
+async def test_unchanged_stamps_wake_no_change_stream(api: Api) -> None:
+    record = await api.create_trigger()
+    path = f"{T}/{record['id']}/status"
+    wakes = Wakes()
+    api.client.app[FANOUT].add(SPACE, wakes)  # type: ignore[arg-type]
+    assert (await api.post(path, {"lastStatus": "ok"}))[0] == 200
+    assert wakes.count == 1
+    status, again = await api.post(path, {"lastStatus": "ok"})
+    assert status == 200 and again["rev"] == 2
+    assert wakes.count == 1
 
 
 def _write_raw(api: Api, tid: str, body: dict) -> None:
