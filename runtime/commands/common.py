@@ -25,6 +25,7 @@ DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_SPACE = "default"
 LOCAL_FILE = "local.json"
 ADMIN_TOKEN_FILE = "admin.token"
+SPACE_DB = "space.db"  # in the data directory: the store `baton up` serves
 
 
 class Target(msgspec.Struct, frozen=True, kw_only=True):

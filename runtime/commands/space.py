@@ -10,7 +10,8 @@ and where the admin token file is, and stops cleanly on Ctrl-C or SIGTERM.
 device counts as live after its last heartbeat (both default 15).
 `token` mints a device token straight in the store (the server may be running)
 and writes it to stdout: it is shown this once. `--db` defaults to
-`$BATON_DB`, else `~/.baton/space.db`. A shell over `runtime.space`.
+`$BATON_DB`, else `space.db` in the data directory (`$BATON_DATA`, else
+`~/.baton`), the same file `baton up` serves. A shell over `runtime.space`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ from pathlib import Path
 from aiohttp import web
 
 from runtime.cli import UsageError
-from runtime.commands.common import DEFAULT_PORT, port, seconds, until_signalled
+from runtime.commands.common import (
+    DEFAULT_PORT,
+    SPACE_DB,
+    data_dir,
+    port,
+    seconds,
+    until_signalled,
+)
 from runtime.space import auth
 from runtime.space.app import create_app, default_admin_token_file
 from runtime.space.clock import system_clock
@@ -35,7 +43,7 @@ PEER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
 def default_db() -> Path:
-    return Path(os.environ.get("BATON_DB") or Path.home() / ".baton" / "space.db")
+    return Path(os.environ.get("BATON_DB") or data_dir() / SPACE_DB)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -35,6 +35,7 @@ from runtime.commands.common import (
     ADMIN_TOKEN_FILE,
     DEFAULT_PORT,
     DEFAULT_SPACE,
+    SPACE_DB,
     Target,
     add_data_option,
     add_space_options,
@@ -123,7 +124,7 @@ async def _up(args: argparse.Namespace, data: Path) -> None:
     admin_file = data / ADMIN_TOKEN_FILE
     runner = web.AppRunner(
         create_app(
-            data / "space.db",
+            data / SPACE_DB,
             admin_token_file=admin_file,
             lease_seconds=args.lease_seconds,
             live_seconds=args.lease_seconds,

@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
+from runtime.commands.common import SPACE_DB, data_dir
+from runtime.commands.space import default_db
 from runtime.space.app import default_admin_token_file
 
 S = "/v1/spaces/home"
@@ -151,3 +154,23 @@ async def test_token_command_and_clean_stop(tmp_path: Path) -> None:
         async with asyncio.timeout(10):
             out, _ = await server.proc.communicate()
         assert server.proc.returncode == 0 and b"stopped" in out
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"BATON_DATA": "{tmp}/data"}, "{tmp}/data/space.db"),
+        ({"BATON_DATA": "{tmp}/data", "BATON_DB": "{tmp}/own.db"}, "{tmp}/own.db"),
+        ({"HOME": "{tmp}/home"}, "{tmp}/home/.baton/space.db"),
+    ],
+)
+def test_default_db_is_the_one_baton_up_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str
+) -> None:
+    monkeypatch.delenv("BATON_DATA", raising=False)
+    monkeypatch.delenv("BATON_DB", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value.format(tmp=tmp_path))
+    assert default_db() == Path(expected.format(tmp=tmp_path))
+    if "BATON_DB" not in env:
+        assert default_db() == data_dir() / SPACE_DB
