@@ -21,7 +21,7 @@ from runtime.space.db import DB, transaction
 from runtime.space.http import ApiError, add_route, answer, decode, now_of, raw_body
 from runtime.space.spaces import require_space
 
-PEER = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+PEER_MAX = 200  # characters of a peer name
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS devices (space TEXT NOT NULL, peer TEXT NOT NULL, name TEXT NOT NULL,
@@ -92,8 +92,8 @@ def heartbeat(
 async def put_device(request: web.Request) -> web.Response:
     space = require_space(request)
     peer = request.match_info["peer"]
-    if not peer or len(peer) > 200:
-        raise ApiError(400, "invalid_peer", "peer must be 1 to 200 characters")
+    if not 1 <= len(peer) <= PEER_MAX:
+        raise ApiError(400, "invalid_peer", f"peer must be 1 to {PEER_MAX} characters")
     require_peer(request, peer)
     data = await raw_body(request)
     body = decode(data, HeartbeatIn) if data.strip() else HeartbeatIn()  # empty: a bare beat
