@@ -7,6 +7,8 @@ from pathlib import Path
 
 from space_support import Api
 
+from runtime.space.appstate import ROUTE_DOCS
+
 DOC = Path(__file__).resolve().parents[3] / "docs" / "space-api.md"
 ROW = re.compile(r"^\| `(GET|POST|PUT|PATCH|DELETE) (/v1/[^` ]*)` \|", re.MULTILINE)
 
@@ -31,3 +33,16 @@ async def test_openapi_describes_bodies(api: Api) -> None:
         "term",
         "peer",
     ]
+
+
+async def test_every_v1_route_is_in_the_catalogue(api: Api) -> None:
+    app = api.client.app
+    assert app is not None
+    routed = {
+        (route.method, route.resource.canonical)
+        for route in app.router.routes()
+        if route.resource is not None
+        and route.resource.canonical.startswith("/v1/")
+        and route.method != "HEAD"
+    }
+    assert routed == {(doc.method, doc.path) for doc in app[ROUTE_DOCS]}
