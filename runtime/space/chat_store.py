@@ -18,6 +18,7 @@ from typing import Annotated
 import msgspec
 import sqlite_utils
 
+from runtime.space.clock import iso
 from runtime.space.db import transaction
 
 SCHEMA = """
@@ -78,14 +79,13 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
 
 
-def rfc3339(ts: float) -> str:
-    """Unix seconds as RFC 3339 UTC with milliseconds: `2026-11-29T19:16:43.120Z`."""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def _iso(ts: float) -> str:
+    return iso(datetime.fromtimestamp(ts, UTC))
 
 
 def create_chat(db: sqlite_utils.Database, space: str, name: str, *, now: float) -> dict:
     """Create a chat in `space`; its wire object."""
-    chat = {"objectId": f"chat_{secrets.token_hex(8)}", "name": name, "createdAt": rfc3339(now)}
+    chat = {"objectId": f"chat_{secrets.token_hex(8)}", "name": name, "createdAt": _iso(now)}
     db.execute(
         "INSERT INTO chats (object_id, space, name, created_at) VALUES (?, ?, ?, ?)",
         [chat["objectId"], space, name, chat["createdAt"]],
@@ -132,7 +132,7 @@ def add_message(
             seq=int(row[0]),
             object_id=object_id,
             text=msg.text,
-            created_at=rfc3339(now),
+            created_at=_iso(now),
             agent=msg.agent,
         )
         body = _encode(message)
