@@ -14,7 +14,7 @@ when unset) and the app's server clock `app[CLOCK]`.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 import msgspec
 import sqlite_utils
@@ -99,15 +99,12 @@ def setup(app: web.Application) -> None:
     )
 
 
-def create_chat(
-    db: sqlite_utils.Database, space: str, name: str, *, now: datetime | None = None
-) -> dict:
+def create_chat(db: sqlite_utils.Database, space: str, name: str, *, now: datetime) -> dict:
     """Create a chat in `space` (e.g. a new space's general chat); its wire object.
 
     The tables exist once `setup(app)` has run.
     """
-    when = datetime.now(UTC) if now is None else now
-    return chat_store.create_chat(db, space, name, now=epoch(when))
+    return chat_store.create_chat(db, space, name, now=epoch(now))
 
 
 def settings(app: web.Application) -> ChatSettings:
