@@ -35,7 +35,7 @@ from runtime.responders import Responder, load_responder
 from runtime.sleepwatch import SleepWatch
 from runtime.subscriptions import Subscriptions
 from runtime.ticker import Ticker
-from triggers.records import RESERVED_CHAT_WATCH, PeerId
+from triggers.records import CHAT_WATCH_PROGRAM, RESERVED_CHAT_WATCH, PeerId
 from triggers.registry import Diff
 
 log = logging.getLogger("baton.device")
@@ -103,7 +103,7 @@ class Device:
             chatwatch=self.chatwatch,
             next_fire=lambda tid: self.ticker.next_fire(tid),
         )
-        self.ticker = Ticker(self.firing, clock=self.clock)
+        self.ticker = Ticker(self.firing, clock=self.clock, bridge_window=bridge_seconds)
         self.subscriptions = Subscriptions(self.client, space, self.firing, clock=self.clock)
         self.reconciler = Reconciler(
             self.client,
@@ -209,7 +209,7 @@ class Device:
             body = {
                 "name": CHAT_WATCH_NAME,
                 "kind": "event",
-                "program": "internal:chat-watch",
+                "program": CHAT_WATCH_PROGRAM,
                 "spec": {"dataset": "chat_messages", "objectId": space["generalChat"]},
                 "owner": "",
                 "enabled": True,

@@ -43,12 +43,11 @@ from runtime.client import ApiError, SpaceClient
 from runtime.clock import Clock
 from runtime.dispatch import FireRequest
 from runtime.outcomes import Book, Fire
-from triggers.records import Overlap, Trigger, TriggerId
+from triggers.records import CHAT_WATCH_PROGRAM, Overlap, Trigger, TriggerId
 from triggers.registry import Diff
 
 log = logging.getLogger("baton.firing")
 
-CHAT_WATCH = "internal:chat-watch"
 TOKEN_MARGIN_S = 60.0  # a run token outlives the run's timeout by this much
 WRITE_TRIES = 3
 
@@ -171,7 +170,7 @@ class Firing:
         term = self._term()
         if not await self._claim(request, term):
             return
-        if record.program == CHAT_WATCH:
+        if record.program == CHAT_WATCH_PROGRAM:
             await self._offer(request)
             return
         self._admit(request, term)

@@ -29,14 +29,14 @@ from typing import Any
 
 from programs import breaker, rollup
 from runtime.client import ApiError, SpaceClient
-from runtime.clock import Clock, sleep_or_wake
+from runtime.clock import Clock, iso, sleep_or_wake
 from runtime.election import Elector
 from triggers import health
-from triggers.records import Loaded, PeerId, Salvaged, TriggerId
+from triggers.records import CHAT_WATCH_PROGRAM, Loaded, PeerId, Salvaged, TriggerId
 
 log = logging.getLogger(__name__)
 
-INTERNAL_PROGRAMS = frozenset({"internal:chat-watch"})
+INTERNAL_PROGRAMS = frozenset({CHAT_WATCH_PROGRAM})
 MAX_SLEEP = 30.0
 RETRY_S = 5.0
 
@@ -153,7 +153,7 @@ class HealthPass:
             want = armed.get(record.id)
             if _same_instant(record.next_fire_at, want):
                 continue
-            body = {"nextFireAt": health.utc(want) if want else None}
+            body = {"nextFireAt": iso(want) if want else None}
             try:
                 await self._client.trigger_status(self._space, record.id, body)
             except ApiError as exc:

@@ -47,13 +47,12 @@ from runtime.subscribe import (
     Subscription,
     SubscriptionStatus,
 )
-from triggers.records import CHAT_DATASET, EventTrigger, Trigger, TriggerId
+from triggers.records import CHAT_DATASET, CHAT_WATCH_PROGRAM, EventTrigger, Trigger, TriggerId
 from triggers.registry import Diff
 from triggers.schedule import fire_key_event
 
 log = logging.getLogger(__name__)
 
-CHAT_WATCH_PROGRAM = "internal:chat-watch"
 MAX_SLEEP = 30.0  # the daemon never sleeps longer at once
 HISTORY_PAGE = 500
 GALLOP_FIRST = 64  # how far back the bridge first looks for its start, in seqs
