@@ -225,8 +225,10 @@ class Firing:
         slot = self._slots.get(record.id)
         if slot is None:
             slot = self._slots[record.id] = _Slot(record)
-        elif outcomes.book_of(record).rollup.runs > slot.runs_seen:
-            slot.book = outcomes.book_of(record)  # another device ran it meanwhile
+            return slot
+        stamped = record.rollup.get("runs") if record.rollup else None
+        if isinstance(stamped, int) and stamped > slot.runs_seen:  # another device ran it
+            slot.book = outcomes.book_of(record)
             slot.runs_seen = slot.book.rollup.runs
         return slot
 
