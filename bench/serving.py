@@ -20,8 +20,8 @@ async def serve(db_path: str, ok_runs_kept: int | None) -> None:
     sys.path.insert(0, str(ROOT))
     from aiohttp import web
 
-    from runtime.space.app import create_app
-    from runtime.space.appstate import RunRetention
+    from space.app import create_app
+    from space.appstate import RunRetention
 
     retention = RunRetention(ok_per_trigger=ok_runs_kept) if ok_runs_kept else None
     runner = web.AppRunner(create_app(db_path, retention=retention))

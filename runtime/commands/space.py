@@ -11,7 +11,7 @@ device counts as live after its last heartbeat (both default 15).
 `token` mints a device token straight in the store (the server may be running)
 and writes it to stdout: it is shown this once. `--db` defaults to
 `$BATON_DB`, else `space.db` in the data directory (`$BATON_DATA`, else
-`~/.baton`), the same file `baton up` serves. A shell over `runtime.space`.
+`~/.baton`), the same file `baton up` serves. A shell over `space`.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from runtime.commands.common import (
     seconds,
     until_signalled,
 )
-from runtime.space import auth
-from runtime.space.app import create_app, default_admin_token_file
-from runtime.space.clock import system_clock
-from runtime.space.db import open_db
+from space import auth
+from space.app import create_app, default_admin_token_file
+from space.clock import system_clock
+from space.db import open_db
 
 PEER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 

@@ -14,7 +14,7 @@ margin a third, poll 1/7.5, settle two thirds); `up` gives its space the same le
 A device follows the length its space answers once it has read the election, so for
 `device` the flag only matters until then.
 `--health-seconds` (default 30) is the health pass's period; it also runs after changes.
-A shell over `runtime.device.Device` and `runtime.space.app.create_app`.
+A shell over `runtime.device.Device` and `space.app.create_app`.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 async def _up(args: argparse.Namespace, data: Path) -> None:
-    from runtime.space.app import create_app
+    from space.app import create_app
 
     admin_file = data / ADMIN_TOKEN_FILE
     runner = web.AppRunner(

@@ -22,9 +22,9 @@ from aiohttp import web
 from runtime.client import SpaceClient
 from runtime.clock import FakeClock
 from runtime.device import Device
-from runtime.space.app import create_app, default_admin_token_file
-from runtime.space.clock import system_clock
-from runtime.space.sse import STREAMS
+from space.app import create_app, default_admin_token_file
+from space.clock import system_clock
+from space.sse import STREAMS
 
 SPACE = "home"
 DEADLINE = 10.0
@@ -221,7 +221,7 @@ def runtime_tasks() -> list[asyncio.Task[Any]]:
     for task in asyncio.all_tasks():
         code = getattr(task.get_coro(), "cr_code", None)
         where = code.co_filename if code is not None else ""
-        ours = ("/runtime/" in where or "/programs/" in where) and "/runtime/space/" not in where
+        ours = ("/runtime/" in where or "/programs/" in where) and "/space/" not in where
         if task is not me and not task.done() and ours:
             left.append(task)
     return left

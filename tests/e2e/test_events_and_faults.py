@@ -36,7 +36,7 @@ from runtime.cli import main
 from runtime.client import ApiError
 from runtime.clock import FakeClock
 from runtime.lease import Config as LeaseConfig
-from runtime.space.app import default_admin_token_file
+from space.app import default_admin_token_file
 from triggers.records import RESERVED_CHAT_WATCH as CHAT_WATCH
 
 

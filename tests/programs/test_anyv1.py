@@ -15,7 +15,7 @@ from programs.context import RunContext
 from programs.routes import ROUTES
 from programs.use import make_use
 from runtime.client import SpaceClient
-from runtime.space.app import create_app, default_admin_token_file
+from space.app import create_app, default_admin_token_file
 
 SPACE = "home"
 CRON = {"name": "tick", "kind": "cron", "spec": {"expr": "*/5 * * * *"}, "program": "tick@v1"}

@@ -15,7 +15,7 @@ import pytest
 
 from runtime.cli import main
 from runtime.client import SpaceClient
-from runtime.space.app import create_app, default_admin_token_file
+from space.app import create_app, default_admin_token_file
 
 SPACE = "home"
 TRIAGE = '''"""Label a chat message and post a short ack."""

@@ -16,8 +16,8 @@ import pytest
 from programs.routes import PREFIX, ROUTES, ApiError
 from runtime.client import SpaceClient
 from runtime.clock import FakeClock
-from runtime.space.app import create_app, default_admin_token_file
 from runtime.subscribe import ConnectionState, Permanent
+from space.app import create_app, default_admin_token_file
 
 SPACE = "home"
 CRON = {"name": "tick", "kind": "cron", "spec": {"expr": "*/5 * * * *"}, "program": "tick@v1"}

@@ -19,7 +19,7 @@ from runtime.client import SpaceClient
 from runtime.clock import FakeClock
 from runtime.election import Elector
 from runtime.lease import Config
-from runtime.space.app import create_app, default_admin_token_file
+from space.app import create_app, default_admin_token_file
 
 SPACE = "home"
 CFG = Config()  # the defaults: lease 15 s, renew 5 s, margin 5 s, poll 2 s, settle 10 s

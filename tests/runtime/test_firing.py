@@ -23,7 +23,7 @@ from runtime.client import ApiError, SpaceClient
 from runtime.clock import FakeClock
 from runtime.dispatch import FireRequest
 from runtime.firing import Firing
-from runtime.space.app import create_app, default_admin_token_file
+from space.app import create_app, default_admin_token_file
 from triggers.records import FireKey, Trigger, load
 from triggers.registry import Diff
 
@@ -180,9 +180,7 @@ async def test_a_cron_fire_runs_once_with_one_run_record_and_its_stamps(w: World
     assert w.firing is not None and w.firing.counts["already_claimed"] == 1
 
 
-async def test_a_run_stamps_the_next_fire_the_ticker_has_armed(
-    world: World, executor: Executor
-):
+async def test_a_run_stamps_the_next_fire_the_ticker_has_armed(world: World, executor: Executor):
     upcoming = datetime(2026, 12, 1, 9, 5, tzinfo=UTC)
     firing = make_firing(world, executor, next_fire=lambda tid: upcoming)
     try:

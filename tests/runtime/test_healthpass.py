@@ -20,7 +20,7 @@ from runtime.client import SpaceClient
 from runtime.clock import FakeClock
 from runtime.election import Elector
 from runtime.healthpass import HealthPass
-from runtime.space.app import create_app, default_admin_token_file
+from space.app import create_app, default_admin_token_file
 from triggers.records import Loaded, Salvaged, TriggerId, load
 
 SPACE = "home"

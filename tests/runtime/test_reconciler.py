@@ -20,10 +20,10 @@ from multidict import CIMultiDict
 from runtime.client import SpaceClient
 from runtime.clock import Clock, FakeClock, SystemClock
 from runtime.reconciler import Reconciler
-from runtime.space import trigger_store
-from runtime.space.app import create_app, default_admin_token_file
-from runtime.space.db import DB, open_db
 from runtime.subscribe import Backoff
+from space import trigger_store
+from space.app import create_app, default_admin_token_file
+from space.db import DB, open_db
 from triggers.records import CronTrigger, Salvaged
 from triggers.registry import Diff
 

@@ -21,10 +21,10 @@ import pytest
 from runtime.client import SpaceClient
 from runtime.clock import FakeClock
 from runtime.dispatch import FireRequest
-from runtime.space.app import create_app, default_admin_token_file
-from runtime.space.chats import TOPICS
-from runtime.space.sse import STREAMS
 from runtime.subscriptions import Subscriptions
+from space.app import create_app, default_admin_token_file
+from space.chats import TOPICS
+from space.sse import STREAMS
 from triggers.records import Loaded, PeerId, load
 from triggers.registry import Registry, apply, reconcile
 

@@ -1,0 +1,85 @@
+"""The embedded `any@v1` space server: `create_app` wires every area of the API onto one store.
+
+Owns the application factory: opening the store, the admin token file, the
+typed app state (settings, server clock), the middlewares (refusals, then
+authentication) and calling each area's `setup(app)`. Must not hold route logic.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+
+from space import (
+    auth,
+    changes,
+    chats,
+    dashboard,
+    devices,
+    election,
+    fires,
+    openapi,
+    programs,
+    runs,
+    spaces,
+    state,
+    tokens,
+    triggers,
+    turns,
+)
+from space.appstate import CLOCK, ROUTE_DOCS, SETTINGS, RunRetention, Settings
+from space.clock import ServerClock, system_clock
+from space.db import DB, open_db
+from space.http import refusals
+
+ADMIN_TOKEN_FILE = "admin.token"
+_AREAS = (spaces, tokens, triggers, changes, election, fires, programs, devices, runs, turns, state)
+
+
+def default_admin_token_file(db_path: str | Path) -> Path:
+    return Path(db_path).with_name(ADMIN_TOKEN_FILE)
+
+
+def create_app(
+    db_path: str | Path,
+    *,
+    admin_token_file: str | Path | None = None,
+    clock: ServerClock = system_clock,
+    lease_seconds: float = 15.0,
+    live_seconds: float = 15.0,
+    retention: RunRetention | None = None,
+    max_body_bytes: int = 1024 * 1024,
+    max_program_bytes: int = 256 * 1024,
+) -> web.Application:
+    """The space server on the SQLite file `db_path` (created if missing).
+
+    The admin token is read from `admin_token_file` (default `admin.token` beside
+    the database), which is created with mode 0600 at first start.
+    """
+    settings = Settings(
+        lease_seconds=lease_seconds,
+        live_seconds=live_seconds,
+        retention=retention or RunRetention(),
+        max_body_bytes=max_body_bytes,
+        max_program_bytes=max_program_bytes,
+    )
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[refusals, auth.authenticate])
+    app[SETTINGS] = settings
+    app[CLOCK] = clock
+    app[ROUTE_DOCS] = []
+    app[DB] = open_db(db_path)
+    app.on_cleanup.append(_close_db)
+    auth.ensure_schema(app[DB])
+    token_file = Path(admin_token_file or default_admin_token_file(db_path))
+    auth.ensure_admin_token(app[DB], token_file, clock().timestamp())
+    for area in _AREAS:
+        area.setup(app)
+    chats.setup(app)
+    openapi.setup(app)
+    dashboard.setup(app)
+    return app
+
+
+async def _close_db(app: web.Application) -> None:
+    app[DB].conn.close()

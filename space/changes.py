@@ -1,0 +1,115 @@
+"""The change feed of trigger records: a page by `seq`, and its SSE form.
+
+Owns the feed routes and the per-app fan-out that wakes open streams when a
+record write commits (`notify`). A stream re-reads the `changes` table from its
+cursor on every wake, so nothing is lost between a replay and live changes.
+Must not write records.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from space import sse
+from space import trigger_store as store
+from space.db import DB
+from space.http import add_route, answer, int_query
+from space.spaces import require_space
+
+FANOUT = web.AppKey("change_fanout", sse.Fanout[str])
+PAGE_DEFAULT = 500
+PAGE_MAX = 5000
+
+
+class Change(msgspec.Struct, frozen=True, kw_only=True):
+    seq: int
+    triggerId: str
+    op: str
+    rev: int
+    at: str
+    record: dict[str, Any] | None
+
+
+class ChangePage(msgspec.Struct, frozen=True, kw_only=True):
+    changes: list[Change]
+    next: int
+    more: bool
+
+
+def notify(app: web.Application, space: str) -> None:
+    """Wake every change stream of `space` (after a committed write)."""
+    app[FANOUT].publish(space, None)
+
+
+def cursor(request: web.Request) -> int:
+    if "since" in request.query:
+        return int_query(request, "since", 0)
+    resume = sse.last_event_id(request)
+    if resume is not None and resume.isascii() and resume.isdigit():
+        return int(resume)
+    return 0
+
+
+async def get_changes(request: web.Request) -> web.StreamResponse:
+    if "text/event-stream" in request.headers.get("Accept", ""):
+        return await stream_changes(request)
+    space = require_space(request)
+    since = int_query(request, "since", 0)
+    limit = int_query(request, "limit", PAGE_DEFAULT, low=1, high=PAGE_MAX)
+    page = store.changes_since(request.app[DB], space, since, limit + 1)
+    more = len(page) > limit
+    page = page[:limit]
+    return answer({"changes": page, "next": page[-1]["seq"] if page else since, "more": more})
+
+
+async def stream_changes(request: web.Request) -> web.StreamResponse:
+    """SSE: `event: hello` with the cursor, then `id: <seq>`, `event: change` per change."""
+    space = require_space(request)
+    since = cursor(request)
+    fanout = request.app[FANOUT]
+    async with sse.EventStream.open(request) as stream:
+        fanout.add(space, stream)
+        try:
+            await stream.send(json.dumps({"cursor": since}), id=since, event="hello")
+            since = await _send_since(request, stream, space, since)
+            async for _ in stream:
+                since = await _send_since(request, stream, space, since)
+        finally:
+            fanout.discard(space, stream)
+    return stream.response
+
+
+async def _send_since(request: web.Request, stream: sse.EventStream, space: str, since: int) -> int:
+    while not stream.closed:
+        page = store.changes_since(request.app[DB], space, since, PAGE_DEFAULT)
+        for change in page:
+            await stream.send(json.dumps(change), id=change["seq"], event="change")
+            since = change["seq"]
+        if len(page) < PAGE_DEFAULT:
+            break
+    return since
+
+
+def setup(app: web.Application) -> None:
+    sse.install(app)
+    app[FANOUT] = sse.Fanout()
+    add_route(
+        app,
+        "GET",
+        "/v1/spaces/{space}/changes",
+        get_changes,
+        "Change feed page: changes with seq > since, oldest first "
+        "(SSE with `Accept: text/event-stream`)",
+        answer=ChangePage,
+    )
+    add_route(
+        app,
+        "GET",
+        "/v1/spaces/{space}/changes/stream",
+        stream_changes,
+        "Change feed as SSE: `hello`, then `id: <seq>` `event: change`",
+    )

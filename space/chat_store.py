@@ -1,0 +1,177 @@
+"""Chats and their messages in the space's SQLite store.
+
+Owns the `chats` and `chat_messages` tables and the wire shape of a message
+(SPEC: `{messageId, seq, objectId, text, agent?: {name, done?}, createdAt}`). A
+chat's `last_seq` grows by one per message inside the same transaction as the
+insert, so `seq` is strictly increasing per chat and never reused, across
+restarts too. A message is stored as its encoded JSON, so history and replay send
+bytes without re-encoding. Times come in as `now` (unix seconds); this module
+reads no clock and knows nothing of HTTP or streams.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Annotated
+
+import msgspec
+import sqlite_utils
+
+from space.clock import iso
+from space.db import transaction
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS chats (
+    object_id TEXT PRIMARY KEY,
+    space TEXT NOT NULL,
+    name TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    last_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS chats_by_space ON chats (space, created_at);
+CREATE TABLE IF NOT EXISTS chat_messages (
+    object_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    message_id TEXT NOT NULL UNIQUE,
+    created_ts REAL NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (object_id, seq)
+) WITHOUT ROWID;
+"""
+
+NAME_MAX = 200
+
+
+class UnknownChat(LookupError):
+    """No chat with this objectId in this space."""
+
+
+class Agent(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=NAME_MAX)]
+    done: bool | None = None
+
+
+class MessageIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    text: str
+    agent: Agent | None = None
+
+
+class ChatIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: Annotated[str, msgspec.Meta(max_length=NAME_MAX)] = ""
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
+    message_id: str
+    seq: int
+    object_id: str
+    text: str
+    created_at: str
+    agent: Agent | None = None
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+def ensure_schema(db: sqlite_utils.Database) -> None:
+    db.executescript(SCHEMA)
+
+
+def _iso(ts: float) -> str:
+    return iso(datetime.fromtimestamp(ts, UTC))
+
+
+def create_chat(db: sqlite_utils.Database, space: str, name: str, *, now: float) -> dict:
+    """Create a chat in `space`; its wire object."""
+    chat = {"objectId": f"chat_{secrets.token_hex(8)}", "name": name, "createdAt": _iso(now)}
+    db.execute(
+        "INSERT INTO chats (object_id, space, name, created_at) VALUES (?, ?, ?, ?)",
+        [chat["objectId"], space, name, chat["createdAt"]],
+    )
+    return {**chat, "space": space, "lastSeq": 0}
+
+
+def list_chats(db: sqlite_utils.Database, space: str) -> list[dict]:
+    rows = db.execute(
+        "SELECT object_id, name, created_at, last_seq FROM chats WHERE space = ? "
+        "ORDER BY created_at, object_id",
+        [space],
+    ).fetchall()
+    return [
+        {"objectId": o, "name": n, "createdAt": c, "space": space, "lastSeq": s}
+        for o, n, c, s in rows
+    ]
+
+
+def last_seq(db: sqlite_utils.Database, space: str, object_id: str) -> int:
+    """The chat's latest `seq` (0 before its first message); `UnknownChat` if there is none."""
+    row = db.execute(
+        "SELECT last_seq FROM chats WHERE space = ? AND object_id = ?", [space, object_id]
+    ).fetchone()
+    if row is None:
+        raise UnknownChat(object_id)
+    return int(row[0])
+
+
+def add_message(
+    db: sqlite_utils.Database, space: str, object_id: str, msg: MessageIn, *, now: float
+) -> tuple[Message, bytes]:
+    """Append `msg` with the chat's next `seq`; the stored message and its JSON."""
+    with transaction(db):
+        row = db.execute(
+            "UPDATE chats SET last_seq = last_seq + 1 WHERE space = ? AND object_id = ? "
+            "RETURNING last_seq",
+            [space, object_id],
+        ).fetchone()
+        if row is None:
+            raise UnknownChat(object_id)
+        message = Message(
+            message_id=f"msg_{secrets.token_hex(10)}",
+            seq=int(row[0]),
+            object_id=object_id,
+            text=msg.text,
+            created_at=_iso(now),
+            agent=msg.agent,
+        )
+        body = _encode(message)
+        db.execute(
+            "INSERT INTO chat_messages (object_id, seq, message_id, created_ts, body) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [object_id, message.seq, message.message_id, now, body.decode()],
+        )
+    return message, body
+
+
+def page(
+    db: sqlite_utils.Database, object_id: str, after: int, limit: int
+) -> list[tuple[int, str]]:
+    """Up to `limit` messages with `seq > after`, oldest first, as `(seq, json)`."""
+    return db.execute(
+        "SELECT seq, body FROM chat_messages WHERE object_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        [object_id, after, limit],
+    ).fetchall()
+
+
+def recent(
+    db: sqlite_utils.Database, object_id: str, after: int, upto: int, since_ts: float, limit: int
+) -> list[tuple[int, str]]:
+    """Messages with `after < seq <= upto` created at or after `since_ts`, oldest first."""
+    return db.execute(
+        "SELECT seq, body FROM chat_messages WHERE object_id = ? AND seq > ? AND seq <= ? "
+        "AND created_ts >= ? ORDER BY seq LIMIT ?",
+        [object_id, after, upto, since_ts, limit],
+    ).fetchall()
+
+
+def too_old(
+    db: sqlite_utils.Database, object_id: str, after: int, upto: int, before_ts: float
+) -> tuple[int, int, int] | None:
+    """`(first seq, last seq, count)` of messages in `(after, upto]` created before `before_ts`."""
+    first, last, count = db.execute(
+        "SELECT min(seq), max(seq), count(*) FROM chat_messages WHERE object_id = ? "
+        "AND seq > ? AND seq <= ? AND created_ts < ?",
+        [object_id, after, upto, before_ts],
+    ).fetchone()
+    return None if count == 0 else (int(first), int(last), int(count))

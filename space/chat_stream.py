@@ -1,0 +1,123 @@
+"""The SSE stream of one chat: hello, resume within the window W, gaps, then live messages.
+
+Owns the order of events on `GET …/chats/{objectId}/stream`:
+
+1. the subscriber is registered on the chat's topic *before* anything is read, so
+   a message accepted meanwhile is queued rather than lost;
+2. `event: hello`, `data: {"cursor": C}` where C is the chat's latest `seq`. Its
+   `id` is where the stream continues from: C on a fresh connect, the client's
+   `Last-Event-ID` on a resume (so a drop before the replay loses nothing);
+3. on a resume from L: messages in `(L, C]` older than W are never replayed but
+   reported by one `event: gap`, `data: {"from", "to", "skipped", "reason": "window"}`
+   (`id` = `to`); a `Last-Event-ID` that is not a seq of this chat (garbage, or
+   ahead of C, e.g. a reset store) gets `event: gap`, `data: {"reason":
+   "unknown_cursor", "skipped": 0, "lastEventId"}` and the stream goes on from C;
+4. the messages of `(L, C]` within W, oldest first, each `id: <seq>`, `event: message`;
+5. live messages from the queue, skipping any `seq` already sent.
+
+Must not write messages nor know the HTTP routes' shapes; time comes from the app's `now`.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import sqlite_utils
+
+from space import chat_store
+from space.sse import EventStream, Fanout, last_event_id
+
+REPLAY_PAGE = 500
+
+Topics = Fanout[str]
+
+
+async def run(
+    stream: EventStream,
+    topics: Topics,
+    db: sqlite_utils.Database,
+    space: str,
+    object_id: str,
+    *,
+    now: float,
+    window: float,
+) -> None:
+    """Serve one subscriber until it leaves, overflows or the server shuts down."""
+    topics.add(object_id, stream)
+    try:
+        cursor = chat_store.last_seq(db, space, object_id)
+        sent = await _open(stream, db, object_id, cursor, now=now, window=window)
+        async for seq, body in stream:
+            if seq > sent:
+                await stream.send(body, id=seq, event="message")
+                sent = seq
+    finally:
+        topics.discard(object_id, stream)
+
+
+async def _open(
+    stream: EventStream,
+    db: sqlite_utils.Database,
+    object_id: str,
+    cursor: int,
+    *,
+    now: float,
+    window: float,
+) -> int:
+    """Hello, any gap and the replay; the last seq the client now holds."""
+    raw = last_event_id(stream.request)
+    resume = _resume_point(raw, cursor)
+    start = cursor if resume is None else resume
+    await stream.send(_json({"cursor": cursor}), id=start, event="hello")
+    if raw is not None and resume is None:
+        gap = {"reason": "unknown_cursor", "skipped": 0, "lastEventId": raw}
+        await stream.send(_json(gap), id=cursor, event="gap")
+    if resume is None:
+        return cursor
+    await _gap(stream, db, object_id, resume, cursor, since=now - window)
+    return await _replay(stream, db, object_id, resume, cursor, since=now - window)
+
+
+def _resume_point(raw: str | None, cursor: int) -> int | None:
+    """The seq to resume after, or None for a fresh start or an id this chat never sent."""
+    if raw is None or not raw.isascii() or not raw.isdigit():
+        return None
+    seq = int(raw)
+    return seq if seq <= cursor else None
+
+
+async def _gap(
+    stream: EventStream,
+    db: sqlite_utils.Database,
+    object_id: str,
+    after: int,
+    upto: int,
+    *,
+    since: float,
+) -> None:
+    skipped = chat_store.too_old(db, object_id, after, upto, since)
+    if skipped is not None:
+        first, last, count = skipped
+        gap = {"from": first, "to": last, "skipped": count, "reason": "window"}
+        await stream.send(_json(gap), id=last, event="gap")
+
+
+async def _replay(
+    stream: EventStream,
+    db: sqlite_utils.Database,
+    object_id: str,
+    after: int,
+    upto: int,
+    *,
+    since: float,
+) -> int:
+    sent = after
+    while rows := chat_store.recent(db, object_id, sent, upto, since, REPLAY_PAGE):
+        for seq, body in rows:
+            if not await stream.send(body, id=seq, event="message"):
+                return sent
+            sent = seq
+    return max(sent, upto)
+
+
+def _json(obj: object) -> str:
+    return msgspec.json.encode(obj).decode()

@@ -1,0 +1,173 @@
+"""The chat routes of the space API: chats, messages, history and the message stream.
+
+Owns the HTTP side of `…/chats`, `…/chats/{objectId}/messages` and
+`…/chats/{objectId}/stream` (SPEC "The space and its API"): body checks (msgspec,
+strict, unknown fields refused, the path named), the 404 `unknown_chat`, and
+publishing each accepted message to the chat's open streams. Storage is
+`chat_store`, the stream's event order is `chat_stream`, the wire is `sse`.
+Tokens and scopes belong to the app's middleware, space existence to `spaces`;
+this module must not check tokens.
+
+Knobs: `app[CHAT_SETTINGS]` (window W, heartbeat, queue size, text limit; defaults
+when unset) and the app's server clock `app[CLOCK]`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+import sqlite_utils
+from aiohttp import web
+
+from space import (
+    chat_store,
+    chat_stream,
+    spaces,  # module import: `spaces` imports this module too
+)
+from space.chat_store import ChatIn, Message, MessageIn, UnknownChat
+from space.clock import epoch
+from space.db import DB
+from space.http import ApiError, add_route, answer, decode, int_query, now_of, raw_body
+from space.sse import EventStream, install
+
+
+class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
+    window: float = 120.0  # W: how far back a resume replays, in seconds
+    heartbeat: float = 15.0
+    queue_size: int = 1000  # per subscriber; a subscriber that falls further behind is cut
+    send_timeout: float = 60.0
+    text_limit: int = 64 * 1024  # bytes of UTF-8
+    page_default: int = 100
+    page_max: int = 1000
+
+
+class Chat(msgspec.Struct, frozen=True, kw_only=True):
+    objectId: str
+    name: str
+    createdAt: str
+    space: str
+    lastSeq: int
+
+
+class ChatList(msgspec.Struct, frozen=True, kw_only=True):
+    chats: list[Chat]
+
+
+class MessagePage(msgspec.Struct, frozen=True, kw_only=True):
+    messages: list[Message]
+    next: int  # pass as `after` for the following page
+    more: bool
+
+
+CHAT_SETTINGS = web.AppKey("chat_settings", ChatSettings)
+TOPICS = web.AppKey("chat_topics", chat_stream.Topics)
+_CHAT = "/v1/spaces/{space}/chats/{objectId}"
+
+
+def setup(app: web.Application) -> None:
+    """Add the chat routes, their tables and the shutdown that ends their streams."""
+    install(app)
+    app[TOPICS] = chat_stream.Topics()
+    chat_store.ensure_schema(app[DB])
+    chats = "/v1/spaces/{space}/chats"
+    add_route(app, "POST", chats, post_chat, "Create a chat", body=ChatIn, answer=Chat)
+    add_route(app, "GET", chats, get_chats, "List the space's chats", answer=ChatList)
+    add_route(
+        app,
+        "POST",
+        f"{_CHAT}/messages",
+        post_message,
+        "Send a message",
+        body=MessageIn,
+        answer=Message,
+    )
+    add_route(
+        app,
+        "GET",
+        f"{_CHAT}/messages",
+        get_messages,
+        "History page: `?after=<seq>&limit=`, oldest first",
+        answer=MessagePage,
+    )
+    add_route(
+        app,
+        "GET",
+        f"{_CHAT}/stream",
+        get_stream,
+        "SSE: `hello`, then `message` events (`id` = seq); honours `Last-Event-ID`",
+    )
+
+
+def create_chat(db: sqlite_utils.Database, space: str, name: str, *, now: datetime) -> dict:
+    """Create a chat in `space` (e.g. a new space's general chat); its wire object.
+
+    The tables exist once `setup(app)` has run.
+    """
+    return chat_store.create_chat(db, space, name, now=epoch(now))
+
+
+def settings(app: web.Application) -> ChatSettings:
+    return app.get(CHAT_SETTINGS) or ChatSettings()
+
+
+def _chat_cursor(request: web.Request) -> tuple[str, str, int]:
+    """`(space, objectId, latest seq)` of the route's chat; 404 if either is unknown."""
+    space, object_id = spaces.require_space(request), request.match_info["objectId"]
+    try:
+        return space, object_id, chat_store.last_seq(request.app[DB], space, object_id)
+    except UnknownChat:
+        detail = f"no chat with objectId {object_id!r} in space {space!r}"
+        raise ApiError(404, "unknown_chat", detail) from None
+
+
+async def post_chat(request: web.Request) -> web.Response:
+    space = spaces.require_space(request)
+    body = decode(await raw_body(request) or b"{}", ChatIn)
+    return answer(create_chat(request.app[DB], space, body.name, now=now_of(request)), status=201)
+
+
+async def get_chats(request: web.Request) -> web.Response:
+    return answer({"chats": chat_store.list_chats(request.app[DB], spaces.require_space(request))})
+
+
+async def post_message(request: web.Request) -> web.Response:
+    space, object_id, _ = _chat_cursor(request)
+    msg = decode(await raw_body(request), MessageIn)
+    _check_text(msg, settings(request.app).text_limit)
+    now = epoch(now_of(request))
+    message, body = chat_store.add_message(request.app[DB], space, object_id, msg, now=now)
+    request.app[TOPICS].publish(object_id, (message.seq, body.decode()))
+    return web.Response(body=body, status=201, content_type="application/json")
+
+
+def _check_text(msg: MessageIn, limit: int) -> None:
+    size = len(msg.text.encode())
+    if size > limit:
+        detail = f"`text` is {size} bytes, over the limit of {limit} - at `$.text`"
+        raise ApiError(413, "text_too_large", detail)
+
+
+async def get_messages(request: web.Request) -> web.Response:
+    _, object_id, _ = _chat_cursor(request)
+    conf = settings(request.app)
+    after = int_query(request, "after", 0, clamp=False)
+    limit = int_query(request, "limit", conf.page_default, low=1, high=conf.page_max, clamp=False)
+    rows = chat_store.page(request.app[DB], object_id, after, limit + 1)
+    more, rows = len(rows) > limit, rows[:limit]
+    nxt = rows[-1][0] if rows else after
+    messages = ",".join(body for _, body in rows)
+    text = f'{{"messages":[{messages}],"next":{nxt},"more":{"true" if more else "false"}}}'
+    return web.Response(text=text, content_type="application/json")
+
+
+async def get_stream(request: web.Request) -> web.StreamResponse:
+    space, object_id, _ = _chat_cursor(request)
+    app, conf = request.app, settings(request.app)
+    options = {"heartbeat": conf.heartbeat, "queue_size": conf.queue_size}
+    async with EventStream.open(request, send_timeout=conf.send_timeout, **options) as stream:
+        now = epoch(now_of(request))
+        await chat_stream.run(
+            stream, app[TOPICS], app[DB], space, object_id, now=now, window=conf.window
+        )
+    return stream.response

@@ -1,0 +1,173 @@
+"""Fire claims: the one guard against double fires, and the fence of the election.
+
+Owns the `fires` table: `(space, triggerId, key)` is claimed at most once. A
+claim for a floating trigger is refused (`stale_term`) unless the claimer holds
+the current lease at that term; one for a pinned trigger is refused
+(`not_owner`) from any peer but its owner. Checks and insert happen in one
+`BEGIN IMMEDIATE` transaction, so concurrent claims of a key yield one winner.
+Must not change the lease or the records.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import msgspec
+import sqlite_utils
+from aiohttp import web
+
+from space import election
+from space import trigger_store as records
+from space.auth import require_peer
+from space.clock import iso
+from space.db import DB, transaction
+from space.http import ApiError, add_route, answer, int_query, now_of, read_body
+from space.spaces import require_space
+
+Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS fires (space TEXT NOT NULL, trigger_id TEXT NOT NULL,
+  key TEXT NOT NULL, term INTEGER NOT NULL, peer TEXT NOT NULL, claimed_at TEXT NOT NULL,
+  PRIMARY KEY (space, trigger_id, key));
+"""
+
+
+class FireIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    triggerId: Text
+    key: Text
+    term: Annotated[int, msgspec.Meta(ge=0)]
+    peer: Text
+
+
+class FireOut(msgspec.Struct, frozen=True, kw_only=True):
+    triggerId: str
+    key: str
+    term: int
+    peer: str
+    claimedAt: str
+
+
+class FireResult(msgspec.Struct, frozen=True, kw_only=True):
+    triggerId: str
+    key: str
+    status: int
+    error: str | None = None
+    detail: str | None = None
+    claimedAt: str | None = None
+
+
+class FireResults(msgspec.Struct, frozen=True, kw_only=True):
+    claims: list[FireResult]
+
+
+class FireList(msgspec.Struct, frozen=True, kw_only=True):
+    fires: list[FireOut]
+
+
+def ensure_schema(db: sqlite_utils.Database) -> None:
+    db.executescript(SCHEMA)
+
+
+def _owner(db: sqlite_utils.Database, space: str, tid: str) -> str:
+    _, record = records.current(db, space, tid)
+    owner = record.get("owner", "")
+    return owner if isinstance(owner, str) else ""
+
+
+def _fence(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> None:
+    owner = _owner(db, space, fire.triggerId)
+    if owner:
+        if fire.peer != owner:
+            raise ApiError(409, "not_owner", f"trigger {fire.triggerId!r} is pinned to {owner!r}")
+        return
+    lease = election.load(db, space)
+    if lease.lapsed(now) or lease.active != fire.peer or lease.term != fire.term:
+        holder = lease.active if not lease.lapsed(now) else None
+        raise ApiError(
+            409,
+            "stale_term",
+            f"term {fire.term} by {fire.peer!r} is not the current "
+            f"lease (held by {holder!r} at term {lease.term})",
+            term=lease.term,
+        )
+
+
+def claim_one(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> dict[str, Any]:
+    """Check the fence and claim; raise `ApiError` (404/409) if refused. Inside a transaction."""
+    _fence(db, space, fire, now)
+    row = db.execute(
+        "SELECT term, peer, claimed_at FROM fires WHERE space = ? AND trigger_id = ? AND key = ?",
+        [space, fire.triggerId, fire.key],
+    ).fetchone()
+    if row is not None:
+        raise ApiError(
+            409,
+            "already_claimed",
+            f"{fire.triggerId}@{fire.key} was claimed by {row[1]!r} at term {row[0]}",
+            peer=row[1],
+            claimedAt=row[2],
+        )
+    at = iso(now)
+    db.execute(
+        "INSERT INTO fires VALUES (?, ?, ?, ?, ?, ?)",
+        [space, fire.triggerId, fire.key, fire.term, fire.peer, at],
+    )
+    return {**msgspec.to_builtins(fire), "claimedAt": at}
+
+
+def _result(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> dict[str, Any]:
+    base = {"triggerId": fire.triggerId, "key": fire.key}
+    try:
+        claimed = claim_one(db, space, fire, now)
+    except ApiError as exc:
+        return {**base, "status": exc.status, "error": exc.code, "detail": exc.detail}
+    return {**base, "status": 201, "claimedAt": claimed["claimedAt"]}
+
+
+async def post_fires(request: web.Request) -> web.Response:
+    space = require_space(request)
+    body = await read_body(request, FireIn | list[FireIn])
+    batch = body if isinstance(body, list) else [body]
+    for fire in batch:
+        require_peer(request, fire.peer)
+    db, now = request.app[DB], now_of(request)
+    with transaction(db):
+        if isinstance(body, list):
+            return answer({"claims": [_result(db, space, f, now) for f in body]})
+        return answer(claim_one(db, space, body, now), status=201)
+
+
+async def get_fires(request: web.Request) -> web.Response:
+    space = require_space(request)
+    limit = int_query(request, "limit", 100, low=1, high=1000)
+    sql = "SELECT trigger_id, key, term, peer, claimed_at FROM fires WHERE space = ?"
+    params: list[Any] = [space]
+    if "trigger" in request.query:
+        sql += " AND trigger_id = ?"
+        params.append(request.query["trigger"])
+    rows = request.app[DB].execute(sql + " ORDER BY rowid DESC LIMIT ?", [*params, limit])
+    keys = ("triggerId", "key", "term", "peer", "claimedAt")
+    return answer({"fires": [dict(zip(keys, r, strict=True)) for r in reversed(rows.fetchall())]})
+
+
+def setup(app: web.Application) -> None:
+    ensure_schema(app[DB])
+    add_route(
+        app,
+        "POST",
+        "/v1/spaces/{space}/fires",
+        post_fires,
+        "Claim a fire (201) or a list of fires (200, one result each)",
+        body=FireIn | list[FireIn],
+        answer=FireOut,
+    )
+    add_route(
+        app,
+        "GET",
+        "/v1/spaces/{space}/fires",
+        get_fires,
+        "Recent claims, oldest first: `?trigger=&limit=`",
+        answer=FireList,
+    )

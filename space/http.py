@@ -1,0 +1,126 @@
+"""Request/answer plumbing of the space API: refusals as exceptions, bodies decoded by msgspec.
+
+Owns `ApiError` (a refusal that becomes the house error body), `read_body`
+(size-limited JSON decoded into a msgspec type, the path of a bad field in
+`detail`), integer query parameters (`int_query`), route registration with
+its documentation, and the middleware that turns every refusal — ours and
+aiohttp's (404, 405, 413) — into `{"error", "detail"}`. Must not know any table.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import msgspec
+from aiohttp import web
+
+from space.appstate import CLOCK, ROUTE_DOCS, SETTINGS, RouteDoc
+from space.errors import error_response
+
+T = TypeVar("T")
+log = logging.getLogger("baton.space")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_encoder = msgspec.json.Encoder()
+
+
+class ApiError(Exception):
+    """A refusal: HTTP `status` with the error body; `extra` adds fields (e.g. the `rev`)."""
+
+    def __init__(self, status: int, code: str, detail: str, **extra: object) -> None:
+        super().__init__(f"{status} {code}: {detail}")
+        self.status, self.code, self.detail, self.extra = status, code, detail, extra
+
+    def response(self) -> web.Response:
+        return error_response(self.status, self.code, self.detail, **self.extra)
+
+
+def now_of(request: web.Request) -> datetime:
+    """The server's clock: the only time the space API goes by."""
+    return request.app[CLOCK]()
+
+
+def answer(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=_encoder.encode(data),
+        status=status,
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def int_query(
+    request: web.Request,
+    name: str,
+    default: int,
+    *,
+    low: int = 0,
+    high: int | None = None,
+    clamp: bool = True,
+) -> int:
+    """Query `name` as a decimal integer; `default` when absent.
+
+    Anything but ASCII digits is a 400 `invalid_query`. A value outside
+    `[low, high]` is brought inside when `clamp`, else refused the same way.
+    """
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    value = int(raw) if raw.isascii() and raw.isdigit() else None
+    if value is not None and (clamp or (low <= value and (high is None or value <= high))):
+        return max(low, value if high is None else min(value, high))
+    bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+    detail = f"query `{name}` must be an integer {bound}, got {raw!r}"
+    raise ApiError(400, "invalid_query", detail)
+
+
+async def raw_body(request: web.Request) -> bytes:
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[SETTINGS].max_body_bytes
+        raise ApiError(413, "body_too_large", f"request body over {limit} bytes") from None
+
+
+def decode(data: bytes, typ: type[T], *, code: str = "invalid_body") -> T:
+    if not data.strip():
+        raise ApiError(400, code, "request body is empty, expected JSON")
+    try:
+        return msgspec.json.decode(data, type=typ)
+    except msgspec.ValidationError as exc:
+        raise ApiError(400, code, str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise ApiError(400, code, f"not JSON: {exc}") from None
+
+
+async def read_body(request: web.Request, typ: type[T], *, code: str = "invalid_body") -> T:
+    return decode(await raw_body(request), typ, code=code)
+
+
+def add_route(
+    app: web.Application, method: str, path: str, handler: Handler, summary: str, **doc: Any
+) -> None:
+    app.router.add_route(method, path, handler)
+    app[ROUTE_DOCS].append(RouteDoc(method=method, path=path, summary=summary, **doc))
+
+
+_AIOHTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+
+
+@web.middleware
+async def refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return exc.response()
+    except web.HTTPException as exc:
+        if exc.status < 400 or exc.content_type == "application/json":
+            raise
+        code = _AIOHTTP_CODES.get(exc.status, "http_error")
+        return error_response(exc.status, code, exc.reason)
+    except Exception as exc:  # a bug: still the house error body, and logged
+        log.exception("%s %s failed", request.method, request.path)
+        return error_response(500, "internal", f"{type(exc).__name__}: the server failed")

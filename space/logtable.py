@@ -1,0 +1,80 @@
+"""Append-only logs kept per key and pruned by count and age: run records, agent turns.
+
+Owns the two queries such a log needs: pruning one key's rows (failures kept longer
+than successes, by `RunRetention`) and listing rows oldest first, from `since` or the
+latest `limit`. A log table has the columns `seq` (autoincrement), `space`,
+`started_at` (unix seconds), `failure` (0/1), `body` (JSON) and one key column. Table
+and column names are this package's constants, never request input.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+import sqlite_utils
+
+from space.appstate import RunRetention
+from space.clock import Aware
+from space.http import ApiError
+
+
+def prune(
+    db: sqlite_utils.Database,
+    table: str,
+    key_column: str,
+    space: str,
+    key: str,
+    failure: bool,
+    keep: RunRetention,
+    now: datetime,
+) -> None:
+    """Keep the newest rows of `key` of this kind (failures or not) within count and age."""
+    count = keep.failure_per_trigger if failure else keep.ok_per_trigger
+    days = keep.failure_days if failure else keep.ok_days
+    db.execute(
+        f"DELETE FROM {table} WHERE space = ? AND {key_column} = ? AND failure = ? AND seq NOT IN "
+        f"(SELECT seq FROM {table} WHERE space = ? AND {key_column} = ? AND failure = ? "
+        "ORDER BY started_at DESC, seq DESC LIMIT ?)",
+        [space, key, failure, space, key, failure, count],
+    )
+    cutoff = (now - timedelta(days=days)).timestamp()
+    db.execute(
+        f"DELETE FROM {table} WHERE space = ? AND failure = ? AND started_at < ?",
+        [space, failure, cutoff],
+    )
+
+
+def query(
+    db: sqlite_utils.Database,
+    table: str,
+    space: str,
+    filters: dict[str, str],
+    since: str | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """Bodies oldest first: from `since` on if given, else the latest `limit`."""
+    where, params = "space = ?", [space]
+    for column, value in filters.items():
+        where, params = f"{where} AND {column} = ?", [*params, value]
+    if since is not None:
+        where, params = where + " AND started_at >= ?", [*params, instant(since)]
+        order = "started_at, seq"
+    else:
+        order = "started_at DESC, seq DESC"
+    rows = db.execute(
+        f"SELECT body FROM {table} WHERE {where} ORDER BY {order} LIMIT ?", [*params, limit]
+    ).fetchall()
+    bodies = [msgspec.json.decode(r[0]) for r in rows]
+    return bodies if since is not None else bodies[::-1]
+
+
+def instant(text: str) -> float:
+    """The `since` query parameter as unix seconds; 400 naming it when it is not RFC 3339."""
+    try:
+        return msgspec.convert(text, Aware).timestamp()
+    except msgspec.ValidationError:
+        raise ApiError(
+            400, "invalid_query", f"`since` must be an RFC 3339 instant with offset, got {text!r}"
+        ) from None

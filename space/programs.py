@@ -1,0 +1,165 @@
+"""Programs published to a space: `name@vN`, immutable, checked before they are stored.
+
+Owns the `programs` table and the publish routes. The ref and the source are
+checked by the device's own rules (`programs.refs.parse_ref`,
+`programs.loader.inspect_source`), so the space stores only what every device
+will load; `internal:` refs are never published. The source is also capped in
+size by the server's setting; `__any_tool__` is kept as metadata. The same
+source again is a no-op; another source is 409. Must not run the program.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import sqlite_utils
+from aiohttp import web
+
+from programs import loader, refs
+from programs.loader import ProgramMeta
+from space.appstate import SETTINGS
+from space.clock import iso
+from space.db import DB, transaction
+from space.http import ApiError, add_route, answer, now_of, read_body
+from space.spaces import require_space
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS programs (space TEXT NOT NULL, name TEXT NOT NULL,
+  version INTEGER NOT NULL, source TEXT NOT NULL, sha256 TEXT NOT NULL,
+  any_tool INTEGER NOT NULL, created_at TEXT NOT NULL, PRIMARY KEY (space, name, version));
+"""
+
+
+class ProgramIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    source: str
+
+
+class ProgramOut(msgspec.Struct, frozen=True, kw_only=True):
+    ref: str
+    name: str
+    version: int
+    sha256: str
+    anyTool: bool
+    createdAt: str
+    source: str | None = None
+
+
+class ProgramList(msgspec.Struct, frozen=True, kw_only=True):
+    programs: list[ProgramOut]
+
+
+def ensure_schema(db: sqlite_utils.Database) -> None:
+    db.executescript(SCHEMA)
+
+
+def parse_ref(text: str) -> tuple[str, int]:
+    """`(name, N)` of a published ref, by the device's grammar; `internal:` refs are refused."""
+    try:
+        ref = refs.parse_ref(text)
+    except refs.InvalidRef as exc:
+        raise ApiError(
+            400, "invalid_program_ref", f"program {text!r} is not `name@vN`: {exc}"
+        ) from None
+    if ref.internal or ref.version is None:
+        detail = f"program {text!r} is not `name@vN`: `internal:` refs are not published"
+        raise ApiError(400, "invalid_program_ref", detail)
+    return ref.name, ref.version
+
+
+def inspect_source(source: str) -> ProgramMeta:
+    """The device loader's check of `source`, its refusal as a 400 `invalid_program`."""
+    try:
+        return loader.inspect_source(source)
+    except loader.InvalidProgram as exc:
+        raise ApiError(400, "invalid_program", f"{exc} - at `$.source`") from None
+
+
+def _out(row: dict[str, Any], with_source: bool) -> dict[str, Any]:
+    out = {
+        "ref": f"{row['name']}@v{row['version']}",
+        "name": row["name"],
+        "version": row["version"],
+        "sha256": row["sha256"],
+        "anyTool": bool(row["any_tool"]),
+        "createdAt": row["created_at"],
+    }
+    return {**out, "source": row["source"]} if with_source else out
+
+
+def _find(db: sqlite_utils.Database, space: str, name: str, version: int) -> dict[str, Any] | None:
+    rows = list(
+        db.query(
+            "SELECT * FROM programs WHERE space = ? AND name = ? AND version = ?",
+            [space, name, version],
+        )
+    )
+    return rows[0] if rows else None
+
+
+async def put_program(request: web.Request) -> web.Response:
+    space = require_space(request)
+    name, version = parse_ref(request.match_info["ref"])
+    body = await read_body(request, ProgramIn)
+    limit = request.app[SETTINGS].max_program_bytes
+    if len(body.source.encode()) > limit:
+        raise ApiError(413, "program_too_large", f"source over {limit} bytes - at `$.source`")
+    meta = inspect_source(body.source)
+    any_tool, digest = meta.any_tool, meta.sha256
+    db = request.app[DB]
+    with transaction(db):
+        existing = _find(db, space, name, version)
+        if existing is None:
+            db.execute(
+                "INSERT INTO programs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [space, name, version, body.source, digest, any_tool, iso(now_of(request))],
+            )
+    if existing is not None and existing["sha256"] != digest:
+        raise ApiError(
+            409,
+            "program_exists",
+            f"{name}@v{version} exists with other source; publish a new version",
+            sha256=existing["sha256"],
+        )
+    row = _find(db, space, name, version)
+    return answer(_out(row or {}, False), status=200 if existing else 201)
+
+
+async def get_program(request: web.Request) -> web.Response:
+    space = require_space(request)
+    name, version = parse_ref(request.match_info["ref"])
+    row = _find(request.app[DB], space, name, version)
+    if row is None:
+        raise ApiError(404, "unknown_program", f"no program {name}@v{version} in space {space!r}")
+    return answer(_out(row, True))
+
+
+async def list_programs(request: web.Request) -> web.Response:
+    space = require_space(request)
+    rows = request.app[DB].query(
+        "SELECT * FROM programs WHERE space = ? ORDER BY name, version", [space]
+    )
+    return answer({"programs": [_out(r, False) for r in rows]})
+
+
+def setup(app: web.Application) -> None:
+    ensure_schema(app[DB])
+    base = "/v1/spaces/{space}/programs"
+    add_route(
+        app,
+        "PUT",
+        base + "/{ref}",
+        put_program,
+        "Publish `name@vN` (immutable: same source is a no-op, other source 409)",
+        body=ProgramIn,
+        answer=ProgramOut,
+    )
+    add_route(
+        app,
+        "GET",
+        base + "/{ref}",
+        get_program,
+        "One program with its source",
+        answer=ProgramOut,
+    )
+    add_route(app, "GET", base, list_programs, "List programs (without source)", answer=ProgramList)

@@ -1,0 +1,118 @@
+"""Spaces: create (with the general chat) and list; `require_space` for every space route.
+
+Owns the `spaces` table. A space's general chat is created through
+`space.chats.create_chat`; this module must not know chat tables.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+import msgspec
+import sqlite_utils
+from aiohttp import web
+
+from space import chats
+from space.clock import iso
+from space.db import DB, transaction
+from space.http import ApiError, add_route, answer, now_of, read_body
+
+SPACE_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+GENERAL_CHAT_NAME = "general"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS spaces (
+  id TEXT PRIMARY KEY, name TEXT NOT NULL, general_chat TEXT, created_at TEXT NOT NULL
+);
+"""
+
+
+class SpaceIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    id: str
+    name: str = ""
+
+
+class Space(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    name: str
+    generalChat: str | None
+    createdAt: str
+
+
+class SpaceList(msgspec.Struct, frozen=True, kw_only=True):
+    spaces: list[Space]
+
+
+def ensure_schema(db: sqlite_utils.Database) -> None:
+    db.executescript(SCHEMA)
+
+
+def _space(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "name": row["name"],
+        "generalChat": row["general_chat"],
+        "createdAt": row["created_at"],
+    }
+
+
+def space_exists(db: sqlite_utils.Database, space: str) -> bool:
+    return bool(list(db.query("SELECT 1 FROM spaces WHERE id = ?", [space])))
+
+
+def require_space(request: web.Request) -> str:
+    """The `{space}` of the route; 404 `unknown_space` if there is no such space."""
+    space = request.match_info["space"]
+    if not space_exists(request.app[DB], space):
+        raise ApiError(404, "unknown_space", f"no space {space!r}")
+    return space
+
+
+def create_space(db: sqlite_utils.Database, body: SpaceIn, now: datetime) -> dict[str, Any]:
+    if not SPACE_ID.fullmatch(body.id):
+        raise ApiError(
+            400,
+            "invalid_body",
+            f"space id {body.id!r} must match [a-z0-9][a-z0-9_-]{{0,63}} - at `$.id`",
+        )
+    with transaction(db):  # the space and its general chat, all or nothing
+        if space_exists(db, body.id):
+            raise ApiError(409, "space_exists", f"space {body.id!r} already exists")
+        chat = chats.create_chat(db, body.id, GENERAL_CHAT_NAME, now=now)["objectId"]
+        db.execute(
+            "INSERT INTO spaces VALUES (?, ?, ?, ?)",
+            [body.id, body.name or body.id, chat, iso(now)],
+        )
+    return _space(next(db.query("SELECT * FROM spaces WHERE id = ?", [body.id])))
+
+
+async def post_space(request: web.Request) -> web.Response:
+    body = await read_body(request, SpaceIn)
+    return answer(create_space(request.app[DB], body, now_of(request)), status=201)
+
+
+async def list_spaces(request: web.Request) -> web.Response:
+    rows = request.app[DB].query("SELECT * FROM spaces ORDER BY id")
+    return answer({"spaces": [_space(r) for r in rows]})
+
+
+async def get_space(request: web.Request) -> web.Response:
+    space = require_space(request)
+    return answer(_space(next(request.app[DB].query("SELECT * FROM spaces WHERE id = ?", [space]))))
+
+
+def setup(app: web.Application) -> None:
+    ensure_schema(app[DB])
+    add_route(
+        app,
+        "POST",
+        "/v1/spaces",
+        post_space,
+        "Create a space with its general chat",
+        body=SpaceIn,
+        answer=Space,
+    )
+    add_route(app, "GET", "/v1/spaces", list_spaces, "List spaces", answer=SpaceList)
+    add_route(app, "GET", "/v1/spaces/{space}", get_space, "One space", answer=Space)

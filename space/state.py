@@ -1,0 +1,93 @@
+"""Program state: one JSON value per (trigger, key), e.g. a program's cursor.
+
+Owns the `state` table. A run token reads and writes only its own trigger's
+state (checked by the auth middleware). Must not know records.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import sqlite_utils
+from aiohttp import web
+
+from space.clock import iso
+from space.db import DB, transaction
+from space.http import ApiError, add_route, answer, now_of, read_body
+from space.spaces import require_space
+
+MAX_KEY = 200
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS state (space TEXT NOT NULL, trigger_id TEXT NOT NULL,
+  key TEXT NOT NULL, value TEXT NOT NULL, updated_at TEXT NOT NULL,
+  PRIMARY KEY (space, trigger_id, key));
+"""
+
+
+class StateIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    value: Any
+
+
+class StateOut(msgspec.Struct, frozen=True, kw_only=True):
+    triggerId: str
+    key: str
+    value: Any
+    updatedAt: str
+
+
+def ensure_schema(db: sqlite_utils.Database) -> None:
+    db.executescript(SCHEMA)
+
+
+def _names(request: web.Request) -> tuple[str, str]:
+    tid, key = request.match_info["triggerId"], request.match_info["key"]
+    if len(key) > MAX_KEY or len(tid) > MAX_KEY:
+        raise ApiError(400, "invalid_key", f"trigger id and key are at most {MAX_KEY} characters")
+    return tid, key
+
+
+async def get_state(request: web.Request) -> web.Response:
+    space = require_space(request)
+    tid, key = _names(request)
+    row = (
+        request.app[DB]
+        .execute(
+            "SELECT value, updated_at FROM state WHERE space = ? AND trigger_id = ? AND key = ?",
+            [space, tid, key],
+        )
+        .fetchone()
+    )
+    if row is None:
+        raise ApiError(404, "unknown_state", f"no state {key!r} for trigger {tid!r}")
+    return answer({"triggerId": tid, "key": key, "value": json.loads(row[0]), "updatedAt": row[1]})
+
+
+async def put_state(request: web.Request) -> web.Response:
+    space = require_space(request)
+    tid, key = _names(request)
+    body = await read_body(request, StateIn)
+    at, db = iso(now_of(request)), request.app[DB]
+    with transaction(db):
+        db.execute(
+            "INSERT OR REPLACE INTO state VALUES (?, ?, ?, ?, ?)",
+            [space, tid, key, json.dumps(body.value), at],
+        )
+    return answer({"triggerId": tid, "key": key, "value": body.value, "updatedAt": at})
+
+
+def setup(app: web.Application) -> None:
+    ensure_schema(app[DB])
+    path = "/v1/spaces/{space}/state/{triggerId}/{key}"
+    add_route(app, "GET", path, get_state, "A trigger's state value", answer=StateOut)
+    add_route(
+        app,
+        "PUT",
+        path,
+        put_state,
+        "Set a trigger's state value",
+        body=StateIn,
+        answer=StateOut,
+    )

@@ -1,0 +1,248 @@
+"""Trigger records in SQLite: ids never reused, raw JSON kept, every write a change.
+
+Owns the `triggers`, `trigger_ids` (every id ever minted, so a deleted id is
+never minted again) and `changes` (a monotonically increasing `seq` over
+create, update, stamp and delete) tables. Records are stored as the raw JSON
+object: fields this build does not know survive every write. User input is
+checked with `triggers.records.validate_input`; stamps touch only stamp fields.
+Callers hold no transaction: each write here is its own. Must not know HTTP
+beyond raising `ApiError`.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+import sqlite_utils
+
+from space.db import transaction
+from space.http import ApiError
+from triggers import records
+
+SERVER_FIELDS = ("id", "rev", "createdAt", "updatedAt")
+STAMP_FIELDS = ("lastStatus", "lastStatusDetail", "lastRunAt", "nextFireAt", "breaker", "rollup")
+RESERVED_IDS = frozenset({records.RESERVED_CHAT_WATCH})
+ID_PREFIX = "trg_"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS trigger_ids (space TEXT NOT NULL, id TEXT NOT NULL,
+  PRIMARY KEY (space, id));
+CREATE TABLE IF NOT EXISTS triggers (space TEXT NOT NULL, id TEXT NOT NULL,
+  rev INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (space, id));
+CREATE TABLE IF NOT EXISTS changes (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  space TEXT NOT NULL, trigger_id TEXT NOT NULL, op TEXT NOT NULL, rev INTEGER NOT NULL,
+  body TEXT, at TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS changes_by_space ON changes (space, seq);
+"""
+
+Record = dict[str, Any]
+
+
+def ensure_schema(db: sqlite_utils.Database) -> None:
+    db.executescript(SCHEMA)
+
+
+def _mint_id(db: sqlite_utils.Database, space: str) -> str:
+    while True:
+        tid = ID_PREFIX + secrets.token_hex(8)
+        if db.execute("INSERT OR IGNORE INTO trigger_ids VALUES (?, ?)", [space, tid]).rowcount:
+            return tid
+
+
+def _check_user_input(body: Record) -> None:
+    for name in (*SERVER_FIELDS, *STAMP_FIELDS):
+        if name in body:
+            raise ApiError(
+                400, "invalid_record", f"`{name}` is written by the server - at `$.{name}`"
+            )
+    try:
+        records.validate_input(body)
+    except records.InvalidRecord as exc:
+        raise ApiError(400, "invalid_record", str(exc)) from None
+
+
+def _row(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, str] | None:
+    rows = db.execute("SELECT rev, body FROM triggers WHERE space = ? AND id = ?", [space, tid])
+    row = rows.fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def _parse(text: str) -> Record | None:
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def current(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, Record]:
+    """The stored record (rev, raw object); 404 `unknown_trigger` if absent."""
+    row = _row(db, space, tid)
+    if row is None:
+        raise ApiError(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
+    record = _parse(row[1])
+    if record is None:
+        raise ApiError(
+            409,
+            "undecodable_record",
+            f"trigger {tid!r} is not a JSON object as stored; it can only be read or deleted",
+        )
+    return row[0], record
+
+
+def get_one(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, Record]:
+    """The stored record as listed (undecodable ones flagged); 404 if absent."""
+    row = _row(db, space, tid)
+    if row is None:
+        raise ApiError(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
+    return row[0], flagged(tid, row[1])
+
+
+def _check_rev(rev: int, if_match: int | None) -> None:
+    if if_match is not None and if_match != rev:
+        raise ApiError(
+            409, "rev_mismatch", f"If-Match rev {if_match} but the record is at {rev}", rev=rev
+        )
+
+
+def _write(db: sqlite_utils.Database, space: str, record: Record, op: str, now: str) -> int:
+    body = json.dumps(record, separators=(",", ":"))
+    db.execute(
+        "INSERT OR REPLACE INTO triggers VALUES (?, ?, ?, ?)",
+        [space, record["id"], record["rev"], body],
+    )
+    cur = db.execute(
+        "INSERT INTO changes (space, trigger_id, op, rev, body, at) VALUES (?, ?, ?, ?, ?, ?)",
+        [space, record["id"], op, record["rev"], body, now],
+    )
+    return int(cur.lastrowid or 0)
+
+
+def create(db: sqlite_utils.Database, space: str, body: Record, now: str) -> Record:
+    """Store a new record under a freshly minted `id`."""
+    _check_user_input(body)
+    with transaction(db):
+        tid = _mint_id(db, space)
+        record = {"id": tid, **body, "rev": 1, "createdAt": now, "updatedAt": now}
+        _write(db, space, record, "create", now)
+    return record
+
+
+def create_reserved(
+    db: sqlite_utils.Database, space: str, tid: str, body: Record, now: str
+) -> tuple[Record, bool]:
+    """Create-if-absent for a reserved id; an existing record is returned untouched."""
+    if tid not in RESERVED_IDS:
+        raise ApiError(
+            400,
+            "not_reserved",
+            f"id {tid!r} is not reserved; reserved ids: "
+            + ", ".join(sorted(RESERVED_IDS))
+            + "; other ids are minted by POST",
+        )
+    _check_user_input(body)
+    with transaction(db):
+        row = _row(db, space, tid)
+        if row is not None:
+            return _parse(row[1]) or {"id": tid}, False
+        record = {"id": tid, **body, "rev": 1, "createdAt": now, "updatedAt": now}
+        _write(db, space, record, "create", now)
+    return record, True
+
+
+def patch(
+    db: sqlite_utils.Database,
+    space: str,
+    tid: str,
+    changes: Record,
+    now: str,
+    if_match: int | None = None,
+) -> Record:
+    """Replace the given top-level user fields; the result must be a valid record."""
+    with transaction(db):
+        rev, record = current(db, space, tid)
+        _check_rev(rev, if_match)
+        user = {k: v for k, v in record.items() if k in records.USER_FIELDS}
+        _check_user_input({**user, **changes})
+        record = {**record, **changes, "id": tid, "rev": rev + 1, "updatedAt": now}
+        _write(db, space, record, "update", now)
+    return record
+
+
+def stamp(
+    db: sqlite_utils.Database,
+    space: str,
+    tid: str,
+    stamps: Record,
+    now: str,
+    if_match: int | None = None,
+) -> tuple[Record, bool]:
+    """Write runtime stamps only: the record and whether it was written.
+
+    Unchanged stamps write nothing (no rev bump, no change).
+    """
+    with transaction(db):
+        rev, record = current(db, space, tid)
+        _check_rev(rev, if_match)
+        if all(k in record and record[k] == v for k, v in stamps.items()):
+            return record, False
+        record = {**record, **stamps, "rev": rev + 1, "updatedAt": now}
+        _write(db, space, record, "stamp", now)
+    return record, True
+
+
+def delete(
+    db: sqlite_utils.Database, space: str, tid: str, now: str, if_match: int | None = None
+) -> None:
+    with transaction(db):
+        row = _row(db, space, tid)
+        if row is None:
+            raise ApiError(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
+        rev = row[0]
+        _check_rev(rev, if_match)
+        db.execute("DELETE FROM triggers WHERE space = ? AND id = ?", [space, tid])
+        db.execute(
+            "INSERT INTO changes (space, trigger_id, op, rev, body, at) "
+            "VALUES (?, ?, 'delete', ?, NULL, ?)",
+            [space, tid, rev + 1, now],
+        )
+
+
+def flagged(tid: str, body: str) -> Record:
+    """A stored record for a listing: undecodable ones flagged (never written back)."""
+    loaded = records.load(body.encode())
+    if not isinstance(loaded, records.Salvaged):
+        return json.loads(body)
+    obj = _parse(body) or {"id": tid, "raw": body}
+    return {**obj, "undecodable": True, "decodeError": loaded.error}
+
+
+def listing(db: sqlite_utils.Database, space: str) -> list[Record]:
+    rows = db.execute("SELECT id, body FROM triggers WHERE space = ? ORDER BY id", [space])
+    return [flagged(tid, body) for tid, body in rows.fetchall()]
+
+
+def latest_seq(db: sqlite_utils.Database, space: str) -> int:
+    row = db.execute("SELECT MAX(seq) FROM changes WHERE space = ?", [space]).fetchone()
+    return int(row[0] or 0)
+
+
+def changes_since(db: sqlite_utils.Database, space: str, since: int, limit: int) -> list[Record]:
+    rows = db.execute(
+        "SELECT seq, trigger_id, op, rev, body, at FROM changes "
+        "WHERE space = ? AND seq > ? ORDER BY seq LIMIT ?",
+        [space, since, limit],
+    )
+    return [
+        {
+            "seq": seq,
+            "triggerId": tid,
+            "op": op,
+            "rev": rev,
+            "at": at,
+            "record": None if body is None else (_parse(body) or {"id": tid, "raw": body}),
+        }
+        for seq, tid, op, rev, body, at in rows.fetchall()
+    ]

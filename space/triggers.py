@@ -1,0 +1,167 @@
+"""Routes of trigger records: list, create, read, patch, delete, reserved create, status stamps.
+
+Owns the HTTP side of records (headers, bodies, answers) and wakes change-feed
+streams after each committed write. Storage rules live in `trigger_store`;
+this module must not write SQL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from space import trigger_store as store
+from space.changes import notify
+from space.clock import Aware, iso
+from space.db import DB
+from space.http import ApiError, add_route, answer, decode, now_of, raw_body
+from space.spaces import require_space
+
+
+class Stamps(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`POST …/status`: runtime stamps only; absent fields are left as they are."""
+
+    lastStatus: str | msgspec.UnsetType = msgspec.UNSET
+    lastStatusDetail: str | msgspec.UnsetType = msgspec.UNSET
+    lastRunAt: Aware | msgspec.UnsetType | None = msgspec.UNSET
+    nextFireAt: Aware | msgspec.UnsetType | None = msgspec.UNSET
+    breaker: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
+    rollup: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
+
+
+class RecordList(msgspec.Struct, frozen=True, kw_only=True):
+    triggers: list[dict[str, Any]]
+    seq: int
+
+
+def if_match(request: web.Request) -> int | None:
+    value = request.headers.get("If-Match")
+    if value is None:
+        return None
+    text = value.strip().removeprefix("W/").strip('"')
+    if not (text.isascii() and text.isdigit()):
+        raise ApiError(400, "invalid_header", f"If-Match must be a record rev, got {value!r}")
+    return int(text)
+
+
+async def object_body(request: web.Request, code: str = "invalid_record") -> dict[str, Any]:
+    return decode(await raw_body(request), dict[str, Any], code=code)
+
+
+def _one(record: dict[str, Any], status: int = 200) -> web.Response:
+    return answer(record, status=status, headers={"ETag": f'"{record.get("rev", 0)}"'})
+
+
+async def list_triggers(request: web.Request) -> web.Response:
+    space = require_space(request)
+    db = request.app[DB]
+    return answer({"triggers": store.listing(db, space), "seq": store.latest_seq(db, space)})
+
+
+async def create_trigger(request: web.Request) -> web.Response:
+    space = require_space(request)
+    body = await object_body(request)
+    record = store.create(request.app[DB], space, body, iso(now_of(request)))
+    notify(request.app, space)
+    return _one(record, 201)
+
+
+async def put_trigger(request: web.Request) -> web.Response:
+    space = require_space(request)
+    body = await object_body(request)
+    tid = request.match_info["id"]
+    record, created = store.create_reserved(request.app[DB], space, tid, body, iso(now_of(request)))
+    if created:
+        notify(request.app, space)
+    return _one(record, 201 if created else 200)
+
+
+async def get_trigger(request: web.Request) -> web.Response:
+    space = require_space(request)
+    _, record = store.get_one(request.app[DB], space, request.match_info["id"])
+    return _one(record)
+
+
+async def patch_trigger(request: web.Request) -> web.Response:
+    space = require_space(request)
+    changes = await object_body(request)
+    record = store.patch(
+        request.app[DB],
+        space,
+        request.match_info["id"],
+        changes,
+        iso(now_of(request)),
+        if_match(request),
+    )
+    notify(request.app, space)
+    return _one(record)
+
+
+async def delete_trigger(request: web.Request) -> web.Response:
+    space = require_space(request)
+    tid = request.match_info["id"]
+    store.delete(request.app[DB], space, tid, iso(now_of(request)), if_match(request))
+    notify(request.app, space)
+    return answer({"id": tid, "deleted": True})
+
+
+async def post_status(request: web.Request) -> web.Response:
+    space = require_space(request)
+    data = await raw_body(request)
+    decode(data, Stamps, code="invalid_status")
+    stamps = decode(data, dict[str, Any], code="invalid_status")
+    record, written = store.stamp(
+        request.app[DB],
+        space,
+        request.match_info["id"],
+        stamps,
+        iso(now_of(request)),
+        if_match(request),
+    )
+    if written:
+        notify(request.app, space)
+    return _one(record)
+
+
+def setup(app: web.Application) -> None:
+    store.ensure_schema(app[DB])
+    base = "/v1/spaces/{space}/triggers"
+    add_route(
+        app,
+        "GET",
+        base,
+        list_triggers,
+        "List raw records, undecodable ones flagged",
+        answer=RecordList,
+    )
+    add_route(
+        app,
+        "POST",
+        base,
+        create_trigger,
+        "Create a record; the server mints `id`",
+        body=dict[str, Any],
+    )
+    add_route(app, "GET", base + "/{id}", get_trigger, "One record")
+    add_route(
+        app,
+        "PUT",
+        base + "/{id}",
+        put_trigger,
+        "Create-if-absent a record with a reserved id (`chat-watch`)",
+        body=dict[str, Any],
+    )
+    add_route(
+        app,
+        "PATCH",
+        base + "/{id}",
+        patch_trigger,
+        "Partial update of user fields; `If-Match: <rev>` compare-and-set",
+        body=dict[str, Any],
+    )
+    add_route(app, "DELETE", base + "/{id}", delete_trigger, "Delete a record (its id stays used)")
+    add_route(
+        app, "POST", base + "/{id}/status", post_status, "Write runtime stamps only", body=Stamps
+    )

@@ -1,0 +1,149 @@
+"""Agent turns of a space: the `agent_turns` log chat-watch leaves, one entry per turn.
+
+Owns the `agent_turns` table. A turn is posted once by the device whose chat-watch
+took it (re-posting the same entry is a no-op, another one under the same `turnId`
+is 409); turns are not run records and have no rollup here (the chat-watch record's
+`rollup` stamp counts conversation starts). They are pruned like runs, by age and by
+count per chat, failed turns (any outcome but `ok`) kept longer, with the runs'
+`RunRetention`. Must not touch records, runs or chats.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Annotated, Any
+
+import msgspec
+import sqlite_utils
+from aiohttp import web
+
+from space import logtable
+from space.appstate import SETTINGS, RunRetention
+from space.clock import Aware
+from space.db import DB, transaction
+from space.http import ApiError, add_route, answer, decode, int_query, now_of, raw_body
+from space.spaces import require_space
+
+Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
+Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class TurnOutcome(enum.StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+
+
+class TurnIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    turnId: Text
+    space: Text
+    objectId: Text
+    messageIds: Annotated[list[Text], msgspec.Meta(max_length=1000)]
+    calls: Count
+    replies: Count
+    startedAt: Aware
+    finishedAt: Aware
+    durationMs: Annotated[float, msgspec.Meta(ge=0)]
+    outcome: TurnOutcome
+    error: str = ""
+
+
+class TurnList(msgspec.Struct, frozen=True, kw_only=True):
+    turns: list[TurnIn]
+
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS agent_turns (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  space TEXT NOT NULL, turn_id TEXT NOT NULL, object_id TEXT NOT NULL,
+  started_at REAL NOT NULL, failure INTEGER NOT NULL, body TEXT NOT NULL,
+  UNIQUE (space, turn_id));
+CREATE INDEX IF NOT EXISTS agent_turns_by_chat
+  ON agent_turns (space, object_id, failure, started_at);
+CREATE INDEX IF NOT EXISTS agent_turns_by_time ON agent_turns (space, started_at);
+"""
+_encoder = msgspec.json.Encoder()
+
+
+def ensure_schema(db: sqlite_utils.Database) -> None:
+    db.executescript(SCHEMA)
+
+
+def check_space(space: str, turn: TurnIn) -> None:
+    if turn.space != space:
+        raise ApiError(
+            400,
+            "invalid_turn",
+            f"`space` must be the space of the path {space!r}, got {turn.space!r}",
+        )
+
+
+def add_turn(
+    db: sqlite_utils.Database, space: str, turn: TurnIn, keep: RunRetention, now: datetime
+) -> bool:
+    """Insert `turn` and prune its chat's turns; False if this exact entry was there already."""
+    body = _encoder.encode(turn).decode()
+    with transaction(db):
+        row = db.execute(
+            "SELECT body FROM agent_turns WHERE space = ? AND turn_id = ?", [space, turn.turnId]
+        ).fetchone()
+        if row is not None:
+            if row[0] != body:
+                raise ApiError(
+                    409, "turn_exists", f"turn {turn.turnId!r} exists with other content"
+                )
+            return False
+        failure = turn.outcome is not TurnOutcome.OK
+        db.execute(
+            "INSERT INTO agent_turns (space, turn_id, object_id, started_at, failure, body) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [space, turn.turnId, turn.objectId, turn.startedAt.timestamp(), failure, body],
+        )
+        logtable.prune(db, "agent_turns", "object_id", space, turn.objectId, failure, keep, now)
+    return True
+
+
+def query_turns(
+    db: sqlite_utils.Database, space: str, query: dict[str, str], limit: int
+) -> list[dict[str, Any]]:
+    """Oldest first: from `since` on if given, else the latest `limit` turns."""
+    filters = {"object_id": query["chat"]} if "chat" in query else {}
+    return logtable.query(db, "agent_turns", space, filters, query.get("since"), limit)
+
+
+async def post_turn(request: web.Request) -> web.Response:
+    space = require_space(request)
+    turn = decode(await raw_body(request), TurnIn, code="invalid_turn")
+    check_space(space, turn)
+    keep = request.app[SETTINGS].retention
+    added = add_turn(request.app[DB], space, turn, keep, now_of(request))
+    return answer(msgspec.to_builtins(turn), status=201 if added else 200)
+
+
+async def get_turns(request: web.Request) -> web.Response:
+    space = require_space(request)
+    limit = int_query(request, "limit", 100, low=1, high=1000)
+    return answer({"turns": query_turns(request.app[DB], space, dict(request.query), limit)})
+
+
+def setup(app: web.Application) -> None:
+    ensure_schema(app[DB])
+    base = "/v1/spaces/{space}/turns"
+    add_route(
+        app,
+        "POST",
+        base,
+        post_turn,
+        "Record a chat-watch turn (`agent_turns`, idempotent by `turnId`)",
+        body=TurnIn,
+        answer=TurnIn,
+    )
+    add_route(
+        app,
+        "GET",
+        base,
+        get_turns,
+        "Turns oldest first: `?chat=<objectId>&since=<RFC 3339>&limit=`",
+        answer=TurnList,
+    )

@@ -1,0 +1,129 @@
+"""The lease (compare-and-set by the server's clock) and fire claims (one winner, fenced)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from space_support import SPACE, Api, FakeClock
+
+E = f"/spaces/{SPACE}/election"
+F = f"/spaces/{SPACE}/fires"
+
+
+async def claim(api: Api, peer: str, term: int) -> tuple[int, dict]:
+    return await api.post(f"{E}/claim", {"peer": peer, "term": term})
+
+
+async def test_a_free_lease_is_acquired_with_the_next_term(api: Api) -> None:
+    status, lease = await api.get(E)
+    assert status == 200 and lease["active"] is None and lease["term"] == 0
+    status, lease = await claim(api, "laptop", 0)
+    assert status == 200 and lease["active"] == "laptop" and lease["term"] == 1
+    assert lease["expiresAt"] == "2026-12-01T09:00:15.000Z" and lease["expiresInMs"] == 15000
+
+
+async def test_the_holder_renews_and_others_get_409_with_the_lease(
+    api: Api, space_clock: FakeClock
+) -> None:
+    await claim(api, "laptop", 0)
+    space_clock.advance(10)
+    status, lease = await claim(api, "laptop", 1)
+    assert status == 200 and lease["term"] == 1 and lease["expiresAt"].endswith("09:00:25.000Z")
+    status, body = await claim(api, "phone", 1)
+    assert status == 409 and body["error"] == "lease_conflict"
+    assert body["active"] == "laptop" and body["term"] == 1
+
+
+async def test_a_lapsed_lease_is_taken_with_a_current_term_only(
+    api: Api, space_clock: FakeClock
+) -> None:
+    await claim(api, "laptop", 0)
+    space_clock.advance(15)
+    assert (await api.get(E))[1]["active"] is None
+    status, body = await claim(api, "phone", 0)  # stale view of the term
+    assert status == 409 and body["term"] == 1
+    status, lease = await claim(api, "phone", 1)
+    assert status == 200 and lease["active"] == "phone" and lease["term"] == 2
+    status, _ = await claim(api, "laptop", 1)  # the old holder wakes up: refused
+    assert status == 409
+
+
+async def test_release_frees_the_lease_and_the_next_claim_moves_the_term(api: Api) -> None:
+    await claim(api, "laptop", 0)
+    status, _ = await api.post(f"{E}/release", {"peer": "phone", "term": 1})
+    assert status == 409
+    status, lease = await api.post(f"{E}/release", {"peer": "laptop", "term": 1})
+    assert status == 200 and lease["active"] is None and lease["term"] == 1
+    status, lease = await claim(api, "phone", 1)
+    assert status == 200 and lease["term"] == 2
+
+
+async def test_want_and_handover(api: Api) -> None:
+    await claim(api, "laptop", 0)
+    status, lease = await api.post(f"{E}/want", {"peer": "box"})
+    assert status == 200 and lease["want"] == "box" and lease["active"] == "laptop"
+    status, lease = await api.post(f"{E}/handover", {"peer": "laptop", "term": 1, "to": "box"})
+    assert status == 200 and lease["active"] == "box" and lease["term"] == 2
+    assert lease["want"] is None
+    status, _ = await claim(api, "box", 2)
+    assert status == 200
+
+
+async def test_lease_length_is_configurable(aiohttp_client, tmp_path) -> None:
+    from space.app import create_app, default_admin_token_file
+
+    db = tmp_path / "s.db"
+    client = await aiohttp_client(create_app(db, clock=FakeClock(), lease_seconds=3))
+    api = Api(client, default_admin_token_file(db).read_text().strip(), db)
+    await api.post("/spaces", {"id": SPACE})
+    _, lease = await claim(api, "a", 0)
+    assert lease["expiresInMs"] == 3000 and lease["leaseSeconds"] == 3
+
+
+async def test_fire_claims_are_fenced_by_term_and_owner(api: Api, space_clock: FakeClock) -> None:
+    floating = await api.create_trigger()
+    pinned = await api.create_trigger(owner="box")
+    await claim(api, "laptop", 0)
+    fire = {"triggerId": floating["id"], "key": "2026-12-01T09:05:00Z", "term": 1, "peer": "laptop"}
+    status, body = await api.post(F, {**fire, "term": 0})
+    assert status == 409 and body["error"] == "stale_term"
+    status, body = await api.post(F, {**fire, "peer": "phone"})
+    assert status == 409 and body["error"] == "stale_term"
+    status, body = await api.post(F, fire)
+    assert status == 201 and body["claimedAt"] == "2026-12-01T09:00:00.000Z"
+    status, body = await api.post(F, fire)
+    assert status == 409 and body["error"] == "already_claimed"
+    pin = {"triggerId": pinned["id"], "key": "k", "term": 0, "peer": "laptop"}
+    status, body = await api.post(F, pin)
+    assert status == 409 and body["error"] == "not_owner"
+    status, _ = await api.post(F, {**pin, "peer": "box"})
+    assert status == 201
+    space_clock.advance(16)  # the lease lapsed: floating claims are fenced off
+    status, body = await api.post(F, {**fire, "key": "later"})
+    assert status == 409 and body["error"] == "stale_term"
+
+
+async def test_a_list_of_claims_answers_one_result_each(api: Api) -> None:
+    trigger = await api.create_trigger(owner="box")
+    one = {"triggerId": trigger["id"], "key": "a", "term": 0, "peer": "box"}
+    await api.post(F, one)
+    status, body = await api.post(F, [one, {**one, "key": "b"}, {**one, "triggerId": "trg_no"}])
+    assert status == 200
+    assert [(c["status"], c.get("error")) for c in body["claims"]] == [
+        (409, "already_claimed"),
+        (201, None),
+        (404, "unknown_trigger"),
+    ]
+
+
+@pytest.mark.parametrize("n", [100])
+async def test_concurrent_claims_of_one_key_have_exactly_one_winner(api: Api, n: int) -> None:
+    trigger = await api.create_trigger()
+    await claim(api, "laptop", 0)
+    fire = {"triggerId": trigger["id"], "key": "2026-12-01T09:05:00Z", "term": 1, "peer": "laptop"}
+    results = await asyncio.gather(*(api.post(F, fire) for _ in range(n)))
+    statuses = sorted(status for status, _ in results)
+    assert statuses.count(201) == 1
+    assert statuses.count(409) == n - 1
+    assert {b["error"] for s, b in results if s == 409} == {"already_claimed"}

@@ -1,0 +1,207 @@
+"""Trigger records through a real space server: ids, raw storage, PATCH with If-Match, stamps."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from space_support import CRON, SPACE, Api, FakeClock
+
+from space.changes import FANOUT
+
+T = f"/spaces/{SPACE}/triggers"
+
+
+async def test_create_mints_an_id_and_server_fields(api: Api) -> None:
+    record = await api.create_trigger()
+    assert record["id"].startswith("trg_")
+    assert record["rev"] == 1
+    assert record["createdAt"] == record["updatedAt"] == "2026-12-01T09:00:00.000Z"
+    status, got = await api.get(f"{T}/{record['id']}")
+    assert status == 200 and got == record
+
+
+async def test_a_deleted_id_is_never_minted_again(api: Api) -> None:
+    first = await api.create_trigger()
+    assert (await api.delete(f"{T}/{first['id']}"))[0] == 200
+    conn = sqlite3.connect(api.db_path)
+    try:
+        used = {r[0] for r in conn.execute("SELECT id FROM trigger_ids")}
+    finally:
+        conn.close()
+    assert first["id"] in used
+    assert (await api.get(f"{T}/{first['id']}"))[0] == 404
+    second = await api.create_trigger()
+    assert second["id"] != first["id"]
+
+
+async def test_invalid_input_is_refused_with_the_path(api: Api) -> None:
+    status, body = await api.post(T, {**CRON, "spec": {"expr": "every day"}})
+    assert status == 400
+    assert body["error"] == "invalid_record"
+    assert "`$.spec.expr`" in body["detail"]
+
+
+async def test_patch_merges_user_fields_and_bumps_rev(api: Api, space_clock: FakeClock) -> None:
+    record = await api.create_trigger(args={"a": 1})
+    space_clock.advance(60)
+    status, got = await api.patch(f"{T}/{record['id']}", {"name": "renamed"})
+    assert status == 200
+    assert got["name"] == "renamed" and got["args"] == {"a": 1} and got["spec"] == CRON["spec"]
+    assert got["rev"] == 2 and got["updatedAt"] == "2026-12-01T09:01:00.000Z"
+    assert got["createdAt"] == record["createdAt"]
+
+
+async def test_patch_with_if_match_is_compare_and_set(api: Api) -> None:
+    record = await api.create_trigger()
+    path = f"{T}/{record['id']}"
+    status, _ = await api.patch(path, {"name": "a"}, headers={"If-Match": "1"})
+    assert status == 200
+    status, body = await api.patch(path, {"name": "b"}, headers={"If-Match": "1"})
+    assert status == 409 and body["error"] == "rev_mismatch" and body["rev"] == 2
+    assert (await api.get(path))[1]["name"] == "a"
+
+
+async def test_patch_refuses_server_fields_and_invalid_results(api: Api) -> None:
+    record = await api.create_trigger()
+    path = f"{T}/{record['id']}"
+    status, body = await api.patch(path, {"rev": 9})
+    assert status == 400 and "`$.rev`" in body["detail"]
+    status, body = await api.patch(path, {"kind": "once"})  # a cron spec is not a once spec
+    assert status == 400 and body["error"] == "invalid_record"
+    assert (await api.get(path))[1]["rev"] == 1
+
+
+async def test_status_writes_stamps_only(api: Api) -> None:
+    record = await api.create_trigger(name="keep")
+    path = f"{T}/{record['id']}"
+    stamps = {"lastStatus": "ok", "nextFireAt": "2026-12-01T09:05:00Z", "breaker": {"open": False}}
+    status, got = await api.post(f"{path}/status", stamps)
+    assert status == 200 and got["rev"] == 2 and got["name"] == "keep"
+    assert got["lastStatus"] == "ok" and got["breaker"] == {"open": False}
+    status, again = await api.post(f"{path}/status", stamps)  # unchanged: nothing written
+    assert status == 200 and again["rev"] == 2
+    status, body = await api.post(f"{path}/status", {"name": "x"})
+    assert status == 400 and body["error"] == "invalid_status"
+
+
+class Wakes:
+    """A change-feed subscriber that only counts how often it was woken."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def push(self, item: object) -> bool:
+        self.count += 1
+        return True
+
+
+async def test_unchanged_stamps_wake_no_change_stream(api: Api) -> None:
+    record = await api.create_trigger()
+    path = f"{T}/{record['id']}/status"
+    wakes = Wakes()
+    api.client.app[FANOUT].add(SPACE, wakes)  # type: ignore[arg-type]
+    assert (await api.post(path, {"lastStatus": "ok"}))[0] == 200
+    assert wakes.count == 1
+    status, again = await api.post(path, {"lastStatus": "ok"})
+    assert status == 200 and again["rev"] == 2
+    assert wakes.count == 1
+
+
+def _write_raw(api: Api, tid: str, body: dict) -> None:
+    conn = sqlite3.connect(api.db_path)
+    try:
+        conn.execute("INSERT INTO triggers VALUES (?, ?, 1, ?)", [SPACE, tid, json.dumps(body)])
+        conn.commit()
+    finally:
+        conn.close()
+
+
+async def test_undecodable_records_are_listed_flagged_and_stamps_keep_their_fields(
+    api: Api,
+) -> None:
+    good = await api.create_trigger()
+    newer = {"id": "trg_newer", "kind": "webhook", "spec": {"url": "x"}, "future": [1], "rev": 1}
+    _write_raw(api, "trg_newer", newer)
+    status, listing = await api.get(T)
+    assert status == 200
+    by_id = {r["id"]: r for r in listing["triggers"]}
+    assert "undecodable" not in by_id[good["id"]]
+    assert by_id["trg_newer"]["undecodable"] is True and by_id["trg_newer"]["decodeError"]
+    status, _ = await api.post(f"{T}/trg_newer/status", {"lastStatus": "unsupported_kind"})
+    assert status == 200
+    conn = sqlite3.connect(api.db_path)
+    try:
+        (stored,) = conn.execute("SELECT body FROM triggers WHERE id = 'trg_newer'").fetchone()
+    finally:
+        conn.close()
+    stored = json.loads(stored)
+    assert "undecodable" not in stored
+    assert {k: stored[k] for k in ("kind", "spec", "future")} == {
+        "kind": "webhook",
+        "spec": {"url": "x"},
+        "future": [1],
+    }
+    assert stored["lastStatus"] == "unsupported_kind"
+
+
+async def test_reserved_id_is_create_if_absent(api: Api) -> None:
+    seed = {
+        "name": "Chat responder",
+        "kind": "event",
+        "program": "internal:chat-watch",
+        "spec": {"dataset": "chat_messages", "objectId": "chat_x"},
+    }
+    status, first = await api.put(f"{T}/chat-watch", seed)
+    assert status == 201 and first["id"] == "chat-watch"
+    await api.patch(f"{T}/chat-watch", {"enabled": False})
+    status, again = await api.put(f"{T}/chat-watch", seed)
+    assert status == 200 and again["enabled"] is False  # an existing one is never overwritten
+    status, body = await api.put(f"{T}/trg_mine", seed)
+    assert status == 400 and body["error"] == "not_reserved"
+
+
+async def test_change_feed_pages_every_write_in_order(api: Api) -> None:
+    a = await api.create_trigger()
+    await api.patch(f"{T}/{a['id']}", {"name": "b"})
+    await api.post(f"{T}/{a['id']}/status", {"lastStatus": "ok"})
+    await api.delete(f"{T}/{a['id']}")
+    status, page = await api.get(f"/spaces/{SPACE}/changes?since=0&limit=2")
+    assert status == 200 and page["more"] is True
+    status, rest = await api.get(f"/spaces/{SPACE}/changes?since={page['next']}")
+    changes = page["changes"] + rest["changes"]
+    assert [c["op"] for c in changes] == ["create", "update", "stamp", "delete"]
+    assert [c["rev"] for c in changes] == [1, 2, 3, 4]
+    seqs = [c["seq"] for c in changes]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 4
+    assert changes[-1]["record"] is None and changes[1]["record"]["name"] == "b"
+    assert rest["more"] is False
+
+
+async def test_unknown_space_is_404(api: Api) -> None:
+    status, body = await api.get("/spaces/nowhere/triggers")
+    assert status == 404 and body["error"] == "unknown_space"
+
+
+async def test_a_space_comes_with_its_general_chat(api: Api) -> None:
+    status, space = await api.post("/spaces", {"id": "work", "name": "Work"})
+    assert status == 201 and space["generalChat"].startswith("chat_")
+    _, chats = await api.get("/spaces/work/chats")
+    assert [c["objectId"] for c in chats["chats"]] == [space["generalChat"]]
+    _, listing = await api.get("/spaces")
+    assert [s["id"] for s in listing["spaces"]] == [SPACE, "work"]
+
+
+async def test_a_record_that_is_not_even_json_is_listed_and_never_rewritten(api: Api) -> None:
+    conn = sqlite3.connect(api.db_path)
+    try:
+        conn.execute("INSERT INTO triggers VALUES (?, 'trg_junk', 1, '{broken')", [SPACE])
+        conn.commit()
+    finally:
+        conn.close()
+    _, listing = await api.get(T)
+    (junk,) = listing["triggers"]
+    assert junk["id"] == "trg_junk" and junk["undecodable"] is True and junk["raw"] == "{broken"
+    status, body = await api.post(f"{T}/trg_junk/status", {"lastStatus": "invalid_spec"})
+    assert status == 409 and body["error"] == "undecodable_record"
+    assert (await api.delete(f"{T}/trg_junk"))[0] == 200
