@@ -16,7 +16,7 @@ import msgspec
 
 INTERNAL_PREFIX = "internal:"
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
-VERSION = re.compile(r"[1-9][0-9]*")
+VERSION = re.compile(r"[1-9][0-9]{0,17}")  # N < 10**18: within 64 bits, as the space stores it
 
 
 class InvalidRef(ValueError):
@@ -66,7 +66,8 @@ def _check_version(version: str, text: str) -> int:
     digits = version[1:]
     if not VERSION.fullmatch(digits):
         raise InvalidRef(
-            f"program ref {text!r}: version {version!r} must be v1, v2, … (N ≥ 1, no leading zeros)"
+            f"program ref {text[:80]!r}: version must be v1, v2, … "
+            "(1 ≤ N < 10^18, no leading zeros)"
         )
     return int(digits)
 

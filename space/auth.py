@@ -139,6 +139,8 @@ def bearer(request: web.Request) -> str:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "unauthorized", "missing `Authorization: Bearer <token>` header")
+    if not header.isascii() or not header.isprintable():  # no token we mint is anything else
+        raise ApiError(401, "unauthorized", "the bearer token is not printable ASCII")
     return token.strip()
 
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from space import sse
 from space import trigger_store as store
 from space.db import DB
-from space.http import add_route, answer, int_query
+from space.http import ApiError, add_route, answer, int64, int_query
 from space.spaces import require_space
 
 FANOUT = web.AppKey("change_fanout", sse.Fanout[str])
@@ -49,9 +49,13 @@ def cursor(request: web.Request) -> int:
     if "since" in request.query:
         return int_query(request, "since", 0)
     resume = sse.last_event_id(request)
-    if resume is not None and resume.isascii() and resume.isdigit():
-        return int(resume)
-    return 0
+    if resume is None or not (resume.isascii() and resume.isdigit()):
+        return 0  # no cursor, or not one of ours: from the start
+    seq = int64(resume)
+    if seq is None:
+        detail = f"Last-Event-ID {resume[:40]!r}… is beyond 64 bits"
+        raise ApiError(400, "invalid_header", detail)
+    return seq
 
 
 async def get_changes(request: web.Request) -> web.StreamResponse:

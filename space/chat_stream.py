@@ -24,6 +24,7 @@ import msgspec
 import sqlite_utils
 
 from space import chat_store
+from space.http import int64
 from space.sse import EventStream, Fanout, last_event_id
 
 REPLAY_PAGE = 500
@@ -79,10 +80,8 @@ async def _open(
 
 def _resume_point(raw: str | None, cursor: int) -> int | None:
     """The seq to resume after, or None for a fresh start or an id this chat never sent."""
-    if raw is None or not raw.isascii() or not raw.isdigit():
-        return None
-    seq = int(raw)
-    return seq if seq <= cursor else None
+    seq = None if raw is None else int64(raw)
+    return seq if seq is not None and seq <= cursor else None
 
 
 async def _gap(

@@ -2,9 +2,12 @@
 
 Owns `ApiError` (a refusal that becomes the house error body), `read_body`
 (size-limited JSON decoded into a msgspec type, the path of a bad field in
-`detail`), integer query parameters (`int_query`), route registration with
-its documentation, and the middleware that turns every refusal — ours and
-aiohttp's (404, 405, 413) — into `{"error", "detail"}`. Must not know any table.
+`detail`), the bounds every request is held to whatever its bytes (JSON nested
+at most `MAX_DEPTH` deep, integers within 64 bits in bodies, query strings and
+headers: `int64`, `check_tree`), integer query parameters (`int_query`), route
+registration with its documentation, and the middleware that turns every
+refusal — ours and aiohttp's (404, 405, 413) — into `{"error", "detail"}`.
+Must not know any table.
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ log = logging.getLogger("baton.space")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _encoder = msgspec.json.Encoder()
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_DEPTH = 64
+"""JSON deeper than this is refused: nothing of ours nests more than a few levels."""
+_INT64_DIGITS = len(str(INT64_MAX))
 
 
 class ApiError(Exception):
@@ -52,6 +60,17 @@ def answer(data: Any, status: int = 200, headers: dict[str, str] | None = None) 
     )
 
 
+def int64(text: str) -> int | None:
+    """`text` as a non-negative decimal integer within 64 bits; None if it is anything else.
+
+    Only ASCII digits: `int()` would take `²`, `٣`, `_`, spaces and signs, and a
+    few thousand digits would cost it a ValueError of its own."""
+    if not (text.isascii() and text.isdigit()) or len(text.lstrip("0")) > _INT64_DIGITS:
+        return None
+    value = int(text)
+    return value if value <= INT64_MAX else None
+
+
 def int_query(
     request: web.Request,
     name: str,
@@ -63,13 +82,14 @@ def int_query(
 ) -> int:
     """Query `name` as a decimal integer; `default` when absent.
 
-    Anything but ASCII digits is a 400 `invalid_query`. A value outside
-    `[low, high]` is brought inside when `clamp`, else refused the same way.
+    Anything but ASCII digits, or a value beyond 64 bits, is a 400 `invalid_query`.
+    A value outside `[low, high]` is brought inside when `clamp`, else refused the
+    same way.
     """
     raw = request.query.get(name)
     if raw is None:
         return default
-    value = int(raw) if raw.isascii() and raw.isdigit() else None
+    value = int64(raw)
     if value is not None and (clamp or (low <= value and (high is None or value <= high))):
         return max(low, value if high is None else min(value, high))
     bound = f"between {low} and {high}" if high is not None else f"at least {low}"
@@ -85,9 +105,42 @@ async def raw_body(request: web.Request) -> bytes:
         raise ApiError(413, "body_too_large", f"request body over {limit} bytes") from None
 
 
-def decode(data: bytes, typ: type[T], *, code: str = "invalid_body") -> T:
+def check_tree(obj: Any, code: str = "invalid_body") -> None:
+    """Refuse JSON nested deeper than `MAX_DEPTH` or holding an integer beyond 64 bits.
+
+    Iterative, so a hostile depth costs no recursion; the detail names the path."""
+    stack: list[tuple[Any, str, int]] = [(obj, "$", 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth >= MAX_DEPTH:
+                detail = f"JSON nested deeper than {MAX_DEPTH} levels - at `{path}`"
+                raise ApiError(400, code, detail)
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            for key, value in items:
+                sub = f"{path}.{key}" if isinstance(node, dict) else f"{path}[{key}]"
+                stack.append((value, sub, depth + 1))
+        elif type(node) is int and not INT64_MIN <= node <= INT64_MAX:
+            raise ApiError(400, code, f"integer beyond 64 bits - at `{path}`")
+
+
+def parse_json(data: bytes, code: str = "invalid_body") -> Any:
+    """`data` as JSON within the bounds of `check_tree`; 400 `code` otherwise."""
     if not data.strip():
         raise ApiError(400, code, "request body is empty, expected JSON")
+    try:
+        tree = msgspec.json.decode(data)
+    except RecursionError:
+        raise ApiError(400, code, f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    except msgspec.DecodeError as exc:
+        raise ApiError(400, code, f"not JSON: {exc}") from None
+    check_tree(tree, code)
+    return tree
+
+
+def decode(data: bytes, typ: type[T], *, code: str = "invalid_body") -> T:
+    """`data` as `typ`: bounded first (`parse_json`), then msgspec's typed decode and its path."""
+    parse_json(data, code)
     try:
         return msgspec.json.decode(data, type=typ)
     except msgspec.ValidationError as exc:

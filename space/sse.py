@@ -28,13 +28,16 @@ Building a stream for any feed (chat messages, record changes):
 client resumes with `Last-Event-ID`). aiohttp 3.14 does not cancel a handler
 whose client left (`handler_cancellation` is off) and gives a GET no disconnect
 signal, so the idle wait wakes at least every `heartbeat` seconds, checks the
-transport and writes a `: ping`; a failed or timed-out write ends the stream. No
-task is spawned per stream. It must not touch storage or know any route.
+transport and writes a `: ping`; a failed or timed-out write ends the stream. A
+handler that fails once the 200 is out ends its stream (logged), and never
+writes a second HTTP response into it. No task is spawned per stream. It must
+not touch storage or know any route.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
@@ -49,6 +52,7 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _FIELD_BAD = re.compile(r"[\r\n\0]")
 
 K = TypeVar("K", bound=Hashable)
+log = logging.getLogger("baton.space")
 
 
 def frame(data: str, *, id: str | int | None = None, event: str | None = None) -> bytes:
@@ -102,6 +106,9 @@ class EventStream:
         registry.add(stream)
         try:
             yield stream
+        except Exception:  # after the 200 no second response may follow: end this stream only
+            log.exception("%s %s: event stream failed", request.method, request.path)
+            stream.close("error")
         finally:
             registry.discard(stream)
             stream.close("done")

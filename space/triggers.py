@@ -16,7 +16,7 @@ from space import trigger_store as store
 from space.changes import notify
 from space.clock import Aware, iso
 from space.db import DB
-from space.http import ApiError, add_route, answer, decode, now_of, raw_body
+from space.http import ApiError, add_route, answer, decode, int64, now_of, raw_body
 from space.spaces import require_space
 
 
@@ -40,10 +40,11 @@ def if_match(request: web.Request) -> int | None:
     value = request.headers.get("If-Match")
     if value is None:
         return None
-    text = value.strip().removeprefix("W/").strip('"')
-    if not (text.isascii() and text.isdigit()):
-        raise ApiError(400, "invalid_header", f"If-Match must be a record rev, got {value!r}")
-    return int(text)
+    rev = int64(value.strip().removeprefix("W/").strip('"'))
+    if rev is None:
+        detail = f"If-Match must be a record rev (an integer within 64 bits), got {value[:40]!r}"
+        raise ApiError(400, "invalid_header", detail)
+    return rev
 
 
 async def object_body(request: web.Request, code: str = "invalid_record") -> dict[str, Any]:

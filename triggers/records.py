@@ -32,7 +32,7 @@ CHAT_DATASET = "chat_messages"
 ONCE_GRACE_DEFAULT = 3600.0
 RESERVED_CHAT_WATCH = TriggerId("chat-watch")
 CHAT_WATCH_PROGRAM = "internal:chat-watch"  # its fires go to the conversation watcher
-PROGRAM_REF = re.compile(r"[a-z0-9][a-z0-9_-]*@v[1-9][0-9]*|internal:[a-z0-9][a-z0-9_-]*")
+PROGRAM_REF = re.compile(r"[a-z0-9][a-z0-9_-]*@v[1-9][0-9]{0,17}|internal:[a-z0-9][a-z0-9_-]*")
 
 
 class InvalidRecord(ValueError):

@@ -38,6 +38,7 @@ from space import auth
 from space.app import create_app, default_admin_token_file
 from space.clock import system_clock
 from space.db import open_db
+from space.runner import SpaceRunner
 
 PEER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
@@ -84,7 +85,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 async def serve(app: web.Application, host: str, port: int, token_file: Path) -> None:
-    runner = web.AppRunner(app, handle_signals=False)
+    runner = SpaceRunner(app, handle_signals=False)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

@@ -120,9 +120,10 @@ def run_up(args: argparse.Namespace) -> int:
 
 async def _up(args: argparse.Namespace, data: Path) -> None:
     from space.app import create_app
+    from space.runner import SpaceRunner
 
     admin_file = data / ADMIN_TOKEN_FILE
-    runner = web.AppRunner(
+    runner = SpaceRunner(
         create_app(
             data / SPACE_DB,
             admin_token_file=admin_file,

@@ -11,6 +11,10 @@ from space_support import CRON, SPACE, Api, snapshot
 S = f"/spaces/{SPACE}"
 RAW = object()  # marks a case whose body is sent as raw bytes
 FIRE = {"triggerId": "{tid}", "key": "k", "term": 1, "peer": "laptop"}
+BIG = 2**64
+DEEP_65: Any = 1
+for _ in range(64):
+    DEEP_65 = [DEEP_65]
 RUN = {"runId": "r1", "triggerId": "{tid}", "startedAt": "2026-12-01T09:00:00Z", "status": "ok"}
 
 CASES: list[tuple[str, str, Any, dict[str, str], int, str, str]] = [
@@ -184,6 +188,106 @@ CASES: list[tuple[str, str, Any, dict[str, str], int, str, str]] = [
         "`$.ttlSeconds`",
     ),
     ("GET", f"{S}/nothing-here", None, {}, 404, "not_found", ""),
+    # beyond 64 bits, anywhere: bodies, query strings, headers, program versions
+    (
+        "POST",
+        f"{S}/election/claim",
+        {"peer": "laptop", "term": BIG},
+        {},
+        400,
+        "invalid_body",
+        "`$.term`",
+    ),
+    ("PUT", f"{S}/devices/laptop", {"priority": BIG}, {}, 400, "invalid_body", "`$.priority`"),
+    ("PUT", f"{S}/devices/laptop", {"priority": -BIG}, {}, 400, "invalid_body", "64 bits"),
+    ("POST", f"{S}/fires", {**FIRE, "term": BIG}, {}, 400, "invalid_body", "`$.term`"),
+    (
+        "POST",
+        f"{S}/triggers",
+        {**CRON, "args": {"n": [1, BIG]}},
+        {},
+        400,
+        "invalid_record",
+        "`$.args.n[1]`",
+    ),
+    (
+        "PUT",
+        f"{S}/state/{{tid}}/cursor",
+        {"value": {"n": BIG}},
+        {},
+        400,
+        "invalid_body",
+        "`$.value.n`",
+    ),
+    ("GET", f"{S}/changes?since={BIG}", None, {}, 400, "invalid_query", "since"),
+    ("GET", f"{S}/changes?since={'9' * 5000}", None, {}, 400, "invalid_query", "since"),
+    ("GET", f"{S}/changes?limit={'9' * 5000}", None, {}, 400, "invalid_query", "limit"),
+    ("GET", f"{S}/runs?limit={BIG}", None, {}, 400, "invalid_query", "limit"),
+    (
+        "PATCH",
+        f"{S}/triggers/{{tid}}",
+        {"name": "x"},
+        {"If-Match": str(BIG)},
+        400,
+        "invalid_header",
+        "If-Match",
+    ),
+    (
+        "DELETE",
+        f"{S}/triggers/{{tid}}",
+        None,
+        {"If-Match": "9" * 5000},
+        400,
+        "invalid_header",
+        "If-Match",
+    ),
+    (
+        "GET",
+        f"{S}/changes",
+        None,
+        {"Accept": "text/event-stream", "Last-Event-ID": str(BIG)},
+        400,
+        "invalid_header",
+        "Last-Event-ID",
+    ),
+    (
+        "PUT",
+        f"{S}/programs/p@v{BIG}",
+        {"source": "def main(a): pass"},
+        {},
+        400,
+        "invalid_program_ref",
+        "version",
+    ),
+    ("GET", f"{S}/programs/p@v{'9' * 5000}", None, {}, 400, "invalid_program_ref", "version"),
+    # JSON nested deeper than 64 levels, however deep
+    (
+        "POST",
+        f"{S}/triggers",
+        {**CRON, "args": {"deep": DEEP_65}},
+        {},
+        400,
+        "invalid_record",
+        "nested deeper than 64",
+    ),
+    (
+        "POST",
+        f"{S}/triggers",
+        b"[" * 100_000 + b"]" * 100_000,
+        {},
+        400,
+        "invalid_record",
+        "nested deeper than 64",
+    ),
+    (
+        "POST",
+        f"{S}/runs",
+        b'{"a":' * 5000 + b"1" + b"}" * 5000,
+        {},
+        400,
+        "invalid_run",
+        "nested deeper than 64",
+    ),
     ("DELETE", f"{S}/election", None, {}, 405, "method_not_allowed", ""),
 ]
 
