@@ -72,7 +72,7 @@ def _row(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, str] | N
 def _parse(text: str) -> Record | None:
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a body written past the API: read, never raised
         return None
     return obj if isinstance(obj, dict) else None
 

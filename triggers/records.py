@@ -8,6 +8,12 @@ Owns the wire shape of a record (SPEC "Trigger records"). Two readers exist:
 - `validate_input` reads *user input* (CLI, HTTP) strictly: unknown fields and bad
   values are refused with msgspec's path, e.g. ``at `$.spec.expr` ``.
 
+Both hold a record to the bounds the runtime computes within (SPEC "Bad input"):
+`graceSeconds` 0 … 7 days, `once.at` within years 1970 … 9999 in UTC, integers in
+`args` within 64 bits and floats finite, a cron expression that matches at least
+once in 28 years. A stored record beyond them is `Salvaged` (and so stamped by the
+health pass), never armed.
+
 Pure: no I/O beyond reading the zone database, no clock reads.
 """
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import math
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, NewType
@@ -22,6 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 from croniter import croniter
+from croniter.croniter import CroniterBadDateError
 
 TriggerId = NewType("TriggerId", str)
 PeerId = NewType("PeerId", str)
@@ -30,6 +38,12 @@ FireKey = NewType("FireKey", str)
 KINDS = ("cron", "once", "event")
 CHAT_DATASET = "chat_messages"
 ONCE_GRACE_DEFAULT = 3600.0
+MAX_GRACE_SECONDS = 7 * 24 * 3600.0
+AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+AT_MAX = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+CRON_HORIZON_YEARS = 28
+"""A cron expression must match within this many years (every calendar repeats in 28)."""
 RESERVED_CHAT_WATCH = TriggerId("chat-watch")
 CHAT_WATCH_PROGRAM = "internal:chat-watch"  # its fires go to the conversation watcher
 PROGRAM_REF = re.compile(r"[a-z0-9][a-z0-9_-]*@v[1-9][0-9]{0,17}|internal:[a-z0-9][a-z0-9_-]*")
@@ -77,6 +91,29 @@ def cron_fields(expr: str) -> tuple[str, ...]:
     return tuple(fields)
 
 
+def check_cron(expr: str) -> None:
+    """A record's cron expression: valid (`cron_fields`) and matching within 28 years."""
+    cron_fields(expr)
+    if not _ever_matches(expr):
+        raise ValueError(
+            f"cron expression {expr!r} never matches within {CRON_HORIZON_YEARS} years"
+        )
+
+
+def _ever_matches(expr: str) -> bool:
+    """Whether `expr` names a date that exists (not `0 0 30 2 *`); calendars repeat in 28 years."""
+    try:
+        croniter(
+            expr,
+            datetime(2000, 1, 1),
+            second_at_beginning=True,
+            max_years_between_matches=CRON_HORIZON_YEARS,
+        ).get_next(datetime)
+    except CroniterBadDateError:
+        return False
+    return True
+
+
 def zone(name: str) -> ZoneInfo:
     """The zone named `name`; ValueError if there is none."""
     try:
@@ -85,12 +122,29 @@ def zone(name: str) -> ZoneInfo:
         raise ValueError(f"unknown time zone {name!r}") from None
 
 
+def check_args(args: dict[str, Any]) -> None:
+    """Refuse integers beyond 64 bits and floats that are not finite anywhere in `args`.
+
+    Iterative: stored args may nest deeper than the stack. The message names the path."""
+    stack: list[tuple[Any, str]] = [(args, "$.args")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((v, f"{path}.{k}") for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(node))
+        elif type(node) is int and not INT64_MIN <= node <= INT64_MAX:
+            raise ValueError(f"args: integer beyond 64 bits - at `{path}`")
+        elif type(node) is float and not math.isfinite(node):
+            raise ValueError(f"args: number {node} is not finite - at `{path}`")
+
+
 def check_program_ref(ref: str) -> None:
     if not PROGRAM_REF.fullmatch(ref):
         raise ValueError(f"program {ref!r} is not `name@vN` or `internal:<name>`")
 
 
-_CHECKS = {CronExpr: cron_fields, TimeZoneName: zone, ProgramRef: check_program_ref}
+_CHECKS = {CronExpr: check_cron, TimeZoneName: zone, ProgramRef: check_program_ref}
 
 
 def _dec_hook(typ: type, obj: Any) -> Any:
@@ -118,22 +172,40 @@ class Base(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     pass
 
 
+Grace = Annotated[float, msgspec.Meta(ge=0, le=MAX_GRACE_SECONDS)]
+UnixSeconds = Annotated[float, msgspec.Meta(ge=AT_MIN.timestamp(), le=AT_MAX.timestamp())]
+
+
 class CronSpec(Base, kw_only=True):
     expr: CronExpr
-    tz: TimeZoneName = TimeZoneName("UTC")
+    tz: TimeZoneName = "UTC"  # type: ignore[assignment]  # a plain str: JSON schema can show it
     catchup: Catchup = Catchup.NONE
-    grace_seconds: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    grace_seconds: Grace | None = None
 
 
 class OnceSpec(Base, kw_only=True):
-    at: Annotated[datetime, msgspec.Meta(tz=True)] | float
-    grace_seconds: Annotated[float, msgspec.Meta(ge=0)] = ONCE_GRACE_DEFAULT
+    at: Annotated[datetime, msgspec.Meta(tz=True)] | UnixSeconds
+    grace_seconds: Grace = ONCE_GRACE_DEFAULT
+
+    def __post_init__(self) -> None:
+        if isinstance(self.at, datetime) and not _within_calendar(self.at):
+            raise ValueError(
+                f"`at` {self.at.isoformat()} is not within years 1970 … 9999 once in UTC"
+            )
 
     @property
     def at_utc(self) -> datetime:
         if isinstance(self.at, datetime):
             return self.at.astimezone(UTC)
         return datetime.fromtimestamp(self.at, UTC)
+
+
+def _within_calendar(at: datetime) -> bool:
+    """Whether `at` lies in 1970 … 9999 in UTC (its offset may push it off the calendar)."""
+    try:
+        return AT_MIN <= at.astimezone(UTC) <= AT_MAX
+    except OverflowError:
+        return False
 
 
 class EventSpec(Base, kw_only=True):
@@ -158,6 +230,9 @@ class _Fields(Base, kw_only=True, tag_field="kind"):
     owner: str = ""
     enabled: bool = True
     limits: Limits = Limits()
+
+    def __post_init__(self) -> None:
+        check_args(self.args)
 
     @property
     def kind(self) -> str:
@@ -273,6 +348,8 @@ def load(raw: bytes | dict[str, Any]) -> Loaded:
         return _salvage(raw, str(exc))
     except msgspec.DecodeError as exc:
         return _salvage(raw, f"not JSON: {exc}")
+    except (RecursionError, ValueError, TypeError, OverflowError) as exc:  # hand-written bodies
+        return _salvage(raw, f"{type(exc).__name__}: {exc}")
 
 
 def load_all(raws: list[bytes] | list[dict[str, Any]]) -> list[Loaded]:
@@ -285,7 +362,7 @@ def _salvage(raw: bytes | dict[str, Any], error: str) -> Salvaged:
     if not isinstance(raw, dict):
         try:
             obj = msgspec.json.decode(raw)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             obj = {}
     if not isinstance(obj, dict):
         obj = {"value": obj}
@@ -307,6 +384,8 @@ def validate_input(raw: bytes | dict[str, Any]) -> TriggerInput:
         return _input_json.decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidRecord(str(exc)) from None
+    except RecursionError:
+        raise InvalidRecord("record nested too deep") from None
 
 
 def to_json(obj: msgspec.Struct) -> bytes:

@@ -121,6 +121,7 @@ def test_no_fire_past_the_last_representable_year():
 
 
 def test_an_expression_that_never_matches_has_no_fire():
+    """Records refuse it (test_record_bounds.py); the math still answers a hand-built spec."""
     s = spec("0 0 30 2 *")
     assert next_fire(s, utc(2026, 1, 1)) is None
     assert latest_at_or_before(s, utc(2026, 1, 1)) is None
