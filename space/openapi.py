@@ -17,6 +17,7 @@ from aiohttp import web
 from space.appstate import ROUTE_DOCS, RouteDoc
 from space.auth import roles_for
 from space.http import add_route, answer
+from triggers import records
 
 REF = "#/components/schemas/{name}"
 _PARAM = re.compile(r"\{([^}]+)\}")
@@ -27,9 +28,25 @@ ERROR_SCHEMA = {
 }
 
 
+_MARKERS = {
+    records.CronExpr: {"type": "string", "description": "croniter syntax, 5 fields or 6"},
+    records.TimeZoneName: {"type": "string", "description": "an IANA time zone name"},
+    records.ProgramRef: {"type": "string", "pattern": f"^({records.PROGRAM_REF.pattern})$"},
+}
+
+
+def _schema_hook(typ: type) -> dict[str, Any]:
+    """The checked string types of trigger records (`triggers.records`) as plain strings."""
+    if typ in _MARKERS:
+        return _MARKERS[typ]
+    raise NotImplementedError(typ)
+
+
 def _schemas(docs: list[RouteDoc]) -> tuple[dict[Any, Any], dict[str, Any]]:
     types = list({id(t): t for d in docs for t in (d.body, d.answer) if t is not None}.values())
-    schemas, components = msgspec.json.schema_components(types, ref_template=REF)
+    schemas, components = msgspec.json.schema_components(
+        types, ref_template=REF, schema_hook=_schema_hook
+    )
     return {id(t): s for t, s in zip(types, schemas, strict=True)}, components
 
 

@@ -7,7 +7,7 @@ this module must not write SQL.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from aiohttp import web
@@ -18,6 +18,7 @@ from space.clock import Aware, iso
 from space.db import DB
 from space.http import ApiError, add_route, answer, decode, int64, now_of, raw_body
 from space.spaces import require_space
+from triggers import records
 
 
 class Stamps(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -29,6 +30,22 @@ class Stamps(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     nextFireAt: Aware | msgspec.UnsetType | None = msgspec.UNSET
     breaker: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
     rollup: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
+
+
+class TriggerPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`PATCH …/triggers/{id}` as documented: any user fields; the result must be a valid record.
+
+    For the OpenAPI document only; the store checks the merged record (`records.validate_input`).
+    """
+
+    name: str | msgspec.UnsetType = msgspec.UNSET
+    kind: Literal["cron", "once", "event"] | msgspec.UnsetType = msgspec.UNSET
+    spec: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET  # as the kind says
+    program: records.ProgramRef | msgspec.UnsetType = msgspec.UNSET
+    args: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    owner: str | msgspec.UnsetType = msgspec.UNSET
+    enabled: bool | msgspec.UnsetType = msgspec.UNSET
+    limits: records.LimitsInput | msgspec.UnsetType = msgspec.UNSET
 
 
 class RecordList(msgspec.Struct, frozen=True, kw_only=True):
@@ -143,7 +160,7 @@ def setup(app: web.Application) -> None:
         base,
         create_trigger,
         "Create a record; the server mints `id`",
-        body=dict[str, Any],
+        body=records.TriggerInput,
     )
     add_route(app, "GET", base + "/{id}", get_trigger, "One record")
     add_route(
@@ -152,7 +169,7 @@ def setup(app: web.Application) -> None:
         base + "/{id}",
         put_trigger,
         "Create-if-absent a record with a reserved id (`chat-watch`)",
-        body=dict[str, Any],
+        body=records.TriggerInput,
     )
     add_route(
         app,
@@ -160,7 +177,7 @@ def setup(app: web.Application) -> None:
         base + "/{id}",
         patch_trigger,
         "Partial update of user fields; `If-Match: <rev>` compare-and-set",
-        body=dict[str, Any],
+        body=TriggerPatch,
     )
     add_route(app, "DELETE", base + "/{id}", delete_trigger, "Delete a record (its id stays used)")
     add_route(

@@ -297,37 +297,37 @@ Loaded = CronTrigger | OnceTrigger | EventTrigger | Salvaged
 
 
 # Strict twins for user input: unknown fields refused, `program` checked.
-class _StrictCronSpec(CronSpec, kw_only=True, forbid_unknown_fields=True):
+class CronSpecInput(CronSpec, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
-class _StrictOnceSpec(OnceSpec, kw_only=True, forbid_unknown_fields=True):
+class OnceSpecInput(OnceSpec, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
-class _StrictEventSpec(EventSpec, kw_only=True, forbid_unknown_fields=True):
+class EventSpecInput(EventSpec, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
-class _StrictLimits(Limits, kw_only=True, forbid_unknown_fields=True):
+class LimitsInput(Limits, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
 class _Input(_Fields, kw_only=True, forbid_unknown_fields=True):
     program: ProgramRef
-    limits: _StrictLimits = _StrictLimits()
+    limits: LimitsInput = LimitsInput()
 
 
 class CronInput(_Input, kw_only=True, tag="cron"):
-    spec: _StrictCronSpec
+    spec: CronSpecInput
 
 
 class OnceInput(_Input, kw_only=True, tag="once"):
-    spec: _StrictOnceSpec
+    spec: OnceSpecInput
 
 
 class EventInput(_Input, kw_only=True, tag="event"):
-    spec: _StrictEventSpec
+    spec: EventSpecInput
 
 
 TriggerInput = CronInput | OnceInput | EventInput

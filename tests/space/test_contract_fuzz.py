@@ -1,0 +1,143 @@
+"""A contract fuzz of the space API from its own `/v1/openapi.json` (schemathesis): no 5xx, ever.
+
+The server runs for real (SpaceRunner on 127.0.0.1, a SQLite file) in a thread of its
+own, since schemathesis calls it synchronously. Every operation but the two SSE
+streams (their answers never end; their hostile headers are in test_hostile.py) is
+fed schema-valid and schema-violating requests: `EXAMPLES` of each per operation.
+Path parameters point at a real space, and half the time at a real record and chat,
+so requests get past the 404s into the handlers. Every answer must be < 500 and
+every refusal the JSON error body. The counts are printed for docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import schemathesis
+from aiohttp import web
+from hypothesis import HealthCheck, Phase, given, settings
+from schemathesis.generation import GenerationMode
+
+from space.app import create_app, default_admin_token_file
+from space.runner import SpaceRunner
+
+EXAMPLES = int(os.environ.get("BATON_FUZZ_EXAMPLES", "12"))  # per operation and mode: ≈ 860 requests
+SPACE = "home"
+STREAMS = r".*/stream$"
+
+
+class Served:
+    """The space app served from a thread with its own event loop."""
+
+    def __init__(self, db: Path) -> None:
+        self.db, self.port = db, 0
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True)
+
+    async def _serve(self) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        runner = SpaceRunner(create_app(self.db))
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        self.port = runner.addresses[0][1]
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            await runner.cleanup()
+
+    def __enter__(self) -> Served:
+        self._thread.start()
+        assert self._ready.wait(30), "the space server did not start"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._loop is not None and self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], dict[str, str]]]:
+    """The base URL, the admin's headers and the ids requests should sometimes hit."""
+    db = tmp_path / "space.db"
+    with Served(db) as server:
+        url = f"http://127.0.0.1:{server.port}"
+        token = default_admin_token_file(db).read_text().strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        space = requests.post(f"{url}/v1/spaces", json={"id": SPACE}, headers=headers, timeout=10)
+        trigger = requests.post(
+            f"{url}/v1/spaces/{SPACE}/triggers",
+            json={"kind": "cron", "program": "p@v1", "spec": {"expr": "* * * * *"}},
+            headers=headers,
+            timeout=10,
+        )
+        assert space.status_code == 201 and trigger.status_code == 201
+        real = {
+            "id": trigger.json()["id"],
+            "triggerId": trigger.json()["id"],
+            "objectId": space.json()["generalChat"],
+            "ref": "p@v1",
+        }
+        yield url, headers, real
+
+
+def aim(case: Any, real: dict[str, str]) -> None:
+    """Point the space at the real one, and half the other path parameters at real ids."""
+    params = case.path_parameters or {}
+    if "space" in params:
+        params["space"] = SPACE
+    for name, value in list(params.items()):
+        if name in real and zlib.crc32(str(value).encode()) % 2:
+            params[name] = real[name]
+
+
+def test_no_request_gets_a_5xx(
+    served: tuple[str, dict[str, str], dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, headers, real = served
+    schema = schemathesis.openapi.from_url(f"{url}/v1/openapi.json", headers=headers)
+    schema = schema.exclude(path_regex=STREAMS)
+    session = requests.Session()
+    sent, failures, refusals = 0, [], 0
+    operations = [result.ok() for result in schema.get_all_operations()]
+    for operation in operations:
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+            @settings(
+                max_examples=EXAMPLES,
+                deadline=None,
+                database=None,
+                derandomize=True,
+                phases=[Phase.generate],
+                suppress_health_check=list(HealthCheck),
+            )
+            @given(case=operation.as_strategy(generation_mode=mode))
+            def probe(case: Any) -> None:
+                nonlocal sent, refusals
+                aim(case, real)
+                response = case.call(base_url=url, session=session, headers=headers, timeout=10)
+                sent += 1
+                if response.status_code >= 500:
+                    failures.append((case.method, case.formatted_path, response.text[:300]))
+                elif response.status_code >= 400:
+                    refusals += 1
+                    body = response.json()
+                    assert set(body) >= {"error", "detail"}, body
+
+            probe()
+    with capsys.disabled():
+        print(f"\ncontract fuzz: {len(operations)} operations, {sent} requests, "
+              f"{refusals} refused (4xx), {len(failures)} answers >= 500")  # fmt: skip
+    assert sent >= len(operations) * 2
+    assert failures == []
