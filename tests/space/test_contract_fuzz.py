@@ -29,7 +29,7 @@ from schemathesis.generation import GenerationMode
 from space.app import create_app, default_admin_token_file
 from space.runner import SpaceRunner
 
-EXAMPLES = int(os.environ.get("BATON_FUZZ_EXAMPLES", "12"))  # per operation and mode: ≈ 860 requests
+EXAMPLES = int(os.environ.get("BATON_FUZZ_EXAMPLES", "12"))  # per operation and mode
 SPACE = "home"
 STREAMS = r".*/stream$"
 
