@@ -181,14 +181,16 @@ def stamp(
 ) -> tuple[Record, bool]:
     """Write runtime stamps only: the record and whether it was written.
 
-    Unchanged stamps write nothing (no rev bump, no change).
+    A stamp is a change on the feed but never bumps `rev` nor `updatedAt`: those say
+    when a person or a program last wrote the record, so `If-Match` with the rev a user
+    last read holds whatever the runtime stamped since. Unchanged stamps write nothing.
     """
     with transaction(db):
         rev, record = current(db, space, tid)
         _check_rev(rev, if_match)
         if all(k in record and record[k] == v for k, v in stamps.items()):
             return record, False
-        record = {**record, **stamps, "rev": rev + 1, "updatedAt": now}
+        record = {**record, **stamps}
         _write(db, space, record, "stamp", now)
     return record, True
 
@@ -211,12 +213,31 @@ def delete(
 
 
 def flagged(tid: str, body: str) -> Record:
-    """A stored record for a listing: undecodable ones flagged (never written back)."""
+    """A stored record as read (one or listed): its defaults filled in (`enabled`, `limits`,
+    `owner` …) over its raw fields, so fields this build does not know survive; an
+    undecodable one as stored, flagged (never written back)."""
     loaded = records.load(body.encode())
     if not isinstance(loaded, records.Salvaged):
-        return json.loads(body)
+        return _with_defaults(records.to_builtins(loaded), json.loads(body))
     obj = _parse(body) or {"id": tid, "raw": body}
     return {**obj, "undecodable": True, "decodeError": loaded.error}
+
+
+def complete(record: Record) -> Record:
+    """A record as answered: its defaults filled in when it decodes, else as it is."""
+    loaded = records.load(record)
+    if isinstance(loaded, records.Salvaged):
+        return record
+    return _with_defaults(records.to_builtins(loaded), record)
+
+
+def _with_defaults(full: Record, raw: Record) -> Record:
+    """`raw` over the decoded record's fields, one level deep into `spec` and `limits`."""
+    merged = {**full, **raw}
+    for name in ("spec", "limits"):
+        if isinstance(full.get(name), dict) and isinstance(raw.get(name), dict):
+            merged[name] = {**full[name], **raw[name]}
+    return merged
 
 
 def listing(db: sqlite_utils.Database, space: str) -> list[Record]:

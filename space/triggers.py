@@ -69,7 +69,9 @@ async def object_body(request: web.Request, code: str = "invalid_record") -> dic
 
 
 def _one(record: dict[str, Any], status: int = 200) -> web.Response:
-    return answer(record, status=status, headers={"ETag": f'"{record.get("rev", 0)}"'})
+    """One record, its defaults filled in (`enabled`, `limits` …), its rev as the ETag."""
+    full = store.complete(record)
+    return answer(full, status=status, headers={"ETag": f'"{record.get("rev", 0)}"'})
 
 
 async def list_triggers(request: web.Request) -> web.Response:

@@ -47,7 +47,8 @@ async def test_patch_merges_user_fields_and_bumps_rev(api: Api, space_clock: Fak
     space_clock.advance(60)
     status, got = await api.patch(f"{T}/{record['id']}", {"name": "renamed"})
     assert status == 200
-    assert got["name"] == "renamed" and got["args"] == {"a": 1} and got["spec"] == CRON["spec"]
+    assert got["name"] == "renamed" and got["args"] == {"a": 1}
+    assert got["spec"] == {**CRON["spec"], "tz": "UTC", "catchup": "none", "graceSeconds": None}
     assert got["rev"] == 2 and got["updatedAt"] == "2026-12-01T09:01:00.000Z"
     assert got["createdAt"] == record["createdAt"]
 
@@ -77,10 +78,13 @@ async def test_status_writes_stamps_only(api: Api) -> None:
     path = f"{T}/{record['id']}"
     stamps = {"lastStatus": "ok", "nextFireAt": "2026-12-01T09:05:00Z", "breaker": {"open": False}}
     status, got = await api.post(f"{path}/status", stamps)
-    assert status == 200 and got["rev"] == 2 and got["name"] == "keep"
+    assert status == 200 and got["rev"] == 1 and got["name"] == "keep"  # stamps keep the rev
+    assert got["updatedAt"] == record["updatedAt"]
     assert got["lastStatus"] == "ok" and got["breaker"] == {"open": False}
     status, again = await api.post(f"{path}/status", stamps)  # unchanged: nothing written
-    assert status == 200 and again["rev"] == 2
+    assert status == 200 and again["rev"] == 1
+    status, patched = await api.patch(path, {"name": "k2"}, headers={"If-Match": "1"})
+    assert status == 200 and patched["rev"] == 2  # the rev the user read still matches
     status, body = await api.post(f"{path}/status", {"name": "x"})
     assert status == 400 and body["error"] == "invalid_status"
 
@@ -104,7 +108,7 @@ async def test_unchanged_stamps_wake_no_change_stream(api: Api) -> None:
     assert (await api.post(path, {"lastStatus": "ok"}))[0] == 200
     assert wakes.count == 1
     status, again = await api.post(path, {"lastStatus": "ok"})
-    assert status == 200 and again["rev"] == 2
+    assert status == 200 and again["rev"] == 1
     assert wakes.count == 1
 
 
@@ -171,7 +175,7 @@ async def test_change_feed_pages_every_write_in_order(api: Api) -> None:
     status, rest = await api.get(f"/spaces/{SPACE}/changes?since={page['next']}")
     changes = page["changes"] + rest["changes"]
     assert [c["op"] for c in changes] == ["create", "update", "stamp", "delete"]
-    assert [c["rev"] for c in changes] == [1, 2, 3, 4]
+    assert [c["rev"] for c in changes] == [1, 2, 2, 3]  # a stamp keeps the rev
     seqs = [c["seq"] for c in changes]
     assert seqs == sorted(seqs) and len(set(seqs)) == 4
     assert changes[-1]["record"] is None and changes[1]["record"]["name"] == "b"
@@ -205,3 +209,16 @@ async def test_a_record_that_is_not_even_json_is_listed_and_never_rewritten(api:
     status, body = await api.post(f"{T}/trg_junk/status", {"lastStatus": "invalid_spec"})
     assert status == 409 and body["error"] == "undecodable_record"
     assert (await api.delete(f"{T}/trg_junk"))[0] == 200
+
+
+async def test_get_fills_in_defaults_and_keeps_unknown_fields(api: Api) -> None:
+    made = await api.create_trigger(spec={"expr": "*/5 * * * *"})
+    status, one = await api.get(f"{T}/{made['id']}")
+    assert status == 200
+    assert (one["enabled"], one["owner"], one["args"]) == (True, "", {})
+    assert one["limits"] == {"timeoutSeconds": 60.0, "memoryMB": 512, "overlap": None,
+                             "maxQueue": 100}  # fmt: skip
+    assert (one["spec"]["expr"], one["spec"]["tz"], one["spec"]["catchup"]) == (
+        "*/5 * * * *", "UTC", "none")  # fmt: skip
+    status, listed = await api.get(f"/spaces/{SPACE}/triggers")
+    assert [r for r in listed["triggers"] if r["id"] == made["id"]] == [one]
