@@ -7,8 +7,9 @@ Owns `Firing`, the `Dispatcher` of the daemon (SPEC "Who runs what", "Runs"):
                                         └─ stale_term → a `rejected` run
     internal:chat-watch → the ChatWatch (no run record: its turns are logged)
     admission (overlap policy) ── skip → `skipped` overlap; full queue → `rejected` queue_full
+    program (ProgramCache) ── not published → `skipped` unknown_program (the breaker
+                              never sees it, and the next fire after publishing runs)
     breaker ── open → `skipped` breaker_open
-    program (ProgramCache) ── unknown → `error` unknown_program
     run token → executor → run record → stamps
 
 Per trigger it keeps the admission slots, the fires waiting in its queue and its
@@ -260,9 +261,13 @@ class Firing:
             await self._withdrawn(request, term)
             return
         try:
+            program = await self._load(request.trigger.program)
+            if isinstance(program, tuple) and program[1] == outcomes.UNKNOWN_PROGRAM:
+                await self._not_run(request, term, RunStatus.skipped, outcomes.UNKNOWN_PROGRAM)
+                return
             admitted, slot.book = self._breaker_admit(slot.book)
             if admitted:
-                await self._run(request, term)
+                await self._run(request, term, program)
             else:
                 await self._not_run(request, term, RunStatus.skipped, outcomes.BREAKER_OPEN)
         finally:
@@ -281,19 +286,24 @@ class Firing:
             request, term = slot.waiting.popleft()
             self._spawn(self._run_admitted(request, term), request)
 
-    async def _run(self, request: FireRequest, term: int) -> None:
+    async def _run(
+        self, request: FireRequest, term: int, program: LoadedProgram | tuple[Outcome, str]
+    ) -> None:
         record = request.trigger
         fire = self._fire_of(request, term, new_run_id())
         log.info("fire %s@%s → %s", record.id, request.key, record.program)
-        outcome, reason = await self._execute(record, fire, request.event)
+        outcome, reason = await self._execute(record, fire, request.event, program)
         log.info("fire %s@%s ← %s %.0f ms%s", record.id, request.key, outcome.status.value,
                  outcome.duration_ms, f": {reason}" if reason else "")  # fmt: skip
         await self._finish(request, fire, outcome, reason, admitted=True)
 
     async def _execute(
-        self, record: Trigger, fire: Fire, event: dict[str, Any] | None
+        self,
+        record: Trigger,
+        fire: Fire,
+        event: dict[str, Any] | None,
+        program: LoadedProgram | tuple[Outcome, str],
     ) -> tuple[Outcome, str]:
-        program = await self._load(record.program)
         if not isinstance(program, LoadedProgram):
             return program
         token = await self._run_token(fire, record.limits.timeout_seconds)

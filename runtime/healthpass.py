@@ -6,17 +6,22 @@ space plus the runtime's own `internal:` refs, the active peer and the live
 devices from the Elector, the missing chats from the subscriptions, open
 breakers and last run statuses from the records' own stamps), asks
 `health.due` which stamps change, and writes only those through
-`trigger_status`. A stamp already sent for a record at the same `rev` is not
-sent again, so a feed that lags behind costs nothing. Passes run every
-`interval` seconds and soon after `kick()`.
+`trigger_status`. A stamp already sent while the record still shows the stamp it
+had then is not sent again, so a feed that lags behind costs nothing. Passes run every
+`interval` seconds and soon after `kick()`. A pass works on a snapshot of the
+records taken at its start, so records arriving meanwhile change nothing under it.
 
 It also keeps `nextFireAt` true: for the records this device stamps, the next
 fire the ticker has armed (`next_fires`), or none for a record it has not armed
-(paused, or run elsewhere), written only when it differs from the record's.
+(paused, or run elsewhere), written only when it differs from the record's. A
+stamped `nextFireAt` that came due with no run since is left standing until a
+run is stamped (the run's stamps carry the next one), so a fire that never ran
+shows as `overdue` instead of being papered over by the next slot.
 
 Must not judge a record itself (that is `triggers.health`), and must not die
 of a record or the space: a pass that cannot learn the programs stamps
-nothing; one record's failed write is logged and the pass goes on.
+nothing; one record's failed write, or a record that raises, is logged and
+the pass goes on.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from runtime.client import ApiError, SpaceClient
 from runtime.clock import Clock, iso, sleep_or_wake
 from runtime.election import Elector
 from triggers import health
-from triggers.records import CHAT_WATCH_PROGRAM, Loaded, PeerId, Salvaged, TriggerId
+from triggers.records import CHAT_WATCH_PROGRAM, Loaded, PeerId, Salvaged, Trigger, TriggerId
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +71,7 @@ class HealthPass:
         self._missing = missing_chats
         self._next_fires = next_fires
         self._interval, self._internal = interval, internal_programs
-        self._sent: dict[TriggerId, tuple[int, health.Stamp]] = {}
+        self._sent: dict[TriggerId, tuple[tuple[str, str], health.Stamp]] = {}
         self._wake = asyncio.Event()
         self.passes = 0
         self.stamped = 0
@@ -98,11 +103,11 @@ class HealthPass:
 
     async def run_pass(self) -> int:
         """One pass; how many stamps it wrote."""
-        current = self._records()
+        current = dict(self._records())  # a snapshot: the reconciler changes its dict meanwhile
         inputs = await self.inputs(current.values())
         written = 0
         for stamp in health.due(current.values(), self._peer, inputs):
-            written += await self._write(stamp, _rev(current.get(stamp.id)))
+            written += await self._write(stamp, _shown(current.get(stamp.id)))
         if self._next_fires is not None:
             written += await self._stamp_next_fires(current.values(), inputs)
         self.passes += 1
@@ -126,9 +131,9 @@ class HealthPass:
         listing = await self._client.programs(self._space)
         return frozenset(p["ref"] for p in listing["programs"]) | self._internal
 
-    async def _write(self, stamp: health.Stamp, rev: int) -> int:
-        if self._sent.get(stamp.id) == (rev, stamp):
-            return 0  # sent for this very version already; the feed has not caught up
+    async def _write(self, stamp: health.Stamp, shown: tuple[str, str]) -> int:
+        if self._sent.get(stamp.id) == (shown, stamp):
+            return 0  # sent while the record showed this already; the feed has not caught up
         body = {"lastStatus": stamp.status, "lastStatusDetail": stamp.detail}
         try:
             await self._client.trigger_status(self._space, stamp.id, body)
@@ -136,7 +141,7 @@ class HealthPass:
             if exc.status != 404:  # a record deleted meanwhile is nothing to report
                 log.warning("health %s: could not stamp %s: %s", stamp.id, stamp.status, exc)
             return 0
-        self._sent[stamp.id] = (rev, stamp)
+        self._sent[stamp.id] = (shown, stamp)
         log.info("health %s: %s %s", stamp.id, stamp.status or "cleared", stamp.detail)
         return 1
 
@@ -153,6 +158,8 @@ class HealthPass:
             want = armed.get(record.id)
             if _same_instant(record.next_fire_at, want):
                 continue
+            if want is not None and _awaits_run(record, inputs.now):
+                continue  # a fire due with no run yet: moving it on would hide an `overdue`
             body = {"nextFireAt": iso(want) if want else None}
             try:
                 await self._client.trigger_status(self._space, record.id, body)
@@ -184,11 +191,9 @@ def _peer_or_none(peer: str | None) -> PeerId | None:
     return PeerId(peer) if peer else None
 
 
-def _rev(record: Loaded | None) -> int:
-    if record is None:
-        return 0
-    rev = record.raw.get("rev") if isinstance(record, Salvaged) else record.rev
-    return rev if isinstance(rev, int) else 0
+def _shown(record: Loaded | None) -> tuple[str, str]:
+    """The stamp the record shows now (stamps keep `rev`, so the stamp itself is the version)."""
+    return ("", "") if record is None else health.current_stamp(record)
 
 
 def _open_breakers(records: Iterable[Loaded]) -> dict[TriggerId, datetime]:
@@ -196,7 +201,11 @@ def _open_breakers(records: Iterable[Loaded]) -> dict[TriggerId, datetime]:
     for record in records:
         if isinstance(record, Salvaged) or not record.breaker:
             continue
-        until = breaker.until(breaker.from_dict(record.breaker))
+        try:
+            until = breaker.until(breaker.from_dict(record.breaker))
+        except Exception as exc:  # a stamp written by hand: that record's breaker alone
+            log.warning("health %s: breaker stamp unreadable: %r", record.id, exc)
+            continue
         if until is not None:
             found[record.id] = until
     return found
@@ -207,10 +216,22 @@ def _last_statuses(records: Iterable[Loaded]) -> dict[TriggerId, str]:
     for record in records:
         if isinstance(record, Salvaged) or not record.rollup:
             continue
-        last = rollup.from_dict(record.rollup).last_status
+        try:
+            last = rollup.from_dict(record.rollup).last_status
+        except Exception as exc:
+            log.warning("health %s: rollup stamp unreadable: %r", record.id, exc)
+            continue
         if last:
             found[record.id] = last
     return found
+
+
+def _awaits_run(record: Trigger, now: datetime) -> bool:
+    """The stamped `nextFireAt` is due and no run came since: it stays until one does."""
+    due = record.next_fire_at
+    if due is None or due > now:
+        return False
+    return record.last_run_at is None or record.last_run_at < due
 
 
 def _same_instant(a: datetime | None, b: datetime | None) -> bool:

@@ -31,7 +31,7 @@ from programs.breaker import BreakerState
 from programs.outcome import Outcome, RunStatus
 from programs.rollup import Rollup
 from runtime.clock import iso
-from triggers.health import Reason, breaker_detail, done_detail
+from triggers.health import Reason, breaker_detail, done_detail, unknown_program_detail
 from triggers.records import Loaded, OnceTrigger, Salvaged, Trigger
 
 DETAIL_CHARS = 200
@@ -156,10 +156,14 @@ def stamps(
 def last_status(
     book: Book, record: Trigger, outcome: Outcome, *, reason: str, now: datetime
 ) -> tuple[str, str]:
-    """`lastStatus`/`lastStatusDetail`: `done` for a fired once, `breaker_open` while
-    the breaker is open (worded as the health pass words them), else the run's status."""
-    if isinstance(record, OnceTrigger):
+    """`lastStatus`/`lastStatusDetail`, worded as the health pass words them: `done` for a
+    once whose run succeeded (a failed one shows its failure), `unknown_program` for a
+    fire skipped because its program is not published, `breaker_open` while the breaker
+    is open, else the run's status."""
+    if isinstance(record, OnceTrigger) and outcome.status is RunStatus.ok:
         return Reason.DONE.value, done_detail(record.spec.at_utc)
+    if outcome.status is RunStatus.skipped and reason == UNKNOWN_PROGRAM:
+        return Reason.UNKNOWN_PROGRAM.value, unknown_program_detail(record.program)
     until = breaker.until(book.breaker)
     if until is not None and until > now:
         return Reason.BREAKER_OPEN.value, breaker_detail(until)

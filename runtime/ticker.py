@@ -17,8 +17,11 @@ devices.
   the lease over) also fires every slot in `(max(bridge_from, now - window), now]`.
 - `slept(now)`: after a suspend or a clock jump the cursors restart from `now`.
 
-Event triggers are not the ticker's (runtime.subscriptions). Must not claim, run
-or record fires (the Dispatcher does), and reads time only through the Clock.
+One entry's failure is its own: an entry whose arming or taking raises is
+logged with its id and dropped (`failed` keeps why, for `baton status`), and
+every other entry goes on. Event triggers are not the ticker's
+(runtime.subscriptions). Must not claim, run or record fires (the Dispatcher
+does), and reads time only through the Clock.
 """
 
 from __future__ import annotations
@@ -163,6 +166,7 @@ class Ticker:
         self._max_sleep = max_sleep
         self._window = timedelta(seconds=bridge_window)
         self._entries: dict[TriggerId, Entry] = {}
+        self.failed: dict[TriggerId, str] = {}  # entries dropped because they raised
         self._wake = asyncio.Event()
         self.dispatched = 0  # fires handed to the dispatcher so far
         self.last_wake: datetime | None = None
@@ -172,6 +176,7 @@ class Ticker:
         start = None if bridge_from is None else max(bridge_from, now - self._window)
         for tid in diff.remove:
             self._entries.pop(tid, None)
+            self.failed.pop(tid, None)
         for armed in diff.add:
             self._arm(armed, now, None, start)
         for armed in diff.rearm:
@@ -182,10 +187,20 @@ class Ticker:
 
     def _arm(self, armed: Armed, now: datetime, prev: Entry | None, start: datetime | None) -> None:
         record = armed.record
-        if isinstance(record, CronTrigger | OnceTrigger):
-            self._entries[record.id] = arm(record, now, prev, start)
-        else:
+        self.failed.pop(record.id, None)
+        if not isinstance(record, CronTrigger | OnceTrigger):
             self._entries.pop(record.id, None)  # a kind change to `event`
+            return
+        try:
+            self._entries[record.id] = arm(record, now, prev, start)
+        except Exception as exc:
+            self._drop(record.id, "arm", exc)
+
+    def _drop(self, tid: TriggerId, what: str, exc: Exception) -> None:
+        """One entry raised: log it, forget it; the others are untouched."""
+        self._entries.pop(tid, None)
+        self.failed[tid] = f"{what}: {type(exc).__name__}: {exc}"
+        log.error("ticker: trigger %s dropped, %s", tid, self.failed[tid])
 
     def _refresh(self, armed: Armed) -> None:
         entry = self._entries.get(armed.record.id)
@@ -194,8 +209,11 @@ class Ticker:
 
     def slept(self, now: datetime) -> None:
         """The machine slept or the wall clock jumped: restart every cursor from `now`."""
-        for entry in self._entries.values():
-            restart(entry, now)
+        for tid, entry in list(self._entries.items()):
+            try:
+                restart(entry, now)
+            except Exception as exc:
+                self._drop(tid, "restart", exc)
         self._wake.set()
 
     def next_fires(self) -> dict[TriggerId, datetime]:
@@ -226,7 +244,12 @@ class Ticker:
         due = [e for e in self._entries.values() if e.next_at is not None and e.next_at <= now]
         count = 0
         for entry in due:  # a snapshot: `apply` may change the entries while this yields
-            for key, at, catchup in take(entry, now):
+            try:
+                fires = take(entry, now)
+            except Exception as exc:
+                self._drop(entry.record.id, "take", exc)
+                continue
+            for key, at, catchup in fires:
                 count += 1
                 request = FireRequest(trigger=entry.record, key=key, due_at=at, catchup=catchup)
                 await self._dispatch(request)
@@ -259,6 +282,7 @@ class Ticker:
             "cron": sum(isinstance(e.record, CronTrigger) for e in self._entries.values()),
             "once": sum(isinstance(e.record, OnceTrigger) for e in self._entries.values()),
             "dispatched": self.dispatched,
+            "failed": dict(self.failed),
             "lastWake": self.last_wake.isoformat() if self.last_wake else None,
             "next": {"trigger": first[0], "at": first[1].isoformat()} if first else None,
         }

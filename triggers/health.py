@@ -12,8 +12,9 @@ The first rule that applies wins:
 2. `unsupported_source` (event dataset other than `chat_messages`), then
    `source_not_found` (event chat among `missing_chats`, or none given);
 3. `unknown_program` (not among `HealthInputs.programs`);
-4. `done` (a once whose current `at` fired: its `lastRunAt` is at or after
-   `at`), `missed` (a once past `at + graceSeconds` that never fired);
+4. `done` (a once whose current `at` fired and whose run succeeded: its
+   `lastRunAt` is at or after `at`; a failed run leaves the run's own stamp),
+   `missed` (a once past `at + graceSeconds` that never fired);
 5. a paused record is healthy from here on: nothing is expected of it;
 6. `owner_offline` (pinned to a peer not in `live`);
 7. `breaker_open` (detail: until when, UTC);
@@ -158,11 +159,15 @@ def _source(record: Trigger, inputs: HealthInputs) -> Verdict | None:
     return None
 
 
+def unknown_program_detail(ref: str) -> str:
+    """The detail of an unpublished program; the fire pipeline stamps the very same words."""
+    return f"program {ref!r} is not published" if ref else "no program"
+
+
 def _program(record: Trigger, inputs: HealthInputs) -> Verdict | None:
     if record.program in inputs.programs:
         return None
-    detail = f"program {record.program!r} is not published" if record.program else "no program"
-    return Verdict(reason=Reason.UNKNOWN_PROGRAM, detail=detail)
+    return Verdict(reason=Reason.UNKNOWN_PROGRAM, detail=unknown_program_detail(record.program))
 
 
 def _once(record: Trigger, inputs: HealthInputs) -> Verdict | None:
@@ -170,9 +175,11 @@ def _once(record: Trigger, inputs: HealthInputs) -> Verdict | None:
         return None
     at = record.spec.at_utc
     if record.last_run_at is not None and record.last_run_at >= at:  # its fire ran for this `at`
+        if inputs.last_run_status.get(record.id, "ok") != "ok":
+            return None  # its one run failed: the run's own stamp shows that, not `done`
         return Verdict(reason=Reason.DONE, detail=done_detail(at))
     grace = timedelta(seconds=record.spec.grace_seconds)
-    if inputs.now > at + grace:
+    if inputs.now - at > grace:  # not `at + grace`: an `at` near 9999 would overflow
         detail = f"{utc(at)} passed its {record.spec.grace_seconds:g} s grace unfired"
         return Verdict(reason=Reason.MISSED, detail=detail)
     return None
@@ -247,12 +254,22 @@ def stamp_for(record: Loaded, verdict: Verdict, inputs: HealthInputs) -> Stamp:
 
 
 def due(records: Iterable[Loaded], me: PeerId, inputs: HealthInputs) -> list[Stamp]:
-    """The stamps `me` writes this pass: records it stamps whose stamp changes."""
+    """The stamps `me` writes this pass: records it stamps whose stamp changes.
+
+    A record whose verdict raises is stamped `invalid_record` with the error: one
+    record never stops the pass."""
     stamps = []
     for record in records:
         if not record.id or not stamper(record, me, inputs.active_peer, inputs.live):
             continue
-        found = verdict(record, inputs)
+        found = safe_verdict(record, inputs)
         if stamp_changed(record, found):
             stamps.append(stamp_for(record, found, inputs))
     return stamps
+
+
+def safe_verdict(record: Loaded, inputs: HealthInputs) -> Verdict:
+    try:
+        return verdict(record, inputs)
+    except Exception as exc:
+        return Verdict(reason=Reason.INVALID_RECORD, detail=f"{type(exc).__name__}: {exc}")

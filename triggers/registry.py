@@ -19,9 +19,13 @@ subscriptions from the `Diff`.
   next full reconcile knows it by its version. Pausing and resuming show as
   `remove` and `add`, since a disabled record is never armed.
 - A full `reconcile` takes every record in the space, each id once (the
-  space's key), and trusts the space's `(rev, updatedAt)` pair as the identity
-  of a write: the same pair is the same record and costs one comparison.
-  Records without a `rev` or an `updatedAt` are compared by value.
+  space's key), and trusts the space's `(rev, updatedAt)` pair, with the
+  record's `lastRunAt`, as the identity of a write: the same triple is the same
+  record and costs one comparison (stamps keep `rev`, so `lastRunAt` tells a
+  run another device stamped). Records without a `rev` or an `updatedAt` are
+  compared by value.
+- One record's failure is its own: a record whose sorting raises is returned
+  as `Skipped` (`failed`, with the error) and the others are sorted as usual.
 - `apply` returns a new `Registry` (a dict copy, about a millisecond per
   100,000 entries); batch feed changes through `reconcile_changes` to apply once.
 """
@@ -41,6 +45,7 @@ _args_json = msgspec.json.Encoder()
 class SkipReason(enum.StrEnum):
     UNKNOWN_KIND = "unknown_kind"
     UNDECODABLE = "undecodable"
+    FAILED = "failed"  # decoded, but sorting it raised: isolated, never armed
 
 
 class Skipped(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,6 +60,8 @@ class Skipped(msgspec.Struct, frozen=True, kw_only=True):
     def warning(self) -> str:
         if self.reason is SkipReason.UNKNOWN_KIND:
             return f"skipping trigger {self.id}: unknown kind {self.kind!r}"
+        if self.reason is SkipReason.FAILED:
+            return f"skipping trigger {self.id} (kind {self.kind!r}): cannot be armed: {self.error}"
         return f"skipping trigger {self.id} (kind {self.kind!r}): undecodable: {self.error}"
 
 
@@ -137,7 +144,12 @@ def arm(record: Trigger) -> Armed:
 def same_version(prev: Trigger, record: Trigger) -> bool:
     """The same write of the record: the space bumps `rev` and `updatedAt` on every write."""
     stamped = record.rev > 0 and record.updated_at is not None
-    return stamped and prev.rev == record.rev and prev.updated_at == record.updated_at
+    return (
+        stamped
+        and prev.rev == record.rev
+        and prev.updated_at == record.updated_at
+        and prev.last_run_at == record.last_run_at
+    )
 
 
 def change(old: Armed, record: Trigger) -> Change:
@@ -189,6 +201,22 @@ class _Collect:
         self.refresh: list[Armed] = []
 
     def visit(self, old: Armed | None, record: Loaded) -> None:
+        """Sort one record; if that raises, the record is skipped (and disarmed) alone."""
+        try:
+            self._visit(old, record)
+        except Exception as exc:
+            self.skipped.append(
+                Skipped(
+                    id=record.id,
+                    kind=record.kind,
+                    reason=SkipReason.FAILED,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            )
+            if old is not None:
+                self.remove.append(old.record.id)
+
+    def _visit(self, old: Armed | None, record: Loaded) -> None:
         if isinstance(record, Salvaged):
             self.skipped.append(skipped(record))
         if not responsible(record, self.me, self.active):
@@ -206,7 +234,11 @@ class _Collect:
         moved = _moved(old, record)
         if moved is not Change.NONE:
             (self.rearm if moved is Change.REARM else self.update).append(arm(record))
-        elif (prev.rev, prev.updated_at) != (record.rev, record.updated_at):
+        elif (prev.rev, prev.updated_at, prev.last_run_at) != (
+            record.rev,
+            record.updated_at,
+            record.last_run_at,
+        ):
             self.refresh.append(Armed(record=record, args_json=old.args_json))
 
     def diff(self) -> Diff:
@@ -231,7 +263,13 @@ def _kept(old: Armed, record: Loaded, active: bool) -> bool:
     if prev is record:
         return True
     at = record.updated_at
-    return at is not None and prev.updated_at == at and record.rev > 0 and prev.rev == record.rev
+    return (
+        at is not None
+        and prev.updated_at == at
+        and record.rev > 0
+        and prev.rev == record.rev
+        and prev.last_run_at == record.last_run_at
+    )
 
 
 def reconcile(registry: Registry, records: Iterable[Loaded], me: PeerId, active: bool) -> Diff:

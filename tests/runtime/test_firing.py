@@ -276,7 +276,7 @@ async def test_a_claim_under_a_stale_term_is_a_rejected_run(world: World, execut
         await firing.close()
     [run] = await world.runs(record)
     assert (run["status"], run["reason"], run["term"]) == ("rejected", "stale_term", 7)
-    assert "lastStatus" not in await world.stamped(record)  # not this device's to stamp
+    assert (await world.stamped(record))["lastStatus"] == ""  # not this device's to stamp
 
 
 async def test_a_floating_fire_is_dropped_while_this_device_may_not_fire(
@@ -293,14 +293,22 @@ async def test_a_floating_fire_is_dropped_while_this_device_may_not_fire(
     assert (await world.admin.fires(SPACE, trigger=record.id))["fires"] == []
 
 
-async def test_an_unknown_program_is_an_error_run(w: World):
+async def test_an_unpublished_program_skips_without_the_breaker_and_runs_once_published(
+    w: World,
+):
     record = await w.trigger("ghost@v1")
-    await w.fire(w.request(record, "k"))
-    [run] = await w.runs(record)
-    assert (run["status"], run["reason"]) == ("error", "unknown_program")
-    assert "ghost@v1" in run["error"]
+    for key in ("k1", "k2", "k3", "k4"):  # more than the breaker's 3 failures
+        await w.fire(w.request(record, key))
+    runs = await w.runs(record)
+    assert [(r["status"], r["reason"]) for r in runs] == [("skipped", "unknown_program")] * 4
     stamped = await w.stamped(record)
-    assert (stamped["lastStatus"], stamped["lastStatusDetail"]) == ("error", "unknown_program")
+    unpublished = ("unknown_program", "program 'ghost@v1' is not published")
+    assert (stamped["lastStatus"], stamped["lastStatusDetail"]) == unpublished  # as health says
+    assert not (stamped["breaker"] or {}).get("failures")  # the breaker never counted them
+    await w.publish("ghost@v1", OK)
+    await w.fire(w.request(record, "k5"))  # at once: no breaker wait
+    assert [r["status"] for r in await w.runs(record)][-1] == "ok"
+    assert (await w.stamped(record))["lastStatus"] == "ok"
 
 
 async def test_an_event_fire_passes_the_event_beside_the_args(w: World):

@@ -96,8 +96,12 @@ def failing(n: int) -> Book:
          "error", "unknown_program"),
         (CRON, failing(2), Outcome(status=RunStatus.error, error="x"), "",
          "breaker_open", "until 2026-12-01T09:05:01.290000+00:00"),
-        (ONCE, Book(), Outcome(status=RunStatus.error, error="x"), "",
+        (ONCE, Book(), Outcome(status=RunStatus.ok), "",
          "done", "fired for 2026-12-01T09:00:00+00:00"),
+        (ONCE, Book(), Outcome(status=RunStatus.error, error="x"), "",
+         "error", "x"),  # a once whose only run failed shows that failure
+        (CRON, Book(), outcomes.not_run(RunStatus.skipped, "unknown_program"), "unknown_program",
+         "unknown_program", "program 'triage@v1' is not published"),
     ],
 )  # fmt: skip
 def test_last_status_stamps(

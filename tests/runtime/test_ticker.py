@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
 
 from runtime.clock import FakeClock
@@ -378,3 +379,42 @@ async def test_a_change_applied_while_a_burst_is_dispatched_is_safe(clock):
     assert await ticker.tick() == 4  # taken in one wake: their slot had come
     await asyncio.gather(*spawner.tasks)
     assert ticker.next_fires() == {"trg_0": T0 + timedelta(days=1)}
+
+
+# --- one entry's failure is its own ------------------------------------------------------
+
+
+def odd_cron(id: str) -> Armed:
+    """A record that decoded by another rule (built by hand): its zone does not exist."""
+    from triggers.records import CronExpr, CronSpec, TimeZoneName
+
+    spec = CronSpec(expr=CronExpr("* * * * *"), tz=TimeZoneName("Mars/Base"))
+    return armed(CronTrigger(id=id, program="p@v1", spec=spec))  # type: ignore[arg-type]
+
+
+async def test_an_entry_that_cannot_be_armed_is_dropped_and_the_rest_fire(
+    ticker: Ticker, clock: FakeClock, rec: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    ticker.apply(Diff(add=(odd_cron("trg_odd"), cron(id="trg_canary"))), T0)
+    assert "trg_odd" in ticker.failed and "Mars/Base" in ticker.failed["trg_odd"]
+    assert set(ticker.next_fires()) == {"trg_canary"}
+    assert "trg_odd" in caplog.text
+    clock.advance(60)
+    assert await ticker.tick() == 1 and rec.keys == [key(T0 + 60 * S)]
+    ticker.apply(Diff(remove=("trg_odd",)), T0 + 60 * S)
+    assert ticker.failed == {}
+
+
+async def test_an_entry_whose_take_raises_is_dropped_and_the_rest_fire(
+    ticker: Ticker, clock: FakeClock, rec: Recorder
+) -> None:
+    ticker.apply(Diff(add=(cron(id="trg_a"), cron(id="trg_canary"))), T0)
+    good = cron(id="trg_a").record
+    bad_spec = msgspec.structs.replace(good.spec, tz="Mars/Base")  # type: ignore[union-attr]
+    ticker._entries["trg_a"].record = msgspec.structs.replace(good, spec=bad_spec)  # type: ignore[assignment]
+    clock.advance(60)
+    assert await ticker.tick() == 1
+    assert [f.trigger.id for f in rec.fires] == ["trg_canary"]
+    assert "take" in ticker.failed["trg_a"] and "trg_a" not in ticker.next_fires()
+    ticker.slept(T0 + 61 * S)  # the survivors restart; nothing raises
+    assert set(ticker.next_fires()) == {"trg_canary"}

@@ -252,3 +252,26 @@ def test_full_reconcile_takes_any_iterable_and_sums_itself_up():
     diff = reconcile(registry, (r for r in listing), ME, True)
     assert (diff.remove, len(diff.skipped)) == (("trg_d",), 1)
     assert diff.summary == "add 0, remove 1, rearm 0, update 0, skipped 1, refresh 0"
+
+
+def test_a_record_whose_sorting_raises_is_skipped_alone():
+    import msgspec
+
+    odd = msgspec.structs.replace(rec(id="trg_odd"), args={"x": object()})  # built past `load`
+    diff = reconcile(Registry(), [odd, rec(id="trg_ok")], ME, active=True)
+    assert ids(diff.add) == ["trg_ok"]
+    assert [(s.id, s.reason) for s in diff.skipped] == [("trg_odd", SkipReason.FAILED)]
+    assert "cannot be armed" in diff.skipped[0].warning
+    registry = armed_with(rec(id="trg_odd"), rec(id="trg_ok"))
+    changed = msgspec.structs.replace(odd, rev=4)
+    diff = reconcile_changes(registry, [changed], ME, active=True)
+    assert diff.remove == ("trg_odd",) and diff.skipped[0].reason is SkipReason.FAILED
+    assert set(apply(registry, diff)) == {"trg_ok"}
+
+
+def test_a_run_stamped_elsewhere_refreshes_the_armed_record_though_rev_stays():
+    registry = armed_with(rec())
+    ran = rec(lastRunAt="2026-12-01T09:00:00Z", rollup={"runs": 1})
+    diff = reconcile(registry, [ran], ME, active=True)
+    assert diff.empty and ids(diff.refresh) == ["trg_c"]
+    assert apply(registry, diff)["trg_c"].record.last_run_at is not None
