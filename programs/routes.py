@@ -69,7 +69,10 @@ ROUTES: dict[str, Route] = {
         Route(name="chats", method="GET", path=_S + "/chats"),
         Route(name="chat_send", method="POST", path=_CHAT + "/messages", body=True),
         Route(
-            name="chat_messages", method="GET", path=_CHAT + "/messages", query=("after", "limit")
+            name="chat_messages",
+            method="GET",
+            path=_CHAT + "/messages",
+            query=("after", "limit", "latest"),
         ),
         Route(name="chat_stream", method="GET", path=_CHAT + "/stream", stream=True),
         Route(name="program_put", method="PUT", path=_S + "/programs/{ref}", body=True),

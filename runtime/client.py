@@ -156,9 +156,17 @@ class SpaceClient:
         return await self.call("chat_send", body, space=space, objectId=object_id)
 
     async def chat_messages(
-        self, space: str, object_id: str, after: int | None = None, limit: int | None = None
+        self,
+        space: str,
+        object_id: str,
+        after: int | None = None,
+        limit: int | None = None,
+        *,
+        latest: bool = False,
     ) -> JSON:
-        params = {"space": space, "objectId": object_id, "after": after, "limit": limit}
+        """A history page, oldest first; `latest`: the newest `limit` messages."""
+        params = {"space": space, "objectId": object_id, "after": after, "limit": limit,
+                  "latest": 1 if latest else None}  # fmt: skip
         return await self.call("chat_messages", **params)
 
     def chat_stream(

@@ -42,6 +42,7 @@ log = logging.getLogger("baton.device")
 
 BRIDGE_SECONDS = 120.0
 CHAT_WATCH_NAME = "Chat responder"
+SEED_RETRY_MIN, SEED_RETRY_MAX = 1.0, 30.0
 
 
 class Device:
@@ -132,7 +133,8 @@ class Device:
     async def run(self) -> None:
         """Run every part until cancelled; then stop them, release the lease, close up."""
         await self.executor.start()
-        await self._seed_chat_watch()
+        if not await self._seed_chat_watch():
+            self._spawn(self._keep_seeding())  # e.g. the space does not exist yet
         parts = [
             self.elector.run(),
             self.reconciler.run(),
@@ -179,7 +181,7 @@ class Device:
             RESERVED_CHAT_WATCH in diff.remove
             and RESERVED_CHAT_WATCH not in self.reconciler.records
         ):
-            self._spawn(self._seed_chat_watch())  # deleted, not merely paused or moved away
+            self._spawn(self._keep_seeding())  # deleted, not merely paused or moved away
 
     def _on_election(self, active: bool) -> None:
         self.sleepwatch.check()  # a sleep the elector saw first must not open the bridge into it
@@ -202,8 +204,18 @@ class Device:
 
     # --- chat-watch and programs -----------------------------------------------------------
 
-    async def _seed_chat_watch(self) -> None:
-        """Create the reserved chat responder record if it is missing; never overwrite it."""
+    async def _keep_seeding(self) -> None:
+        """Retry the seed until it holds: a space that appears while the device runs gets
+        its chat responder without a restart."""
+        delay = SEED_RETRY_MIN
+        while not await self._seed_chat_watch():
+            await self.clock.sleep(delay)
+            delay = min(SEED_RETRY_MAX, delay * 2)
+
+    async def _seed_chat_watch(self) -> bool:
+        """Create the reserved chat responder record if it is missing; never overwrite it.
+
+        True when the record exists now (made here or before)."""
         try:
             space = await self.client.space_get(self.space)
             body = {
@@ -216,8 +228,11 @@ class Device:
             }
             await self.client.trigger_put(self.space, RESERVED_CHAT_WATCH, body)
         except ApiError as exc:
-            if exc.status != 409:
-                log.warning("chat-watch: could not seed the record: %s", exc)
+            if exc.status == 409:
+                return True
+            log.warning("chat-watch: could not seed the record: %s", exc)
+            return False
+        return True
 
     async def _fetch_program(self, ref: ProgramRef) -> str | None:
         try:
@@ -234,7 +249,8 @@ class Device:
         return await self.client.chat_send(space, object_id, {"text": text, "agent": agent})
 
     async def _chat_history(self, space: str, object_id: str, limit: int) -> list[dict[str, Any]]:
-        page = await self.client.chat_messages(space, object_id, limit=limit)
+        """The chat's most recent `limit` messages, oldest first (never its oldest ones)."""
+        page = await self.client.chat_messages(space, object_id, limit=limit, latest=True)
         return page["messages"]
 
     async def _record_turn(self, turn: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ Owns `Firing`, the `Dispatcher` of the daemon (SPEC "Who runs what", "Runs"):
     floating and not allowed now → dropped (logged)
     claim (triggerId, key, term, peer)  ── already_claimed / not_owner → nothing
                                         └─ stale_term → a `rejected` run
-    internal:chat-watch → the ChatWatch (no run record: its turns are logged)
+    chat-watch (by its reserved id) → the ChatWatch (no run record: its turns are logged)
     admission (overlap policy) ── skip → `skipped` overlap; full queue → `rejected` queue_full
     program (ProgramCache) ── not published → `skipped` unknown_program (the breaker
                               never sees it, and the next fire after publishing runs)
@@ -44,7 +44,7 @@ from runtime.client import ApiError, SpaceClient
 from runtime.clock import Clock
 from runtime.dispatch import FireRequest
 from runtime.outcomes import Book, Fire
-from triggers.records import CHAT_WATCH_PROGRAM, Overlap, Trigger, TriggerId
+from triggers.records import RESERVED_CHAT_WATCH, Overlap, Trigger, TriggerId
 from triggers.registry import Diff
 
 log = logging.getLogger("baton.firing")
@@ -171,7 +171,7 @@ class Firing:
         term = self._term()
         if not await self._claim(request, term):
             return
-        if record.program == CHAT_WATCH_PROGRAM:
+        if record.id == RESERVED_CHAT_WATCH:  # by its reserved id, whatever it says
             await self._offer(request)
             return
         self._admit(request, term)

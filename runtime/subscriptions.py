@@ -47,7 +47,7 @@ from runtime.subscribe import (
     Subscription,
     SubscriptionStatus,
 )
-from triggers.records import CHAT_DATASET, CHAT_WATCH_PROGRAM, EventTrigger, Trigger, TriggerId
+from triggers.records import CHAT_DATASET, RESERVED_CHAT_WATCH, EventTrigger, Trigger, TriggerId
 from triggers.registry import Diff
 from triggers.schedule import fire_key_event
 
@@ -126,7 +126,7 @@ def chat_of(record: Trigger) -> str | None:
 
 def wants(trigger: Trigger, message: ChatMessage) -> bool:
     """People's messages fire every trigger; the agent's only chat-watch."""
-    return message.agent is None or trigger.program == CHAT_WATCH_PROGRAM
+    return message.agent is None or trigger.id == RESERVED_CHAT_WATCH
 
 
 class Subscriptions:

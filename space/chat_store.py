@@ -154,6 +154,18 @@ def page(
     ).fetchall()
 
 
+def latest(
+    db: sqlite_utils.Database, object_id: str, after: int, limit: int
+) -> list[tuple[int, str]]:
+    """The newest `limit` messages with `seq > after`, oldest first, as `(seq, json)`."""
+    rows = db.execute(
+        "SELECT seq, body FROM chat_messages WHERE object_id = ? AND seq > ? "
+        "ORDER BY seq DESC LIMIT ?",
+        [object_id, after, limit],
+    ).fetchall()
+    return rows[::-1]
+
+
 def recent(
     db: sqlite_utils.Database, object_id: str, after: int, upto: int, since_ts: float, limit: int
 ) -> list[tuple[int, str]]:

@@ -21,11 +21,13 @@ import sqlite_utils
 from aiohttp import web
 
 from space import (
+    auth,
     chat_store,
     chat_stream,
     spaces,  # module import: `spaces` imports this module too
+    trigger_store,
 )
-from space.chat_store import ChatIn, Message, MessageIn, UnknownChat
+from space.chat_store import NAME_MAX, Agent, ChatIn, Message, MessageIn, UnknownChat
 from space.clock import epoch
 from space.db import DB
 from space.http import ApiError, add_route, answer, decode, int_query, now_of, raw_body
@@ -87,7 +89,8 @@ def setup(app: web.Application) -> None:
         "GET",
         f"{_CHAT}/messages",
         get_messages,
-        "History page: `?after=<seq>&limit=`, oldest first",
+        "History page: `?after=<seq>&limit=`, oldest first; `&latest=1`: the newest "
+        "`limit` (`more`: older ones exist)",
         answer=MessagePage,
     )
     add_route(
@@ -133,12 +136,27 @@ async def get_chats(request: web.Request) -> web.Response:
 
 async def post_message(request: web.Request) -> web.Response:
     space, object_id, _ = _chat_cursor(request)
-    msg = decode(await raw_body(request), MessageIn)
+    msg = _signed(request, decode(await raw_body(request), MessageIn))
     _check_text(msg, settings(request.app).text_limit)
     now = epoch(now_of(request))
     message, body = chat_store.add_message(request.app[DB], space, object_id, msg, now=now)
     request.app[TOPICS].publish(object_id, (message.seq, body.decode()))
     return web.Response(body=body, status=201, content_type="application/json")
+
+
+def _signed(request: web.Request, msg: MessageIn) -> MessageIn:
+    """A message sent with a run token is the agent's: `agent.name` defaults to the program's
+    ref, so a program posting into a chat its own event trigger watches never re-fires it."""
+    who = auth.principal(request)
+    if who.role is not auth.Role.RUN or msg.agent is not None:
+        return msg
+    name = str(who.trigger_id or "run")
+    try:
+        _, record = trigger_store.current(request.app[DB], str(who.space), name)
+        name = str(record.get("program") or name)
+    except ApiError:
+        pass  # the trigger was deleted meanwhile: its id still says who wrote
+    return msgspec.structs.replace(msg, agent=Agent(name=name[:NAME_MAX]))
 
 
 def _check_text(msg: MessageIn, limit: int) -> None:
@@ -153,8 +171,12 @@ async def get_messages(request: web.Request) -> web.Response:
     conf = settings(request.app)
     after = int_query(request, "after", 0, clamp=False)
     limit = int_query(request, "limit", conf.page_default, low=1, high=conf.page_max, clamp=False)
-    rows = chat_store.page(request.app[DB], object_id, after, limit + 1)
-    more, rows = len(rows) > limit, rows[:limit]
+    if request.query.get("latest", "") in ("1", "true"):  # the newest `limit`, oldest first
+        rows = chat_store.latest(request.app[DB], object_id, after, limit + 1)
+        more, rows = len(rows) > limit, rows[-limit:]
+    else:
+        rows = chat_store.page(request.app[DB], object_id, after, limit + 1)
+        more, rows = len(rows) > limit, rows[:limit]
     nxt = rows[-1][0] if rows else after
     messages = ",".join(body for _, body in rows)
     text = f'{{"messages":[{messages}],"next":{nxt},"more":{"true" if more else "false"}}}'

@@ -51,7 +51,9 @@ def _mint_id(db: sqlite_utils.Database, space: str) -> str:
             return tid
 
 
-def _check_user_input(body: Record) -> None:
+def _check_user_input(body: Record, tid: str = "") -> None:
+    """A valid record (`records.validate_input`), server and stamp fields refused, and the
+    reserved rules: chat-watch keeps its kind and program; `internal:` is for it alone."""
     for name in (*SERVER_FIELDS, *STAMP_FIELDS):
         if name in body:
             raise ApiError(
@@ -61,6 +63,24 @@ def _check_user_input(body: Record) -> None:
         records.validate_input(body)
     except records.InvalidRecord as exc:
         raise ApiError(400, "invalid_record", str(exc)) from None
+    _check_reserved(body, tid)
+
+
+_CHAT_WATCH_FIXED = {"kind": "event", "program": records.CHAT_WATCH_PROGRAM}
+
+
+def _check_reserved(body: Record, tid: str) -> None:
+    if tid == records.RESERVED_CHAT_WATCH:
+        for name, fixed in _CHAT_WATCH_FIXED.items():
+            if body.get(name) != fixed:
+                detail = f"chat-watch's `{name}` is {fixed!r} and cannot change - at `$.{name}`"
+                raise ApiError(400, "invalid_record", detail)
+    elif str(body.get("program", "")).startswith(records.INTERNAL_PREFIX):
+        detail = (
+            f"program {body['program']!r}: `internal:` programs are reserved for the "
+            "runtime's own records (chat-watch) - at `$.program`"
+        )
+        raise ApiError(400, "invalid_record", detail)
 
 
 def _row(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, str] | None:
@@ -142,7 +162,7 @@ def create_reserved(
             + ", ".join(sorted(RESERVED_IDS))
             + "; other ids are minted by POST",
         )
-    _check_user_input(body)
+    _check_user_input(body, tid)
     with transaction(db):
         row = _row(db, space, tid)
         if row is not None:
@@ -165,7 +185,7 @@ def patch(
         rev, record = current(db, space, tid)
         _check_rev(rev, if_match)
         user = {k: v for k, v in record.items() if k in records.USER_FIELDS}
-        _check_user_input({**user, **changes})
+        _check_user_input({**user, **changes}, tid)
         record = {**record, **changes, "id": tid, "rev": rev + 1, "updatedAt": now}
         _write(db, space, record, "update", now)
     return record

@@ -46,6 +46,7 @@ CRON_HORIZON_YEARS = 28
 """A cron expression must match within this many years (every calendar repeats in 28)."""
 RESERVED_CHAT_WATCH = TriggerId("chat-watch")
 CHAT_WATCH_PROGRAM = "internal:chat-watch"  # its fires go to the conversation watcher
+INTERNAL_PREFIX = "internal:"  # programs of the runtime's own records; no other record may use one
 PROGRAM_REF = re.compile(r"[a-z0-9][a-z0-9_-]*@v[1-9][0-9]{0,17}|internal:[a-z0-9][a-z0-9_-]*")
 
 
