@@ -138,7 +138,10 @@ class HealthPass:
         try:
             await self._client.trigger_status(self._space, stamp.id, body)
         except ApiError as exc:
-            if exc.status != 404:  # a record deleted meanwhile is nothing to report
+            if exc.code == "undecodable_record":  # not even JSON as stored: read-only, say once
+                self._sent[stamp.id] = (shown, stamp)
+                log.warning("health %s: %s, cannot be stamped: %s", stamp.id, stamp.status, exc)
+            elif exc.status != 404:  # a record deleted meanwhile is nothing to report
                 log.warning("health %s: could not stamp %s: %s", stamp.id, stamp.status, exc)
             return 0
         self._sent[stamp.id] = (shown, stamp)

@@ -24,7 +24,7 @@ from runtime.clock import FakeClock
 from runtime.dispatch import FireRequest
 from runtime.firing import Firing
 from space.app import create_app, default_admin_token_file
-from triggers.records import FireKey, Trigger, load
+from triggers.records import CHAT_WATCH_PROGRAM, RESERVED_CHAT_WATCH, FireKey, Trigger, load
 from triggers.registry import Diff
 
 SPACE = "home"
@@ -68,7 +68,10 @@ class World:
     async def trigger(self, program: str, **fields: Any) -> Trigger:
         body = {"name": "t", "kind": "cron", "spec": {"expr": "*/5 * * * *"},
                 "program": program, "owner": PEER, **fields}  # fmt: skip
-        made = await self.admin.trigger_create(SPACE, body)
+        if program == CHAT_WATCH_PROGRAM:  # the reserved record: by its id, created in place
+            made = await self.admin.trigger_put(SPACE, RESERVED_CHAT_WATCH, body)
+        else:
+            made = await self.admin.trigger_create(SPACE, body)
         record = load(made)
         assert not hasattr(record, "raw"), record
         return record
