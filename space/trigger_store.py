@@ -210,8 +210,8 @@ def stamp(
         _check_rev(rev, if_match)
         if all(k in record and record[k] == v for k, v in stamps.items()):
             return record, False
-        record = {**record, **stamps}
-        _write(db, space, record, "stamp", now)
+        record = {**record, **stamps, "id": tid, "rev": rev}  # a body written past the API
+        _write(db, space, record, "stamp", now)  # may lack them: the row's own stand
     return record, True
 
 
