@@ -2,9 +2,13 @@
 
 Owns the wiring only (SPEC "Reconcile, registry, health pass", "Who runs what"):
 the reconciler's diffs go to the ticker, the chat subscriptions and the firing
-pipeline; the election's flips re-sync responsibility, with a bridge window so a
-device that takes over fires what came while it stood by; a detected sleep makes
-every part distrust what it knew. It must not decide anything the parts decide.
+pipeline; the election's flips re-sync responsibility, and a takeover bridges
+what came while this device did not hold the lease (runtime.takeover says from
+when); a detected sleep makes every part distrust what it knew and starts a new
+instance (the space's `upSince` restarts). The parts run supervised
+(runtime.supervise): one that dies is restarted while the device holds no lease,
+and one that keeps dying stops the device. It must not decide anything the parts
+decide.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import Awaitable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,6 +39,8 @@ from runtime.reconciler import Reconciler
 from runtime.responders import Responder, load_responder
 from runtime.sleepwatch import SleepWatch
 from runtime.subscriptions import Subscriptions
+from runtime.supervise import Supervisor
+from runtime.takeover import Takeover
 from runtime.ticker import Ticker
 from triggers.records import CHAT_WATCH_PROGRAM, RESERVED_CHAT_WATCH, PeerId
 from triggers.registry import Diff
@@ -69,9 +76,7 @@ class Device:
         self.client = SpaceClient(url, token, clock=self.clock)
         self.executor = Executor(size=executor_size)
         self.programs = ProgramCache(self._fetch_program)
-        self.bridge = timedelta(seconds=bridge_seconds)
         self.up_since: datetime = self.clock.wall()
-        self._bridge_from: datetime | None = None
         self._background: set[asyncio.Task[None]] = set()  # resyncs and re-seeds in flight
         self._turns_rollup: Rollup | None = None  # chat-watch's, as this device last stamped it
         self.elector = Elector(
@@ -83,6 +88,10 @@ class Device:
             clock=self.clock,
             config=lease or LeaseConfig(),
             report=self._report,
+        )
+        self.elector.instance = _instance()
+        self.takeover = Takeover(
+            self.client, space, peer, clock=self.clock, window=timedelta(seconds=bridge_seconds)
         )
         self.chatwatch = ChatWatch(
             responder or load_responder("builtin", now=self.clock.wall),
@@ -104,7 +113,7 @@ class Device:
             chatwatch=self.chatwatch,
             next_fire=lambda tid: self.ticker.next_fire(tid),
         )
-        self.ticker = Ticker(self.firing, clock=self.clock, bridge_window=bridge_seconds)
+        self.ticker = Ticker(self.firing, clock=self.clock)
         self.subscriptions = Subscriptions(self.client, space, self.firing, clock=self.clock)
         self.reconciler = Reconciler(
             self.client,
@@ -127,29 +136,31 @@ class Device:
             interval=health_interval,
         )
         self.sleepwatch = SleepWatch(self.clock)
+        self.supervisor = Supervisor(
+            self.clock, on_down=self.elector.part_down, on_up=self.elector.part_up
+        )
         self.elector.on_change(self._on_election)
         self.sleepwatch.add_listener(self._on_slept)
 
     async def run(self) -> None:
-        """Run every part until cancelled; then stop them, release the lease, close up."""
-        await self.executor.start()
-        if not await self._seed_chat_watch():
-            self._spawn(self._keep_seeding())  # e.g. the space does not exist yet
-        parts = [
-            self.elector.run(),
-            self.reconciler.run(),
-            self.ticker.run(),
-            self.subscriptions.run(),
-            self.health.run(),
-            self.sleepwatch.run(),
-        ]
-        tasks = [asyncio.create_task(_guarded(p)) for p in parts]
+        """Run every part until cancelled; then stop them, release the lease, close up.
+
+        Raises `PartFailed` when a part cannot be kept running (the device stops)."""
         try:
-            await asyncio.gather(*tasks)
+            await self.executor.start()
+            if not await self._seed_chat_watch():
+                self._spawn(self._keep_seeding())  # e.g. the space does not exist yet
+            await self.supervisor.run(
+                {
+                    "election": self.elector.run,
+                    "reconciler": self.reconciler.run,
+                    "ticker": self.ticker.run,
+                    "subscriptions": self.subscriptions.run,
+                    "health": self.health.run,
+                    "sleepwatch": self.sleepwatch.run,
+                }
+            )
         finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
             await self._close()
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
@@ -163,6 +174,7 @@ class Device:
         await asyncio.gather(*self._background, return_exceptions=True)
         with contextlib.suppress(Exception):
             await self.elector.release()
+        await self.elector.sign_off()
         await self.subscriptions.close()
         await self.chatwatch.close()
         await self.firing.close()
@@ -172,9 +184,8 @@ class Device:
     # --- wiring --------------------------------------------------------------------------
 
     def _on_diff(self, diff: Diff) -> None:
-        now = self.clock.wall()
-        self.ticker.apply(diff, now, bridge_from=self._bridge_from)
-        self.subscriptions.apply(diff, bridge_from=self._bridge_from)
+        self.ticker.apply(diff, self.clock.wall())
+        self.subscriptions.apply(diff)
         self.firing.apply(diff)
         self.health.kick()
         if (
@@ -185,19 +196,33 @@ class Device:
 
     def _on_election(self, active: bool) -> None:
         self.sleepwatch.check()  # a sleep the elector saw first must not open the bridge into it
-        now = self.clock.wall()
-        self._bridge_from = max(self.up_since, now - self.bridge) if active else None
-        self._spawn(self._resync())
+        if active:
+            self._spawn(self._take_over(self.clock.wall(), self.elector.term))
+        else:
+            self._spawn(self._resync())
 
     async def _resync(self) -> None:
+        await self.reconciler.resync()
+
+    async def _take_over(self, gained: datetime, term: int) -> None:
+        """Arm the floating triggers live, then bridge what came before (runtime.takeover)."""
+        await self.reconciler.resync()
+        settle = 2 * self.elector.beat_seconds
         try:
-            await self.reconciler.resync()
-        finally:
-            self._bridge_from = None
+            start = await self.takeover.start(gained, settle)
+        except (ApiError, ValueError) as exc:  # bridge nothing rather than replay downtime
+            log.warning("takeover at term %d: devices unreadable, no bridge: %s", term, exc)
+            return
+        if not (self.elector.may_fire() and self.elector.term == term):
+            return  # lost again meanwhile: the next holder bridges
+        slots, chats = self.ticker.bridge(start), self.subscriptions.bridge(start)
+        log.info("takeover at term %d: bridging from %s: %d cron slots, %d chats",
+                 term, start.isoformat(), slots, chats)  # fmt: skip
 
     def _on_slept(self) -> None:
         log.warning("the machine slept or its clock jumped: distrusting the lease and streams")
         self.up_since = self.clock.wall()
+        self.elector.instance = _instance()  # the space's upSince restarts: nothing of the sleep
         self.elector.slept()
         self.ticker.slept(self.up_since)
         self.subscriptions.slept()
@@ -284,11 +309,16 @@ class Device:
         }
 
 
-async def _guarded(part: Awaitable[None]) -> None:
-    """A part that ends on its own is a bug; log it rather than take the device down."""
+def _instance() -> str:
+    """A new id for this run of the device (and for each wake from sleep)."""
+    return secrets.token_hex(8)
+
+
+async def _guarded(work: Awaitable[None]) -> None:
+    """Background work (a resync, a re-seed) logs its failure rather than end the device."""
     try:
-        await part
+        await work
     except asyncio.CancelledError:
         raise
     except Exception:
-        log.exception("a device part stopped unexpectedly")
+        log.exception("device: background work failed")

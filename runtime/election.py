@@ -75,6 +75,8 @@ class Elector:
         self._failures = 0
         self._error: str | None = None
         self._anchor: tuple[float, float] | None = None  # (wall epoch, monotonic) at renewal
+        self.instance = ""  # sent with each heartbeat: a new one restarts the space's upSince
+        self._down: set[str] = set()  # device parts that are down: hold no lease meanwhile
 
     # --- what others read -------------------------------------------------------------------
 
@@ -82,7 +84,7 @@ class Elector:
         """Whether floating triggers may fire on this device now."""
         if self._state.holding and self._drifted():
             self.slept()
-        return lease.may_fire(self._state, self._clock.monotonic())
+        return not self._down and lease.may_fire(self._state, self._clock.monotonic())
 
     @property
     def term(self) -> int:
@@ -94,6 +96,11 @@ class Elector:
         if lease.may_fire(self._state, self._clock.monotonic()):
             return self._peer
         return self._view.active if self._view else None
+
+    @property
+    def beat_seconds(self) -> float:
+        """How often this device heartbeats (the renew interval, following the space)."""
+        return self._cfg.renew_s
 
     @property
     def live(self) -> frozenset[str]:
@@ -121,17 +128,39 @@ class Elector:
             "priority": state.priority,
             "live": sorted(self._live),
             "want": self._view.want if self._view else None,
+            "partsDown": sorted(self._down),
             "lastError": self._error,
         }
 
     # --- what others tell us ----------------------------------------------------------------
 
     def slept(self) -> None:
-        """The machine slept or its clock jumped: stop acting until a renewal succeeds."""
+        """The machine slept or its clock jumped: stop acting until a renewal succeeds,
+        and heartbeat (with the device's new instance) before claiming again."""
         self._state = lease.on_slept(self._state, self._clock.monotonic())
         self._anchor = None
+        self._beat_due = float("-inf")
         self._edges()
         self._wake.set()
+
+    def part_down(self, name: str) -> None:
+        """A device part is down: stop acting now and free the lease until it is back."""
+        self._down.add(name)
+        if self._state.holding:
+            log.warning("election: device part %s is down: giving the lease up", name)
+        self._wake.set()
+        self._edges()
+
+    def part_up(self, name: str) -> None:
+        self._down.discard(name)
+        self._wake.set()
+
+    async def sign_off(self) -> None:
+        """Tell the space this device stopped cleanly: it is not live from now on."""
+        try:
+            await self._client.device_put(self._space, self._peer, {"stopped": True})
+        except Exception as exc:
+            log.warning("election: could not sign off: %s", exc)
 
     async def release(self) -> None:
         """Free the lease if this device holds it (a clean stop); cancel `run()` first."""
@@ -170,12 +199,18 @@ class Elector:
         view = await self._read()
         self._state = lease.observe(self._state, view)
         now = self._clock.monotonic()
+        if self._down:  # a part is down: hold nothing until it is back
+            if self._state.holding:
+                await self.release()
+            return now + self._cfg.poll_s
         step = lease.decide(self._state, view, self._cfg, now, self._priorities)
         return await self._act(step, now)
 
     async def _beat(self) -> None:
         sent = self._clock.monotonic()
         body: dict[str, Any] = {"name": self._name, "priority": self._state.priority}
+        if self.instance:
+            body["instance"] = self.instance
         if self._report is not None:
             body["status"] = self._status_report()
         await self._client.device_put(self._space, self._peer, body)

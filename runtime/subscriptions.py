@@ -11,10 +11,10 @@ program `internal:chat-watch` (chat-watch filters nudges itself).
 
 Live-only: a fresh subscription has no `last_id`, so the server's `hello` is where it
 starts; resuming after brief drops is the `Subscription`'s job; `slept()` drops every
-cursor and subscribes afresh. On takeover (`apply(diff, bridge_from=…)`) the newly
-armed triggers first get the chat's messages accepted since `bridge_from` up to where
-the stream stands (read from the history pages), then the live ones; the fire claims
-dedupe what the previous holder already ran.
+cursor and subscribes afresh. A message accepted before a trigger's `activeSince` never
+fires it. On takeover (`bridge(since)`) the floating triggers also get the chat's
+messages accepted since `since` up to where the stream began or stands (read from the
+history pages); the fire claims dedupe what the previous holder already ran.
 
 One chat's failure is its own: a 404 puts it in `missing` (health: `source_not_found`),
 another refusal marks it `failed`; both are re-probed every `reprobe_s`. A malformed
@@ -129,6 +129,13 @@ def wants(trigger: Trigger, message: ChatMessage) -> bool:
     return message.agent is None or trigger.id == RESERVED_CHAT_WATCH
 
 
+def active_for(trigger: Trigger, message: ChatMessage) -> bool:
+    """A message accepted before the trigger's `activeSince` never fires it (both are
+    the space's instants): not while paused, not before it existed or moved here."""
+    since = trigger.fires_from
+    return since is None or message.created_at >= since
+
+
 class Subscriptions:
     """The event side of the daemon: `apply` diffs, `run` until cancelled, `close`."""
 
@@ -155,20 +162,26 @@ class Subscriptions:
 
     # -- what the daemon calls
 
-    def apply(self, diff: Diff, bridge_from: datetime | None = None) -> None:
-        """Follow the chats of the armed event triggers; bridge new ones from `bridge_from`."""
+    def apply(self, diff: Diff) -> None:
+        """Follow the chats of the armed event triggers; close those none follows any more."""
         for tid in diff.remove:
             self._detach(tid)
-        bridging: dict[str, set[TriggerId]] = {}
         for armed in (*diff.add, *diff.rearm, *diff.update):
-            if self._place(armed.record):
-                bridging.setdefault(self._where[armed.record.id], set()).add(armed.record.id)
+            self._place(armed.record)
         for object_id in [o for o, c in self._chats.items() if not c.triggers]:
             self._close_chat(self._chats.pop(object_id))
-        if bridge_from is None:
-            return
-        for object_id, ids in bridging.items():
-            self._bridge_later(self._chats[object_id], frozenset(ids), bridge_from)
+
+    def bridge(self, since: datetime) -> int:
+        """After a takeover: the floating event triggers also fire for their chats' messages
+        accepted since `since` up to where each stream began (or stands), never before a
+        trigger's `activeSince`; claims drop what already ran. How many chats bridge."""
+        bridged = 0
+        for chat in self._chats.values():
+            ids = frozenset(t for t, record in chat.triggers.items() if record.floating)
+            if ids:
+                self._bridge_later(chat, ids, since)
+                bridged += 1
+        return bridged
 
     def slept(self) -> None:
         """The machine slept: forget every cursor and pending bridge, subscribe afresh."""
@@ -202,20 +215,18 @@ class Subscriptions:
 
     # -- which chat each trigger follows
 
-    def _place(self, record: Trigger) -> bool:
-        """Arm `record` on its chat; True when it is new there."""
+    def _place(self, record: Trigger) -> None:
+        """Arm `record` on its chat (opening the chat's subscription if it is the first)."""
         object_id = chat_of(record)
         if self._where.get(record.id) not in (None, object_id):
             self._detach(record.id)
         if object_id is None:
-            return False
+            return
         chat = self._chats.get(object_id)
         if chat is None:
             chat = self._chats[object_id] = self._open(object_id, {})
-        new = record.id not in chat.triggers
         chat.triggers[record.id] = record  # type: ignore[assignment]
         self._where[record.id] = object_id
-        return new
 
     def _detach(self, tid: TriggerId) -> None:
         object_id = self._where.pop(tid, None)
@@ -322,7 +333,7 @@ class Subscriptions:
     async def _fire(
         self, chat: _Chat, trigger: Trigger, message: ChatMessage, *, catchup: bool = False
     ) -> None:
-        if not wants(trigger, message):
+        if not wants(trigger, message) or not active_for(trigger, message):
             return
         request = FireRequest(
             trigger=trigger,
@@ -358,7 +369,7 @@ class Subscriptions:
             async for message in self._history(chat.object_id, after, upto):
                 if message.created_at >= bridge.since:
                     fired += 1
-                    for tid in sorted(bridge.ids & chat.triggers.keys()):
+                    for tid in sorted(bridge.ids & chat.triggers.keys()):  # still armed here
                         await self._fire(chat, chat.triggers[tid], message, catchup=True)
         except ApiError as exc:
             log.warning("chat %s: bridge from %s failed: %s", chat.object_id, bridge.since, exc)

@@ -4,18 +4,23 @@ Owns the timers of this device's armed `cron` and `once` entries (SPEC "When
 triggers fire", "Sleep and clocks"). Each entry keeps a *cursor*: slots at or
 before it never fire. `run()` sleeps until the earliest next fire or a change
 (`apply` wakes it), never longer than `max_sleep`; at every wake it recomputes
-what is due from the wall clock (`schedule.due`, `schedule.once_due`), moves the
-cursors, and hands each fire to the `Dispatcher` as a `FireRequest`. A slot is
-dispatched once by this device; the space's fire claims make it once across
-devices.
+what is due from the wall clock (`schedule.due_slots`, `schedule.once_due`),
+moves the cursors, and hands each fire to the `Dispatcher` as a `FireRequest`.
+A slot is dispatched once by this device; the space's fire claims make it once
+across devices.
 
 - Arming (add, resume, start): the cursor starts at `schedule.arm_cursor`, never
-  before the record's last write (`updatedAt`), so a resume replays nothing.
+  before the record's `activeSince` (SPEC "Active since"), so a resume replays
+  nothing and nothing from before a record existed fires.
 - `rearm` recomputes from the new spec without going back; `update` keeps the
   cursor (an args edit neither moves nor refires); `remove` disarms.
-- Bridge: a floating cron entry added with `bridge_from` (this device just took
-  the lease over) also fires every slot in `(max(bridge_from, now - window), now]`.
-- `slept(now)`: after a suspend or a clock jump the cursors restart from `now`.
+- A wake that comes late (a stalled loop, a stopped process) fires every slot it
+  passed within the trigger's tolerance, oldest first: the device was up, so they
+  are not downtime. Only a detected sleep (`slept(now)`) restarts the cursors at
+  `now`, so a machine back from suspend never fires a burst of stale slots.
+- `bridge(start)`: after a takeover, each floating cron entry also fires the slots
+  in `(start, where it was armed]` not before its `activeSince`; the device
+  computes `start` by the bridge rule (runtime.takeover).
 
 One entry's failure is its own: an entry whose arming or taking raises is
 logged with its id and dropped (`failed` keeps why, for `baton status`), and
@@ -40,10 +45,9 @@ from triggers.registry import Armed, Diff
 
 log = logging.getLogger(__name__)
 
-BRIDGE_WINDOW = 120.0
-"""How far back a takeover looks for unclaimed cron slots (SPEC: default 120 s)."""
 MAX_BRIDGE_SLOTS = 1000
 """At most this many slots of one trigger are bridged (a `* * * * * *` job has 120)."""
+EPSILON = timedelta(microseconds=1)
 
 Timed = CronTrigger | OnceTrigger
 
@@ -54,6 +58,7 @@ class Entry:
 
     record: Timed
     cursor: datetime  # slots at or before the cursor never fire (cron)
+    armed_from: datetime  # the cursor it was armed with: a bridge fills up to here
     settled: FireKey | None = None  # a once: the key it fired with (or missed)
     bridge: list[datetime] = field(default_factory=list)  # cron slots to fire at the next wake
     next_at: datetime | None = None  # earliest instant this entry may fire; None: never
@@ -72,44 +77,71 @@ class Entry:
 
 
 def start_cursor(record: Timed, now: datetime) -> datetime:
-    """Where a freshly armed entry starts: `arm_cursor`, never before the record's last write."""
+    """Where a freshly armed entry starts: `arm_cursor`, never before `activeSince`."""
     if isinstance(record, OnceTrigger):
         return now
     cursor = schedule.arm_cursor(record.spec, now)
-    if record.updated_at is not None and record.updated_at.tzinfo is not None:
-        cursor = max(cursor, min(record.updated_at, now))
+    since = record.fires_from
+    if since is not None:
+        cursor = max(cursor, min(since - EPSILON, now))  # a slot at `activeSince` may fire
     return cursor
 
 
-def bridge_slots(record: CronTrigger, start: datetime, now: datetime) -> list[datetime]:
-    """Every slot in `(start, now]`, oldest first, at most `MAX_BRIDGE_SLOTS`."""
+def slots_between(record: CronTrigger, start: datetime, end: datetime) -> list[datetime]:
+    """Every slot in `(start, end]` at or after the record's `activeSince`, oldest first,
+    at most `MAX_BRIDGE_SLOTS` (the newest kept)."""
+    since = record.fires_from
+    if since is not None:
+        start = max(start, since - EPSILON)
     slots: list[datetime] = []
     slot = schedule.next_fire(record.spec, start)
-    while slot is not None and slot <= now and len(slots) < MAX_BRIDGE_SLOTS:
+    while slot is not None and slot <= end:
         slots.append(slot)
         slot = schedule.next_fire(record.spec, slot)
-    return slots
+    return slots[-MAX_BRIDGE_SLOTS:]
 
 
-def arm(record: Timed, now: datetime, prev: Entry | None, bridge_start: datetime | None) -> Entry:
+def arm(record: Timed, now: datetime, prev: Entry | None) -> Entry:
     """A new entry for `record`; `prev` is the entry it re-arms, if any."""
-    entry = Entry(record=record, cursor=start_cursor(record, now))
+    cursor = start_cursor(record, now)
+    entry = Entry(record=record, cursor=cursor, armed_from=cursor)
     if prev is not None:
         entry.settled = prev.settled
         if isinstance(prev.record, CronTrigger) and prev.cursor <= now:
             entry.cursor = max(entry.cursor, prev.cursor)  # an edit never goes back
-    if bridge_start is not None and isinstance(record, CronTrigger) and record.floating:
-        entry.bridge = bridge_slots(record, bridge_start, now)
-        if entry.bridge:
-            entry.cursor = max(entry.cursor, entry.bridge[-1])
+        if _same_slots(prev.record, record):  # a bridge not yet fired survives a repin back
+            since = record.fires_from
+            entry.bridge = [s for s in prev.bridge if since is None or s >= since]
     entry.refresh()
     return entry
+
+
+def _same_slots(prev: Timed, record: Timed) -> bool:
+    return (
+        isinstance(prev, CronTrigger)
+        and isinstance(record, CronTrigger)
+        and record.floating
+        and prev.spec == record.spec
+    )
+
+
+def add_bridge(entry: Entry, start: datetime) -> int:
+    """Queue a floating cron entry's slots in `(start, armed_from]`; how many are new."""
+    rec = entry.record
+    if not isinstance(rec, CronTrigger) or not rec.floating:
+        return 0
+    slots = set(entry.bridge) | set(slots_between(rec, start, entry.armed_from))
+    added = len(slots) - len(entry.bridge)
+    entry.bridge = sorted(slots)[-MAX_BRIDGE_SLOTS:]
+    entry.refresh()
+    return added
 
 
 def take(entry: Entry, now: datetime) -> list[tuple[FireKey, datetime, bool]]:
     """The fires of `entry` due at `now` as `(key, due_at, catchup)`, oldest first.
 
-    `catchup` marks the slots bridged on a takeover. Advances the entry.
+    `catchup` marks bridged slots and slots a late wake passed (all but the newest):
+    they run in turn rather than being skipped for overlap. Advances the entry.
     """
     rec = entry.record
     if isinstance(rec, OnceTrigger):
@@ -117,9 +149,8 @@ def take(entry: Entry, now: datetime) -> list[tuple[FireKey, datetime, bool]]:
     else:
         fires = [(schedule.fire_key_cron(s), s, True) for s in entry.bridge]
         entry.bridge = []
-        slot = schedule.due(rec.spec, entry.cursor, now)
-        if slot is not None:
-            fires.append((schedule.fire_key_cron(slot), slot, False))
+        slots = schedule.due_slots(rec.spec, entry.cursor, now)[-MAX_BRIDGE_SLOTS:]
+        fires += [(schedule.fire_key_cron(s), s, s != slots[-1]) for s in slots]
         entry.cursor = max(entry.cursor, now)
     entry.refresh()
     return fires
@@ -142,8 +173,9 @@ def restart(entry: Entry, now: datetime) -> None:
     rec = entry.record
     entry.bridge = []
     if isinstance(rec, CronTrigger):
-        fresh = schedule.arm_cursor(rec.spec, now)
+        fresh = start_cursor(rec, now)
         entry.cursor = max(entry.cursor, fresh) if entry.cursor <= now else fresh
+        entry.armed_from = entry.cursor
     entry.refresh()
 
 
@@ -159,40 +191,44 @@ class Ticker:
         *,
         clock: Clock,
         max_sleep: float = 30.0,
-        bridge_window: float = BRIDGE_WINDOW,
     ) -> None:
         self._dispatcher = dispatcher
         self._clock = clock
         self._max_sleep = max_sleep
-        self._window = timedelta(seconds=bridge_window)
         self._entries: dict[TriggerId, Entry] = {}
         self.failed: dict[TriggerId, str] = {}  # entries dropped because they raised
         self._wake = asyncio.Event()
         self.dispatched = 0  # fires handed to the dispatcher so far
         self.last_wake: datetime | None = None
 
-    def apply(self, diff: Diff, now: datetime, bridge_from: datetime | None = None) -> None:
+    def apply(self, diff: Diff, now: datetime) -> None:
         """Arm, re-arm, refresh or disarm from a registry diff; event triggers are ignored."""
-        start = None if bridge_from is None else max(bridge_from, now - self._window)
         for tid in diff.remove:
             self._entries.pop(tid, None)
             self.failed.pop(tid, None)
         for armed in diff.add:
-            self._arm(armed, now, None, start)
+            self._arm(armed, now, None)
         for armed in diff.rearm:
-            self._arm(armed, now, self._entries.get(armed.record.id), None)
+            self._arm(armed, now, self._entries.get(armed.record.id))
         for armed in diff.update:
             self._refresh(armed)
         self._wake.set()
 
-    def _arm(self, armed: Armed, now: datetime, prev: Entry | None, start: datetime | None) -> None:
+    def bridge(self, start: datetime) -> int:
+        """After a takeover: every floating cron entry fires its slots in `(start, where it
+        was armed]` (not before its `activeSince`; claims drop what already ran); how many."""
+        added = sum(add_bridge(entry, start) for entry in self._entries.values())
+        self._wake.set()
+        return added
+
+    def _arm(self, armed: Armed, now: datetime, prev: Entry | None) -> None:
         record = armed.record
         self.failed.pop(record.id, None)
         if not isinstance(record, CronTrigger | OnceTrigger):
             self._entries.pop(record.id, None)  # a kind change to `event`
             return
         try:
-            self._entries[record.id] = arm(record, now, prev, start)
+            self._entries[record.id] = arm(record, now, prev)
         except Exception as exc:
             self._drop(record.id, "arm", exc)
 

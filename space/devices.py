@@ -1,8 +1,14 @@
-"""Devices of a space: heartbeats and who is live, by the server's clock.
+"""Devices of a space: heartbeats, who is live and since when, by the server's clock.
 
-Owns the `devices` table. A heartbeat stores `lastSeen` (server time) and, when
-the device was not live before, starts a new `liveSince`. `live` means seen
-within the configured window. Must not touch the lease.
+Owns the `devices` table. A heartbeat stores `lastSeen` (server time). `upSince`
+is the start of the device's current unbroken run of heartbeats: it restarts
+when the device was not live before, and when the heartbeat names a new
+`instance` (a restarted process, or a machine back from sleep), so it never
+reaches back into time the device was down (SPEC "Failover loses nothing,
+downtime replays nothing"). `live` means seen within the configured window and
+not signed off: a heartbeat with `stopped: true` (a clean stop) ends it at once.
+The status a device reports of itself is shown as it is while it is live; once
+it is not, its subscriptions no longer show `live`. Must not touch the lease.
 """
 
 from __future__ import annotations
@@ -28,12 +34,16 @@ CREATE TABLE IF NOT EXISTS devices (space TEXT NOT NULL, peer TEXT NOT NULL, nam
   priority INTEGER NOT NULL, last_seen REAL NOT NULL, live_since REAL NOT NULL,
   status TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (space, peer));
 """
+ADDED_COLUMNS = {"instance": "TEXT NOT NULL DEFAULT ''", "stopped": "INTEGER NOT NULL DEFAULT 0"}
+Short = Annotated[str, msgspec.Meta(max_length=200)]
 
 
 class HeartbeatIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    name: Annotated[str, msgspec.Meta(max_length=200)] | None = None
+    name: Short | None = None
     priority: int | None = None
     status: dict[str, Any] | None = None  # what the device reports of itself, for `baton status`
+    instance: Short | None = None  # one per process run (and per wake): a new one restarts upSince
+    stopped: bool = False  # a clean stop: not live from now on, until the next heartbeat
 
 
 class DeviceOut(msgspec.Struct, frozen=True, kw_only=True):
@@ -41,8 +51,9 @@ class DeviceOut(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     priority: int
     lastSeen: str
-    liveSince: str
+    upSince: str
     live: bool
+    stopped: bool = False
     status: dict[str, Any] = {}
 
 
@@ -52,19 +63,35 @@ class DeviceList(msgspec.Struct, frozen=True, kw_only=True):
 
 def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
+    have = {column.name for column in db["devices"].columns}
+    for name, decl in ADDED_COLUMNS.items():
+        if name not in have:  # a store written by an older build
+            db.execute(f"ALTER TABLE devices ADD COLUMN {name} {decl}")
 
 
 def _out(row: dict[str, Any], now: datetime, window: timedelta) -> dict[str, Any]:
     seen = datetime.fromtimestamp(row["last_seen"], UTC)
+    live = now - seen <= window and not row["stopped"]
+    status = msgspec.json.decode(row.get("status") or "{}")
     return {
         "peer": row["peer"],
         "name": row["name"],
         "priority": row["priority"],
         "lastSeen": iso(seen),
-        "liveSince": iso(datetime.fromtimestamp(row["live_since"], UTC)),
-        "live": now - seen <= window,
-        "status": msgspec.json.decode(row.get("status") or "{}"),
+        "upSince": iso(datetime.fromtimestamp(row["live_since"], UTC)),
+        "live": live,
+        "stopped": bool(row["stopped"]),
+        "status": status if live else _gone(status),
     }
+
+
+def _gone(status: Any) -> Any:
+    """A device that is not live follows no chat: its subscriptions show `stopped`."""
+    subs = status.get("subscriptions") if isinstance(status, dict) else None
+    if not isinstance(subs, list):
+        return status
+    stopped = [{**s, "state": "stopped"} if isinstance(s, dict) else s for s in subs]
+    return {**status, "subscriptions": stopped}
 
 
 def heartbeat(
@@ -72,20 +99,23 @@ def heartbeat(
 ) -> None:
     with transaction(db):
         rows = list(db.query("SELECT * FROM devices WHERE space = ? AND peer = ?", [space, peer]))
-        old = (
-            rows[0]
-            if rows
-            else {"name": peer, "priority": 0, "last_seen": 0.0, "live_since": now, "status": "{}"}
-        )
-        live_since = old["live_since"] if now - old["last_seen"] <= window else now
-        name = body.name if body.name is not None else old["name"]
-        priority = body.priority if body.priority is not None else old["priority"]
+        old = rows[0] if rows else None
+        was_live = old is not None and now - old["last_seen"] <= window and not old["stopped"]
+        instance = body.instance if body.instance is not None else (old or {}).get("instance", "")
+        same_run = was_live and old is not None and old["instance"] == instance
+        up_since = old["live_since"] if same_run and old is not None else now
+        name = body.name if body.name is not None else (old["name"] if old else peer)
+        priority = body.priority if body.priority is not None else (old["priority"] if old else 0)
         status = (
-            msgspec.json.encode(body.status).decode() if body.status is not None else old["status"]
+            msgspec.json.encode(body.status).decode()
+            if body.status is not None
+            else (old["status"] if old else "{}")
         )
         db.execute(
-            "INSERT OR REPLACE INTO devices VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [space, peer, name, priority, now, live_since, status],
+            "INSERT OR REPLACE INTO devices "
+            "(space, peer, name, priority, last_seen, live_since, status, instance, stopped) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [space, peer, name, priority, now, up_since, status, instance, int(body.stopped)],
         )
 
 
@@ -120,10 +150,15 @@ def setup(app: web.Application) -> None:
         "PUT",
         base + "/{peer}",
         put_device,
-        "Heartbeat (`name`, `priority`, `status` optional)",
+        "Heartbeat (`name`, `priority`, `status`, `instance`, `stopped` optional)",
         body=HeartbeatIn,
         answer=DeviceOut,
     )
     add_route(
-        app, "GET", base, list_devices, "Devices with `lastSeen` and `live`", answer=DeviceList
+        app,
+        "GET",
+        base,
+        list_devices,
+        "Devices with `lastSeen`, `upSince` and `live`",
+        answer=DeviceList,
     )

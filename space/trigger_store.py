@@ -5,6 +5,9 @@ never minted again) and `changes` (a monotonically increasing `seq` over
 create, update, stamp and delete) tables. Records are stored as the raw JSON
 object: fields this build does not know survive every write. User input is
 checked with `triggers.records.validate_input`; stamps touch only stamp fields.
+`activeSince` (SPEC "Active since") is the server's instant at which a record's
+firing regime began: its creation, its last resume, the last change of its
+`kind` or `spec`.
 Callers hold no transaction: each write here is its own. Must not know HTTP
 beyond raising `ApiError`.
 """
@@ -21,7 +24,7 @@ from space.db import transaction
 from space.http import ApiError
 from triggers import records
 
-SERVER_FIELDS = ("id", "rev", "createdAt", "updatedAt")
+SERVER_FIELDS = ("id", "rev", "createdAt", "updatedAt", "activeSince")
 STAMP_FIELDS = ("lastStatus", "lastStatusDetail", "lastRunAt", "nextFireAt", "breaker", "rollup")
 RESERVED_IDS = frozenset({records.RESERVED_CHAT_WATCH})
 ID_PREFIX = "trg_"
@@ -145,9 +148,24 @@ def create(db: sqlite_utils.Database, space: str, body: Record, now: str) -> Rec
     _check_user_input(body)
     with transaction(db):
         tid = _mint_id(db, space)
-        record = {"id": tid, **body, "rev": 1, "createdAt": now, "updatedAt": now}
+        record = _new(tid, body, now)
         _write(db, space, record, "create", now)
     return record
+
+
+def _new(tid: str, body: Record, now: str) -> Record:
+    return {"id": tid, **body, "rev": 1, "createdAt": now, "updatedAt": now, "activeSince": now}
+
+
+def _active_since(old: Record, new: Record, now: str) -> str | None:
+    """When the record's firing regime began (SPEC "Active since"): reset to `now` by a resume
+    (`enabled` false → true) or a change of `kind` or `spec` (its chat included)."""
+    resumed = old.get("enabled", True) is False and new.get("enabled", True) is not False
+    moved = old.get("kind") != new.get("kind") or old.get("spec") != new.get("spec")
+    if resumed or moved:
+        return now
+    kept = old.get("activeSince", old.get("createdAt"))
+    return kept if isinstance(kept, str) else None
 
 
 def create_reserved(
@@ -167,7 +185,7 @@ def create_reserved(
         row = _row(db, space, tid)
         if row is not None:
             return _parse(row[1]) or {"id": tid}, False
-        record = {"id": tid, **body, "rev": 1, "createdAt": now, "updatedAt": now}
+        record = _new(tid, body, now)
         _write(db, space, record, "create", now)
     return record, True
 
@@ -186,7 +204,9 @@ def patch(
         _check_rev(rev, if_match)
         user = {k: v for k, v in record.items() if k in records.USER_FIELDS}
         _check_user_input({**user, **changes}, tid)
-        record = {**record, **changes, "id": tid, "rev": rev + 1, "updatedAt": now}
+        merged = {**record, **changes, "id": tid, "rev": rev + 1, "updatedAt": now}
+        since = _active_since(record, merged, now)
+        record = merged if since is None else {**merged, "activeSince": since}
         _write(db, space, record, "update", now)
     return record
 

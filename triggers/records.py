@@ -247,6 +247,7 @@ class _Stored(_Fields, kw_only=True):
     rev: int = 0
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    active_since: datetime | None = None  # the server's instant its firing regime began
     last_status: str = ""
     last_status_detail: str = ""
     last_run_at: datetime | None = None
@@ -257,6 +258,13 @@ class _Stored(_Fields, kw_only=True):
     @property
     def floating(self) -> bool:
         return self.owner == ""
+
+    @property
+    def fires_from(self) -> datetime | None:
+        """Nothing of this record fires for an instant before this (SPEC "Active since"):
+        `activeSince`, or `createdAt` for a record stored before the space stamped it."""
+        since = self.active_since or self.created_at
+        return since if since is not None and since.tzinfo is not None else None
 
     @property
     def effective_overlap(self) -> Overlap:

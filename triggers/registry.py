@@ -11,7 +11,7 @@ subscriptions from the `Diff`.
   pinned only when `owner` is this device. Undecodable records (`Salvaged`,
   unknown kinds among them) never enter it and are returned as `Skipped`.
 - A change is sorted by what it moves. `rearm`: a fire-relevant field changed
-  (`kind`, `spec`, `enabled`, `owner`), fire times are recomputed. `update`:
+  (`kind`, `spec`, `enabled`, `owner`, `activeSince`), fire times are recomputed. `update`:
   only `name`, `program`, `args` or `limits` changed, the armed entry is
   refreshed and its fire times stay. Anything else (server fields `rev`,
   `updatedAt`, the runtime's status stamps) asks nothing of the caller: it is
@@ -166,6 +166,7 @@ def _moved(old: Armed, record: Trigger) -> Change:
         or prev.spec != record.spec
         or prev.owner != record.owner
         or prev.enabled != record.enabled
+        or prev.active_since != record.active_since  # a pause and resume seen as one write
     ):
         return Change.REARM
     if prev.name != record.name or prev.program != record.program or prev.limits != record.limits:

@@ -5,8 +5,9 @@ Owns the pure API the ticker calls (SPEC "When triggers fire", "Fire claims"):
 - `next_fire(spec, after)`: the first slot strictly after `after` (aware UTC);
 - `latest_at_or_before(spec, t)`: the last cron slot at or before `t`, found
   directly (a trigger down for a year costs the same as one down for a minute);
-- `arm_cursor(spec, now)` and `due(spec, cursor, now)`: where a freshly armed cron
-  trigger starts, and the one slot to fire now, if any (never a burst);
+- `arm_cursor(spec, now)`, `due(spec, cursor, now)` and `due_slots(spec, cursor, now)`:
+  where a freshly armed cron trigger starts, the newest slot to fire now, and every
+  slot a late wake passed within the tolerance;
 - `once_due(spec, now, fired_key)`: the state of a `once` trigger;
 - `fire_key_cron` / `fire_key_once` / `fire_key_event`: the claim key of a fire;
 - `upcoming(spec, start, count)`: the next fires with their DST notes (`baton next`).
@@ -99,6 +100,25 @@ def due(spec: CronSpec, cursor: datetime, now: datetime) -> datetime | None:
     if slot is None or slot <= cursor or now - slot > tolerance(spec):
         return None
     return slot
+
+
+def due_slots(spec: CronSpec, cursor: datetime, now: datetime) -> list[datetime]:
+    """The slots to fire at a wake at `now`, oldest first.
+
+    `none`: every slot in (cursor, now] within the tolerance: a wake that comes late
+    (a stalled loop, a stopped process; not a sleep, whose caller restarts the cursor)
+    loses no slot the device was up for. `latest`: the newest only (`due`), as after
+    downtime: missed slots are coalesced into one.
+    """
+    if spec.catchup is Catchup.LATEST:
+        slot = due(spec, cursor, now)
+        return [] if slot is None else [slot]
+    slots: list[datetime] = []
+    slot = next_fire(spec, max(cursor, now - tolerance(spec)))
+    while slot is not None and slot <= now:
+        slots.append(slot)
+        slot = next_fire(spec, slot)
+    return slots
 
 
 def once_due(spec: OnceSpec, now: datetime, fired_key: FireKey | None) -> OnceState:

@@ -24,6 +24,7 @@ import asyncio
 import logging
 import os
 import socket
+import sys
 from collections.abc import Awaitable
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from runtime.commands.common import (
     write_local_settings,
 )
 from runtime.device import Device
+from runtime.supervise import PartFailed
 
 log = logging.getLogger("baton")
 
@@ -115,6 +117,9 @@ def run_up(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"baton up: cannot listen on {args.host}:{args.port}: {exc.strerror}")
         return 1
+    except PartFailed as exc:
+        print(f"baton up: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -177,7 +182,11 @@ def run_device(args: argparse.Namespace) -> int:
     _setup_logging()
     where = target(args)
     print(f"baton: device {args.peer!r} joining {where.url} (space {where.space!r})", flush=True)
-    asyncio.run(until_signalled(_device(args, where, args.peer)))
+    try:
+        asyncio.run(until_signalled(_device(args, where, args.peer)))
+    except PartFailed as exc:
+        print(f"baton device: {exc}", file=sys.stderr)
+        return 1
     print("baton: stopped", flush=True)
     return 0
 

@@ -90,7 +90,9 @@ class World:
     def arm(self, *records: Loaded, bridge_from: datetime | None = None) -> None:
         diff = reconcile(self.registry, list(records), ME, True)
         self.registry = apply(self.registry, diff)
-        self.subs.apply(diff, bridge_from=bridge_from)
+        self.subs.apply(diff)
+        if bridge_from is not None:
+            self.subs.bridge(bridge_from)
 
     async def send(self, chat: str, text: str, **fields: Any) -> dict[str, Any]:
         return await self.client.chat_send(SPACE, chat, {"text": text, **fields})
@@ -330,6 +332,23 @@ async def test_takeover_onto_a_live_chat_bridges_only_the_new_trigger(world):
     assert w.recorder.texts("trg_pinned") == ["before takeover", "after"]
     assert w.recorder.texts("trg_f") == ["before takeover", "after"]
     assert w.chat(w.general)["connections"] == 1
+
+
+async def test_nothing_accepted_before_a_triggers_active_since_fires_it(world):
+    w = world
+    w.arm(event_record("trg_old", w.general))
+    await w.live(w.general)
+    bridge_from = w.server_clock.now
+    await w.send(w.general, "while paused")
+    w.server_clock.now += timedelta(seconds=5)
+    resumed = w.server_clock.now  # `activeSince` of a trigger resumed now
+    await w.send(w.general, "after resume")
+    w.arm(event_record("trg_old", w.general), event_record("trg_new", w.general,
+          activeSince=resumed.isoformat()), bridge_from=bridge_from)  # fmt: skip
+    await w.recorder.until(lambda r: len(r.texts("trg_new")) == 1)
+    await w.send(w.general, "live")
+    await w.recorder.until(lambda r: len(r.texts("trg_new")) == 2)
+    assert w.recorder.texts("trg_new") == ["after resume", "live"]
 
 
 async def test_a_long_history_bridges_from_the_right_place(world):

@@ -25,9 +25,13 @@ T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
 
 
-def cron(expr: str = "* * * * *", *, id: str = "trg_c", owner: str = "", **spec: Any) -> Armed:
-    raw = {"id": id, "kind": "cron", "program": "p@v1", "owner": owner, "spec": {"expr": expr}}
-    raw["spec"].update(spec)
+def cron(
+    expr: str = "* * * * *", *, id: str = "trg_c", owner: str = "", since: str = "", **spec: Any
+) -> Armed:
+    raw: dict[str, Any] = {"id": id, "kind": "cron", "program": "p@v1", "owner": owner}
+    raw["spec"] = {"expr": expr, **spec}
+    if since:
+        raw["activeSince"] = since
     record = load(raw)
     assert isinstance(record, CronTrigger), record
     return armed(record)
@@ -227,7 +231,9 @@ async def test_paused_fires_nothing_and_resume_replays_nothing(ticker, clock, re
     resumed_at = clock.wall() + 2 * S  # the resume write, stamped by the space
     clock.advance(3)
     resumed = edited(
-        latest, spec={"expr": "*/5 * * * *", "catchup": "latest"}, updatedAt=resumed_at.isoformat()
+        latest,
+        spec={"expr": "*/5 * * * *", "catchup": "latest"},
+        activeSince=resumed_at.isoformat(),
     )
     ticker.apply(Diff(add=(resumed,)), clock.wall())
     assert await ticker.tick() == 0  # the 09:20 slot passed while paused
@@ -280,10 +286,11 @@ async def test_once_refires_only_when_at_moves(ticker, clock, rec):
 # --- bridge window ---------------------------------------------------------------------
 
 
-async def test_takeover_fires_every_slot_since_bridge_from_each_once(ticker, clock, rec):
+async def test_takeover_fires_every_slot_since_the_bridge_start_each_once(ticker, clock, rec):
     clock.advance(5)  # 09:00:05
     now = clock.wall()
-    ticker.apply(Diff(add=(cron("*/10 * * * * *"),)), now, bridge_from=now - 60 * S)
+    ticker.apply(Diff(add=(cron("*/10 * * * * *"),)), now)
+    assert ticker.bridge(now - 60 * S) == 6
     assert await ticker.tick() == 6
     slots = [T0 - 50 * S + 10 * i * S for i in range(6)]  # 08:59:10 … 09:00:00
     assert rec.keys == [key(t) for t in slots]
@@ -294,16 +301,54 @@ async def test_takeover_fires_every_slot_since_bridge_from_each_once(ticker, clo
     assert not rec.fires[-1].catchup
 
 
-async def test_bridge_is_bounded_by_its_window_and_only_for_floating(clock, rec):
-    ticker = Ticker(rec, clock=clock, bridge_window=120)
+async def test_a_bridge_fills_only_up_to_where_the_entry_was_armed(ticker, clock, rec):
+    ticker.apply(Diff(add=(cron("*/10 * * * * *"),)), clock.wall())  # armed at 09:00:00
+    clock.advance(25)
+    assert await ticker.tick() == 2  # 09:00:10 and 09:00:20 live
+    assert ticker.bridge(T0 - 30 * S) == 3  # 08:59:40 … 09:00:00, not the live ones again
+    assert await ticker.tick() == 3
+    assert rec.keys[2:] == [key(T0 - 20 * S), key(T0 - 10 * S), key(T0)]
+
+
+async def test_a_bridge_is_only_for_floating_entries_and_never_before_active_since(
+    ticker, clock, rec
+):
     now = clock.wall()
     pinned = cron("*/10 * * * * *", id="trg_p", owner="laptop")
-    ticker.apply(Diff(add=(cron("*/10 * * * * *"), pinned)), now, bridge_from=now - 3600 * S)
-    assert await ticker.tick() == 12  # floating: 08:58:10 … 09:00:00
-    assert rec.keys == [key(T0 - 110 * S + 10 * i * S) for i in range(12)]
+    young = cron("*/10 * * * * *", id="trg_y", since=(T0 - 25 * S).isoformat())
+    ticker.apply(Diff(add=(cron("*/10 * * * * *"), pinned, young)), now)
+    assert ticker.bridge(now - 60 * S) == 6 + 3
+    assert await ticker.tick() == 9
+    by_id = {
+        tid: [f.due_at for f in rec.fires if f.trigger.id == tid] for tid in ("trg_c", "trg_y")
+    }
+    assert by_id["trg_y"] == [T0 - 20 * S, T0 - 10 * S, T0]  # created at 08:59:35
+    assert len(by_id["trg_c"]) == 6
     clock.advance(10)
-    assert await ticker.tick() == 2  # both live at 09:00:10; the pinned one bridged nothing
-    assert sorted(f.trigger.id for f in rec.fires[12:]) == ["trg_c", "trg_p"]
+    assert await ticker.tick() == 3  # all three live at 09:00:10; the pinned one bridged nothing
+    assert sorted(f.trigger.id for f in rec.fires[9:]) == ["trg_c", "trg_p", "trg_y"]
+
+
+async def test_nothing_before_active_since_fires_even_with_catchup_latest(ticker, clock, rec):
+    created = (T0 - 90 * S).isoformat()  # 08:58:30: the 08:55 and 08:50 slots came before
+    ticker.apply(Diff(add=(cron("*/5 * * * *", catchup="latest", since=created),)), T0)
+    assert await ticker.tick() == 1
+    assert rec.keys == [key(T0)]  # 09:00 is due now; nothing from before 08:58:30
+    early = cron("*/5 * * * *", id="trg_e", catchup="latest", since=created)
+    clock.advance(60)
+    ticker.apply(Diff(add=(early,)), clock.wall())  # armed at 09:01: 09:00 missed, after since
+    assert await ticker.tick() == 1 and rec.keys[-1] == key(T0)
+
+
+async def test_a_late_wake_fires_every_slot_it_passed_within_the_tolerance(ticker, clock, rec):
+    ticker.apply(Diff(add=(cron("* * * * * *"),)), clock.wall())
+    clock.advance(5)  # the loop was blocked (or the process stopped) for 5 s, no sleep
+    assert await ticker.tick() == 5
+    assert [f.due_at for f in rec.fires] == [T0 + i * S for i in range(1, 6)]
+    assert [f.catchup for f in rec.fires] == [True, True, True, True, False]
+    clock.advance(100)  # beyond the 30 s live tolerance: only the last 30 s
+    assert await ticker.tick() == 30
+    assert rec.fires[-30].due_at == T0 + 76 * S
 
 
 # --- entry math ------------------------------------------------------------------------
@@ -330,7 +375,7 @@ async def test_next_fires_lists_cron_and_pending_once_only(clock):
     ],
 )
 def test_restart_after_a_clock_jump_fires_nothing_stale_then_goes_on(now, next_slot):
-    entry = arm(cron("*/5 * * * *").record, T0, None, None)  # type: ignore[arg-type]
+    entry = arm(cron("*/5 * * * *").record, T0, None)  # type: ignore[arg-type]
     restart(entry, now)
     assert take(entry, now) == []
     assert take(entry, next_slot) == [(key(next_slot), next_slot, False)]

@@ -85,7 +85,43 @@ async def test_heartbeats_and_liveness(api: Api, space_clock: FakeClock) -> None
     assert live == {"box": False, "laptop": True}
     status, dev = await api.put(f"{S}/devices/box", {})
     assert dev["name"] == "Box" and dev["priority"] == 10  # kept when not sent
-    assert dev["liveSince"] == dev["lastSeen"] == "2026-12-01T09:00:20.000Z"
+    assert dev["upSince"] == dev["lastSeen"] == "2026-12-01T09:00:20.000Z"
+
+
+async def test_up_since_restarts_with_a_new_instance_and_a_clean_stop_ends_live(
+    api: Api, space_clock: FakeClock
+) -> None:
+    _, dev = await api.put(f"{S}/devices/box", {"instance": "i1"})
+    started = dev["upSince"]
+    space_clock.advance(5)
+    _, dev = await api.put(f"{S}/devices/box", {"instance": "i1"})
+    assert dev["upSince"] == started and dev["lastSeen"] != started  # one unbroken run
+    space_clock.advance(2)
+    _, dev = await api.put(f"{S}/devices/box", {"instance": "i2"})  # restarted within the window
+    assert dev["upSince"] == dev["lastSeen"] == "2026-12-01T09:00:07.000Z"
+    _, dev = await api.put(f"{S}/devices/box", {"stopped": True})
+    assert dev["live"] is False and dev["stopped"] is True
+    space_clock.advance(1)
+    _, dev = await api.put(f"{S}/devices/box", {"instance": "i2"})  # back after a clean stop
+    assert dev["live"] is True and dev["upSince"] == "2026-12-01T09:00:08.000Z"
+
+
+async def test_a_device_that_is_not_live_shows_no_live_subscription(
+    api: Api, space_clock: FakeClock
+) -> None:
+    report = {"subscriptions": [{"chat": "c1", "state": "live"}], "armed": 2}
+    await api.put(f"{S}/devices/box", {"status": report})
+    _, listing = await api.get(f"{S}/devices")
+    assert listing["devices"][0]["status"]["subscriptions"][0]["state"] == "live"
+    await api.put(f"{S}/devices/box", {"stopped": True})
+    _, listing = await api.get(f"{S}/devices")
+    (box,) = listing["devices"]
+    assert box["live"] is False
+    assert box["status"] == {"subscriptions": [{"chat": "c1", "state": "stopped"}], "armed": 2}
+    await api.put(f"{S}/devices/box", {})  # beating again: live, as it reports
+    space_clock.advance(60)  # silent past the live window
+    _, listing = await api.get(f"{S}/devices")
+    assert listing["devices"][0]["status"]["subscriptions"][0]["state"] == "stopped"
 
 
 async def test_a_heartbeat_carries_the_device_status_until_the_next_one_sends_another(

@@ -21,6 +21,34 @@ async def test_create_mints_an_id_and_server_fields(api: Api) -> None:
     assert status == 200 and got == record
 
 
+async def test_active_since_starts_at_creation_resume_and_a_change_of_kind_or_spec(
+    api: Api, space_clock: FakeClock
+) -> None:
+    record = await api.create_trigger()
+    path = f"{T}/{record['id']}"
+    assert record["activeSince"] == record["createdAt"]
+
+    async def after(seconds: float, body: dict) -> str:
+        space_clock.advance(seconds)
+        status, got = await api.patch(path, body)
+        assert status == 200, got
+        return got["activeSince"]
+
+    assert await after(1, {"name": "n", "args": {"x": 1}, "owner": "box"}) == record["createdAt"]
+    assert await after(1, {"enabled": False}) == record["createdAt"]  # a pause starts nothing
+    assert await after(1, {"name": "still paused"}) == record["createdAt"]
+    assert await after(1, {"enabled": True}) == "2026-12-01T09:00:04.000Z"  # resumed
+    assert await after(1, {"spec": {"expr": "*/5 * * * *"}}) == "2026-12-01T09:00:04.000Z"  # same
+    assert await after(1, {"spec": {"expr": "*/7 * * * *"}}) == "2026-12-01T09:00:06.000Z"
+    assert await after(1, {"enabled": True}) == "2026-12-01T09:00:06.000Z"  # was not paused
+    event = {"kind": "event", "spec": {"dataset": "chat_messages", "objectId": "c1"}}
+    assert await after(1, event) == "2026-12-01T09:00:08.000Z"
+    chat = {"spec": {"dataset": "chat_messages", "objectId": "c2"}}
+    assert await after(1, chat) == "2026-12-01T09:00:09.000Z"
+    status, body = await api.patch(path, {"activeSince": "2020-01-01T00:00:00Z"})
+    assert status == 400 and "$.activeSince" in body["detail"]
+
+
 async def test_a_deleted_id_is_never_minted_again(api: Api) -> None:
     first = await api.create_trigger()
     assert (await api.delete(f"{T}/{first['id']}"))[0] == 200
