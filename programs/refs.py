@@ -67,7 +67,7 @@ def _check_version(version: str, text: str) -> int:
     if not VERSION.fullmatch(digits):
         raise InvalidRef(
             f"program ref {text[:80]!r}: version must be v1, v2, … "
-            "(1 ≤ N < 10^18, no leading zeros)"
+            "(N ≥ 1 and below 10^18, no leading zeros)"
         )
     return int(digits)
 
