@@ -225,7 +225,7 @@ class Device:
         self.elector.instance = _instance()  # the space's upSince restarts: nothing of the sleep
         self.elector.slept()
         self.ticker.slept(self.up_since)
-        self.subscriptions.slept()
+        self.subscriptions.slept(self.up_since)
 
     # --- chat-watch and programs -----------------------------------------------------------
 

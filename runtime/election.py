@@ -254,7 +254,9 @@ class Elector:
         if seconds == self._cfg.lease_s:
             return
         log.info("election: the space's lease is %g s; timings follow it", seconds)
+        self._beat_due -= self._cfg.renew_s  # the next heartbeat follows the new interval too
         self._cfg = lease.scaled(float(seconds), like=self._cfg)
+        self._beat_due += self._cfg.renew_s
         if self._state.holding:  # may act only as long as the space's lease allows
             state = self._state
             self._state = lease.on_renewed(state, self._cfg, state.term, state.last_renew_sent)

@@ -129,6 +129,13 @@ def wants(trigger: Trigger, message: ChatMessage) -> bool:
     return message.agent is None or trigger.id == RESERVED_CHAT_WATCH
 
 
+def _written(record: Trigger) -> datetime | None:
+    """The record's last write that moved where or whether it fires, by the space's clock."""
+    since = record.fires_from
+    updated = record.updated_at if record.updated_at and record.updated_at.tzinfo else None
+    return max(since, updated) if since and updated else since or updated
+
+
 def active_for(trigger: Trigger, message: ChatMessage) -> bool:
     """A message accepted before the trigger's `activeSince` never fires it (both are
     the space's instants): not while paused, not before it existed or moved here."""
@@ -158,16 +165,24 @@ class Subscriptions:
         self._stream_options = {"read_timeout": read_timeout, "backoff": backoff}
         self._chats: dict[str, _Chat] = {}
         self._where: dict[TriggerId, str] = {}
+        self.up_since = clock.wall()  # this device's start (or its last wake from sleep)
         self._closing: set[asyncio.Task[None]] = set()
 
     # -- what the daemon calls
 
     def apply(self, diff: Diff) -> None:
-        """Follow the chats of the armed event triggers; close those none follows any more."""
+        """Follow the chats of the armed event triggers; close those none follows any more.
+
+        A trigger newly placed on a chat that was written after this device came up
+        (created, resumed, moved or repinned here) also fires for the messages accepted
+        since that write up to where its stream begins: the device was up for them."""
         for tid in diff.remove:
             self._detach(tid)
         for armed in (*diff.add, *diff.rearm, *diff.update):
-            self._place(armed.record)
+            record = armed.record
+            if self._place(record) and (written := _written(record)) and written > self.up_since:
+                self._bridge_later(self._chats[self._where[record.id]], frozenset({record.id}),
+                                   written)  # fmt: skip
         for object_id in [o for o, c in self._chats.items() if not c.triggers]:
             self._close_chat(self._chats.pop(object_id))
 
@@ -183,8 +198,9 @@ class Subscriptions:
                 bridged += 1
         return bridged
 
-    def slept(self) -> None:
+    def slept(self, now: datetime) -> None:
         """The machine slept: forget every cursor and pending bridge, subscribe afresh."""
+        self.up_since = now
         for object_id, old in list(self._chats.items()):
             self._close_chat(old)
             self._chats[object_id] = self._open(object_id, old.triggers)
@@ -215,18 +231,21 @@ class Subscriptions:
 
     # -- which chat each trigger follows
 
-    def _place(self, record: Trigger) -> None:
-        """Arm `record` on its chat (opening the chat's subscription if it is the first)."""
+    def _place(self, record: Trigger) -> bool:
+        """Arm `record` on its chat (opening the chat's stream if it is the first there);
+        True when it is new on that chat."""
         object_id = chat_of(record)
         if self._where.get(record.id) not in (None, object_id):
             self._detach(record.id)
         if object_id is None:
-            return
+            return False
         chat = self._chats.get(object_id)
         if chat is None:
             chat = self._chats[object_id] = self._open(object_id, {})
+        new = record.id not in chat.triggers
         chat.triggers[record.id] = record  # type: ignore[assignment]
         self._where[record.id] = object_id
+        return new
 
     def _detach(self, tid: TriggerId) -> None:
         object_id = self._where.pop(tid, None)

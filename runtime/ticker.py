@@ -9,9 +9,10 @@ moves the cursors, and hands each fire to the `Dispatcher` as a `FireRequest`.
 A slot is dispatched once by this device; the space's fire claims make it once
 across devices.
 
-- Arming (add, resume, start): the cursor starts at `schedule.arm_cursor`, never
-  before the record's `activeSince` (SPEC "Active since"), so a resume replays
-  nothing and nothing from before a record existed fires.
+- Arming (add, resume, start): the cursor starts where the record's last write or
+  this device's start left it (`start_cursor`), never before the record's
+  `activeSince` (SPEC "Active since"): a resume replays nothing, nothing from
+  before a record existed fires, and a slot between a write and its arming does.
 - `rearm` recomputes from the new spec without going back; `update` keeps the
   cursor (an args edit neither moves nor refires); `remove` disarms.
 - A wake that comes late (a stalled loop, a stopped process) fires every slot it
@@ -40,7 +41,7 @@ from typing import Any
 from runtime.clock import Clock, sleep_or_wake
 from runtime.dispatch import Dispatcher, FireRequest
 from triggers import schedule
-from triggers.records import CronTrigger, FireKey, OnceTrigger, TriggerId
+from triggers.records import Catchup, CronTrigger, FireKey, OnceTrigger, TriggerId
 from triggers.registry import Armed, Diff
 
 log = logging.getLogger(__name__)
@@ -76,15 +77,25 @@ class Entry:
 # --- entry math: (entry, now) → fires; no clock, no I/O --------------------------------
 
 
-def start_cursor(record: Timed, now: datetime) -> datetime:
-    """Where a freshly armed entry starts: `arm_cursor`, never before `activeSince`."""
+def start_cursor(record: Timed, now: datetime, up_since: datetime) -> datetime:
+    """Where a freshly armed entry starts; slots at or before it never fire.
+
+    Never before the record's `activeSince`. `none`: from the record's last write or
+    this device's start, whichever is later, within the live tolerance: a slot that
+    came between the write and the arming fires (the device was up), a restart
+    replays nothing. `latest`: one tolerance back (`schedule.arm_cursor`).
+    """
     if isinstance(record, OnceTrigger):
         return now
-    cursor = schedule.arm_cursor(record.spec, now)
     since = record.fires_from
+    if record.spec.catchup is Catchup.LATEST or since is None:
+        cursor = schedule.arm_cursor(record.spec, now)
+    else:
+        written = max(since, _aware(record.updated_at) or since)
+        cursor = max(written - EPSILON, up_since, now - schedule.tolerance(record.spec))
     if since is not None:
-        cursor = max(cursor, min(since - EPSILON, now))  # a slot at `activeSince` may fire
-    return cursor
+        cursor = max(cursor, since - EPSILON)  # a slot at `activeSince` itself may fire
+    return min(cursor, now)
 
 
 def slots_between(record: CronTrigger, start: datetime, end: datetime) -> list[datetime]:
@@ -101,9 +112,13 @@ def slots_between(record: CronTrigger, start: datetime, end: datetime) -> list[d
     return slots[-MAX_BRIDGE_SLOTS:]
 
 
-def arm(record: Timed, now: datetime, prev: Entry | None) -> Entry:
+def _aware(when: datetime | None) -> datetime | None:
+    return when if when is not None and when.tzinfo is not None else None
+
+
+def arm(record: Timed, now: datetime, prev: Entry | None, up_since: datetime) -> Entry:
     """A new entry for `record`; `prev` is the entry it re-arms, if any."""
-    cursor = start_cursor(record, now)
+    cursor = start_cursor(record, now, up_since)
     entry = Entry(record=record, cursor=cursor, armed_from=cursor)
     if prev is not None:
         entry.settled = prev.settled
@@ -173,7 +188,7 @@ def restart(entry: Entry, now: datetime) -> None:
     rec = entry.record
     entry.bridge = []
     if isinstance(rec, CronTrigger):
-        fresh = start_cursor(rec, now)
+        fresh = start_cursor(rec, now, now)
         entry.cursor = max(entry.cursor, fresh) if entry.cursor <= now else fresh
         entry.armed_from = entry.cursor
     entry.refresh()
@@ -197,6 +212,7 @@ class Ticker:
         self._max_sleep = max_sleep
         self._entries: dict[TriggerId, Entry] = {}
         self.failed: dict[TriggerId, str] = {}  # entries dropped because they raised
+        self.up_since = clock.wall()  # this device's start (or its last wake from sleep)
         self._wake = asyncio.Event()
         self.dispatched = 0  # fires handed to the dispatcher so far
         self.last_wake: datetime | None = None
@@ -228,7 +244,7 @@ class Ticker:
             self._entries.pop(record.id, None)  # a kind change to `event`
             return
         try:
-            self._entries[record.id] = arm(record, now, prev)
+            self._entries[record.id] = arm(record, now, prev, self.up_since)
         except Exception as exc:
             self._drop(record.id, "arm", exc)
 
@@ -245,6 +261,7 @@ class Ticker:
 
     def slept(self, now: datetime) -> None:
         """The machine slept or the wall clock jumped: restart every cursor from `now`."""
+        self.up_since = now
         for tid, entry in list(self._entries.items()):
             try:
                 restart(entry, now)

@@ -275,3 +275,27 @@ async def test_heartbeats_carry_the_device_report_and_survive_a_broken_one(world
     await world.run_for(CFG.poll_s)  # b, a follower, beats on its first poll after 5 s
     devices = {d["peer"]: d for d in (await world.admin.devices(SPACE))["devices"]}
     assert devices["b"]["lastSeen"] == "2026-12-01T09:00:06.000Z"
+
+
+async def test_heartbeats_follow_the_spaces_lease_length_from_the_first_interval(
+    tmp_path: Path, aiohttp_server
+) -> None:
+    clock = FakeClock(datetime(2026, 12, 1, 9, 0, tzinfo=UTC))
+    db = tmp_path / "short.db"
+    server = await aiohttp_server(create_app(db, clock=clock.wall, lease_seconds=3))
+    url = str(server.make_url("/"))
+    admin = SpaceClient(url, default_admin_token_file(db).read_text().strip(), clock=clock)
+    await admin.space_create({"id": SPACE})
+    world = World(clock, url, admin, server)
+    try:
+        await world.device("holder")
+        follower = await world.device("follower")
+        seen = []
+        for _ in range(12):  # 3 s: a heartbeat a second (the 15 s defaults would wait 5 s)
+            await world.step()
+            listed = {d["peer"]: d for d in (await admin.devices(SPACE))["devices"]}
+            seen.append(listed[follower.peer]["lastSeen"])
+        assert len(set(seen)) >= 3
+    finally:
+        await world.close()
+        await admin.close()

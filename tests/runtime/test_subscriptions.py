@@ -293,7 +293,7 @@ async def test_slept_drops_cursors_so_what_came_while_asleep_never_fires(world, 
     await w.clock.wait_for_sleepers()
     w.server = await aiohttp_server(create_app(w.db, clock=w.server_clock), port=port)
     await w.send(w.general, "while asleep")
-    w.subs.slept()
+    w.subs.slept(w.clock.wall())
     await w.live(w.general)
     await w.send(w.general, "woke")
     await w.recorder.until(lambda r: len(r.fired) == 2)

@@ -340,6 +340,22 @@ async def test_nothing_before_active_since_fires_even_with_catchup_latest(ticker
     assert await ticker.tick() == 1 and rec.keys[-1] == key(T0)
 
 
+async def test_a_slot_between_a_write_and_its_arming_fires_but_a_restart_replays_nothing(
+    clock, rec
+):
+    ticker = Ticker(rec, clock=clock)  # up since 09:00:00
+    clock.advance(10.5)
+    created = (T0 + 9.2 * S).isoformat()  # the record was written 1.3 s before it is armed
+    ticker.apply(Diff(add=(cron("* * * * * *", since=created),)), clock.wall())
+    assert await ticker.tick() == 1 and rec.keys == [key(T0 + 10 * S)]
+    restarted = Ticker(rec, clock=clock)  # a device that started just now
+    old = (T0 - 60 * S).isoformat()
+    restarted.apply(Diff(add=(cron("* * * * * *", id="trg_2", since=old),)), clock.wall())
+    assert await restarted.tick() == 0  # nothing from before it was up
+    clock.advance(1)
+    assert await restarted.tick() == 1
+
+
 async def test_a_late_wake_fires_every_slot_it_passed_within_the_tolerance(ticker, clock, rec):
     ticker.apply(Diff(add=(cron("* * * * * *"),)), clock.wall())
     clock.advance(5)  # the loop was blocked (or the process stopped) for 5 s, no sleep
@@ -375,7 +391,7 @@ async def test_next_fires_lists_cron_and_pending_once_only(clock):
     ],
 )
 def test_restart_after_a_clock_jump_fires_nothing_stale_then_goes_on(now, next_slot):
-    entry = arm(cron("*/5 * * * *").record, T0, None)  # type: ignore[arg-type]
+    entry = arm(cron("*/5 * * * *").record, T0, None, T0)  # type: ignore[arg-type]
     restart(entry, now)
     assert take(entry, now) == []
     assert take(entry, next_slot) == [(key(next_slot), next_slot, False)]

@@ -1,0 +1,275 @@
+"""Takeover without replay or loss, with real device processes on a real space server.
+
+SPEC "Active since" and "Failover loses nothing, downtime replays nothing": whichever
+device ends up with the lease, the floating cron, event and chat-watch triggers fire
+exactly the slots and messages that came after the record's `activeSince` while at
+least one device that is still up was already up: none before the record existed,
+none from paused time, none lost while a standby was up, none twice. Three
+`baton device` processes share one `baton space serve` with a 3 s lease (their
+timings follow it). Each test checks the space's run records, claims and agent turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import Proc, Procs, duplicates, fires_of, matched, runs_of, serve, wait_until
+
+from runtime.client import SpaceClient
+
+SPACE = "home"
+LEASE = 3.0
+PEERS = ("a", "b", "c")
+QUICK = 'def main(args):\n    return {"ok": True}\n'
+EVERY_SECOND = {"kind": "cron", "spec": {"expr": "* * * * * *"}, "program": "quick@v1"}
+S = timedelta(seconds=1)
+SETTLE = 20.0  # a takeover, its bridge and the runs it queues, on a busy 2-core machine
+BRIDGED = re.compile(r"takeover at term \d+: bridging from")
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+class Household:
+    """A space server, devices started and stopped at will, and what the space recorded."""
+
+    def __init__(self, procs: Procs, url: str, api: SpaceClient) -> None:
+        self.procs, self.url, self.api = procs, url, api
+        self.devices: dict[str, Proc] = {}
+        self.chat = ""
+        self.general = ""
+
+    async def start(self, peer: str) -> Proc:
+        token = self.procs.logs / f"{peer}.token"
+        if not token.exists():
+            token.write_text((await self.api.token_device({"peer": peer}))["token"] + "\n")
+        where = ("--url", self.url, "--token-file", str(token), "--space", SPACE)
+        tuning = ("--health-seconds", "1", "--workers", "1", "--data", str(self.procs.logs / peer))
+        proc = await self.procs.start(f"{peer}-{len(self.procs.started)}", "device", "--peer",
+                                      peer, *where, *tuning)  # fmt: skip
+        self.devices[peer] = proc
+        return proc
+
+    async def holder(self) -> str:
+        """The device holding the lease, once every running device is live."""
+
+        async def settled() -> str | None:
+            listed = (await self.api.devices(SPACE))["devices"]
+            live = {d["peer"] for d in listed if d["live"]}
+            running = {p for p, proc in self.devices.items() if proc.running}
+            active = (await self.api.election(SPACE))["active"]
+            return active if running <= live and active in running else None
+
+        return await wait_until(settled, timeout=SETTLE, what="a holder among the running devices")
+
+    async def bridged(self, peer: str) -> None:
+        """Wait until the device's takeover bridge is done (whatever it found to fire)."""
+        await matched(self.devices[peer], BRIDGED, timeout=SETTLE)
+
+    async def cron(self, name: str) -> dict[str, Any]:
+        return await self.api.trigger_create(SPACE, {**EVERY_SECOND, "name": name})
+
+    async def event(self, name: str) -> dict[str, Any]:
+        spec = {"dataset": "chat_messages", "objectId": self.chat}
+        body = {"kind": "event", "name": name, "spec": spec, "program": "quick@v1"}
+        return await self.api.trigger_create(SPACE, body)
+
+    async def send(self, chat: str, text: str) -> dict[str, Any]:
+        return await self.api.chat_send(SPACE, chat, {"text": text})
+
+    async def keys(self, trigger: str) -> list[str]:
+        return [r["key"] for r in await runs_of(self.api, SPACE, trigger)]
+
+    async def slots(self, trigger: str) -> list[datetime]:
+        return sorted(at(k) for k in await self.keys(trigger))
+
+    async def answered(self) -> list[str]:
+        """Message ids chat-watch's turns took up, in the order of the turns."""
+        turns = (await self.api.turns(SPACE, limit=1000))["turns"]
+        return [m for t in turns for m in t["messageIds"]]
+
+    async def every_slot(self, trigger: str, first: datetime, last: datetime) -> list[datetime]:
+        """Wait until the trigger has run every second in [first, last]; its slots."""
+
+        async def complete() -> list[datetime] | None:
+            slots = await self.slots(trigger)
+            want = {first + i * S for i in range(int((last - first) / S) + 1)}
+            return slots if want <= set(slots) else None
+
+        return await wait_until(
+            complete, timeout=SETTLE, what=f"every slot of {trigger} from {first} to {last}"
+        )
+
+    async def fired_for(self, trigger: str, messages: list[dict[str, Any]]) -> list[str]:
+        ids = {m["messageId"] for m in messages}
+
+        async def all_in() -> list[str] | None:
+            keys = await self.keys(trigger)
+            return keys if ids <= set(keys) else None
+
+        return await wait_until(all_in, timeout=SETTLE, what=f"{trigger} fired for {len(ids)}")
+
+    async def chat_watch_took(self, messages: list[dict[str, Any]]) -> list[str]:
+        ids = {m["messageId"] for m in messages}
+
+        async def all_in() -> list[str] | None:
+            took = await self.answered()
+            return took if ids <= set(took) else None
+
+        return await wait_until(all_in, timeout=SETTLE, what="chat-watch took them up")
+
+    async def no_duplicate_claims(self, *triggers: str) -> None:
+        for tid in triggers:
+            assert duplicates([f["key"] for f in await fires_of(self.api, SPACE, tid)]) == []
+            assert duplicates(await self.keys(tid)) == []
+        assert duplicates(await self.answered()) == []
+
+
+def whole_second_after(instant: datetime) -> datetime:
+    """The first cron slot of `* * * * * *` at or after `instant`."""
+    floor = instant.replace(microsecond=0)
+    return floor if floor == instant else floor + S
+
+
+@pytest.fixture
+async def house(tmp_path: Path) -> AsyncIterator[Household]:
+    async with Procs(tmp_path) as procs:
+        lease = ("--lease-seconds", str(LEASE), "--live-seconds", str(2 * LEASE))
+        _, url = await serve(procs, tmp_path / "space.db", *lease)
+        admin = (tmp_path / "admin.token").read_text().strip()
+        async with SpaceClient(url, admin) as api:
+            house = Household(procs, url, api)
+            house.general = (await api.space_create({"id": SPACE}))["generalChat"]
+            house.chat = (await api.chat_create(SPACE, {"name": "feed"}))["objectId"]
+            await api.program_put(SPACE, "quick@v1", {"source": QUICK})
+            yield house
+
+
+async def test_nothing_from_before_a_record_existed_and_nothing_lost_at_a_clean_stop(
+    house: Household,
+) -> None:
+    for peer in PEERS:
+        await house.start(peer)
+    holder = await house.holder()
+    before = [await house.send(house.chat, f"before {i}") for i in range(3)]
+    await house.send(house.general, "hello before")
+    cron, event = await house.cron("every second"), await house.event("feed")
+    since = at(cron["activeSince"])
+    await wait_until(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
+    after = [await house.send(house.chat, f"after {i}") for i in range(2)]
+    await house.fired_for(event["id"], after)
+
+    stopped_at = datetime.now(since.tzinfo)
+    assert await house.devices[holder].stop(signal.SIGTERM) == 0
+    successor = await house.holder()
+    assert successor != holder
+    later = [await house.send(house.chat, "after the stop")]
+    slots = await house.every_slot(
+        cron["id"], whole_second_after(since), stopped_at.replace(microsecond=0) + 3 * S
+    )
+    keys = await house.fired_for(event["id"], after + later)
+
+    assert min(slots) >= since  # nothing from before the record existed
+    assert not {m["messageId"] for m in before} & set(keys)
+    assert set(keys) == {m["messageId"] for m in after + later}
+    await house.no_duplicate_claims(cron["id"], event["id"])
+
+
+async def test_paused_time_never_fires_after_a_resume_and_a_takeover(house: Household) -> None:
+    for peer in PEERS:
+        await house.start(peer)
+    holder = await house.holder()
+    cron, event = await house.cron("every second"), await house.event("feed")
+    await wait_until(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
+    api = house.api
+    paused = {}
+    for tid in (cron["id"], event["id"], "chat-watch"):
+        paused[tid] = at((await api.trigger_patch(SPACE, tid, {"enabled": False}))["updatedAt"])
+    while_paused = [await house.send(house.chat, "while paused")]
+    asleep = [await house.send(house.general, "anyone there?")]
+    await asyncio.sleep(3)  # three slots pass while paused: nothing here may wait on them
+    resumed = {}
+    for tid in (cron["id"], event["id"], "chat-watch"):
+        answer = await api.trigger_patch(SPACE, tid, {"enabled": True})
+        resumed[tid] = at(answer["activeSince"])
+    awake = [await house.send(house.chat, "resumed")]
+    hello = [await house.send(house.general, "hello again")]
+    await house.fired_for(event["id"], awake)
+
+    assert await house.devices[holder].stop(signal.SIGTERM) == 0
+    await house.bridged(await house.holder())  # a replay would be queued by now
+    after = whole_second_after(resumed[cron["id"]])
+    await house.every_slot(cron["id"], after, after + 4 * S)
+    await house.chat_watch_took(hello)
+    slots = await house.slots(cron["id"])
+    gap = [s for s in slots if paused[cron["id"]] + S < s < resumed[cron["id"]]]
+    assert gap == []  # a slot due as the pause was written may still have fired
+    keys = await house.keys(event["id"])
+    assert while_paused[0]["messageId"] not in keys and awake[0]["messageId"] in keys
+    took = await house.answered()
+    assert asleep[0]["messageId"] not in took and hello[0]["messageId"] in took
+    await house.no_duplicate_claims(cron["id"], event["id"])
+
+
+async def test_a_holder_killed_and_back_within_its_lease_loses_nothing_while_standbys_were_up(
+    house: Household,
+) -> None:
+    for peer in PEERS:
+        await house.start(peer)
+    holder = await house.holder()
+    cron, event = await house.cron("every second"), await house.event("feed")
+    since = at(cron["activeSince"])
+    await wait_until(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
+
+    await house.devices[holder].kill()
+    killed = datetime.now(since.tzinfo)
+    dead = [await house.send(house.chat, "while the holder was dead")]
+    dead_chat = [await house.send(house.general, "are you there?")]
+    await asyncio.sleep(0.5)  # it stays dead for a while: slots pass that nobody fired
+    await house.start(holder)  # back within its 3 s lease, it renews at the same term
+    successor = await house.holder()  # (or, on a slow start, a standby takes over)
+    await house.bridged(successor)
+    term = (await house.api.election(SPACE))["term"]
+
+    slots = await house.every_slot(
+        cron["id"], whole_second_after(since), killed.replace(microsecond=0) + 4 * S
+    )
+    keys = await house.fired_for(event["id"], dead)
+    await house.chat_watch_took(dead_chat)
+    assert min(slots) >= since
+    assert dead[0]["messageId"] in keys
+    runs = await runs_of(house.api, SPACE, cron["id"])
+    assert {r["term"] for r in runs if at(r["key"]) > killed} <= {term}
+    await house.no_duplicate_claims(cron["id"], event["id"])
+
+
+async def test_downtime_of_every_device_replays_nothing(house: Household) -> None:
+    await house.start("a")
+    await house.holder()
+    cron, event = await house.cron("every second"), await house.event("feed")
+    await wait_until(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
+
+    await house.devices["a"].kill()
+    down_from = datetime.now(at(cron["activeSince"]).tzinfo)
+    down = [await house.send(house.chat, "while nobody was up")]
+    await asyncio.sleep(2.5)
+    down_until = datetime.now(down_from.tzinfo)
+    await house.start("a")
+    await house.bridged(await house.holder())
+    live = [await house.send(house.chat, "back")]
+    await house.fired_for(event["id"], live)
+    await house.every_slot(
+        cron["id"], whole_second_after(down_until) + S, whole_second_after(down_until) + 3 * S
+    )
+    slots = await house.slots(cron["id"])
+    assert [s for s in slots if down_from + S < s < down_until] == []
+    assert down[0]["messageId"] not in await house.keys(event["id"])
+    await house.no_duplicate_claims(cron["id"], event["id"])
