@@ -138,9 +138,12 @@ def _written(record: Trigger) -> datetime | None:
 
 def active_for(trigger: Trigger, message: ChatMessage) -> bool:
     """A message accepted before the trigger's `activeSince` never fires it (both are
-    the space's instants): not while paused, not before it existed or moved here."""
+    the space's instants): not while paused, not before it existed or moved here.
+
+    Both travel in milliseconds: a message stamped in the very millisecond of a resume
+    may have come just before it, so it does not fire (never a paused message)."""
     since = trigger.fires_from
-    return since is None or message.created_at >= since
+    return since is None or message.created_at > since
 
 
 class Subscriptions:

@@ -86,7 +86,9 @@ async def test_an_event_trigger_fires_once_per_user_message_and_never_for_the_un
     await dev.settled()
 
     fired = [m1["messageId"], m2["messageId"], m3["messageId"], m4["messageId"]]
-    assert sorted(f["key"] for f in await space.fires(tid)) == sorted(fired)
+    texts = {m["messageId"]: m["text"] for m in await space.messages(chat)}
+    claimed = [texts.get(f["key"]) for f in await space.fires(tid)]
+    assert claimed == ["one", "two", "three", "four"]
     runs = await space.runs(tid)
     assert [r["key"] for r in runs] == fired
     never = {before["messageId"], paused["messageId"], down["messageId"]}

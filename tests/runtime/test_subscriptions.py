@@ -21,7 +21,7 @@ import pytest
 from runtime.client import SpaceClient
 from runtime.clock import FakeClock
 from runtime.dispatch import FireRequest
-from runtime.subscriptions import Subscriptions
+from runtime.subscriptions import ChatMessage, Subscriptions, active_for
 from space.app import create_app, default_admin_token_file
 from space.chats import TOPICS
 from space.sse import STREAMS
@@ -334,6 +334,17 @@ async def test_takeover_onto_a_live_chat_bridges_only_the_new_trigger(world):
     assert w.chat(w.general)["connections"] == 1
 
 
+@pytest.mark.parametrize(
+    ("created", "fires"),
+    [("09:00:00.122", False), ("09:00:00.123", False), ("09:00:00.124", True)],
+)
+def test_a_message_stamped_in_the_millisecond_of_a_resume_never_fires(created, fires):
+    record = event_record("trg_1", "chat_1", activeSince="2026-12-01T09:00:00.123Z")
+    when = datetime.fromisoformat(f"2026-12-01T{created}+00:00")
+    message = ChatMessage(message_id="msg_1", seq=1, text="x", created_at=when)
+    assert active_for(record, message) is fires  # type: ignore[arg-type]
+
+
 async def test_nothing_accepted_before_a_triggers_active_since_fires_it(world):
     w = world
     w.arm(event_record("trg_old", w.general))
@@ -342,6 +353,7 @@ async def test_nothing_accepted_before_a_triggers_active_since_fires_it(world):
     await w.send(w.general, "while paused")
     w.server_clock.now += timedelta(seconds=5)
     resumed = w.server_clock.now  # `activeSince` of a trigger resumed now
+    w.server_clock.now += timedelta(seconds=1)
     await w.send(w.general, "after resume")
     w.arm(event_record("trg_old", w.general), event_record("trg_new", w.general,
           activeSince=resumed.isoformat()), bridge_from=bridge_from)  # fmt: skip

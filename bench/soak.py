@@ -1,0 +1,604 @@
+"""Soak: three devices and a space under random kills, stops and freezes; then the invariants.
+
+    python bench/soak.py [--seconds 600] [--seed N] [--json]
+
+Loopback only, bounded in time. One `baton space serve` (3 s lease) and three `baton
+device` processes; a floating and a pinned `* * * * * *` cron, a floating event trigger
+fed by a message generator, chat-watch answering the general chat; a second floating
+cron created half-way, messages sent before the event trigger existed, and pauses of
+the floating triggers. Every few seconds a random act: SIGKILL, SIGTERM or
+SIGSTOP+SIGCONT of a device, SIGKILL of the space, a pause. The last `--quiet` seconds
+have no chaos, so every takeover and bridge can finish. Then the space's SQLite file
+(claims, runs, turns, messages, records) is checked against what the harness did:
+
+- duplicates: a key claimed or run twice, a message answered twice;
+- lost: a slot or message that came while a device was up for `HORIZON` seconds after
+  it (time for a takeover and its bridge) and the space with it, yet never claimed;
+- replayed: a claim for an instant when no device process was running at all;
+- before activeSince, in paused time: a claim for an instant the record did not fire;
+- stale term: a floating claim whose term is below one already claimed, or a run that
+  is not its claim's (peer, term);
+- failover: from an act that stopped the lease holder to the next floating claim.
+
+The margins (`EDGE`) keep each check off the instants next to an act, where the harness
+cannot know what a process saw. Exit status 1 when an invariant (not failover) fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from runtime.client import ApiError, SpaceClient  # noqa: E402
+
+SPACE = "home"
+LEASE = 3.0
+PEERS = ("a", "b", "c")
+PINNED_TO = "b"
+QUICK = 'def main(args):\n    return {"ok": True}\n'
+EVERY_SECOND = {"kind": "cron", "spec": {"expr": "* * * * * *"}, "program": "quick@v1"}
+STARTUP = 3.0  # a spawned device is joined and armed within this
+EDGE = 1.5  # seconds around an act where the harness cannot know what a process saw
+HORIZON = 10.0  # a device up this long after an instant: a holder has fired or bridged it
+FEED_EVERY, CHAT_EVERY = 0.5, 4.0
+
+
+def now() -> float:
+    return time.time()
+
+
+def stamp(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+# --- what the harness did -----------------------------------------------------------------
+
+
+@dataclass
+class Life:
+    """One device's (or the space's) processes: when each ran and when it was frozen."""
+
+    runs: list[tuple[float, float]] = field(default_factory=list)  # [spawn, exit]
+    cut: list[float] = field(default_factory=list)  # the instant each run was signalled
+    frozen: list[tuple[float, float]] = field(default_factory=list)
+
+    def started(self, t: float) -> None:
+        self.runs.append((t, float("inf")))
+        self.cut.append(float("inf"))
+
+    def signalled(self, t: float) -> None:
+        self.cut[-1] = t
+
+    def ended(self, t: float) -> None:
+        self.runs[-1] = (self.runs[-1][0], t)
+        self.cut[-1] = min(self.cut[-1], t)
+
+    def up_strictly(self, a: float, b: float, startup: float) -> bool:
+        """Running, joined and not frozen over the whole of [a, b]."""
+        runs = zip(self.runs, self.cut, strict=True)
+        ran = any(s + startup <= a and b <= c for (s, _), c in runs)
+        return ran and not any(f < b and a < t for f, t in self.frozen)
+
+    def ran_at_all(self, a: float, b: float) -> bool:
+        """A process ran (frozen or not) at some point of [a, b]."""
+        return any(s <= b and a <= e for s, e in self.runs)
+
+
+@dataclass
+class Pause:
+    trigger: str
+    at: float
+    until: float = float("inf")  # the resume's activeSince
+
+
+@dataclass
+class Act:
+    at: float
+    what: str
+    holder: bool  # it stopped the device holding the lease
+
+
+class Harness:
+    def __init__(self, tmp: Path, seed: int) -> None:
+        self.tmp, self.rng = tmp, random.Random(seed)
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.lives: dict[str, Life] = {p: Life() for p in (*PEERS, "space")}
+        self.pauses: list[Pause] = []
+        self.acts: list[Act] = []
+        self.triggers: dict[str, str] = {}  # role → id
+        self.api: SpaceClient | None = None
+        self.chats: dict[str, str] = {}
+
+    # -- processes
+
+    async def spawn(self, name: str) -> None:
+        if name == "space":
+            args = ["space", "serve", "--db", str(self.tmp / "space.db"), "--port", str(self.port),
+                    "--lease-seconds", str(LEASE), "--live-seconds", str(2 * LEASE)]  # fmt: skip
+        else:
+            token = self.tmp / f"{name}.token"
+            args = ["device", "--peer", name, "--url", self.url, "--token-file", str(token),
+                    "--space", SPACE, "--data", str(self.tmp / name), "--health-seconds", "2",
+                    "--workers", "1"]  # fmt: skip
+        log = (self.tmp / f"{name}.log").open("ab")
+        env = {**os.environ, "BATON_LOG": "WARNING", "PYTHONUNBUFFERED": "1"}
+        self.procs[name] = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "runtime.cli", *args, cwd=ROOT, env=env,
+            stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        self.lives[name].started(now())
+        if name == "space":
+            await self._until_listening()
+
+    async def _until_listening(self) -> None:
+        deadline = now() + 20
+        while now() < deadline:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                writer.close()
+                return
+            except OSError:
+                await asyncio.sleep(0.05)
+        raise RuntimeError("the space did not start listening")
+
+    def running(self, name: str) -> bool:
+        proc = self.procs.get(name)
+        return proc is not None and proc.returncode is None
+
+    async def signal(self, name: str, sig: signal.Signals) -> None:
+        proc = self.procs[name]
+        life = self.lives[name]
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            life.signalled(now())
+            if any(t == float("inf") for _, t in life.frozen):
+                proc.send_signal(signal.SIGCONT)  # a stopped process cannot handle SIGTERM
+                self._thawed(name)
+            proc.send_signal(sig)
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+            life.ended(now())
+        elif sig is signal.SIGSTOP:
+            proc.send_signal(sig)
+            life.frozen.append((now(), float("inf")))
+        else:
+            proc.send_signal(signal.SIGCONT)
+            self._thawed(name)
+
+    def _thawed(self, name: str) -> None:
+        life = self.lives[name]
+        start, _ = life.frozen[-1]
+        life.frozen[-1] = (start, now())
+
+    # -- the space's content
+
+    async def setup(self) -> None:
+        await self.spawn("space")
+        admin = (self.tmp / "admin.token").read_text().strip()
+        self.api = SpaceClient(self.url, admin)
+        self.chats["general"] = (await self.api.space_create({"id": SPACE}))["generalChat"]
+        self.chats["feed"] = (await self.api.chat_create(SPACE, {"name": "feed"}))["objectId"]
+        await self.api.program_put(SPACE, "quick@v1", {"source": QUICK})
+        for peer in PEERS:
+            minted = await self.api.token_device({"peer": peer})
+            token = self.tmp / f"{peer}.token"
+            token.write_text(minted["token"] + "\n")
+            token.chmod(0o600)
+        for peer in PEERS:
+            await self.spawn(peer)
+        await self._until(lambda: self._lease_held(), 30, "a lease holder")
+        for i in range(3):  # before the event trigger existed: these must never fire it
+            await self.api.chat_send(SPACE, self.chats["feed"], {"text": f"early {i}"})
+        self.triggers["cron"] = await self._create(EVERY_SECOND, "floating")
+        self.triggers["pinned"] = await self._create(EVERY_SECOND, "pinned", owner=PINNED_TO)
+        spec = {"dataset": "chat_messages", "objectId": self.chats["feed"]}
+        event = {"kind": "event", "spec": spec, "program": "quick@v1"}
+        self.triggers["event"] = await self._create(event, "feed")
+
+    async def _create(self, body: dict[str, Any], name: str, **more: Any) -> str:
+        assert self.api is not None
+        return (await self.api.trigger_create(SPACE, {**body, "name": name, **more}))["id"]
+
+    async def _lease_held(self) -> bool:
+        assert self.api is not None
+        return (await self.api.election(SPACE))["active"] is not None
+
+    async def holder(self) -> str | None:
+        assert self.api is not None
+        try:
+            return (await self.api.election(SPACE))["active"]
+        except ApiError:
+            return None
+
+    async def _until(self, check: Any, seconds: float, what: str) -> None:
+        deadline = now() + seconds
+        while now() < deadline:
+            try:
+                if await check():
+                    return
+            except ApiError:
+                pass
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"not within {seconds} s: {what}")
+
+    # -- the load and the chaos
+
+    async def generate(self) -> None:
+        """A message to the feed every half second, one to the general chat every four."""
+        assert self.api is not None
+        n = 0
+        while True:
+            n += 1
+            chats = ["feed"] + (["general"] if n % round(CHAT_EVERY / FEED_EVERY) == 0 else [])
+            for chat in chats:
+                with contextlib.suppress(ApiError):  # the space is down: no such message
+                    await self.api.chat_send(SPACE, self.chats[chat], {"text": f"m{n}"})
+            await asyncio.sleep(FEED_EVERY)
+
+    async def chaos(self, seconds: float) -> None:
+        end = now() + seconds
+        half = now() + seconds / 2
+        while now() < end:
+            await asyncio.sleep(self.rng.uniform(2.0, 6.0))
+            if "later" not in self.triggers and now() > half:
+                await self._guarded(self._create_later())
+            await self._guarded(self.act())
+
+    async def _guarded(self, work: Any) -> None:
+        with contextlib.suppress(ApiError):  # the space is down right now
+            await work
+
+    async def _create_later(self) -> None:
+        self.triggers["later"] = await self._create(EVERY_SECOND, "created later")
+
+    async def act(self) -> None:
+        roll = self.rng.random()
+        holder = await self.holder()
+        if roll < 0.08:
+            await self._space_blip()
+        elif roll < 0.2:
+            await self._pause()
+        else:
+            peer = self.rng.choice([p for p in PEERS if self.running(p)] or list(PEERS))
+            what = self.rng.choice(["kill", "term", "stop"])
+            if self.running(peer):
+                self.acts.append(Act(now(), f"{what} {peer}", holder == peer))
+                asyncio.get_running_loop().create_task(self._disrupt(peer, what))
+
+    async def _disrupt(self, peer: str, what: str) -> None:
+        if what == "stop":
+            await self.signal(peer, signal.SIGSTOP)
+            await asyncio.sleep(self.rng.uniform(0.5, 6.0))
+            if self.running(peer):
+                await self.signal(peer, signal.SIGCONT)
+            return
+        await self.signal(peer, signal.SIGKILL if what == "kill" else signal.SIGTERM)
+        await asyncio.sleep(self.rng.uniform(0.0, 5.0))
+        if not self.running(peer):
+            await self.spawn(peer)
+
+    async def _space_blip(self) -> None:
+        self.acts.append(Act(now(), "kill space", False))
+        await self.signal("space", signal.SIGKILL)
+        await asyncio.sleep(self.rng.uniform(0.5, 2.5))
+        await self.spawn("space")
+
+    async def _pause(self) -> None:
+        assert self.api is not None
+        ids = [self.triggers["cron"], self.triggers["event"]]
+        for tid in ids:
+            self.pauses.append(Pause(tid, now()))
+            await self.api.trigger_patch(SPACE, tid, {"enabled": False})
+        await asyncio.sleep(self.rng.uniform(2.0, 5.0))
+        for tid in ids:
+            answer = await self.api.trigger_patch(SPACE, tid, {"enabled": True})
+            next(p for p in reversed(self.pauses) if p.trigger == tid).until = stamp(
+                answer["activeSince"]
+            )
+
+    async def calm(self, seconds: float) -> None:
+        """No chaos: every device runs, none is frozen; let takeovers and bridges finish."""
+        for name in ("space", *PEERS):
+            life = self.lives[name]
+            if self.running(name) and life.frozen and life.frozen[-1][1] == float("inf"):
+                await self.signal(name, signal.SIGCONT)
+            if not self.running(name):
+                await self.spawn(name)
+        await asyncio.sleep(seconds)
+
+    async def close(self) -> None:
+        for name in (*PEERS, "space"):
+            if self.running(name):
+                await self.signal(name, signal.SIGTERM)
+        if self.api is not None:
+            await self.api.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --- the invariants -------------------------------------------------------------------------
+
+
+class Check:
+    """Reads the space's file and counts every breach of the rules."""
+
+    def __init__(self, harness: Harness, checked_until: float) -> None:
+        self.h, self.until = harness, checked_until
+        db = sqlite3.connect(harness.tmp / "space.db")
+        self.claims = db.execute(
+            "SELECT trigger_id, key, term, peer, claimed_at FROM fires WHERE space = ?", [SPACE]
+        ).fetchall()
+        self.runs = [json.loads(b) for (b,) in db.execute("SELECT body FROM runs")]
+        self.turns = [json.loads(b) for (b,) in db.execute("SELECT body FROM agent_turns")]
+        self.messages = [
+            (obj, mid, ts, json.loads(body).get("agent"))
+            for obj, mid, ts, body in db.execute(
+                "SELECT object_id, message_id, created_ts, body FROM chat_messages"
+            )
+        ]
+        self.records = {
+            tid: json.loads(body)
+            for tid, body in db.execute("SELECT id, body FROM triggers WHERE space = ?", [SPACE])
+        }
+        db.close()
+        self.found: Counter[str] = Counter()
+        self.examples: dict[str, list[str]] = {}
+
+    def breach(self, kind: str, example: str) -> None:
+        self.found[kind] += 1
+        self.examples.setdefault(kind, [])
+        if len(self.examples[kind]) < 5:
+            self.examples[kind].append(example)
+
+    def any_up_strictly(self, a: float, b: float, peers: tuple[str, ...] = PEERS) -> bool:
+        return any(self.h.lives[p].up_strictly(a, b, STARTUP) for p in peers)
+
+    def any_ran(self, a: float, b: float, peers: tuple[str, ...] = PEERS) -> bool:
+        return any(self.h.lives[p].ran_at_all(a, b) for p in peers)
+
+    def space_up(self, a: float, b: float) -> bool:
+        return self.h.lives["space"].up_strictly(a, b, 1.0)
+
+    def paused(self, tid: str, t: float, edge: float) -> bool:
+        return any(p.trigger == tid and p.at - edge <= t <= p.until + edge for p in self.h.pauses)
+
+    def run(self) -> None:
+        by_trigger: dict[str, dict[str, tuple[int, str, float]]] = {}
+        for tid, key, term, peer, claimed in self.claims:
+            by_trigger.setdefault(tid, {})[key] = (term, peer, stamp(claimed))
+        self.duplicates()
+        for role in ("cron", "later", "pinned"):
+            if role in self.h.triggers:
+                self.cron(role, by_trigger.get(self.h.triggers[role], {}))
+        self.event(by_trigger.get(self.h.triggers["event"], {}))
+        self.chat_watch()
+        self.terms(by_trigger)
+
+    def duplicates(self) -> None:
+        keys = Counter((c[0], c[1]) for c in self.claims)
+        ran = Counter(
+            (r["triggerId"], r["key"])
+            for r in self.runs
+            if r["status"] not in ("skipped", "rejected")
+        )
+        answered = Counter(m for t in self.turns for m in t["messageIds"])
+        for what, counts in (("claim", keys), ("run", ran), ("answer", answered)):
+            for item, n in counts.items():
+                if n > 1:
+                    self.breach("duplicates", f"{what} {item} ×{n}")
+
+    def cron(self, role: str, claims: dict[str, tuple[int, str, float]]) -> None:
+        tid = self.h.triggers[role]
+        record = self.records[tid]
+        since = stamp(record["activeSince"])
+        peers = (PINNED_TO,) if role == "pinned" else PEERS
+        horizon = EDGE if role == "pinned" else HORIZON
+        fired = {stamp(k.replace("Z", "+00:00")) for k in claims}
+        for t in fired:
+            if t < since:
+                self.breach("before activeSince", f"{role} {t - since:+.1f} s")
+            if self.paused(tid, t, -1.0):  # a slot due as the pause was written may fire
+                self.breach("in paused time", f"{role} at {t:.0f}")
+            if not self.any_ran(t - EDGE, t + EDGE, peers):
+                self.breach("replayed downtime", f"{role} slot {_at(t)}")
+        t = float(int(since) + 1)
+        while t < self.until:
+            expected = (
+                self.any_up_strictly(t - EDGE, t + horizon, peers)
+                and self.space_up(t - EDGE, t + horizon)
+                and not self.paused(tid, t, EDGE)
+            )
+            if expected and t not in fired:
+                self.breach("lost", f"{role} slot {_at(t)}")
+            self.found[f"{role} slots checked"] += expected
+            t += 1.0
+
+    def event(self, claims: dict[str, tuple[int, str, float]]) -> None:
+        tid = self.h.triggers["event"]
+        since = stamp(self.records[tid]["activeSince"])
+        feed = [(mid, ts) for obj, mid, ts, _ in self.messages if obj == self.h.chats["feed"]]
+        for mid, ts in feed:
+            fired = mid in claims
+            if fired and ts < since:
+                self.breach("before activeSince", f"event message {_at(ts)}")
+            if fired and self.paused(tid, ts, -0.2):
+                self.breach("in paused time", f"event message {_at(ts)}")
+            if fired and not self.any_ran(ts - EDGE, ts + EDGE):
+                self.breach("replayed downtime", f"event message {_at(ts)}")
+            expected = (
+                ts >= since + EDGE
+                and ts < self.until
+                and self.any_up_strictly(ts - EDGE, ts + HORIZON)
+                and self.space_up(ts, ts + HORIZON)
+                and not self.paused(tid, ts, EDGE)
+            )
+            self.found["messages checked"] += expected
+            if expected and not fired:
+                self.breach("lost", f"event message {_at(ts)}")
+
+    def chat_watch(self) -> None:
+        answered = {m for t in self.turns for m in t["messageIds"]}
+        general = self.h.chats["general"]
+        for obj, mid, ts, agent in self.messages:
+            if obj != general or agent:
+                continue
+            if mid in answered and not self.any_ran(ts - EDGE, ts + EDGE):
+                self.breach("replayed downtime", f"chat-watch answered {_at(ts)}")
+            expected = (
+                ts < self.until
+                and self.any_up_strictly(ts - EDGE, ts + HORIZON)
+                and self.space_up(ts, ts + HORIZON)
+            )
+            self.found["chat messages checked"] += expected
+            if expected and mid not in answered:
+                self.breach("lost", f"chat-watch message {_at(ts)}")
+
+    def terms(self, by_trigger: dict[str, dict[str, tuple[int, str, float]]]) -> None:
+        floating = [self.h.triggers[r] for r in ("cron", "later", "event") if r in self.h.triggers]
+        for tid in [*floating, "chat-watch"]:
+            highest = 0
+            for term, _peer, _ in sorted(by_trigger.get(tid, {}).values(), key=lambda c: c[2]):
+                if term < highest:
+                    self.breach("stale term", f"{tid} claim at term {term} after {highest}")
+                highest = max(highest, term)
+        claims = {(c[0], c[1]): (c[2], c[3]) for c in self.claims}
+        for r in self.runs:
+            claim = claims.get((r["triggerId"], r["key"]))
+            if r["status"] in ("skipped", "rejected") or r["triggerId"].startswith("manual:"):
+                continue
+            if claim != (r["term"], r["peer"]):
+                self.breach("stale term", f"run {r['runId']} {r['peer']}@{r['term']} vs {claim}")
+
+    def failovers(self) -> list[float]:
+        floating = {self.h.triggers[r] for r in ("cron", "later", "event") if r in self.h.triggers}
+        times = sorted(stamp(c[4]) for c in self.claims if c[0] in floating)
+        out = []
+        for act in self.h.acts:
+            if act.holder and act.at < self.until:
+                after = next((t for t in times if t > act.at), None)
+                if after is not None:
+                    out.append(after - act.at)
+        return out
+
+
+def _at(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+# --- running it -------------------------------------------------------------------------------
+
+
+INVARIANTS = (
+    "duplicates",
+    "lost",
+    "replayed downtime",
+    "before activeSince",
+    "in paused time",
+    "stale term",
+)
+
+
+async def soak(seconds: float, quiet: float, seed: int, tmp: Path) -> dict[str, Any]:
+    harness = Harness(tmp, seed)
+    started = now()
+    try:
+        await harness.setup()
+        generator = asyncio.get_running_loop().create_task(harness.generate())
+        await harness.chaos(max(0.0, seconds - quiet))
+        calm_from = now()
+        await harness.calm(quiet)
+        generator.cancel()
+    finally:
+        await harness.close()
+    check = Check(harness, checked_until=calm_from + quiet - HORIZON)
+    check.run()
+    failover = check.failovers()
+    acts = Counter(
+        a.what.split()[0] + (" space" if "space" in a.what else "") for a in harness.acts
+    )
+    return {
+        "seconds": round(now() - started, 1),
+        "seed": seed,
+        "acts": dict(acts),
+        "holder acts": sum(a.holder for a in harness.acts),
+        "checked": {k: v for k, v in check.found.items() if "checked" in k},
+        "invariants": {k: check.found[k] for k in INVARIANTS},
+        "examples": check.examples,
+        "failover s": {
+            "count": len(failover),
+            "median": round(statistics.median(failover), 2) if failover else None,
+            "max": round(max(failover), 2) if failover else None,
+        },
+        "pauses": len(harness.pauses) // 2,
+        "data": str(tmp),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=600.0, help="whole run (default 600)")
+    parser.add_argument("--quiet", type=float, default=20.0, help="calm seconds at the end")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--keep", action="store_true", help="keep the data directory")
+    args = parser.parse_args()
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    tmp = Path(tempfile.mkdtemp(prefix="baton-soak-"))
+    result = asyncio.run(soak(args.seconds, args.quiet, seed, tmp))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _table(result)
+    breached = any(result["invariants"].values())
+    if not args.keep and not breached:
+        _remove(tmp)
+    return 1 if breached else 0
+
+
+def _table(result: dict[str, Any]) -> None:
+    print(f"soak: {result['seconds']} s, seed {result['seed']}, acts {result['acts']}")
+    print(f"  checked: {result['checked']}, pauses {result['pauses']}")
+    for name, count in result["invariants"].items():
+        print(f"  {name:<20} {count}")
+        for example in result["examples"].get(name, []):
+            print(f"      e.g. {example}")
+    f = result["failover s"]
+    print(f"  {'failover':<20} {f['count']} holder stops: median {f['median']} s, max {f['max']} s")
+    print(f"  data: {result['data']}")
+
+
+def _remove(tmp: Path) -> None:
+    for path in sorted(tmp.rglob("*"), reverse=True):
+        path.rmdir() if path.is_dir() else path.unlink()
+    tmp.rmdir()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
