@@ -177,9 +177,13 @@ class Firing:
         self._admit(request, term)
 
     async def _claim(self, request: FireRequest, term: int) -> bool:
-        """Claim the fire; a transient failure is retried, so a space restart loses nothing."""
+        """Claim the fire; a transient failure is retried, so a space restart loses nothing.
+
+        The claim carries an id of its own: if an earlier try went through and its answer
+        was lost, the space answers the retry as claimed; any other claim of the key (this
+        device's own earlier fire of it included) is refused as `already_claimed`."""
         body = {"triggerId": request.trigger.id, "key": request.key, "term": term,
-                "peer": self._peer}  # fmt: skip
+                "peer": self._peer, "claimId": "clm_" + secrets.token_hex(8)}  # fmt: skip
         for attempt in range(WRITE_TRIES):
             try:
                 await self._client.fires_claim(self._space, body)
@@ -188,20 +192,9 @@ class Firing:
                 if _transient(exc) and attempt < WRITE_TRIES - 1:
                     await self._clock.sleep(0.5 * 2**attempt)
                     continue
-                if attempt and exc.code == "already_claimed" and await self._ours(request, term):
-                    return True  # an earlier try went through, its answer was lost
                 await self._refused(request, term, exc)
                 return False
         raise AssertionError("unreachable: the last try returns or refuses")
-
-    async def _ours(self, request: FireRequest, term: int) -> bool:
-        """Whether the space holds this fire's claim as made by this device at `term`."""
-        try:
-            listed = await self._client.fires(self._space, trigger=request.trigger.id)
-        except ApiError:
-            return False
-        mine = {"key": request.key, "peer": self._peer, "term": term}
-        return any(all(f.get(k) == v for k, v in mine.items()) for f in listed["fires"])
 
     async def _refused(self, request: FireRequest, term: int, exc: ApiError) -> None:
         tid, key = request.trigger.id, request.key

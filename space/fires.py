@@ -5,7 +5,10 @@ claim for a floating trigger is refused (`stale_term`) unless the claimer holds
 the current lease at that term; one for a pinned trigger is refused
 (`not_owner`) from any peer but its owner. Checks and insert happen in one
 `BEGIN IMMEDIATE` transaction, so concurrent claims of a key yield one winner.
-Must not change the lease or the records.
+A claim may carry a `claimId` (one per fire attempt): the same claim sent again
+(its answer was lost) is answered as claimed, while another attempt at the same
+key by the same device is `already_claimed`. Must not change the lease or the
+records.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ CREATE TABLE IF NOT EXISTS fires (space TEXT NOT NULL, trigger_id TEXT NOT NULL,
   key TEXT NOT NULL, term INTEGER NOT NULL, peer TEXT NOT NULL, claimed_at TEXT NOT NULL,
   PRIMARY KEY (space, trigger_id, key));
 """
+CLAIM_ID_COLUMN = "ALTER TABLE fires ADD COLUMN claim_id TEXT NOT NULL DEFAULT ''"
 
 
 class FireIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -39,6 +43,7 @@ class FireIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     key: Text
     term: Annotated[int, msgspec.Meta(ge=0)]
     peer: Text
+    claimId: Text | None = None  # one per fire attempt: a retry of the same claim is no conflict
 
 
 class FireOut(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,6 +73,8 @@ class FireList(msgspec.Struct, frozen=True, kw_only=True):
 
 def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
+    if "claim_id" not in {column.name for column in db["fires"].columns}:
+        db.execute(CLAIM_ID_COLUMN)  # a store written by an older build
 
 
 def _owner(db: sqlite_utils.Database, space: str, tid: str) -> str:
@@ -98,9 +105,12 @@ def claim_one(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime
     """Check the fence and claim; raise `ApiError` (404/409) if refused. Inside a transaction."""
     _fence(db, space, fire, now)
     row = db.execute(
-        "SELECT term, peer, claimed_at FROM fires WHERE space = ? AND trigger_id = ? AND key = ?",
+        "SELECT term, peer, claimed_at, claim_id FROM fires "
+        "WHERE space = ? AND trigger_id = ? AND key = ?",
         [space, fire.triggerId, fire.key],
     ).fetchone()
+    if row is not None and fire.claimId and row[3] == fire.claimId:
+        return {**_out(fire), "claimedAt": row[2]}  # this very claim, sent again
     if row is not None:
         raise ApiError(
             409,
@@ -111,10 +121,15 @@ def claim_one(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime
         )
     at = iso(now)
     db.execute(
-        "INSERT INTO fires VALUES (?, ?, ?, ?, ?, ?)",
-        [space, fire.triggerId, fire.key, fire.term, fire.peer, at],
+        "INSERT INTO fires (space, trigger_id, key, term, peer, claimed_at, claim_id) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [space, fire.triggerId, fire.key, fire.term, fire.peer, at, fire.claimId or ""],
     )
-    return {**msgspec.to_builtins(fire), "claimedAt": at}
+    return {**_out(fire), "claimedAt": at}
+
+
+def _out(fire: FireIn) -> dict[str, Any]:
+    return {"triggerId": fire.triggerId, "key": fire.key, "term": fire.term, "peer": fire.peer}
 
 
 def _result(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> dict[str, Any]:

@@ -156,11 +156,11 @@ async def house(tmp_path: Path) -> AsyncIterator[Household]:
 async def test_nothing_from_before_a_record_existed_and_nothing_lost_at_a_clean_stop(
     house: Household,
 ) -> None:
+    unseeded = [await house.send(house.general, "before chat-watch existed")]
     for peer in PEERS:
         await house.start(peer)
     holder = await house.holder()
     before = [await house.send(house.chat, f"before {i}") for i in range(3)]
-    await house.send(house.general, "hello before")
     cron, event = await house.cron("every second"), await house.event("feed")
     since = at(cron["activeSince"])
     await wait_until(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
@@ -177,9 +177,12 @@ async def test_nothing_from_before_a_record_existed_and_nothing_lost_at_a_clean_
     )
     keys = await house.fired_for(event["id"], after + later)
 
+    hello = [await house.send(house.general, "hello")]
+    took = await house.chat_watch_took(hello)
     assert min(slots) >= since  # nothing from before the record existed
     assert not {m["messageId"] for m in before} & set(keys)
     assert set(keys) == {m["messageId"] for m in after + later}
+    assert unseeded[0]["messageId"] not in took
     await house.no_duplicate_claims(cron["id"], event["id"])
 
 

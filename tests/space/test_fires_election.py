@@ -104,6 +104,21 @@ async def test_fire_claims_are_fenced_by_term_and_owner(api: Api, space_clock: F
     assert status == 409 and body["error"] == "stale_term"
 
 
+async def test_a_claim_sent_again_is_claimed_and_another_attempt_at_its_key_is_not(
+    api: Api,
+) -> None:
+    trigger = await api.create_trigger(owner="box")
+    fire = {"triggerId": trigger["id"], "key": "k", "term": 0, "peer": "box", "claimId": "clm_1"}
+    status, first = await api.post(F, fire)
+    assert status == 201
+    status, again = await api.post(F, fire)  # the answer to the first was lost: a retry
+    assert status == 201 and again == first
+    status, body = await api.post(F, {**fire, "claimId": "clm_2"})  # another fire of the key
+    assert status == 409 and body["error"] == "already_claimed"
+    status, body = await api.post(F, {key: v for key, v in fire.items() if key != "claimId"})
+    assert status == 409 and body["error"] == "already_claimed"
+
+
 async def test_a_list_of_claims_answers_one_result_each(api: Api) -> None:
     trigger = await api.create_trigger(owner="box")
     one = {"triggerId": trigger["id"], "key": "a", "term": 0, "peer": "box"}
