@@ -204,6 +204,9 @@ class Firing:
         elif exc.code == outcomes.STALE_TERM:
             log.warning("fire %s@%s refused: stale term %d", tid, key, term)
             await self._unstamped(request, term, RunStatus.rejected, outcomes.STALE_TERM)
+        elif exc.code in (outcomes.PAUSED, outcomes.BEFORE_ACTIVE):  # news not here yet
+            log.info("fire %s@%s refused: %s", tid, key, exc.code)
+            await self._unstamped(request, term, RunStatus.skipped, exc.code)
         else:
             log.warning("fire %s@%s not claimed: %s", tid, key, exc)
 

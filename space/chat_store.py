@@ -115,6 +115,14 @@ def last_seq(db: sqlite_utils.Database, space: str, object_id: str) -> int:
     return int(row[0])
 
 
+def created_at(db: sqlite_utils.Database, message_id: str) -> str | None:
+    """When the space accepted a message (its wire `createdAt`); None if there is none."""
+    row = db.execute(
+        "SELECT created_ts FROM chat_messages WHERE message_id = ?", [message_id]
+    ).fetchone()
+    return None if row is None else _iso(row[0])
+
+
 def add_message(
     db: sqlite_utils.Database, space: str, object_id: str, msg: MessageIn, *, now: float
 ) -> tuple[Message, bytes]:

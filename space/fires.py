@@ -20,7 +20,7 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from space import election
+from space import chat_store, election
 from space import trigger_store as records
 from space.auth import require_peer
 from space.clock import iso
@@ -77,15 +77,11 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
         db.execute(CLAIM_ID_COLUMN)  # a store written by an older build
 
 
-def _owner(db: sqlite_utils.Database, space: str, tid: str) -> str:
-    _, record = records.current(db, space, tid)
-    owner = record.get("owner", "")
-    return owner if isinstance(owner, str) else ""
-
-
 def _fence(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> None:
-    owner = _owner(db, space, fire.triggerId)
-    if owner:
+    _, record = records.current(db, space, fire.triggerId)
+    _active(db, record, fire)
+    owner = record.get("owner", "")
+    if isinstance(owner, str) and owner:
         if fire.peer != owner:
             raise ApiError(409, "not_owner", f"trigger {fire.triggerId!r} is pinned to {owner!r}")
         return
@@ -99,6 +95,36 @@ def _fence(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -
             f"lease (held by {holder!r} at term {lease.term})",
             term=lease.term,
         )
+
+
+def _active(db: sqlite_utils.Database, record: dict[str, Any], fire: FireIn) -> None:
+    """Refuse a fire of a paused record, or for an instant before its `activeSince`."""
+    tid = fire.triggerId
+    if record.get("enabled") is False:
+        raise ApiError(409, "paused", f"trigger {tid!r} is paused")
+    since = record.get("activeSince")
+    if not isinstance(since, str):
+        return
+    kind = record.get("kind")
+    if kind == "event":
+        accepted = chat_store.created_at(db, fire.key)
+        if accepted is not None and accepted <= since:  # both in the one wire format
+            raise ApiError(409, "before_active", f"message {fire.key!r} came before {since}")
+    elif kind == "cron" and _before(_instant(fire.key), _instant(since)):
+        raise ApiError(409, "before_active", f"slot {fire.key} is before {since}")
+
+
+def _before(slot: datetime | None, start: datetime | None) -> bool:
+    """A slot strictly before the start (a slot at `activeSince` itself may fire)."""
+    return slot is not None and start is not None and slot < start
+
+
+def _instant(text: str) -> datetime | None:
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
 
 
 def claim_one(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from runtime.clock import FakeClock
 from runtime.dispatch import FireRequest
 from runtime.firing import Firing
 from space.app import create_app, default_admin_token_file
+from triggers import schedule
 from triggers.records import CHAT_WATCH_PROGRAM, RESERVED_CHAT_WATCH, FireKey, Trigger, load
 from triggers.registry import Diff
 
@@ -164,7 +165,7 @@ async def w(world: World, executor: Executor):
 async def test_a_cron_fire_runs_once_with_one_run_record_and_its_stamps(w: World):
     await w.publish("tick@v1", OK)
     record = await w.trigger("tick@v1", args={"n": 3})
-    slot = "2026-12-01T09:00:00Z"
+    slot = schedule.fire_key_cron(w.clock.wall() + timedelta(minutes=5))  # after activeSince
     await w.fire(w.request(record, slot))
     await w.fire(w.request(record, slot))  # the same key again: the claim refuses it
     [run] = await w.runs(record)
@@ -189,7 +190,8 @@ async def test_a_run_stamps_the_next_fire_the_ticker_has_armed(world: World, exe
     try:
         await world.publish("tick@v1", OK)
         record = await world.trigger("tick@v1")
-        await world.fire(world.request(record, "2026-12-01T09:00:00Z"))
+        slot = schedule.fire_key_cron(world.clock.wall() + timedelta(minutes=5))
+        await world.fire(world.request(record, slot))
     finally:
         await firing.close()
     assert instant((await world.stamped(record))["nextFireAt"]) == upcoming

@@ -119,6 +119,41 @@ async def test_a_claim_sent_again_is_claimed_and_another_attempt_at_its_key_is_n
     assert status == 409 and body["error"] == "already_claimed"
 
 
+async def test_a_paused_trigger_or_an_instant_before_active_since_is_not_claimed(
+    api: Api, space_clock: FakeClock
+) -> None:
+    record = await api.create_trigger(owner="box", spec={"expr": "* * * * * *"})
+    path = f"/spaces/{SPACE}/triggers/{record['id']}"
+    fire = {"triggerId": record["id"], "term": 0, "peer": "box"}
+    status, body = await api.post(F, {**fire, "key": "2026-12-01T08:59:59Z"})
+    assert status == 409 and body["error"] == "before_active"  # before the record existed
+    assert (await api.post(F, {**fire, "key": "2026-12-01T09:00:00Z"}))[0] == 201  # at it
+    await api.patch(path, {"enabled": False})
+    space_clock.advance(5)
+    status, body = await api.post(F, {**fire, "key": "2026-12-01T09:00:03Z"})
+    assert status == 409 and body["error"] == "paused"
+    await api.patch(path, {"enabled": True})  # activeSince 09:00:05
+    status, body = await api.post(F, {**fire, "key": "2026-12-01T09:00:04Z"})
+    assert status == 409 and body["error"] == "before_active"  # from the paused stretch
+    assert (await api.post(F, {**fire, "key": "2026-12-01T09:00:05Z"}))[0] == 201
+
+
+async def test_an_event_fire_for_a_message_accepted_before_active_since_is_not_claimed(
+    api: Api, space_clock: FakeClock
+) -> None:
+    _, chat = await api.post(f"/spaces/{SPACE}/chats", {"name": "c"})
+    chats = f"/spaces/{SPACE}/chats/{chat['objectId']}/messages"
+    _, early = await api.post(chats, {"text": "before"})
+    spec = {"dataset": "chat_messages", "objectId": chat["objectId"]}
+    record = await api.create_trigger(owner="box", kind="event", spec=spec)  # same millisecond
+    space_clock.advance(1)
+    _, late = await api.post(chats, {"text": "after"})
+    fire = {"triggerId": record["id"], "term": 0, "peer": "box"}
+    status, body = await api.post(F, {**fire, "key": early["messageId"]})
+    assert status == 409 and body["error"] == "before_active"
+    assert (await api.post(F, {**fire, "key": late["messageId"]}))[0] == 201
+
+
 async def test_a_list_of_claims_answers_one_result_each(api: Api) -> None:
     trigger = await api.create_trigger(owner="box")
     one = {"triggerId": trigger["id"], "key": "a", "term": 0, "peer": "box"}

@@ -85,7 +85,7 @@ async def acknowledged_writes(session: aiohttp.ClientSession, url: str, token: s
     assert status == 200
     fire = {
         "triggerId": ids[1],
-        "key": "2026-12-01T09:05:00Z",
+        "key": "k1",  # any key (a slot before the record was created would be refused)
         "term": lease["term"],
         "peer": "laptop",
     }
