@@ -249,7 +249,8 @@ MakeDevice = Callable[..., Awaitable[Running]]
 async def make_device(spaces: Spaces) -> AsyncIterator[MakeDevice]:
     """`await make_device(**overrides)`: a Device running as a task, stopped at teardown.
 
-    Overrides: `space` (a `Space`; default the test's real-time one), `peer` (default
+    Overrides: `space` (a `Space`; default the test's real-time one), `space_id` (default
+    SPACE), `peer` (default
     `dev1`, `dev2`, …) and any keyword of `Device` (`clock`, `executor_size`, …).
     """
     running: list[Running] = []
@@ -258,8 +259,9 @@ async def make_device(spaces: Spaces) -> AsyncIterator[MakeDevice]:
         space = overrides.pop("space", None) or await spaces.default()
         peer = overrides.pop("peer", f"dev{len(running) + 1}")
         token = overrides.pop("token", None) or await space.device_token(peer)
+        space_id = overrides.pop("space_id", SPACE)
         options: dict[str, Any] = {"executor_size": 2, **overrides}
-        device = Device(url=space.url, token=token, space=SPACE, peer=peer, **options)
+        device = Device(url=space.url, token=token, space=space_id, peer=peer, **options)
         task = asyncio.create_task(device.run(), name=f"device {peer} {secrets.token_hex(2)}")
         run = Running(device, task, space)
         running.append(run)

@@ -13,7 +13,7 @@ import re
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +39,14 @@ Runs = list[dict[str, Any]]
 
 
 class Cluster:
-    def __init__(self, api: SpaceClient, procs: Procs, devices: dict[str, Proc]) -> None:
-        self.api, self.procs, self.devices = api, procs, devices
+    def __init__(
+        self, api: SpaceClient, procs: Procs, devices: dict[str, Proc], url: str
+    ) -> None:
+        self.api, self.procs, self.devices, self.url = api, procs, devices, url
+
+    async def restart(self, peer: str, run: int) -> None:
+        """Start `peer` again on its own data, as its `run`-th process."""
+        self.devices[peer] = await _device(self.procs, self.api, self.url, peer, run)
 
     async def create(self, name: str, **fields: Any) -> str:
         created = await self.api.trigger_create(SPACE, {**EVERY_SECOND, "name": name, **fields})
@@ -84,16 +90,17 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
             await api.program_put(SPACE, "quick@v1", {"source": QUICK})
             started = await asyncio.gather(*(_device(procs, api, url, p) for p in PEERS))
             await wait_until(lambda: _settled(api), timeout=30, what="3 live devices, 1 active")
-            yield Cluster(api, procs, dict(zip(PEERS, started, strict=True)))
+            yield Cluster(api, procs, dict(zip(PEERS, started, strict=True)), url)
 
 
-async def _device(procs: Procs, api: SpaceClient, url: str, peer: str) -> Proc:
+async def _device(procs: Procs, api: SpaceClient, url: str, peer: str, run: int = 1) -> Proc:
     token = procs.logs / f"{peer}.token"
     token.write_text((await api.token_device({"peer": peer}))["token"] + "\n")
     where = ("--url", url, "--token-file", str(token), "--space", SPACE)
     data = ("--data", str(procs.logs / peer))
     tuning = ("--health-seconds", str(HEALTH), "--workers", "1")  # the lease: the space's
-    return await procs.start(peer, "device", "--peer", peer, *where, *data, *tuning)
+    name = peer if run == 1 else f"{peer}-{run}"
+    return await procs.start(name, "device", "--peer", peer, *where, *data, *tuning)
 
 
 async def _settled(api: SpaceClient) -> bool:
@@ -190,6 +197,27 @@ async def test_a_pinned_trigger_runs_on_its_owner_alone_and_follows_a_repin(
     )
     cleared = await wait_until(_stamped(api, tid, "ok"), timeout=10, what="the stamp cleared")
     assert cleared["owner"] == first
+
+
+async def test_an_owner_that_stops_is_stamped_offline_and_cleared_when_it_is_back(
+    cluster: Cluster,
+) -> None:
+    api = cluster.api
+    holder = (await api.election(SPACE))["active"]
+    owner = next(p for p in PEERS if p != holder)
+    tid = await cluster.create("pinned", owner=owner)
+    await wait_until(cluster.runs_by(tid, 1, peer=owner), timeout=15, what=f"a run on {owner}")
+
+    assert await cluster.devices[owner].stop(signal.SIGTERM) == 0  # signs off: not live at once
+    offline = f"pinned to {owner}, which is not live"
+    await wait_until(_stamped(api, tid, "owner_offline", offline), timeout=10, what="the stamp")
+
+    await cluster.restart(owner, run=2)
+    back = datetime.now(UTC)
+    await wait_until(cluster.runs_by(tid, 1, after=back), timeout=15, what=f"{owner} running again")
+    cleared = await wait_until(_stamped(api, tid, "ok"), timeout=10, what="the stamp cleared")
+    assert cleared["lastStatusDetail"] == ""
+    assert {r["peer"] for r in await cluster.runs(tid)} == {owner}
 
 
 def _stamped(

@@ -195,6 +195,32 @@ async def test_chat_watch_is_seeded_reseeded_never_overwritten_and_answers_once(
     assert sum(1 for m in messages if m.get("agent")) == 3
 
 
+async def test_a_space_created_while_the_device_runs_gets_its_chat_responder(
+    space: Space, make_device: MakeDevice, caplog: pytest.LogCaptureFixture
+):
+    dev = await make_device(space_id="later")
+    await eventually(lambda: "could not seed" in caplog.text)  # no such space yet
+    created = await space.api.space_create({"id": "later"})
+    general = created["generalChat"]
+
+    async def seeded() -> dict[str, Any] | None:
+        try:
+            return await space.api.trigger_get("later", CHAT_WATCH)
+        except ApiError:
+            return None
+
+    record = await eventually(seeded, timeout=DEADLINE)
+    assert (record["program"], record["spec"]["objectId"]) == ("internal:chat-watch", general)
+    await eventually(lambda: (dev.chat_state(general) or {}).get("state") == "live")
+    await space.api.chat_send("later", general, {"text": "hello there"})
+
+    async def answered() -> bool:
+        listing = await space.api.chat_messages("later", general, limit=100)
+        return any(m.get("agent") for m in listing["messages"])
+
+    await eventually(answered)
+
+
 PARKED = 5  # an idle device's parts asleep on its clock: elector, ticker, sleep watch,
 # health pass, reconciler resync timer
 
@@ -350,6 +376,38 @@ async def test_a_program_that_raises_crashes_or_loops_costs_its_run_only(
     runs = await space.until_runs(healthy, 3)
     assert (runs[-1]["key"], runs[-1]["status"]) == (third["messageId"], "ok")
     assert not dev.task.done()
+
+
+PARROT = """
+def main(args):
+    event = args["event"]
+    use("any@v1").chat_send(event["space"], event["objectId"], {"text": "you said " + event["text"]})
+    return {"ok": True}
+"""
+
+
+async def test_a_program_answering_into_the_chat_it_watches_does_not_fire_itself(
+    space: Space, make_device: MakeDevice
+):
+    await space.publish("parrot@v1", PARROT)
+    chat = await space.chat("inbox")
+    tid = (await space.event_trigger(chat, program="parrot@v1"))["id"]
+    dev = await make_device()
+    await dev.active()
+    await dev.live(chat, tid)
+
+    first = await space.send(chat, "one")
+    await space.until_runs(tid, 1)
+    second = await space.send(chat, "two")  # after the parrot's answer to "one" in the feed
+    await space.until_runs(tid, 2)
+    await dev.settled()
+
+    runs = await space.runs(tid)
+    assert keys(runs) == [first["messageId"], second["messageId"]]
+    assert {r["status"] for r in runs} == {"ok"}
+    answers = [m for m in await space.messages(chat) if m["text"].startswith("you said")]
+    assert [m["text"] for m in answers] == ["you said one", "you said two"]
+    assert {m["agent"]["name"] for m in answers} == {"parrot@v1"}  # a run token writes as the agent
 
 
 async def test_baton_status_json_shows_the_device_term_subscriptions_and_triggers(

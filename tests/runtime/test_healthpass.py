@@ -17,7 +17,7 @@ import pytest
 
 from programs import breaker, rollup
 from runtime.client import SpaceClient
-from runtime.clock import FakeClock
+from runtime.clock import FakeClock, iso
 from runtime.election import Elector
 from runtime.healthpass import HealthPass
 from space.app import create_app, default_admin_token_file
@@ -45,9 +45,10 @@ class Known:
 
 
 class Setup:
-    def __init__(self, admin, known, health, clock, db, missing, url, elector) -> None:
+    def __init__(self, admin, known, health, clock, db, missing, url, elector, armed) -> None:
         self.admin, self.known, self.health, self.clock = admin, known, health, clock
         self.db, self.missing, self.url, self.elector = db, missing, url, elector
+        self.armed = armed  # what the ticker would have armed: {id: next fire}
 
     async def create(self, **fields) -> str:
         return (await self.admin.trigger_create(SPACE, {**TICK, **fields}))["id"]
@@ -98,12 +99,13 @@ async def setup(tmp_path: Path, aiohttp_server):
         await clock.wait_for_sleepers(1)
     assert elector.may_fire()
     known, missing = Known(admin), {"chats": frozenset()}
+    armed: dict[TriggerId, datetime] = {}
     health = HealthPass(
         device, SPACE, "a", clock=clock, records=known, elector=elector,
-        missing_chats=lambda: missing["chats"],
+        missing_chats=lambda: missing["chats"], next_fires=lambda: armed,
     )  # fmt: skip
     try:
-        yield Setup(admin, known, health, clock, db, missing, url, elector)
+        yield Setup(admin, known, health, clock, db, missing, url, elector, armed)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -224,3 +226,24 @@ async def test_a_pass_that_cannot_list_programs_stamps_nothing_and_the_loop_goes
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
     assert await setup.stamp_of(tid) == ("", "")
+
+
+async def test_a_fire_that_never_ran_is_overdue_until_a_run_comes(setup: Setup) -> None:
+    tid = await setup.create()
+    due = START - timedelta(minutes=2)  # stamped by whoever armed it; no run came since
+    await setup.admin.trigger_status(SPACE, tid, {"nextFireAt": iso(due)})
+    setup.armed[TriggerId(tid)] = START + timedelta(minutes=5)
+    assert await setup.pass_() == 1
+    status, detail = await setup.stamp_of(tid)
+    assert status == "overdue" and detail.startswith("due 2026-12-01T08:58:00")
+    record = await setup.admin.trigger_get(SPACE, tid)
+    assert record["nextFireAt"] == iso(due)  # not moved on: that would hide the missed fire
+
+    started = due + timedelta(seconds=1)  # the late run's stamps, as firing writes them
+    ran = rollup.Rollup(runs=1, ok=1, last_status="ok", last_run_at=started)
+    stamps = {"lastRunAt": iso(started), "rollup": rollup.to_dict(ran)}
+    await setup.admin.trigger_status(SPACE, tid, stamps)
+    await setup.pass_()
+    assert await setup.stamp_of(tid) == ("ok", "")
+    record = await setup.admin.trigger_get(SPACE, tid)
+    assert record["nextFireAt"] == iso(START + timedelta(minutes=5))
