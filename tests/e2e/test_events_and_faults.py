@@ -380,8 +380,8 @@ async def test_a_program_that_raises_crashes_or_loops_costs_its_run_only(
 
 PARROT = """
 def main(args):
-    event = args["event"]
-    use("any@v1").chat_send(event["space"], event["objectId"], {"text": "you said " + event["text"]})
+    ev = args["event"]
+    use("any@v1").chat_send(ev["space"], ev["objectId"], {"text": "you said " + ev["text"]})
     return {"ok": True}
 """
 
