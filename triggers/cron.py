@@ -1,7 +1,7 @@
 """Cron slots in an IANA time zone, with the Debian cron rule for DST.
 
 Owns the instant math of a cron expression: matching fields on *naive local wall
-times* (croniter does only that), classifying a job as wildcard or fixed-time, and
+times* (triggers.cronwall does only that), classifying a job as wildcard or fixed-time, and
 mapping wall times to UTC instants ourselves:
 
 - a **wildcard** job (its seconds, minute or hour field starts with `*`: `*`,
@@ -25,14 +25,11 @@ Must not read the clock or do I/O; catch-up, grace and fire keys live in schedul
 from __future__ import annotations
 
 import functools
-import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from croniter import croniter
-from croniter.croniter import CroniterBadDateError
-
+from triggers import cronwall
 from triggers.records import CronSpec, cron_fields, zone
 
 SECOND = timedelta(seconds=1)
@@ -49,7 +46,7 @@ class CronRule:
     wildcard: bool
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=cronwall.CACHE_SIZE)
 def rule(expr: str, tz: str = "UTC") -> CronRule:
     """Check `expr` and `tz`; ValueError naming what is wrong."""
     return CronRule(expr=expr, tz=zone(tz), wildcard=is_wildcard(expr))
@@ -66,38 +63,17 @@ def is_wildcard(expr: str) -> bool:
     return any(f.startswith("*") for f in time_of_day)
 
 
-# --- wall-clock matching (croniter on naive datetimes) -----------------------------
-
-_local = threading.local()
-
-
-def _matcher(expr: str) -> croniter:
-    """A parsed croniter per expression and thread (parsing costs ~6x a lookup)."""
-    cache: dict[str, croniter] = _local.__dict__.setdefault("cache", {})
-    found = cache.get(expr)
-    if found is None:
-        start = datetime(2000, 1, 1)
-        found = croniter(expr, start, ret_type=datetime, second_at_beginning=True)
-        if len(cache) > 256:
-            cache.clear()
-        cache[expr] = found
-    return found
+# --- wall-clock matching (triggers.cronwall) -------------------------------------------
 
 
 def wall_next(expr: str, wall: datetime) -> datetime | None:
     """The first matching naive wall time strictly after `wall`; None if none."""
-    try:
-        return _matcher(expr).get_next(start_time=wall)
-    except (CroniterBadDateError, OverflowError):  # none, or none before year 9999
-        return None
+    return cronwall.compile(expr).next(wall)
 
 
 def wall_prev(expr: str, wall: datetime) -> datetime | None:
     """The last matching naive wall time strictly before `wall`; None if none."""
-    try:
-        return _matcher(expr).get_prev(start_time=wall)
-    except (CroniterBadDateError, OverflowError):
-        return None
+    return cronwall.compile(expr).prev(wall)
 
 
 # --- zone offsets and transitions ---------------------------------------------------
@@ -138,25 +114,42 @@ def _bisect(tz: ZoneInfo, good: datetime, bad: datetime, off: timedelta) -> date
     return bad
 
 
+@functools.lru_cache(maxsize=4096)
+def _transitions(tz: ZoneInfo, year: int) -> tuple[datetime, ...]:
+    """The instants in (1 Jan `year`, 1 Jan `year + 1`] (UTC) where `tz`'s offset changes:
+    each the first second at the new offset. Probed in day steps, once per zone and year."""
+    p = datetime(year, 1, 1, tzinfo=UTC)
+    end = datetime(year + 1, 1, 1, tzinfo=UTC) if year < 9999 else p.replace(month=12, day=31)
+    found, off = [], offset(tz, p)
+    while p < end:
+        q = min(p + _DAY, end)
+        changed = offset(tz, q)
+        if changed != off:
+            found.append(_bisect(tz, p, q, off))
+            off = changed
+        p = q
+    return tuple(found)
+
+
 def first_change(tz: ZoneInfo, lo: datetime, hi: datetime, off: timedelta) -> datetime | None:
     """The first second in (lo, hi] whose offset is not `off` (the offset at `lo`)."""
-    p = lo
-    while p < hi:
-        q = min(p + _DAY, hi)
-        if offset(tz, q) != off:
-            return _bisect(tz, p, q, off)
-        p = q
+    for year in range(lo.year - 1, hi.year + 1):
+        for t in _transitions(tz, year):
+            if t > hi:
+                return None
+            if t > lo:
+                return t
     return None
 
 
 def segment_start(tz: ZoneInfo, lo: datetime, hi: datetime, off: timedelta) -> datetime | None:
     """Where the offset `off` (held at `hi`) began, if that is in (lo, hi]; else None."""
-    p = hi
-    while p > lo:
-        q = max(p - _DAY, lo)
-        if offset(tz, q) != off:
-            return _bisect(tz, q, p, offset(tz, q))
-        p = q
+    for year in range(hi.year, lo.year - 2, -1):
+        for t in reversed(_transitions(tz, year)):
+            if t <= lo:
+                return None
+            if t <= hi:
+                return t
     return None
 
 

@@ -28,8 +28,8 @@ from typing import Annotated, Any, NewType
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
-from croniter import croniter
-from croniter.croniter import CroniterBadDateError
+
+from triggers import cronwall
 
 TriggerId = NewType("TriggerId", str)
 PeerId = NewType("PeerId", str)
@@ -80,39 +80,17 @@ class ProgramRef(str):
 
 def cron_fields(expr: str) -> tuple[str, ...]:
     """Split and check a cron expression; raise ValueError naming what is wrong."""
-    fields = expr.split()
-    if len(fields) not in (5, 6):
-        raise ValueError(f"cron expression {expr!r} has {len(fields)} fields, expected 5 or 6")
-    if not croniter.is_valid(expr, second_at_beginning=True):
-        try:
-            croniter(expr, second_at_beginning=True)
-        except (ValueError, KeyError) as exc:
-            raise ValueError(f"invalid cron expression {expr!r}: {exc}") from None
-        raise ValueError(f"invalid cron expression {expr!r}")
-    return tuple(fields)
+    cronwall.compile(expr)
+    return tuple(expr.split())
 
 
 def check_cron(expr: str) -> None:
     """A record's cron expression: valid (`cron_fields`) and matching within 28 years."""
-    cron_fields(expr)
-    if not _ever_matches(expr):
+    first = cronwall.compile(expr).next(datetime(2000, 1, 1))
+    if first is None or first >= datetime(2000 + CRON_HORIZON_YEARS, 1, 1):
         raise ValueError(
             f"cron expression {expr!r} never matches within {CRON_HORIZON_YEARS} years"
         )
-
-
-def _ever_matches(expr: str) -> bool:
-    """Whether `expr` names a date that exists (not `0 0 30 2 *`); calendars repeat in 28 years."""
-    try:
-        croniter(
-            expr,
-            datetime(2000, 1, 1),
-            second_at_beginning=True,
-            max_years_between_matches=CRON_HORIZON_YEARS,
-        ).get_next(datetime)
-    except CroniterBadDateError:
-        return False
-    return True
 
 
 def zone(name: str) -> ZoneInfo:
@@ -156,7 +134,7 @@ def _dec_hook(typ: type, obj: Any) -> Any:
     return _checked(typ, obj)
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=cronwall.CACHE_SIZE)
 def _checked(typ: type, text: str) -> str:
     """A checked marker value; cached, since records repeat a few expressions and zones."""
     _CHECKS[typ](text)
