@@ -1,6 +1,6 @@
 """Soak: three devices and a space under random kills, stops and freezes; then the invariants.
 
-    python bench/soak.py [--seconds 600] [--seed N] [--json]
+    python bench/soak.py [--seconds 600] [--seed N] [--json]   # BATON_SOAK_LOG=INFO: more log
 
 Loopback only, bounded in time. One `baton space serve` (3 s lease) and three `baton
 device` processes; a floating and a pinned `* * * * * *` cron, a floating event trigger
@@ -135,7 +135,8 @@ class Harness:
                     "--space", SPACE, "--data", str(self.tmp / name), "--health-seconds", "2",
                     "--workers", "1"]  # fmt: skip
         log = (self.tmp / f"{name}.log").open("ab")
-        env = {**os.environ, "BATON_LOG": "WARNING", "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "BATON_LOG": os.environ.get("BATON_SOAK_LOG", "WARNING"),
+               "PYTHONUNBUFFERED": "1"}  # fmt: skip
         self.procs[name] = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "runtime.cli", *args, cwd=ROOT, env=env,
             stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,

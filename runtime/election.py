@@ -81,9 +81,19 @@ class Elector:
     # --- what others read -------------------------------------------------------------------
 
     def may_fire(self) -> bool:
-        """Whether floating triggers may fire on this device now."""
+        """Whether floating triggers may fire on this device now.
+
+        A turn seen here between two rounds of the loop is reported at once: a holder
+        whose acting deadline passed before its renewal came back has dropped fires, and
+        only a reported False-then-True makes the device bridge them (runtime.takeover)."""
         if self._state.holding and self._drifted():
             self.slept()
+        allowed = self._allowed()
+        if allowed != self._reported:
+            self._edges()
+        return allowed
+
+    def _allowed(self) -> bool:
         return not self._down and lease.may_fire(self._state, self._clock.monotonic())
 
     @property
@@ -338,7 +348,7 @@ class Elector:
 
     def _edges(self) -> None:
         """Tell listeners when `may_fire()` turned."""
-        now = self.may_fire()
+        now = self._allowed()
         if now == self._reported:
             return
         self._reported = now

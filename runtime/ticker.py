@@ -20,8 +20,11 @@ across devices.
   are not downtime. Only a detected sleep (`slept(now)`) restarts the cursors at
   `now`, so a machine back from suspend never fires a burst of stale slots.
 - `bridge(start)`: after a takeover, each floating cron entry also fires the slots
-  in `(start, where it was armed]` not before its `activeSince`; the device
-  computes `start` by the bridge rule (runtime.takeover).
+  in `(start, cursor]` not before its `activeSince`; the device computes `start` by
+  the bridge rule (runtime.takeover). Up to the cursor, not only up to where the
+  entry was armed: a holder whose lease wavered kept its entries, and the slots it
+  took while it could not fire were dropped by the dispatcher; the claims drop the
+  ones that did run.
 
 One entry's failure is its own: an entry whose arming or taking raises is
 logged with its id and dropped (`failed` keeps why, for `baton status`), and
@@ -58,8 +61,7 @@ class Entry:
     """One armed cron or once trigger and where it stands."""
 
     record: Timed
-    cursor: datetime  # slots at or before the cursor never fire (cron)
-    armed_from: datetime  # the cursor it was armed with: a bridge fills up to here
+    cursor: datetime  # slots at or before the cursor never fire (cron), but for a bridge
     settled: FireKey | None = None  # a once: the key it fired with (or missed)
     bridge: list[datetime] = field(default_factory=list)  # cron slots to fire at the next wake
     next_at: datetime | None = None  # earliest instant this entry may fire; None: never
@@ -119,7 +121,7 @@ def _aware(when: datetime | None) -> datetime | None:
 def arm(record: Timed, now: datetime, prev: Entry | None, up_since: datetime) -> Entry:
     """A new entry for `record`; `prev` is the entry it re-arms, if any."""
     cursor = start_cursor(record, now, up_since)
-    entry = Entry(record=record, cursor=cursor, armed_from=cursor)
+    entry = Entry(record=record, cursor=cursor)
     if prev is not None:
         entry.settled = prev.settled
         if isinstance(prev.record, CronTrigger) and prev.cursor <= now:
@@ -141,11 +143,11 @@ def _same_slots(prev: Timed, record: Timed) -> bool:
 
 
 def add_bridge(entry: Entry, start: datetime) -> int:
-    """Queue a floating cron entry's slots in `(start, armed_from]`; how many are new."""
+    """Queue a floating cron entry's slots in `(start, cursor]`; how many are new."""
     rec = entry.record
     if not isinstance(rec, CronTrigger) or not rec.floating:
         return 0
-    slots = set(entry.bridge) | set(slots_between(rec, start, entry.armed_from))
+    slots = set(entry.bridge) | set(slots_between(rec, start, entry.cursor))
     added = len(slots) - len(entry.bridge)
     entry.bridge = sorted(slots)[-MAX_BRIDGE_SLOTS:]
     entry.refresh()
@@ -190,7 +192,6 @@ def restart(entry: Entry, now: datetime) -> None:
     if isinstance(rec, CronTrigger):
         fresh = start_cursor(rec, now, now)
         entry.cursor = max(entry.cursor, fresh) if entry.cursor <= now else fresh
-        entry.armed_from = entry.cursor
     entry.refresh()
 
 
@@ -231,8 +232,8 @@ class Ticker:
         self._wake.set()
 
     def bridge(self, start: datetime) -> int:
-        """After a takeover: every floating cron entry fires its slots in `(start, where it
-        was armed]` (not before its `activeSince`; claims drop what already ran); how many."""
+        """After a takeover: every floating cron entry fires its slots in `(start, cursor]`
+        (not before its `activeSince`; claims drop what already ran); how many."""
         added = sum(add_bridge(entry, start) for entry in self._entries.values())
         self._wake.set()
         return added

@@ -207,6 +207,20 @@ async def test_a_holder_cut_off_from_the_space_fails_closed_before_its_lease_lap
     assert "unreachable" in a.elector.status()["lastError"]
 
 
+async def test_a_turn_seen_between_rounds_is_reported_so_the_regain_bridges(
+    world: World,
+) -> None:
+    """A stalled loop passes its acting deadline; a fire asked for then is dropped, and the
+    edges say so, though the next round renews at the same term before it looks."""
+    a = await world.device("a")
+    await world.run_for(2.0)
+    world.clock.advance(CFG.lease_s - CFG.margin_s)  # past actsUntil, inside the lease
+    assert not a.fires()
+    assert [on for _, on in a.edges] == [True, False]
+    await world.until(a.fires, limit=CFG.poll_s)
+    assert [on for _, on in a.edges] == [True, False, True] and a.elector.term == 1
+
+
 async def test_slept_stops_acting_until_a_renewal_succeeds(world: World) -> None:
     a = await world.device("a")
     await world.run_for(2.0)
