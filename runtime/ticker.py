@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from runtime.clock import Clock, sleep_or_wake
+from runtime.clock import Clock, iso, sleep_or_wake
 from runtime.dispatch import Dispatcher, FireRequest
 from triggers import schedule
 from triggers.records import Catchup, CronTrigger, FireKey, OnceTrigger, TriggerId
@@ -336,6 +336,6 @@ class Ticker:
             "once": sum(isinstance(e.record, OnceTrigger) for e in self._entries.values()),
             "dispatched": self.dispatched,
             "failed": dict(self.failed),
-            "lastWake": self.last_wake.isoformat() if self.last_wake else None,
-            "next": {"trigger": first[0], "at": first[1].isoformat()} if first else None,
+            "lastWake": iso(self.last_wake) if self.last_wake else None,
+            "next": {"trigger": first[0], "at": iso(first[1])} if first else None,
         }
