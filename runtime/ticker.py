@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runtime.clock import Clock, iso, sleep_or_wake
-from runtime.dispatch import Dispatcher, FireRequest
+from runtime.dispatch import Dispatcher, FireRequest, named
 from triggers import schedule
 from triggers.records import Catchup, CronTrigger, FireKey, OnceTrigger, TriggerId
 from triggers.registry import Armed, Diff
@@ -178,7 +178,7 @@ def _take_once(entry: Entry, rec: OnceTrigger, now: datetime) -> list[tuple[Fire
     key = schedule.fire_key_once(rec.spec)
     entry.settled = key
     if state is schedule.OnceState.MISSED:  # never fires; the health pass stamps `missed`
-        log.info("once %s: %s is past its grace, not fired", rec.id, key)
+        log.info("once %s: %s is past its grace, not fired", named(rec), key)
         return []
     return [(key, rec.spec.at_utc)] if state is schedule.OnceState.FIRE else []
 
@@ -315,7 +315,7 @@ class Ticker:
         try:
             await self._dispatcher.fire(request)
         except Exception:
-            log.exception("dispatch of %s@%s failed", request.trigger.id, request.key)
+            log.exception("dispatch of %s@%s failed", named(request.trigger), request.key)
 
     def delay(self, now: datetime) -> float:
         """Seconds to sleep from `now`: until the earliest next fire, at most `max_sleep`."""
