@@ -21,7 +21,6 @@ trigger's rollup (`programs.rollup.conversation_started`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import secrets
@@ -137,6 +136,7 @@ class _Turn:
         self.message_ids: list[str] = []
         self.calls = self.replies = 0
         self.posted = False  # the current call has put words in the chat
+        self.growing: tuple[Message, str] | None = None  # a streamed reply not yet ended
         self.outcome, self.error = TurnOutcome.ok, ""
 
     def fail(self, outcome: TurnOutcome, error: str) -> None:
@@ -308,6 +308,7 @@ class ChatWatch:
                 timed_out = isinstance(exc, TimeoutError)
                 turn.fail(TurnOutcome.timeout if timed_out else TurnOutcome.error, _reason(exc))
                 self._counters.failed += 1
+                await self._end_growing(turn)
                 await self._apologise(chat)
         except asyncio.CancelledError:
             turn.fail(TurnOutcome.cancelled, "chat-watch closed during the turn")
@@ -362,26 +363,35 @@ class ChatWatch:
 
     async def _stream_reply(self, turn: _Turn, pieces: AsyncIterator[str]) -> Message | None:
         text, flushed, message, last = "", "", None, 0.0
-        try:
-            async for piece in pieces:
-                text += piece
-                if message is None and text.strip():
-                    message = await self._reply(turn, text, done=False)
-                    flushed, last = text, self._clock.monotonic()
-                elif message and self._clock.monotonic() - last >= self._stream_interval:
-                    message = await self._grow(turn.chat, message, text, None)
-                    flushed, last = text, self._clock.monotonic()
-        except Exception:
-            if message is not None:  # the words shown so far stay; the message ends
-                with contextlib.suppress(Exception):
-                    await self._grow(turn.chat, message, text, True)
-            raise
+        async for piece in pieces:
+            text += piece
+            if message is not None:
+                turn.growing = (message, text)
+            if message is None and text.strip():
+                message = await self._reply(turn, text, done=False)
+                flushed, last = text, self._clock.monotonic()
+                turn.growing = (message, text)
+            elif message and self._clock.monotonic() - last >= self._stream_interval:
+                message = await self._grow(turn.chat, message, text, None)
+                flushed, last = text, self._clock.monotonic()
         if message is None:
             return None
         done = not (turn.chat.inbox and self._ready)
+        turn.growing = None
         if not done and text == flushed:
             return message
         return await self._grow(turn.chat, message, text, done)
+
+    async def _end_growing(self, turn: _Turn) -> None:
+        """A reply cut short (failure, timeout) keeps the words written so far and ends."""
+        if turn.growing is None or self._edit is None:
+            return
+        message, text = turn.growing
+        turn.growing = None
+        try:
+            await self._grow(turn.chat, message, text, True)
+        except Exception as exc:
+            log.warning("chat-watch %s/%s: cut reply not ended: %s", *turn.chat.key, _reason(exc))
 
     async def _grow(
         self, chat: _Chat, message: Message, text: str, done: bool | None

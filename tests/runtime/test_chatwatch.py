@@ -448,6 +448,8 @@ class StreamingResponder:
                 self._asked.notify_all()
             if (piece := await self.pieces.get()) is None:
                 return
+            if piece == "BOOM":
+                raise RuntimeError("the model crashed mid-reply")
             yield piece
 
     async def feed(self, piece: str | None) -> None:
@@ -528,3 +530,21 @@ async def test_an_unavailable_responder_defers_the_messages_without_an_apology(m
     await edge.until(lambda: edge.sent)
     assert edge.sent[0]["text"] == "answered m1"
     assert watch.status().reason == ""
+
+
+async def test_a_streamed_reply_cut_short_keeps_its_words_and_ends(clock):
+    edge, responder = EditingEdge(), StreamingResponder()
+    watch = ChatWatch(responder, edge.send, edge.history, record_turn=edge.record_turn,
+                      clock=clock, edit=edge.edit, stream_interval=1.0)  # fmt: skip
+    try:
+        await watch.offer(event(1))
+        await responder.feed("Half a")
+        await responder.feed(" thought")
+        await responder.pieces.put("BOOM")
+        await edge.until(lambda: edge.turns)
+    finally:
+        await watch.close()
+    cut, apology = edge.sent
+    assert cut["text"] == "Half a thought" and cut["agent"]["done"] is True
+    assert apology["text"].startswith("Sorry") and apology["agent"]["done"] is True
+    assert edge.turns[0]["outcome"] == "error" and "crashed mid-reply" in edge.turns[0]["error"]
