@@ -69,6 +69,9 @@ ROUTES: dict[str, Route] = {
         Route(name="chats", method="GET", path=_S + "/chats"),
         Route(name="chat_send", method="POST", path=_CHAT + "/messages", body=True),
         Route(
+            name="chat_edit", method="PATCH", path=_CHAT + "/messages/{messageId}", body=True
+        ),
+        Route(
             name="chat_messages",
             method="GET",
             path=_CHAT + "/messages",

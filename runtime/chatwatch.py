@@ -5,13 +5,16 @@ answered (users and `trigger:<job>` nudges; never its own replies nor other agen
 messages; each message at most once, by a bounded memory of message ids), the turn that
 answers them (a snapshot of recent history taken once, then responder calls while the
 chat's inbox is non-empty, so a message arriving mid-turn joins that turn), the wait
-while the responder is not ready (bounded per chat, oldest dropped and counted), and the
-`agent_turns` entry each turn leaves. Turns of different chats run concurrently; turns
+while the responder is not ready (bounded per chat, oldest dropped and counted; a call
+that finds the responder unavailable puts its messages back to wait, and says why), a
+reply that streams (one agent message posted at its first words with `done` false, then
+edited in place as it grows, at most every `stream_interval` seconds, and `done` at its
+end), and the `agent_turns` entry each turn leaves. Turns of different chats run concurrently; turns
 of one chat never overlap; one chat's failure is its own.
 
 Must not subscribe to streams, claim fires, write run records or stamps, or read time
-other than through its `Clock`. The daemon feeds `offer()` and binds `send`, `history`
-and `record_turn` to the space; each recorded turn is one conversation start for the
+other than through its `Clock`. The daemon feeds `offer()` and binds `send`, `edit`,
+`history` and `record_turn` to the space; each recorded turn is one conversation start for the
 trigger's rollup (`programs.rollup.conversation_started`).
 """
 
@@ -22,19 +25,20 @@ import enum
 import logging
 import secrets
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
 import msgspec
 
 from runtime.clock import Clock, SystemClock
-from runtime.responders import Message, Responder, check_reply
+from runtime.responders import Message, Responder, ResponderUnavailable, check_reply
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 ChatKey = tuple[str, str]  # (space, objectId)
 Send = Callable[..., Awaitable[Any]]  # send(space, object_id, text, agent={...}) -> message?
+Edit = Callable[[str, str, str, dict[str, Any]], Awaitable[Any]]  # (space, chat, id, body)
 History = Callable[[str, str, int], Awaitable[list[Message]]]
 RecordTurn = Callable[[dict[str, Any]], Awaitable[Any]]
 
@@ -89,6 +93,7 @@ class ChatState(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 
 class WatchStatus(msgspec.Struct, frozen=True, kw_only=True):
     ready: bool
+    reason: str  # why it is not ready ('' when it is)
     closed: bool
     chats: list[ChatState]  # chats with a live turn or waiting messages
     counters: Counters
@@ -130,6 +135,8 @@ class _Turn:
         self.started_at, self.t0 = clock.wall(), clock.monotonic()
         self.message_ids: list[str] = []
         self.calls = self.replies = 0
+        self.posted = False  # the current call has put words in the chat
+        self.growing: tuple[Message, str] | None = None  # a streamed reply not yet ended
         self.outcome, self.error = TurnOutcome.ok, ""
 
     def fail(self, outcome: TurnOutcome, error: str) -> None:
@@ -145,6 +152,10 @@ class _Turn:
             duration_ms=round((self.clock.monotonic() - self.t0) * 1000, 3),
             outcome=self.outcome, error=self.error,
         )  # fmt: skip
+
+
+class _Deferred(Exception):
+    """The responder was unavailable: the turn's messages wait for it again."""
 
 
 def _reason(exc: BaseException) -> str:
@@ -174,6 +185,8 @@ class ChatWatch:
         reply_timeout: float = 120.0,
         io_timeout: float = 30.0,
         apology: str | None = DEFAULT_APOLOGY,
+        edit: Edit | None = None,
+        stream_interval: float = 0.25,
     ) -> None:
         for name, value in (("snapshot_size", snapshot_size), ("seen_capacity", seen_capacity),
                             ("max_waiting", max_waiting), ("reply_timeout", reply_timeout),
@@ -185,6 +198,9 @@ class ChatWatch:
         self._max_waiting, self._apology = max_waiting, apology
         self._reply_timeout, self._io_timeout = reply_timeout, io_timeout
         self._ready = bool(getattr(responder, "ready", True))
+        self._reason = "" if self._ready else "not probed yet"
+        self._edit, self._stream_interval = edit, stream_interval
+        self.on_unavailable: Callable[[], None] | None = None  # e.g. probe again soon
         self._seen: dict[tuple[str, str], None] = {}  # insertion-ordered: oldest forgotten first
         self._chats: dict[ChatKey, _Chat] = {}
         self._counters = Counters()
@@ -205,8 +221,8 @@ class ChatWatch:
             for key, chat in sorted(self._chats.items())
             if chat.turn_id or chat.inbox
         ]
-        return WatchStatus(ready=self._ready, closed=self._closed, chats=chats,
-                           counters=self.counters)  # fmt: skip
+        return WatchStatus(ready=self._ready, reason=self._reason, closed=self._closed,
+                           chats=chats, counters=self.counters)  # fmt: skip
 
     # ------------------------------------------------------------ intake
 
@@ -256,11 +272,13 @@ class ChatWatch:
         if self._ready and not self._closed and chat.task is None and chat.inbox:
             chat.task = asyncio.create_task(self._drive(chat), name=f"chat-watch {chat.key}")
 
-    def set_ready(self, ready: bool) -> None:
+    def set_ready(self, ready: bool, reason: str = "") -> None:
         """The responder became ready (waiting messages are taken up) or stopped being so."""
-        if ready != self._ready:
-            log.info("chat-watch responder %s", "ready" if ready else "not ready")
-        self._ready = ready
+        reason = "" if ready else reason or "not ready"
+        if ready != self._ready or reason != self._reason:
+            detail = "ready" if ready else f"not ready: {reason}"
+            (log.info if ready else log.warning)("chat-watch responder %s", detail)
+        self._ready, self._reason = ready, reason
         for chat in list(self._chats.values()):
             self._kick(chat)
 
@@ -283,10 +301,14 @@ class ChatWatch:
         try:
             try:
                 await self._converse(turn)
+            except _Deferred as deferred:
+                turn.fail(TurnOutcome.error, f"responder unavailable, messages wait: {deferred}")
+                self._counters.failed += 1
             except Exception as exc:
                 timed_out = isinstance(exc, TimeoutError)
                 turn.fail(TurnOutcome.timeout if timed_out else TurnOutcome.error, _reason(exc))
                 self._counters.failed += 1
+                await self._end_growing(turn)
                 await self._apologise(chat)
         except asyncio.CancelledError:
             turn.fail(TurnOutcome.cancelled, "chat-watch closed during the turn")
@@ -304,16 +326,85 @@ class ChatWatch:
             turn.message_ids += [m["messageId"] for m in pending]
             self._counters.answered += len(pending)
             context = [m for m in view if m.get("messageId") not in ids]
-            reply = await self._within(self._respond(context, pending), self._reply_timeout,
-                                       "responder")  # fmt: skip
+            turn.posted = False
+            try:
+                reply = await self._within(self._answer(turn, context, pending),
+                                           self._reply_timeout, "responder")  # fmt: skip
+            except ResponderUnavailable as exc:
+                if turn.posted:
+                    raise
+                self._defer(turn, pending, str(exc))
             turn.calls += 1
             view = context + pending
             if reply is not None:
-                view.append(await self._reply(turn, reply))
+                view.append(reply)
             view = view[-self._snapshot_size :]
 
-    async def _respond(self, context: list[Message], pending: list[Message]) -> str | None:
-        return check_reply(await self._responder.respond(context, pending))
+    def _defer(self, turn: _Turn, pending: list[Message], reason: str) -> None:
+        """Put `pending` back to wait, oldest first, and stop answering until ready again."""
+        chat = turn.chat
+        chat.inbox.extendleft(reversed(pending))
+        turn.message_ids = turn.message_ids[: len(turn.message_ids) - len(pending)]
+        self._counters.answered -= len(pending)
+        self.set_ready(False, reason)
+        if self.on_unavailable is not None:
+            self.on_unavailable()
+        raise _Deferred(reason)
+
+    async def _answer(
+        self, turn: _Turn, context: list[Message], pending: list[Message]
+    ) -> Message | None:
+        """The reply posted in the chat (streamed in place when the responder can), or None."""
+        stream = getattr(self._responder, "stream", None)
+        if stream is None or self._edit is None:
+            text = check_reply(await self._responder.respond(context, pending))
+            return None if text is None else await self._reply(turn, text)
+        return await self._stream_reply(turn, stream(context, pending))
+
+    async def _stream_reply(self, turn: _Turn, pieces: AsyncIterator[str]) -> Message | None:
+        text, flushed, message, last = "", "", None, 0.0
+        async for piece in pieces:
+            text += piece
+            if message is not None:
+                turn.growing = (message, text)
+            if message is None and text.strip():
+                message = await self._reply(turn, text, done=False)
+                flushed, last = text, self._clock.monotonic()
+                turn.growing = (message, text)
+            elif message and self._clock.monotonic() - last >= self._stream_interval:
+                message = await self._grow(turn.chat, message, text, None)
+                flushed, last = text, self._clock.monotonic()
+        if message is None:
+            return None
+        done = not (turn.chat.inbox and self._ready)
+        turn.growing = None
+        if not done and text == flushed:
+            return message
+        return await self._grow(turn.chat, message, text, done)
+
+    async def _end_growing(self, turn: _Turn) -> None:
+        """A reply cut short (failure, timeout) keeps the words written so far and ends."""
+        if turn.growing is None or self._edit is None:
+            return
+        message, text = turn.growing
+        turn.growing = None
+        try:
+            await self._grow(turn.chat, message, text, True)
+        except Exception as exc:
+            log.warning("chat-watch %s/%s: cut reply not ended: %s", *turn.chat.key, _reason(exc))
+
+    async def _grow(
+        self, chat: _Chat, message: Message, text: str, done: bool | None
+    ) -> Message:
+        assert self._edit is not None
+        body: dict[str, Any] = {"text": text} if text != message.get("text") else {}
+        if done is not None:
+            body["done"] = done
+        if not body or "messageId" not in message:
+            return message
+        edited = await self._within(self._edit(*chat.key, message["messageId"], body),
+                                    self._io_timeout, "edit")  # fmt: skip
+        return edited if isinstance(edited, dict) and "messageId" in edited else message
 
     async def _snapshot(self, chat: _Chat) -> list[Message]:
         """Recent history, taken once per turn, oldest first."""
@@ -326,11 +417,13 @@ class ChatWatch:
             messages = sorted(messages, key=lambda m: m["seq"])
         return messages[-self._snapshot_size :]
 
-    async def _reply(self, turn: _Turn, text: str) -> Message:
+    async def _reply(self, turn: _Turn, text: str, done: bool | None = None) -> Message:
         chat = turn.chat
-        agent = {"name": AGENT_NAME, "done": not (chat.inbox and self._ready)}
+        done = not (chat.inbox and self._ready) if done is None else done
+        agent = {"name": AGENT_NAME, "done": done}
         sent = await self._within(self._send(*chat.key, text, agent=agent), self._io_timeout,
                                   "send")  # fmt: skip
+        turn.posted = True
         turn.replies += 1
         self._counters.replies += 1
         if isinstance(sent, dict) and "messageId" in sent:

@@ -155,6 +155,12 @@ class SpaceClient:
     async def chat_send(self, space: str, object_id: str, body: JSON) -> JSON:
         return await self.call("chat_send", body, space=space, objectId=object_id)
 
+    async def chat_edit(self, space: str, object_id: str, message_id: str, body: JSON) -> JSON:
+        """Replace an agent message's `text` and/or set its `done` (the reply grows in place)."""
+        return await self.call(
+            "chat_edit", body, space=space, objectId=object_id, messageId=message_id
+        )
+
     async def chat_messages(
         self,
         space: str,

@@ -30,11 +30,12 @@ from programs.rollup import Rollup
 from runtime import outcomes
 from runtime.chatwatch import ChatWatch
 from runtime.client import ApiError, SpaceClient
-from runtime.clock import Clock, SystemClock
+from runtime.clock import Clock, SystemClock, iso
 from runtime.election import Elector
 from runtime.firing import Firing
 from runtime.healthpass import HealthPass
 from runtime.lease import Config as LeaseConfig
+from runtime.readiness import Readiness
 from runtime.reconciler import Reconciler
 from runtime.responders import Responder, load_responder
 from runtime.sleepwatch import SleepWatch
@@ -93,13 +94,16 @@ class Device:
         self.takeover = Takeover(
             self.client, space, peer, clock=self.clock, window=timedelta(seconds=bridge_seconds)
         )
+        self.responder = responder or load_responder("builtin", now=self.clock.wall)
         self.chatwatch = ChatWatch(
-            responder or load_responder("builtin", now=self.clock.wall),
+            self.responder,
             self._chat_send,
             self._chat_history,
             record_turn=self._record_turn,
             clock=self.clock,
+            edit=self.client.chat_edit,
         )
+        self.readiness = Readiness(self.responder, self.chatwatch, clock=self.clock)
         self.firing = Firing(
             self.client,
             space,
@@ -150,16 +154,17 @@ class Device:
             await self.executor.start()
             if not await self._seed_chat_watch():
                 self._spawn(self._keep_seeding())  # e.g. the space does not exist yet
-            await self.supervisor.run(
-                {
-                    "election": self.elector.run,
-                    "reconciler": self.reconciler.run,
-                    "ticker": self.ticker.run,
-                    "subscriptions": self.subscriptions.run,
-                    "health": self.health.run,
-                    "sleepwatch": self.sleepwatch.run,
-                }
-            )
+            parts = {
+                "election": self.elector.run,
+                "reconciler": self.reconciler.run,
+                "ticker": self.ticker.run,
+                "subscriptions": self.subscriptions.run,
+                "health": self.health.run,
+                "sleepwatch": self.sleepwatch.run,
+            }
+            if self.readiness.needed:
+                parts["responder"] = self.readiness.run
+            await self.supervisor.run(parts)
         finally:
             await self._close()
 
@@ -177,6 +182,10 @@ class Device:
         await self.elector.sign_off()
         await self.subscriptions.close()
         await self.chatwatch.close()
+        close = getattr(self.responder, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
         await self.firing.close()
         await self.executor.close()
         await self.client.close()
@@ -217,7 +226,7 @@ class Device:
             return  # lost again meanwhile: the next holder bridges
         slots, chats = self.ticker.bridge(start), self.subscriptions.bridge(start)
         log.info("takeover at term %d: bridging from %s: %d cron slots, %d chats",
-                 term, start.isoformat(), slots, chats)  # fmt: skip
+                 term, iso(start), slots, chats)  # fmt: skip
 
     def _on_slept(self) -> None:
         log.warning("the machine slept or its clock jumped: distrusting the lease and streams")
@@ -302,11 +311,18 @@ class Device:
     def _report(self) -> dict[str, Any]:
         """What this device says of itself in its heartbeat, for `baton status`."""
         return {
-            "upSince": self.up_since.isoformat(),
+            "upSince": iso(self.up_since),
             "subscriptions": self.subscriptions.status(),
             "armed": len(self.reconciler.registry),
             "chatWatch": msgspec.to_builtins(self.chatwatch.status()),
+            "responder": _describe(self.responder),
         }
+
+
+def _describe(responder: Responder) -> str:
+    """The responder in a few words, for `baton status` and the dashboard."""
+    told = getattr(responder, "describe", None)
+    return told if isinstance(told, str) else type(responder).__name__
 
 
 def _instance() -> str:

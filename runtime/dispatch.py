@@ -29,3 +29,9 @@ class Dispatcher(Protocol):
     async def fire(self, request: FireRequest) -> None:
         """Take a fire: returns quickly, never raises; the outcome is recorded as a run."""
         ...
+
+
+def named(record: Any) -> str:
+    """A trigger as log lines name it: its name, then its id (`'nightly' trg_…`)."""
+    name = getattr(record, "name", "")
+    return f"{name!r} {record.id}" if name else str(record.id)

@@ -33,7 +33,7 @@ import msgspec
 
 from runtime import lease
 from runtime.client import ApiError, SpaceClient
-from runtime.clock import Clock, sleep_or_wake
+from runtime.clock import Clock, iso, sleep_or_wake
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class Elector:
             "term": state.term,
             "holding": state.holding,
             "mayFire": lease.may_fire(state, now),
-            "actsUntil": acts.isoformat() if acts else None,
+            "actsUntil": iso(acts) if acts else None,
             "priority": state.priority,
             "live": sorted(self._live),
             "want": self._view.want if self._view else None,

@@ -42,7 +42,7 @@ from runtime import outcomes
 from runtime.chatwatch import ChatWatch
 from runtime.client import ApiError, SpaceClient
 from runtime.clock import Clock
-from runtime.dispatch import FireRequest
+from runtime.dispatch import FireRequest, named
 from runtime.outcomes import Book, Fire
 from triggers.records import RESERVED_CHAT_WATCH, Overlap, Trigger, TriggerId
 from triggers.registry import Diff
@@ -155,7 +155,7 @@ class Firing:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("fire %s@%s failed unexpectedly", request.trigger.id, request.key)
+            log.exception("fire %s@%s failed unexpectedly", named(request.trigger), request.key)
 
     def _count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -165,7 +165,7 @@ class Firing:
     async def _take(self, request: FireRequest) -> None:
         record = request.trigger
         if record.floating and not self._may_fire_floating():
-            log.info("fire %s@%s dropped: not the active device", record.id, request.key)
+            log.info("fire %s@%s dropped: not the active device", named(record), request.key)
             self._count("dropped")
             return
         term = self._term()
@@ -197,7 +197,7 @@ class Firing:
         raise AssertionError("unreachable: the last try returns or refuses")
 
     async def _refused(self, request: FireRequest, term: int, exc: ApiError) -> None:
-        tid, key = request.trigger.id, request.key
+        tid, key = named(request.trigger), request.key
         self._count(exc.code)
         if exc.code == "already_claimed":
             log.debug("fire %s@%s already claimed", tid, key)
@@ -212,7 +212,7 @@ class Firing:
 
     async def _offer(self, request: FireRequest) -> None:
         if self._chatwatch is None or request.event is None:
-            log.warning("fire %s@%s: no chat-watch to take it", request.trigger.id, request.key)
+            log.warning("fire %s@%s: no chat-watch to take it", named(request.trigger), request.key)
             return
         await self._chatwatch.offer(request.event)
 
@@ -287,9 +287,9 @@ class Firing:
     ) -> None:
         record = request.trigger
         fire = self._fire_of(request, term, new_run_id())
-        log.info("fire %s@%s → %s", record.id, request.key, record.program)
+        log.info("fire %s@%s → %s", named(record), request.key, record.program)
         outcome, reason = await self._execute(record, fire, request.event, program)
-        log.info("fire %s@%s ← %s %.0f ms%s", record.id, request.key, outcome.status.value,
+        log.info("fire %s@%s ← %s %.0f ms%s", named(record), request.key, outcome.status.value,
                  outcome.duration_ms, f": {reason}" if reason else "")  # fmt: skip
         await self._finish(request, fire, outcome, reason, admitted=True)
 
@@ -343,7 +343,7 @@ class Firing:
 
     async def _not_run(self, request: FireRequest, term: int, status: RunStatus, why: str) -> None:
         fire = self._fire_of(request, term, new_run_id())
-        log.info("fire %s@%s ← %s: %s", request.trigger.id, request.key, status.value, why)
+        log.info("fire %s@%s ← %s: %s", named(request.trigger), request.key, status.value, why)
         await self._finish(request, fire, outcomes.not_run(status, why), why, admitted=False)
 
     async def _withdrawn(self, request: FireRequest, term: int) -> None:

@@ -83,7 +83,7 @@ class HealthPass:
         self._wake.set()
 
     def status(self) -> dict[str, Any]:
-        last = self._last_pass.isoformat() if self._last_pass else None
+        last = iso(self._last_pass) if self._last_pass else None
         return {"passes": self.passes, "stamped": self.stamped, "lastPassAt": last,
                 "lastError": self._error}  # fmt: skip
 

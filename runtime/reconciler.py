@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 
 from runtime.client import SpaceClient
-from runtime.clock import Clock, sleep_or_wake
+from runtime.clock import Clock, iso, sleep_or_wake
 from runtime.sse import SseEvent
 from runtime.subscribe import Subscription
 from triggers import registry as reg
@@ -260,7 +260,7 @@ class Reconciler:
             "armed": len(self.registry),
             "undecodable": sum(isinstance(r, Salvaged) for r in self.records.values()),
             "seq": self.seq,
-            "syncedAt": self._synced_at.isoformat() if self._synced_at else None,
+            "syncedAt": iso(self._synced_at) if self._synced_at else None,
             "feed": stream.state.value if stream is not None else None,
             "feedConnections": stream.connections if stream is not None else 0,
             "error": self._error,

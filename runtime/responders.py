@@ -4,11 +4,15 @@ Owns the `Responder` protocol — `ready` and `respond(snapshot, pending) -> str
 (None: no reply) — and three kinds: `BuiltinResponder` (deterministic, no network, for
 the demo), `CommandResponder` (an external command speaking JSON on stdin/stdout, one
 process per call) and `CallableResponder` (a Python callable, sync or async), plus
-`load_responder(spec)` that parses `builtin`, `command:<argv>` and
-`python:<module>:<function>`.
+`load_responder(spec)` that parses `builtin`, `openai` (runtime.openai_responder: a
+model behind an OpenAI-compatible endpoint), `command:<argv>` and
+`python:<module>:<function>`. A responder may also offer `stream(snapshot, pending)`,
+an async iterator of the reply's pieces (chat-watch then grows one message as they
+come), `probe() -> str` (why it is not ready, '' when it is) and `close()`.
 
 A responder's failure is an exception carrying a clear reason (`ResponderFailed`,
-`ResponderTimeout`); deciding what a failure means for a conversation is chat-watch's.
+`ResponderTimeout`, and `ResponderUnavailable` when what it needs cannot be reached);
+deciding what a failure means for a conversation is chat-watch's.
 Must not read the clock (the built-in one is handed `now`), post messages or know about
 turns, dedup or readiness policy.
 """
@@ -24,16 +28,23 @@ import os
 import signal
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from runtime.openai_responder import LlmConfig
 
 Message = dict[str, Any]
 STDOUT_CAP = 1 << 20  # a reply bigger than 1 MiB of JSON is refused
 STDERR_TAIL = 2000  # characters of a failed command's stderr kept in the reason
-SPEC_FORMS = "builtin, command:<path or JSON argv list>, python:<module>:<function>"
+SPEC_FORMS = "builtin, openai, command:<path or JSON argv list>, python:<module>:<function>"
 
 
 class ResponderFailed(RuntimeError):
     """The responder could not produce a reply; the message says why."""
+
+
+class ResponderUnavailable(ResponderFailed):
+    """What the responder needs (its model's endpoint) cannot be reached: not ready."""
 
 
 class ResponderTimeout(TimeoutError):
@@ -71,6 +82,7 @@ class BuiltinResponder:
     """The demo responder: acknowledges each message and answers `help` and `time?`."""
 
     ready = True
+    describe = "builtin"
 
     def __init__(self, now: Callable[[], datetime]) -> None:
         self._now = now
@@ -107,6 +119,7 @@ class CommandResponder:
         if not timeout > 0:
             raise InvalidResponderSpec(f"timeout: must be > 0, got {timeout!r}")
         self.argv, self.timeout = list(argv), timeout
+        self.describe = f"command {self.argv[0]}"
 
     async def respond(self, snapshot: list[Message], pending: list[Message]) -> str | None:
         payload = json.dumps({"snapshot": snapshot, "pending": pending}).encode()
@@ -205,6 +218,8 @@ class CallableResponder:
         if not callable(fn):
             raise InvalidResponderSpec(f"fn: must be callable, got {type(fn).__name__}")
         self._fn = fn
+        module, name = getattr(fn, "__module__", "?"), getattr(fn, "__qualname__", "?")
+        self.describe = f"python {module}:{name}"
 
     async def respond(self, snapshot: list[Message], pending: list[Message]) -> str | None:
         if inspect.iscoroutinefunction(self._fn):
@@ -219,17 +234,37 @@ class CallableResponder:
 
 
 def load_responder(
-    spec: str, *, now: Callable[[], datetime], command_timeout: float = 60.0
+    spec: str,
+    *,
+    now: Callable[[], datetime],
+    command_timeout: float = 60.0,
+    llm: LlmConfig | None = None,
 ) -> Responder:
-    """The responder `spec` names (see `SPEC_FORMS`); `InvalidResponderSpec` names the problem."""
+    """The responder `spec` names (see `SPEC_FORMS`); `InvalidResponderSpec` names the problem.
+
+    `openai` needs `llm` with a URL and a model."""
     kind, _, value = spec.strip().partition(":")
     if kind == "builtin" and not value:
         return BuiltinResponder(now)
+    if kind == "openai" and not value:
+        return _openai(llm)
     if kind == "command":
         return CommandResponder(_argv(value), command_timeout)
     if kind == "python":
         return CallableResponder(_function(value))
     raise InvalidResponderSpec(f"responder: unknown spec {spec!r}; expected one of {SPEC_FORMS}")
+
+
+def _openai(llm: LlmConfig | None) -> Responder:
+    from runtime.openai_responder import OpenAIResponder
+
+    if llm is None or not llm.url:
+        raise InvalidResponderSpec("--llm-url: the openai responder needs the endpoint's base URL")
+    if not llm.url.startswith(("http://", "https://")):
+        raise InvalidResponderSpec(f"--llm-url: expected http(s)://…, got {llm.url!r}")
+    if not llm.model:
+        raise InvalidResponderSpec("--llm-model: the openai responder needs a model name")
+    return OpenAIResponder(llm)
 
 
 def _argv(value: str) -> list[str]:

@@ -37,7 +37,7 @@ import msgspec
 from programs.routes import ApiError
 from runtime.client import SpaceClient
 from runtime.clock import Clock
-from runtime.dispatch import Dispatcher, FireRequest
+from runtime.dispatch import Dispatcher, FireRequest, named
 from runtime.sse import SseEvent
 from runtime.subscribe import (
     DEFAULT_BACKOFF,
@@ -367,7 +367,7 @@ class Subscriptions:
         try:
             await self._dispatcher.fire(request)
         except Exception:
-            log.exception("fire %s@%s: the dispatcher failed", trigger.id, request.key)
+            log.exception("fire %s@%s: the dispatcher failed", named(trigger), request.key)
 
     # -- takeover: the messages since `bridge_from`, from the history pages
 

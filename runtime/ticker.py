@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from runtime.clock import Clock, sleep_or_wake
-from runtime.dispatch import Dispatcher, FireRequest
+from runtime.clock import Clock, iso, sleep_or_wake
+from runtime.dispatch import Dispatcher, FireRequest, named
 from triggers import schedule
 from triggers.records import Catchup, CronTrigger, FireKey, OnceTrigger, TriggerId
 from triggers.registry import Armed, Diff
@@ -180,7 +180,7 @@ def _take_once(entry: Entry, rec: OnceTrigger, now: datetime) -> list[tuple[Fire
     key = schedule.fire_key_once(rec.spec)
     entry.settled = key
     if state is schedule.OnceState.MISSED:  # never fires; the health pass stamps `missed`
-        log.info("once %s: %s is past its grace, not fired", rec.id, key)
+        log.info("once %s: %s is past its grace, not fired", named(rec), key)
         return []
     return [(key, rec.spec.at_utc)] if state is schedule.OnceState.FIRE else []
 
@@ -316,7 +316,7 @@ class Ticker:
         try:
             await self._dispatcher.fire(request)
         except Exception:
-            log.exception("dispatch of %s@%s failed", request.trigger.id, request.key)
+            log.exception("dispatch of %s@%s failed", named(request.trigger), request.key)
 
     def delay(self, now: datetime) -> float:
         """Seconds to sleep from `now`: until the earliest next fire, at most `max_sleep`."""
@@ -337,6 +337,6 @@ class Ticker:
             "once": sum(isinstance(e.record, OnceTrigger) for e in self._entries.values()),
             "dispatched": self.dispatched,
             "failed": dict(self.failed),
-            "lastWake": self.last_wake.isoformat() if self.last_wake else None,
-            "next": {"trigger": first[0], "at": first[1].isoformat()} if first else None,
+            "lastWake": iso(self.last_wake) if self.last_wake else None,
+            "next": {"trigger": first[0], "at": iso(first[1])} if first else None,
         }

@@ -19,6 +19,7 @@ from space import (
     devices,
     election,
     fires,
+    metrics,
     openapi,
     programs,
     runs,
@@ -68,6 +69,7 @@ def create_app(
     app[SETTINGS] = settings
     app[CLOCK] = clock
     app[ROUTE_DOCS] = []
+    metrics.setup(app)  # first: the claim and run routes feed it
     app[DB] = open_db(db_path)
     app.on_cleanup.append(_close_db)
     auth.ensure_schema(app[DB])

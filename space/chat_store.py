@@ -59,6 +59,17 @@ class MessageIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     agent: Agent | None = None
 
 
+class MessageEdit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A change to an agent message still being written: its whole new `text`, and `done`."""
+
+    text: str | None = None
+    done: bool | None = None
+
+
+class NotEditable(ValueError):
+    """Only an agent message that is not done may change; the message says why."""
+
+
 class ChatIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: Annotated[str, msgspec.Meta(max_length=NAME_MAX)] = ""
 
@@ -73,6 +84,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, ren
 
 
 _encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(Message).decode
 
 
 def ensure_schema(db: sqlite_utils.Database) -> None:
@@ -148,6 +160,39 @@ def add_message(
             "INSERT INTO chat_messages (object_id, seq, message_id, created_ts, body) "
             "VALUES (?, ?, ?, ?, ?)",
             [object_id, message.seq, message.message_id, now, body.decode()],
+        )
+    return message, body
+
+
+def edit_message(
+    db: sqlite_utils.Database, object_id: str, message_id: str, edit: MessageEdit
+) -> tuple[Message, bytes]:
+    """Apply `edit` to an agent message not yet done; the message as stored now, and its JSON.
+
+    `UnknownChat` when the chat has no such message; `NotEditable` for a person's message
+    or one already done. Its `seq` and `createdAt` never change."""
+    with transaction(db):
+        row = db.execute(
+            "SELECT body FROM chat_messages WHERE object_id = ? AND message_id = ?",
+            [object_id, message_id],
+        ).fetchone()
+        if row is None:
+            raise UnknownChat(message_id)
+        message = _decode(row[0])
+        agent = message.agent
+        if agent is None:
+            raise NotEditable("only an agent message can be edited")
+        if agent.done:
+            raise NotEditable("the message is done: it no longer changes")
+        done = agent.done if edit.done is None else edit.done
+        text = message.text if edit.text is None else edit.text
+        message = msgspec.structs.replace(
+            message, text=text, agent=msgspec.structs.replace(agent, done=done)
+        )
+        body = _encode(message)
+        db.execute(
+            "UPDATE chat_messages SET body = ? WHERE object_id = ? AND message_id = ?",
+            [body.decode(), object_id, message_id],
         )
     return message, body
 

@@ -13,7 +13,11 @@ Owns the order of events on `GET …/chats/{objectId}/stream`:
    ahead of C, e.g. a reset store) gets `event: gap`, `data: {"reason":
    "unknown_cursor", "skipped": 0, "lastEventId"}` and the stream goes on from C;
 4. the messages of `(L, C]` within W, oldest first, each `id: <seq>`, `event: message`;
-5. live messages from the queue, skipping any `seq` already sent.
+5. live messages from the queue, skipping any `seq` already sent, and live edits of an
+   agent message still being written (`PATCH …/messages/{messageId}`) as `event: update`,
+   `data: <the message as it is now>`, with no `id` (an edit is not a new position in the
+   chat, so it never moves a client's `Last-Event-ID`; a resume replays messages as they
+   are stored then, edits included, and no missed `update` event).
 
 Must not write messages nor know the HTTP routes' shapes; time comes from the app's `now`.
 """
@@ -28,8 +32,9 @@ from space.http import int64
 from space.sse import EventStream, Fanout, last_event_id
 
 REPLAY_PAGE = 500
+MESSAGE, UPDATE = "message", "update"
 
-Topics = Fanout[str]
+Topics = Fanout[str]  # items: (seq, message JSON, MESSAGE or UPDATE)
 
 
 async def run(
@@ -47,8 +52,10 @@ async def run(
     try:
         cursor = chat_store.last_seq(db, space, object_id)
         sent = await _open(stream, db, object_id, cursor, now=now, window=window)
-        async for seq, body in stream:
-            if seq > sent:
+        async for seq, body, kind in stream:
+            if kind == UPDATE:
+                await stream.send(body, event=UPDATE)
+            elif seq > sent:
                 await stream.send(body, id=seq, event="message")
                 sent = seq
     finally:

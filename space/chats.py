@@ -27,7 +27,16 @@ from space import (
     spaces,  # module import: `spaces` imports this module too
     trigger_store,
 )
-from space.chat_store import NAME_MAX, Agent, ChatIn, Message, MessageIn, UnknownChat
+from space.chat_store import (
+    NAME_MAX,
+    Agent,
+    ChatIn,
+    Message,
+    MessageEdit,
+    MessageIn,
+    NotEditable,
+    UnknownChat,
+)
 from space.clock import epoch
 from space.db import DB
 from space.http import ApiError, add_route, answer, decode, int_query, now_of, raw_body
@@ -86,6 +95,16 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
+        "PATCH",
+        f"{_CHAT}/messages/{{messageId}}",
+        patch_message,
+        "Edit an agent message still being written: `{text?, done?}` (the whole new text); "
+        "streams see `event: update`; a person's message or a done one is 409",
+        body=MessageEdit,
+        answer=Message,
+    )
+    add_route(
+        app,
         "GET",
         f"{_CHAT}/messages",
         get_messages,
@@ -137,11 +156,30 @@ async def get_chats(request: web.Request) -> web.Response:
 async def post_message(request: web.Request) -> web.Response:
     space, object_id, _ = _chat_cursor(request)
     msg = _signed(request, decode(await raw_body(request), MessageIn))
-    _check_text(msg, settings(request.app).text_limit)
+    _check_text(msg.text, settings(request.app).text_limit)
     now = epoch(now_of(request))
     message, body = chat_store.add_message(request.app[DB], space, object_id, msg, now=now)
-    request.app[TOPICS].publish(object_id, (message.seq, body.decode()))
+    request.app[TOPICS].publish(object_id, (message.seq, body.decode(), chat_stream.MESSAGE))
     return web.Response(body=body, status=201, content_type="application/json")
+
+
+async def patch_message(request: web.Request) -> web.Response:
+    """An agent message grows in place: its new `text` and/or `done`, seen by streams as
+    `event: update`. A person's message, or one that is done, is 409 `not_editable`."""
+    _, object_id, _ = _chat_cursor(request)
+    message_id = request.match_info["messageId"]
+    edit = decode(await raw_body(request), MessageEdit)
+    if edit.text is not None:
+        _check_text(edit.text, settings(request.app).text_limit)
+    try:
+        message, body = chat_store.edit_message(request.app[DB], object_id, message_id, edit)
+    except UnknownChat:
+        detail = f"no message {message_id!r} in chat {object_id!r}"
+        raise ApiError(404, "unknown_message", detail) from None
+    except NotEditable as exc:
+        raise ApiError(409, "not_editable", f"message {message_id!r}: {exc}") from None
+    request.app[TOPICS].publish(object_id, (message.seq, body.decode(), chat_stream.UPDATE))
+    return web.Response(body=body, content_type="application/json")
 
 
 def _signed(request: web.Request, msg: MessageIn) -> MessageIn:
@@ -159,8 +197,8 @@ def _signed(request: web.Request, msg: MessageIn) -> MessageIn:
     return msgspec.structs.replace(msg, agent=Agent(name=name[:NAME_MAX]))
 
 
-def _check_text(msg: MessageIn, limit: int) -> None:
-    size = len(msg.text.encode())
+def _check_text(text: str, limit: int) -> None:
+    size = len(text.encode())
     if size > limit:
         detail = f"`text` is {size} bytes, over the limit of {limit} - at `$.text`"
         raise ApiError(413, "text_too_large", detail)

@@ -20,7 +20,7 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from space import chat_store, election
+from space import chat_store, election, metrics
 from space import trigger_store as records
 from space.auth import require_peer
 from space.clock import iso
@@ -174,10 +174,20 @@ async def post_fires(request: web.Request) -> web.Response:
     for fire in batch:
         require_peer(request, fire.peer)
     db, now = request.app[DB], now_of(request)
-    with transaction(db):
-        if isinstance(body, list):
-            return answer({"claims": [_result(db, space, f, now) for f in body]})
-        return answer(claim_one(db, space, body, now), status=201)
+    if isinstance(body, list):
+        with transaction(db):
+            results = [_result(db, space, f, now) for f in body]
+        for r in results:
+            metrics.claim_seen(request.app, space, r["key"], r.get("error") or "claimed", now)
+        return answer({"claims": results})
+    try:
+        with transaction(db):
+            claimed = claim_one(db, space, body, now)
+    except ApiError as exc:
+        metrics.claim_seen(request.app, space, body.key, exc.code, now)
+        raise
+    metrics.claim_seen(request.app, space, body.key, "claimed", now)
+    return answer(claimed, status=201)
 
 
 async def get_fires(request: web.Request) -> web.Response:

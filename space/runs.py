@@ -18,7 +18,7 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from space import logtable
+from space import logtable, metrics
 from space.appstate import SETTINGS, RunRetention
 from space.clock import Aware, iso
 from space.db import DB, transaction
@@ -176,6 +176,8 @@ async def post_run(request: web.Request) -> web.Response:
     run = decode(await raw_body(request), RunIn, code="invalid_run")
     settings = request.app[SETTINGS]
     added = add_run(request.app[DB], space, run, settings.retention, now_of(request))
+    if added:
+        metrics.run_seen(request.app, space, run.status.value, run.lateMs)
     return answer(msgspec.to_builtins(run), status=201 if added else 200)
 
 

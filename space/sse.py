@@ -208,6 +208,10 @@ class StreamRegistry:
     def add(self, stream: EventStream) -> None:
         self._streams.add(stream)
 
+    def streams(self) -> list[EventStream]:
+        """The open streams now (for metrics)."""
+        return list(self._streams)
+
     def discard(self, stream: EventStream) -> None:
         self._streams.discard(stream)
 

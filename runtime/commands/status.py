@@ -3,7 +3,8 @@
     baton status [--url U] [--token-file F] [--space ID] [--data DIR] [--json]
 
 Reads the space only: the election, the devices (with what each reports of
-itself in its heartbeat: its chat subscriptions), and the triggers with owner,
+itself in its heartbeat: its chat subscriptions, and whether its chat responder is
+ready, and if not, why), and the triggers with owner,
 status and next fire.
 """
 
@@ -52,7 +53,25 @@ async def gather(where: Target) -> dict[str, Any]:
             for d in devices["devices"]
             for s in d.get("status", {}).get("subscriptions", [])
         ],
+        "responders": [_responder(d) for d in devices["devices"] if _watch(d)],
         "triggers": [_trigger(t) for t in triggers["triggers"]],
+    }
+
+
+def _watch(device: dict[str, Any]) -> dict[str, Any]:
+    found = (device.get("status") or {}).get("chatWatch")
+    return found if isinstance(found, dict) else {}
+
+
+def _responder(device: dict[str, Any]) -> dict[str, Any]:
+    """What a device said of its chat responder: ready or why not, and what waits."""
+    watch = _watch(device)
+    return {
+        "peer": device["peer"],
+        "responder": (device.get("status") or {}).get("responder", ""),
+        "ready": bool(watch.get("ready", True)),
+        "reason": watch.get("reason", "") or "",
+        "waiting": sum(c.get("waiting", 0) for c in watch.get("chats", [])),
     }
 
 
@@ -81,6 +100,13 @@ def human(report: dict[str, Any]) -> str:
         for d in report["devices"]
     ]
     lines += ["", *render(["device", "name", "priority", "live", "last seen"], devices)]
+    responders = [
+        [r["peer"], r["responder"], "ready" if r["ready"] else f"not ready: {r['reason']}",
+         r["waiting"]]
+        for r in report.get("responders", [])
+    ]  # fmt: skip
+    if responders:
+        lines += ["", *render(["device", "responder", "state", "waiting"], responders)]
     subs = [
         [s["peer"], s.get("chat", ""), s.get("state", ""), ",".join(s.get("triggers", [])),
          s.get("lastId") or ""]

@@ -1,14 +1,20 @@
 """`baton up` and `baton device`: run a device, with the embedded space (`up`) or joining one.
 
     baton up [--data DIR] [--host H] [--port P] [--peer NAME] [--priority N] [--space ID] [--demo]
-             [--lease-seconds S] [--health-seconds S]
+             [--lease-seconds S] [--health-seconds S] [RESPONDER]
     baton device --peer NAME [--priority N] [--url U] [--token-file F] [--space ID] [--data DIR]
-                 [--lease-seconds S] [--health-seconds S]
+                 [--lease-seconds S] [--health-seconds S] [RESPONDER]
+
+RESPONDER: [--responder builtin|openai|command:ARGV|python:MOD:FN] [--llm-url U]
+[--llm-model M] [--llm-key-file F] [--system-prompt-file F], each also from the
+environment or the data directory's `config.toml` (runtime.responder_config).
 
 `up` is the main job on one machine: the space server and one device in one
 process, its data in `--data` (default `~/.baton`): `space.db`, `admin.token`
 (mode 0600), the device's token and `local.json`, which tells the other commands
-where the local space is. Ctrl-C or SIGTERM stops it cleanly, releasing the lease.
+where the local space is. It prints the dashboard's URL with the admin token in its
+fragment (`http://127.0.0.1:8377/#token=…`: a fragment never leaves the browser), which
+opens it logged in. Ctrl-C or SIGTERM stops it cleanly, releasing the lease.
 `--lease-seconds` (default 15) sets the election timings in proportion (renew and
 margin a third, poll 1/7.5, settle two thirds); `up` gives its space the same lease.
 A device follows the length its space answers once it has read the election, so for
@@ -27,11 +33,13 @@ import socket
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
+from urllib.parse import quote
 
 from aiohttp import web
 
-from runtime import demo, lease
+from runtime import demo, lease, responder_config
 from runtime.client import ApiError, SpaceClient
+from runtime.clock import SystemClock
 from runtime.commands.common import (
     ADMIN_TOKEN_FILE,
     DEFAULT_PORT,
@@ -49,6 +57,7 @@ from runtime.commands.common import (
     write_local_settings,
 )
 from runtime.device import Device
+from runtime.responders import Responder
 from runtime.supervise import PartFailed
 
 log = logging.getLogger("baton")
@@ -98,6 +107,7 @@ def _device_options(parser: argparse.ArgumentParser, *, peer_required: bool) -> 
         default=30.0,
         help="how often the health pass runs besides after changes (default 30)",
     )
+    responder_config.add_options(parser)
 
 
 def _setup_logging() -> None:
@@ -112,8 +122,9 @@ def run_up(args: argparse.Namespace) -> int:
     _setup_logging()
     data = data_dir(args.data)
     data.mkdir(mode=0o700, parents=True, exist_ok=True)  # tokens and the space live here
+    responder = _responder(args, data)
     try:
-        asyncio.run(_up(args, data))
+        asyncio.run(_up(args, data, responder))
     except OSError as exc:
         print(f"baton up: cannot listen on {args.host}:{args.port}: {exc.strerror}")
         return 1
@@ -123,7 +134,12 @@ def run_up(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _up(args: argparse.Namespace, data: Path) -> None:
+def _responder(args: argparse.Namespace, data: Path) -> Responder:
+    """The chat responder the flags, environment or config file choose (exit 2 if bad)."""
+    return responder_config.build(responder_config.settings(args, data), SystemClock().wall)
+
+
+async def _up(args: argparse.Namespace, data: Path, responder: Responder) -> None:
     from space.app import create_app
     from space.runner import SpaceRunner
 
@@ -148,9 +164,10 @@ async def _up(args: argparse.Namespace, data: Path) -> None:
         write_local_settings(data, url=url, space=args.space, peer=peer)
         print(f"baton: space API on {url}/v1 (space {args.space!r}, general chat {chat})")
         print(f"baton: admin token in {admin_file}")
-        print(f"baton: dashboard on {url}/ (token: the admin token file)")
-        print(f"baton: device {peer!r} running; Ctrl-C stops it", flush=True)
-        await until_signalled(_device(args, Target(url=url, token=token, space=args.space), peer))
+        print(f"baton: dashboard on {dashboard_url(url, read_token(admin_file))}")
+        print(f"baton: device {peer!r} running ({_named(responder)}); Ctrl-C stops it", flush=True)
+        here = Target(url=url, token=token, space=args.space)
+        await until_signalled(_device(args, here, peer, responder))
     finally:
         await runner.cleanup()
     print("baton: stopped", flush=True)
@@ -178,12 +195,24 @@ async def _prepare(
     return read_token(token_file), found["generalChat"]
 
 
+def dashboard_url(url: str, token: str) -> str:
+    """The dashboard, logged in by the token in the fragment (never sent to the server)."""
+    return f"{url}/#token={quote(token, safe='')}"
+
+
+def _named(responder: Responder) -> str:
+    told = getattr(responder, "describe", None)
+    return f"responder {told if isinstance(told, str) else type(responder).__name__}"
+
+
 def run_device(args: argparse.Namespace) -> int:
     _setup_logging()
     where = target(args)
-    print(f"baton: device {args.peer!r} joining {where.url} (space {where.space!r})", flush=True)
+    responder = _responder(args, data_dir(args.data))
+    print(f"baton: device {args.peer!r} joining {where.url} (space {where.space!r}, "
+          f"{_named(responder)})", flush=True)  # fmt: skip
     try:
-        asyncio.run(until_signalled(_device(args, where, args.peer)))
+        asyncio.run(until_signalled(_device(args, where, args.peer, responder)))
     except PartFailed as exc:
         print(f"baton device: {exc}", file=sys.stderr)
         return 1
@@ -191,7 +220,9 @@ def run_device(args: argparse.Namespace) -> int:
     return 0
 
 
-def _device(args: argparse.Namespace, where: Target, peer: str) -> Awaitable[None]:
+def _device(
+    args: argparse.Namespace, where: Target, peer: str, responder: Responder
+) -> Awaitable[None]:
     """The device the flags describe, running."""
     device = Device(
         url=where.url,
@@ -203,5 +234,6 @@ def _device(args: argparse.Namespace, where: Target, peer: str) -> Awaitable[Non
         executor_size=args.workers,
         lease=lease.scaled(args.lease_seconds),
         health_interval=args.health_seconds,
+        responder=responder,
     )
     return device.run()

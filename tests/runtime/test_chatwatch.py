@@ -15,7 +15,7 @@ import pytest
 
 from runtime.chatwatch import ChatWatch
 from runtime.clock import FakeClock
-from runtime.responders import CommandResponder
+from runtime.responders import CommandResponder, ResponderUnavailable
 
 SPACE = "home"
 
@@ -423,3 +423,128 @@ async def test_with_a_real_command_responder(make_watch, edge, tmp_path):
     await edge.until(lambda: edge.turns)
     assert edge.sent[0]["text"] == "1 from command"
     assert json.loads(json.dumps(edge.turns[0]))["outcome"] == "ok"
+
+
+# ---------------------------------------------------------------- streaming and unavailability
+
+
+class StreamingResponder:
+    """A model that writes its reply piece by piece, as the test feeds it (None ends it)."""
+
+    ready = True
+
+    def __init__(self) -> None:
+        self.pieces: asyncio.Queue[str | None] = asyncio.Queue()
+        self.asked = 0  # times the watcher came back for a piece (done with the last one)
+        self._asked = asyncio.Condition()
+
+    async def respond(self, snapshot, pending):  # pragma: no cover - stream is preferred
+        raise AssertionError("a streaming responder is asked to stream")
+
+    async def stream(self, snapshot, pending):
+        while True:
+            async with self._asked:
+                self.asked += 1
+                self._asked.notify_all()
+            if (piece := await self.pieces.get()) is None:
+                return
+            if piece == "BOOM":
+                raise RuntimeError("the model crashed mid-reply")
+            yield piece
+
+    async def feed(self, piece: str | None) -> None:
+        """Give the next piece and wait until the watcher has dealt with it."""
+        asked = self.asked
+        await self.pieces.put(piece)
+        if piece is not None:
+            async with asyncio.timeout(5), self._asked:
+                await self._asked.wait_for(lambda: self.asked > asked)
+
+
+class EditingEdge(Edge):
+    def __init__(self) -> None:
+        super().__init__()
+        self.edits: list[dict] = []
+
+    async def edit(self, space: str, object_id: str, message_id: str, body: dict) -> dict:
+        self.edits.append({"messageId": message_id, **body})
+        (message,) = [m for m in self.sent if m["messageId"] == message_id]
+        message["text"] = body.get("text", message["text"])
+        if "done" in body:
+            message["agent"] = {**message["agent"], "done": body["done"]}
+        await self._bump()
+        return {k: v for k, v in message.items() if k != "space"}
+
+
+async def test_a_streamed_reply_is_one_message_that_grows_then_is_done(clock):
+    edge, responder = EditingEdge(), StreamingResponder()
+    watch = ChatWatch(responder, edge.send, edge.history, record_turn=edge.record_turn,
+                      clock=clock, edit=edge.edit, stream_interval=1.0)  # fmt: skip
+    try:
+        await watch.offer(event(1))
+        await responder.feed("  ")  # blank: nothing posted yet
+        assert edge.sent == []
+        await responder.feed("Hel")
+        assert edge.sent[0]["text"] == "  Hel" and edge.sent[0]["agent"]["done"] is False
+        await responder.feed("lo")  # within the interval: not sent on its own
+        assert edge.edits == []
+        clock.advance(1.0)
+        await responder.feed(" there")
+        assert edge.edits == [{"messageId": "r0", "text": "  Hello there"}]
+        await responder.feed(None)
+        await edge.until(lambda: edge.turns)
+    finally:
+        await watch.close()
+    assert edge.edits[-1] == {"messageId": "r0", "done": True}
+    assert len(edge.sent) == 1 and edge.sent[0]["agent"] == {"name": "chat-watch", "done": True}
+    assert edge.turns[0]["outcome"] == "ok" and edge.turns[0]["replies"] == 1
+
+
+class UnavailableOnce:
+    ready = True
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def respond(self, snapshot, pending):
+        self.calls += 1
+        if self.calls == 1:
+            raise ResponderUnavailable("http://model/v1 unreachable: refused")
+        return "answered " + ",".join(m["messageId"] for m in pending)
+
+
+async def test_an_unavailable_responder_defers_the_messages_without_an_apology(make_watch, edge):
+    responder = UnavailableOnce()
+    watch = make_watch(responder)
+    kicked = []
+    watch.on_unavailable = lambda: kicked.append(True)
+    await watch.offer(event(1))
+    await edge.until(lambda: edge.turns)
+    status = watch.status()
+    assert not status.ready and status.reason == "http://model/v1 unreachable: refused"
+    assert [(c.object_id, c.waiting) for c in status.chats] == [("general", 1)]
+    assert edge.sent == [] and kicked == [True]  # no apology: the message will be answered
+    assert edge.turns[0]["outcome"] == "error" and "messages wait" in edge.turns[0]["error"]
+
+    watch.set_ready(True)
+    await edge.until(lambda: edge.sent)
+    assert edge.sent[0]["text"] == "answered m1"
+    assert watch.status().reason == ""
+
+
+async def test_a_streamed_reply_cut_short_keeps_its_words_and_ends(clock):
+    edge, responder = EditingEdge(), StreamingResponder()
+    watch = ChatWatch(responder, edge.send, edge.history, record_turn=edge.record_turn,
+                      clock=clock, edit=edge.edit, stream_interval=1.0)  # fmt: skip
+    try:
+        await watch.offer(event(1))
+        await responder.feed("Half a")
+        await responder.feed(" thought")
+        await responder.pieces.put("BOOM")
+        await edge.until(lambda: edge.turns)
+    finally:
+        await watch.close()
+    cut, apology = edge.sent
+    assert cut["text"] == "Half a thought" and cut["agent"]["done"] is True
+    assert apology["text"].startswith("Sorry") and apology["agent"]["done"] is True
+    assert edge.turns[0]["outcome"] == "error" and "crashed mid-reply" in edge.turns[0]["error"]

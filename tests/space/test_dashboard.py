@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"/\* API-ENDPOINTS-BEGIN(.*?)/\* API-ENDPOINTS-END \*/", re.DOTALL)
 ENDPOINT = re.compile(r"(\w+): \"(GET|POST|PUT|PATCH|DELETE) (/v1/[^\"\s]*)\"")
 SCRIPT = re.compile(r"<script>(.*?)</script>", re.DOTALL)
-DASHBOARD_LINE = re.compile(r"baton: dashboard on (http://127\.0\.0\.1:\d+/) ")
+DASHBOARD_LINE = re.compile(r"baton: dashboard on (http://127\.0\.0\.1:\d+/)#token=\S+$")
 
 
 def endpoints(html: str) -> dict[str, tuple[str, str]]:
@@ -107,9 +107,11 @@ async def test_the_pages_calls_work_as_the_page_makes_them(api: Api) -> None:
     for name in ("spaces", "election", "devices", "triggers", "chats"):
         assert (await api.get(path(name)))[0] == 200, name
     assert (await api.get(path("runs") + "?limit=50"))[0] == 200
+    query = f"?limit=50&trigger={trigger['id']}&status=error"
+    assert (await api.get(path("runs") + query)) == (200, {"runs": []})
     sent = await api.post(path("sendMessage"), {"text": "from the dashboard"})
     assert sent[0] == 201, sent
-    status, page = await api.get(path("messages") + "?after=0&limit=100")
+    status, page = await api.get(path("messages") + "?latest=1&limit=50")
     assert status == 200 and [m["text"] for m in page["messages"]] == ["from the dashboard"]
     await _pause_and_repin(api, path("patchTrigger"), trigger)
 

@@ -1,0 +1,182 @@
+"""`GET /healthz` and `GET /metrics`: is the server up, and how it fares, for Prometheus.
+
+Owns the in-process counters and histograms that the claim and run routes feed
+(`claim_seen`, `run_seen`), and rendering them, with what the store already counts
+(runs by status from the never-pruned rollups, fires claimed, the election term and
+holder) and the open event streams, in the Prometheus text format 0.0.4, written
+here (docs/decisions.md says why not `prometheus-client`). `/healthz` needs no token
+and answers 503 when the store does not answer; `/metrics` wants a bearer token, as
+a Prometheus scrape config sends it (`authorization: {credentials_file: …}`), of an
+admin or a device. Neither is a `/v1` route, so neither is in `/v1/openapi.json`.
+In-process figures start again at zero with the server (Prometheus expects that).
+Must not change any table.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import sqlite3
+from collections import Counter
+from collections.abc import Iterable
+from datetime import datetime
+
+from aiohttp import web
+
+from space import auth, chat_store
+from space.appstate import CLOCK
+from space.db import DB
+from space.http import ApiError, answer
+from space.sse import STREAMS
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class Histogram:
+    """Cumulative buckets (seconds), their sum and count, per label set."""
+
+    def __init__(self) -> None:
+        self.series: dict[tuple[tuple[str, str], ...], list[float]] = {}
+
+    def observe(self, labels: dict[str, str], seconds: float) -> None:
+        row = self.series.setdefault(tuple(sorted(labels.items())), [0.0] * (len(BUCKETS) + 2))
+        row[bisect.bisect_left(BUCKETS, seconds)] += 1
+        row[-1] += seconds
+
+    def lines(self, name: str) -> Iterable[str]:
+        for labels, row in sorted(self.series.items()):
+            counts, total, seen = row[: len(BUCKETS) + 1], row[-1], 0.0
+            for bound, count in zip([*map(_num, BUCKETS), "+Inf"], counts, strict=True):
+                seen += count
+                yield f"{name}_bucket{_labels(dict(labels), le=bound)} {_num(seen)}"
+            yield f"{name}_sum{_labels(dict(labels))} {_num(total)}"
+            yield f"{name}_count{_labels(dict(labels))} {_num(seen)}"
+
+
+class Metrics:
+    """What the routes observed since the server started."""
+
+    def __init__(self) -> None:
+        self.claims: Counter[tuple[str, str]] = Counter()  # (space, result)
+        self.fire_latency = Histogram()  # claim accepted - the instant it was due
+        self.lateness = Histogram()  # a run's lateMs, as its device recorded it
+        self.runs_posted: Counter[tuple[str, str]] = Counter()  # (space, status)
+
+
+METRICS = web.AppKey("metrics", Metrics)
+
+
+def claim_seen(app: web.Application, space: str, key: str, result: str, now: datetime) -> None:
+    """A fire claim was answered: `result` is `claimed` or the refusal's code."""
+    metrics = app[METRICS]
+    metrics.claims[(space, result)] += 1
+    if result == "claimed" and (due := _due(app, key)) is not None:
+        metrics.fire_latency.observe({"space": space}, max(0.0, (now - due).total_seconds()))
+
+
+def run_seen(app: web.Application, space: str, status: str, late_ms: float | None) -> None:
+    metrics = app[METRICS]
+    metrics.runs_posted[(space, status)] += 1
+    if late_ms is not None and math.isfinite(late_ms):
+        metrics.lateness.observe({"space": space, "status": status}, max(0.0, late_ms / 1000))
+
+
+def _due(app: web.Application, key: str) -> datetime | None:
+    """When the fire was due: a slot's instant (cron, once), or the message's acceptance."""
+    text = key if key[:1].isdigit() else chat_store.created_at(app[DB], key)
+    try:
+        when = datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+    return when if when is not None and when.tzinfo is not None else None
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _labels(labels: dict[str, str], **more: str) -> str:
+    pairs = {**labels, **more}
+    if not pairs:
+        return ""
+    inner = ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(pairs.items()))
+    return "{" + inner + "}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _family(name: str, kind: str, help_text: str, samples: Iterable[str]) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]
+
+
+def render(app: web.Application, now: datetime) -> str:
+    db, m = app[DB], app[METRICS]
+    runs = db.execute(
+        "SELECT space, status, SUM(count) FROM run_rollups GROUP BY space, status"
+    ).fetchall()
+    fires = db.execute("SELECT space, COUNT(*) FROM fires GROUP BY space").fetchall()
+    leases = db.execute("SELECT space, active, term, expires_at FROM leases").fetchall()
+    streams = Counter(_feed(s.request.path) for s in app[STREAMS].streams())
+    out = [
+        *_family("baton_runs_total", "counter", "Run records by status (never pruned).",
+                 (f"baton_runs_total{_labels({'space': s, 'status': st})} {n}"
+                  for s, st, n in runs)),
+        *_family("baton_fires_total", "counter", "Fires claimed (exactly once each).",
+                 (f"baton_fires_total{_labels({'space': s})} {n}" for s, n in fires)),
+        *_family("baton_claims_total", "counter",
+                 "Fire claims answered since start, by result (claimed or the refusal).",
+                 (f"baton_claims_total{_labels({'space': s, 'result': r})} {n}"
+                  for (s, r), n in sorted(m.claims.items()))),
+        *_family("baton_fire_latency_seconds", "histogram",
+                 "From the instant a fire was due (slot, message) to its accepted claim.",
+                 m.fire_latency.lines("baton_fire_latency_seconds")),
+        *_family("baton_run_lateness_seconds", "histogram",
+                 "How late runs started (their lateMs), posted since start.",
+                 m.lateness.lines("baton_run_lateness_seconds")),
+        *_family("baton_sse_subscribers", "gauge", "Open event streams, by feed.",
+                 (f"baton_sse_subscribers{_labels({'feed': f})} {streams.get(f, 0)}"
+                  for f in ("chat", "changes"))),
+        *_family("baton_election_term", "gauge", "The election term of each space.",
+                 (f"baton_election_term{_labels({'space': s})} {t}" for s, _, t, _ in leases)),
+        *_family("baton_election_active", "gauge", "1 for the device holding a live lease.",
+                 (f"baton_election_active{_labels({'space': s, 'peer': a})} 1"
+                  for s, a, _, exp in leases if a and exp and exp > now.timestamp())),
+    ]  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def _feed(path: str) -> str:
+    return "changes" if path.endswith("/changes/stream") or path.endswith("/changes") else "chat"
+
+
+# ------------------------------------------------------------------ routes
+
+
+async def get_healthz(request: web.Request) -> web.Response:
+    try:
+        request.app[DB].execute("SELECT 1").fetchone()
+    except sqlite3.Error as exc:
+        return answer({"status": "down", "detail": f"the store does not answer: {exc}"}, 503)
+    return answer({"status": "ok"})
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    now = request.app[CLOCK]()
+    who = auth.lookup(request.app[DB], auth.bearer(request), now.timestamp())
+    if who.role is auth.Role.RUN:
+        raise ApiError(403, "forbidden", "a run token may not read /metrics")
+    body = render(request.app, now).encode()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+def setup(app: web.Application) -> None:
+    app[METRICS] = Metrics()
+    app.router.add_get("/healthz", get_healthz)
+    app.router.add_get("/metrics", get_metrics)
+
