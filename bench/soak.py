@@ -14,6 +14,8 @@ have no chaos, so every takeover and bridge can finish. Then the space's SQLite 
 - duplicates: a key claimed or run twice, a message answered twice;
 - lost: a slot or message that came while a device was up for `HORIZON` seconds after
   it (time for a takeover and its bridge) and the space with it, yet never claimed;
+  unless the record was paused before any device fired it again (SPEC: nothing of a
+  paused record fires, and the resume moves `activeSince` past it);
 - replayed: a claim for an instant when no device process was running at all;
 - before activeSince, in paused time: a claim for an instant before the record existed, or
   between a pause and the `activeSince` of its resume (the space's change feed says when);
@@ -406,6 +408,14 @@ class Check:
         """Within a paused stretch of the record (widened by `edge`, or narrowed if negative)."""
         return any(a - edge <= t <= b + edge for a, b in self.pauses.get(tid, []))
 
+    def paused_first(self, tid: str, t: float, claimed: list[float]) -> bool:
+        """Paused after `t` before any device fired the record again: a takeover still
+        under way when the pause came never fires `t` (a resume moves `activeSince`)."""
+        for start, _ in self.pauses.get(tid, []):
+            if t < start <= t + HORIZON:
+                return not any(t <= c < start for c in claimed)
+        return False
+
     def run(self) -> None:
         by_trigger: dict[str, dict[str, tuple[int, str, float]]] = {}
         for tid, key, term, peer, claimed in self.claims:
@@ -437,6 +447,7 @@ class Check:
         peers = (PINNED_TO,) if role == "pinned" else PEERS
         horizon = EDGE if role == "pinned" else HORIZON
         fired = {stamp(k.replace("Z", "+00:00")) for k in claims}
+        claimed = [c[2] for c in claims.values()]
         for t in fired:
             if t < since:
                 self.breach("before activeSince", f"{role} {t - since:+.1f} s")
@@ -450,6 +461,7 @@ class Check:
                 self.any_up_strictly(t - EDGE, t + horizon, peers)
                 and self.space_up(t - EDGE, t + horizon)
                 and not self.paused(tid, t, EDGE)
+                and not self.paused_first(tid, t, claimed)
             )
             if expected and t not in fired:
                 self.breach("lost", f"{role} slot {_at(t)}")
@@ -460,6 +472,7 @@ class Check:
         tid = self.h.triggers["event"]
         since = self.created[tid]
         feed = [(mid, ts) for obj, mid, ts, _ in self.messages if obj == self.h.chats["feed"]]
+        claimed = [c[2] for c in claims.values()]
         for mid, ts in feed:
             fired = mid in claims
             if fired and ts < since:
@@ -474,6 +487,7 @@ class Check:
                 and self.any_up_strictly(ts - EDGE, ts + HORIZON)
                 and self.space_up(ts, ts + HORIZON)
                 and not self.paused(tid, ts, EDGE)
+                and not self.paused_first(tid, ts, claimed)
             )
             self.found["messages checked"] += expected
             if expected and not fired:
