@@ -76,20 +76,28 @@ async def send(client: SpaceClient, where: Target, chat: str | None, text: str,
 async def tail(client: SpaceClient, where: Target, chat: str | None, limit: int, follow: bool,
                as_json: bool) -> int:  # fmt: skip
     object_id = await chat_of(client, where, chat)
+    if follow:  # signals are handled from here on, so a stop is always clean
+        await until_signalled(_tail(client, where, object_id, limit, True, as_json))
+    else:
+        await _tail(client, where, object_id, limit, False, as_json)
+    return 0
+
+
+async def _tail(client: SpaceClient, where: Target, object_id: str, limit: int, follow: bool,
+                as_json: bool) -> None:  # fmt: skip
     page = await client.chat_messages(where.space, object_id, limit=limit, latest=True)
     messages = page["messages"]
     if as_json and not follow:
         emit({"messages": messages})
-        return 0
+        return
     for message in messages:
         show(message, as_json)
     if follow:
-        last = messages[-1]["seq"] if messages else None
-        await until_signalled(_follow(client, where, object_id, last, as_json))
-    return 0
+        last = messages[-1]["seq"] if messages else 0  # an empty chat: from its start
+        await _follow(client, where, object_id, last, as_json)
 
 
-async def _follow(client: SpaceClient, where: Target, object_id: str, last: int | None,
+async def _follow(client: SpaceClient, where: Target, object_id: str, last: int,
                   as_json: bool) -> None:  # fmt: skip
     async def on_event(event: SseEvent) -> None:
         if event.event == "message":

@@ -100,23 +100,24 @@ async def list_runs(client: SpaceClient, where: Target, query: dict[str, Any],
 
 async def follow(client: SpaceClient, where: Target, query: dict[str, Any],
                  as_json: bool, clock: Clock | None = None) -> int:  # fmt: skip
-    clock = clock or SystemClock()
+    """What `list_runs` shows, then each new run, until SIGINT or SIGTERM (from the start)."""
+    await until_signalled(_follow(client, where, query, as_json, clock or SystemClock()))
+    return 0
+
+
+async def _follow(client: SpaceClient, where: Target, query: dict[str, Any],
+                  as_json: bool, clock: Clock) -> None:  # fmt: skip
     first = (await client.runs(where.space, **query))["runs"]
     if not as_json:
         print(line(HEADERS), flush=True)
     seen = Seen(floor=_floor(query, first))
     for run in seen.new(first):
         _show(run, as_json)
-
-    async def poll() -> None:
-        while True:
-            await clock.sleep(POLL_S)
-            page = {**query, "since": iso(seen.since()), "limit": PAGE}
-            for run in seen.new((await client.runs(where.space, **page))["runs"]):
-                _show(run, as_json)
-
-    await until_signalled(poll())
-    return 0
+    while True:
+        await clock.sleep(POLL_S)
+        page = {**query, "since": iso(seen.since()), "limit": PAGE}
+        for run in seen.new((await client.runs(where.space, **page))["runs"]):
+            _show(run, as_json)
 
 
 class Seen:

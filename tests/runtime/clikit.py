@@ -56,7 +56,10 @@ class Cli:
         self.world, self.capsys = world, capsys
 
     async def __call__(self, *argv: str) -> tuple[int, str, str]:
-        code = await asyncio.to_thread(main, [*argv, *self.world.flags()])
+        flags = self.world.flags()
+        if "--space" in argv:  # the test's own --space wins
+            flags = flags[:-2]
+        code = await asyncio.to_thread(main, [*argv, *flags])
         out, err = self.capsys.readouterr()
         return code, out, err
 
