@@ -8,6 +8,7 @@ trigger's args and its own state, listed by `baton runs --trigger`.
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -254,3 +255,45 @@ async def test_chat_watch_is_not_run_by_hand(cli: Cli, world: World):
     assert err.startswith("baton: ID: chat-watch runs internal:chat-watch")
     err = await cli.fails(2, "triggers", "edit", "chat-watch", "--cron", "* * * * *")
     assert "kind" in err
+
+
+async def test_an_undecodable_record_is_shown_but_not_run_nor_edited(
+    cli: Cli, world: World, tmp_path: Path
+):
+    newer = {"id": "trg_newer", "name": "from a newer build", "kind": "webhook", "rev": 1,
+             "spec": {"path": "/hook"}, "program": "counter@v1"}  # fmt: skip
+    conn = sqlite3.connect(tmp_path / "space.db")
+    try:
+        conn.execute(
+            "INSERT INTO triggers VALUES (?, ?, 1, ?)", [SPACE, "trg_newer", json.dumps(newer)]
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    code, out, _ = await cli("triggers", "list")
+    assert code == 0 and "undecodable" in out and "(webhook)" in out
+    shown = await cli.json("triggers", "show", "trg_newer")
+    assert shown["record"]["undecodable"] is True and shown["next"] == []
+    code, out, _ = await cli("triggers", "show", "trg_newer")
+    assert code == 0 and "decode error" in out
+    assert (await cli.fails(1, "triggers", "run", "trg_newer")).startswith(
+        "baton: undecodable_record: trigger trg_newer does not decode"
+    )
+    assert (await cli.fails(1, "triggers", "edit", "trg_newer", "--name", "x")).startswith(
+        "baton: undecodable_record: "
+    )
+    assert (await cli.json("triggers", "rm", "trg_newer")) == {"id": "trg_newer", "deleted": True}
+
+
+async def test_pause_json_and_text_agree_with_the_record(cli: Cli):
+    t = await add(cli, "--name", "t", "--cron", "*/5 * * * *")
+    paused = await cli.json("triggers", "pause", t["id"])
+    assert paused["enabled"] is False and paused["id"] == t["id"]
+    code, out, _ = await cli("triggers", "list")
+    assert code == 0 and " paused " in out
+    code, out, _ = await cli("triggers", "show", t["id"])
+    assert "enabled       no (paused)" in out and "next fires:\n  (none)" in out
+    code, out, _ = await cli("triggers", "resume", t["id"])
+    assert (code, out) == (0, f"resumed {t['id']} (t)\n")
+    code, out, _ = await cli("triggers", "float", t["id"])
+    assert (code, out) == (0, f"floating {t['id']} (t)\n")
