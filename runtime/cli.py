@@ -2,7 +2,9 @@
 
 Each subcommand module has `register(subparsers)`, which adds its parser and sets
 `func(args) -> int`. Exit codes: 0 success, 1 the thing asked for failed,
-2 bad input (one line on stderr naming the field).
+2 bad input (one line on stderr naming the field; with `--json` a JSON error
+object `{"error": "bad_input", "detail": …}`). Failures of the space are reported
+by `runtime.commands.talk`. `baton --version` prints the installed version.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runtime.cli import UsageError
@@ -27,11 +27,12 @@ from runtime.commands.next import instant
 from runtime.commands.talk import emit, talk
 
 STATUSES = ("ok", "error", "timeout", "crashed", "rejected", "skipped")
-HEADERS = ("started", "run", "trigger", "status", "duration", "late", "program", "reason")
+HEADERS = ("STARTED", "RUN", "TRIGGER", "STATUS", "DURATION", "LATE", "PROGRAM", "REASON")
 WIDTHS = (24, 20, 20, 8, 10, 10, 16, 0)  # followed lines line up without knowing what comes
 POLL_S = 1.0
 LOOKBACK = timedelta(minutes=15)
 PAGE = 1000
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _AGO = re.compile(r"(\d{1,9})([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
@@ -142,9 +143,9 @@ class Seen:
         return fresh
 
     def since(self) -> datetime:
-        back = self.newest or self.floor or datetime.fromisoformat("1970-01-01T00:00:00Z")
-        candidates = [back - LOOKBACK, *([self.floor] if self.floor else [])]
-        return max(candidates)
+        """Where the next poll asks from: `LOOKBACK` before the newest run, not before the floor."""
+        back = (self.newest or self.floor or EPOCH) - LOOKBACK
+        return max(back, self.floor) if self.floor is not None else back
 
 
 def _floor(query: dict[str, Any], first: list[dict[str, Any]]) -> datetime | None:
@@ -193,6 +194,5 @@ def why(run: dict[str, Any]) -> str:
 
 
 def line(cells: tuple[str, ...]) -> str:
-    """One row, each column at least as wide as `WIDTHS` says (headers in capitals)."""
-    texts = [c.upper() if cells is HEADERS else str(c) for c in cells]
-    return "  ".join(t.ljust(w) for t, w in zip(texts, WIDTHS, strict=True)).rstrip()
+    """One row, each column at least as wide as `WIDTHS` says."""
+    return "  ".join(str(c).ljust(w) for c, w in zip(cells, WIDTHS, strict=True)).rstrip()
