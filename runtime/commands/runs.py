@@ -125,7 +125,7 @@ class Seen:
     """The runs printed so far, within the window that later polls still ask about."""
 
     def __init__(self, floor: datetime | None) -> None:
-        self.floor = floor  # runs that started before it were not asked for
+        self.floor = floor  # runs that started before it were not asked for, or were forgotten
         self.newest: datetime | None = None
         self.ids: dict[str, datetime] = {}
 
@@ -138,8 +138,8 @@ class Seen:
             self.ids[run["runId"]] = started
             self.newest = max(self.newest or started, started)
             fresh.append(run)
-        horizon = self.since()
-        self.ids = {k: t for k, t in self.ids.items() if t >= horizon}
+        self.floor = self.since()  # what is older is forgotten: it must not come back as new
+        self.ids = {k: t for k, t in self.ids.items() if t >= self.floor}
         return fresh
 
     def since(self) -> datetime:

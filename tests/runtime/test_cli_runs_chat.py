@@ -16,6 +16,7 @@ import pytest
 from clikit import SPACE, Cli, Follower, World, start_space
 
 from runtime.clock import iso
+from runtime.commands.runs import Seen
 
 
 @pytest.fixture
@@ -162,3 +163,19 @@ async def test_chat_tail_follow_of_an_empty_chat_misses_nothing(world: World):
         message = json.loads(await follower.line())
         assert (message["text"], message["seq"]) == ("first", 1)
         assert await follower.stop() == 0
+
+
+def _run(run_id: str, started: str) -> dict[str, Any]:
+    return {"runId": run_id, "startedAt": started}
+
+
+def test_the_follower_prints_each_run_once_and_asks_from_before_the_newest():
+    seen = Seen(floor=datetime(2026, 12, 1, 9, 0, tzinfo=UTC))
+    first = [_run("a", "2026-12-01T09:00:00.000Z"), _run("b", "2026-12-01T09:30:00.000Z")]
+    assert [r["runId"] for r in seen.new(first)] == ["a", "b"]
+    assert seen.since() == datetime(2026, 12, 1, 9, 15, tzinfo=UTC)  # LOOKBACK before b
+    late = _run("c", "2026-12-01T09:20:00.000Z")  # started before b, recorded after it
+    older = _run("d", "2026-12-01T08:59:59.000Z")  # before the floor: never asked for
+    assert [r["runId"] for r in seen.new([*first, late, older])] == ["c"]
+    assert seen.new([late]) == []
+    assert Seen(floor=None).since() < datetime(1970, 1, 1, tzinfo=UTC)
