@@ -2,17 +2,21 @@
 
 Each subcommand module has `register(subparsers)`, which adds its parser and sets
 `func(args) -> int`. Exit codes: 0 success, 1 the thing asked for failed,
-2 bad input (one line on stderr naming the field).
+2 bad input (one line on stderr naming the field; with `--json` a JSON error
+object `{"error": "bad_input", "detail": …}`). Failures of the space are reported
+by `runtime.commands.talk`. `baton --version` prints the installed version.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
-COMMANDS = ("next", "space", "programs", "up", "status")
+COMMANDS = ("next", "space", "programs", "triggers", "runs", "chat", "devices", "up", "status")
 
 
 class UsageError(ValueError):
@@ -26,22 +30,38 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="baton", description="baton: the agent's event-trigger runtime")
+    parser.add_argument("--version", action="version", version=f"baton {version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"runtime.commands.{name}").register(sub)
     return parser
 
 
+def version() -> str:
+    try:
+        return metadata.version("baton")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser().parse_args(argv)
         return int(args.func(args))
     except UsageError as exc:
-        print(f"baton: {exc}", file=sys.stderr)
+        if "--json" in argv:
+            print(json.dumps({"error": "bad_input", "detail": str(exc)}), file=sys.stderr)
+        else:
+            print(f"baton: {exc}", file=sys.stderr)
         return 2
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else 0
     except KeyboardInterrupt:
         return 130
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # `python -m runtime.cli`: one UsageError class, the package's
+    from runtime.cli import main as package_main
+
+    sys.exit(package_main())

@@ -322,17 +322,7 @@ class Firing:
             return outcomes.failed_before_run(f"program {ref}: {exc}"), exc.code
 
     async def _run_token(self, fire: Fire, timeout_s: float) -> str | Outcome:
-        body = {"triggerId": fire.trigger_id, "runId": fire.run_id,
-                "ttlSeconds": timeout_s + TOKEN_MARGIN_S}  # fmt: skip
-        for attempt in range(WRITE_TRIES):
-            try:
-                return (await self._client.token_run(self._space, body))["token"]
-            except ApiError as exc:
-                error = exc
-                if not _transient(exc) or attempt == WRITE_TRIES - 1:
-                    break
-            await self._clock.sleep(0.5 * 2**attempt)
-        return outcomes.failed_before_run(f"no run token: {error}")
+        return await run_token(self._client, self._space, fire, timeout_s, self._clock)
 
     def _context(self, fire: Fire, token: str) -> RunContext:
         return RunContext(run_id=fire.run_id, trigger_id=fire.trigger_id, program=fire.program,
@@ -417,6 +407,24 @@ class Firing:
         return Fire(run_id=run_id, trigger_id=record.id, program=record.program, peer=self._peer,
                     term=term, key=request.key, started_at=self._clock.wall(),
                     due_at=request.due_at)  # fmt: skip
+
+
+async def run_token(
+    client: SpaceClient, space: str, fire: Fire, timeout_s: float, clock: Clock
+) -> str | Outcome:
+    """A token for this run, living as long as it may; transient refusals are retried.
+    What cannot be had is an ending (`error`, no run token), never an exception."""
+    body = {"triggerId": fire.trigger_id, "runId": fire.run_id,
+            "ttlSeconds": timeout_s + TOKEN_MARGIN_S}  # fmt: skip
+    for attempt in range(WRITE_TRIES):
+        try:
+            return (await client.token_run(space, body))["token"]
+        except ApiError as exc:
+            error = exc
+            if not _transient(exc) or attempt == WRITE_TRIES - 1:
+                break
+        await clock.sleep(0.5 * 2**attempt)
+    return outcomes.failed_before_run(f"no run token: {error}")
 
 
 async def run_job(executor: Executor, job: Job) -> tuple[Outcome, str]:

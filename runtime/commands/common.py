@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import signal
+import threading
 from collections.abc import Awaitable
 from pathlib import Path
 
@@ -124,12 +125,17 @@ async def until_signalled(work: Awaitable[None]) -> None:
     """Run `work` until it ends or SIGINT/SIGTERM arrives; then cancel it and wait for it."""
     task = asyncio.ensure_future(work)
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    signals = (signal.SIGINT, signal.SIGTERM) if _main_thread() else ()  # else: not ours to take
+    for sig in signals:
         loop.add_signal_handler(sig, task.cancel)
     try:
         await task
     except asyncio.CancelledError:
         pass
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in signals:
             loop.remove_signal_handler(sig)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()

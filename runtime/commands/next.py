@@ -79,7 +79,7 @@ def parse_source(args: argparse.Namespace) -> tuple[Spec, tzinfo]:
     if args.cron is not None:
         return _cron_spec(args.cron, args.tz or "UTC")
     if args.at is not None:
-        once = OnceSpec(at=_instant("--at", args.at, allow_unix=True))
+        once = OnceSpec(at=instant("--at", args.at, allow_unix=True))
         return once, _zone("--tz", args.tz) if args.tz else _own_zone(once)
     if args.tz is not None:
         raise UsageError("--tz: not with --record (the record carries its zone)")
@@ -124,7 +124,7 @@ def _own_zone(once: OnceSpec) -> tzinfo:
     return UTC
 
 
-def _instant(flag: str, text: str, *, allow_unix: bool = False) -> datetime:
+def instant(flag: str, text: str, *, allow_unix: bool = False) -> datetime:
     if allow_unix:
         try:
             return datetime.fromtimestamp(float(text), UTC)
@@ -146,8 +146,8 @@ def parse_start(text: str | None, zone: tzinfo, clock: Clock) -> datetime:
     try:
         day = date.fromisoformat(text)
     except ValueError:
-        day = _instant("--from", text).date()
-        start = _instant("--from", text).astimezone(UTC) if _in_range(day) else None
+        day = instant("--from", text).date()
+        start = instant("--from", text).astimezone(UTC) if _in_range(day) else None
     else:
         start = _start_of_day(day, zone) if _in_range(day) else None
     if start is None:

@@ -18,31 +18,23 @@ when the run is ok, 1 when it is not, 2 on bad input. A shell: parse, call, prin
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import socket
 import sys
-from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from programs.context import RunContext
-from programs.executor import Executor
-from programs.job import Job
 from programs.loader import InvalidProgram, inspect_source
-from programs.outcome import Outcome, RunStatus
+from programs.outcome import RunStatus
 from programs.refs import InvalidRef, ProgramRef, parse_ref
-from runtime import outcomes
 from runtime.cli import UsageError
 from runtime.client import ApiError, SpaceClient
-from runtime.commands.common import Target, add_space_options, target
-from runtime.firing import new_run_id, run_job
+from runtime.commands.common import Target, add_space_options
+from runtime.commands.talk import talk
+from runtime.manual import Manual, run_by_hand
 from runtime.table import align
 
 MANUAL_PREFIX = "manual:"
 N = TypeVar("N", int, float)
-TOKEN_MARGIN_S = 60.0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -71,16 +63,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_publish(args: argparse.Namespace) -> int:
     ref = parse_ref_flag("--as", args.ref)
     source = read_program(args.file)
-    return talk(target(args), lambda client, where: publish(client, where, ref, source, args.json))
+    return talk(args, lambda client, where: publish(client, where, ref, source, args.json))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    return talk(target(args), lambda client, where: list_programs(client, where, args.json))
+    return talk(args, lambda client, where: list_programs(client, where, args.json))
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     ref = parse_ref_flag("name@vN", args.ref)
-    return talk(target(args), lambda client, where: show(client, where, ref, args.json))
+    return talk(args, lambda client, where: show(client, where, ref, args.json))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -88,22 +80,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     limits = RunLimits(parse_object("--args", args.args),
                        parse_positive("--timeout", args.timeout, float),
                        parse_positive("--memory-mb", args.memory_mb, int))  # fmt: skip
-    return talk(target(args), lambda client, where: run_manual(client, where, ref, limits,
+    return talk(args, lambda client, where: run_manual(client, where, ref, limits,
                                                                args.json))  # fmt: skip
-
-
-def talk(where: Target, work: Callable[[SpaceClient, Target], Awaitable[int]]) -> int:
-    """Run one command's conversation with the space; a refusal is exit 1 (2 for bad input)."""
-
-    async def go() -> int:
-        async with SpaceClient(where.url, where.token) as client:
-            return await work(client, where)
-
-    try:
-        return asyncio.run(go())
-    except ApiError as exc:
-        print(f"baton: {exc.code}: {exc.detail or exc}", file=sys.stderr)
-        return 2 if exc.status in (400, 413, 422) else 1
 
 
 # --- parsing -----------------------------------------------------------------------------
@@ -225,39 +203,11 @@ async def show(client: SpaceClient, where: Target, ref: ProgramRef, as_json: boo
 
 async def run_manual(client: SpaceClient, where: Target, ref: ProgramRef, limits: RunLimits,
                      as_json: bool) -> int:  # fmt: skip
-    fire = manual_fire(ref)
-    outcome, reason = await execute(client, where, fire, limits)
-    record = outcomes.run_record(fire, outcome, finished_at=datetime.now(UTC), reason=reason)
-    stored = await client.run_create(where.space, record)
+    manual = Manual(trigger_id=MANUAL_PREFIX + str(ref), program=str(ref), args=limits.args,
+                    timeout_seconds=limits.timeout, memory_mb=limits.memory_mb)  # fmt: skip
+    stored, outcome = await run_by_hand(client, where.space, where.url, manual)
     print(json.dumps(stored) if as_json else render_run(stored, outcome.stdout_tail))
     return 0 if outcome.status is RunStatus.ok else 1
-
-
-def manual_fire(ref: ProgramRef) -> outcomes.Fire:
-    now = datetime.now(UTC)
-    return outcomes.Fire(run_id=new_run_id(), trigger_id=MANUAL_PREFIX + str(ref),
-                         program=str(ref), peer=f"cli@{socket.gethostname()}", term=0,
-                         key=outcomes.iso(now), started_at=now)  # fmt: skip
-
-
-async def execute(client: SpaceClient, where: Target, fire: outcomes.Fire,
-                  limits: RunLimits) -> tuple[Outcome, str]:  # fmt: skip
-    try:
-        source = (await client.program_get(where.space, fire.program))["source"]
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
-        return outcomes.failed_before_run(exc.detail), outcomes.UNKNOWN_PROGRAM
-    body = {"triggerId": fire.trigger_id, "runId": fire.run_id,
-            "ttlSeconds": limits.timeout + TOKEN_MARGIN_S}  # fmt: skip
-    token = (await client.token_run(where.space, body))["token"]
-    context = RunContext(run_id=fire.run_id, trigger_id=fire.trigger_id, program=fire.program,
-                         peer=fire.peer, space=where.space, url=where.url, token=token,
-                         key=fire.key)  # fmt: skip
-    job = Job(source=source, ref=fire.program, args=limits.args, context=context,
-              timeout_seconds=limits.timeout, memory_mb=limits.memory_mb)  # fmt: skip
-    async with Executor(1) as executor:
-        return await run_job(executor, job)
 
 
 def render_run(record: dict[str, Any], stdout: str) -> str:

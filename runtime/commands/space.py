@@ -3,6 +3,8 @@
     baton space serve --db PATH [--host H] [--port P] [--admin-token-file F]
                       [--lease-seconds S] [--live-seconds S]
     baton space token --peer NAME [--db PATH]
+    baton space create ID [--name N]      (over the API: --url, --token-file, --json)
+    baton space list
 
 `serve` binds 127.0.0.1 unless `--host` says otherwise, prints where it listens
 and where the admin token file is, and stops cleanly on Ctrl-C or SIGTERM.
@@ -12,6 +14,8 @@ device counts as live after its last heartbeat (both default 15).
 and writes it to stdout: it is shown this once. `--db` defaults to
 `$BATON_DB`, else `space.db` in the data directory (`$BATON_DATA`, else
 `~/.baton`), the same file `baton up` serves. A shell over `space`.
+`create` makes a space with its general chat (admin token) and prints its id and
+`generalChat`; `list` lists the spaces. Both talk to a running server.
 """
 
 from __future__ import annotations
@@ -26,14 +30,19 @@ from pathlib import Path
 from aiohttp import web
 
 from runtime.cli import UsageError
+from runtime.client import SpaceClient
 from runtime.commands.common import (
     DEFAULT_PORT,
     SPACE_DB,
+    Target,
+    add_space_options,
     data_dir,
     port,
     seconds,
     until_signalled,
 )
+from runtime.commands.talk import emit, talk
+from runtime.table import render
 from space import auth
 from space.app import create_app, default_admin_token_file
 from space.clock import system_clock
@@ -41,6 +50,7 @@ from space.db import open_db
 from space.runner import SpaceRunner
 
 PEER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+SPACE_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
 def default_db() -> Path:
@@ -67,6 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     token.add_argument("--peer", required=True, help="the device's peer id")
     token.add_argument("--db", type=Path, default=None, help="SQLite file of the space")
     token.set_defaults(func=run_token)
+    _register_spaces(sub)
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -112,4 +123,51 @@ def run_token(args: argparse.Namespace) -> int:
     finally:
         db.conn.close()
     sys.stdout.write(token + "\n")
+    return 0
+
+
+# --- spaces over the API: create, list -----------------------------------------------------
+
+
+def _register_spaces(sub: argparse._SubParsersAction) -> None:
+    create = sub.add_parser("create", help="create a space (with its general chat)")
+    create.add_argument("id", metavar="ID", help="[a-z0-9][a-z0-9_-]{0,63}")
+    create.add_argument("--name", default=None, metavar="N", help="a name for people")
+    create.set_defaults(func=run_create)
+    listing = sub.add_parser("list", help="the spaces of the server")
+    listing.set_defaults(func=run_list)
+    for parser in (create, listing):
+        add_space_options(parser)
+
+
+def run_create(args: argparse.Namespace) -> int:
+    if not SPACE_ID.fullmatch(args.id):
+        raise UsageError(f"ID: {args.id!r} must match [a-z0-9][a-z0-9_-]{{0,63}}")
+    body = {"id": args.id} | ({"name": args.name} if args.name is not None else {})
+    return talk(args, lambda client, where: create_space(client, body, args.json))
+
+
+def run_list(args: argparse.Namespace) -> int:
+    return talk(args, lambda client, where: list_spaces(client, where, args.json))
+
+
+async def create_space(client: SpaceClient, body: dict[str, str], as_json: bool) -> int:
+    created = await client.space_create(body)
+    if as_json:
+        emit(created)
+    else:
+        print("\n".join(render(["id", "generalChat"], [[created["id"], created["generalChat"]]])))
+    return 0
+
+
+async def list_spaces(client: SpaceClient, where: Target, as_json: bool) -> int:
+    found = (await client.spaces())["spaces"]
+    if as_json:
+        emit({"spaces": found})
+    elif not found:
+        print(f"no spaces on {where.url}")
+    else:
+        rows = [[s["id"], s.get("name", ""), s.get("generalChat") or "-", s.get("createdAt", "")]
+                for s in found]  # fmt: skip
+        print("\n".join(render(["id", "name", "general chat", "created"], rows)))
     return 0

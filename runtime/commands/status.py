@@ -4,8 +4,8 @@
 
 Reads the space only: the election, the devices (with what each reports of
 itself in its heartbeat: its chat subscriptions, and whether its chat responder is
-ready, and if not, why), and the triggers with owner,
-status and next fire.
+ready, and if not, why), and the triggers with owner, status and next fire.
+Failures go to stderr (`--json`: as a JSON error object).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import asyncio
 import json
 from typing import Any
 
-from runtime.client import ApiError, SpaceClient
-from runtime.commands.common import Target, add_space_options, target
+from runtime.client import SpaceClient
+from runtime.commands.common import Target, add_space_options
+from runtime.commands.talk import talk
 from runtime.table import render
 
 
@@ -27,23 +28,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    where = target(args)
-    try:
-        report = asyncio.run(gather(where))
-    except ApiError as exc:
-        print(f"baton status: {where.url}: {exc}")
-        return 1
-    print(json.dumps(report, indent=2) if args.json else human(report))
+    return talk(args, lambda client, where: report(client, where, args.json))
+
+
+async def report(client: SpaceClient, where: Target, as_json: bool) -> int:
+    found = await gather(client, where)
+    print(json.dumps(found, indent=2) if as_json else human(found))
     return 0
 
 
-async def gather(where: Target) -> dict[str, Any]:
-    async with SpaceClient(where.url, where.token) as client:
-        election, devices, triggers = await asyncio.gather(
-            client.election(where.space),
-            client.devices(where.space),
-            client.triggers(where.space),
-        )
+async def gather(client: SpaceClient, where: Target) -> dict[str, Any]:
+    election, devices, triggers = await asyncio.gather(
+        client.election(where.space),
+        client.devices(where.space),
+        client.triggers(where.space),
+    )
     return {
         "space": where.space,
         "election": election,
