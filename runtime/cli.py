@@ -43,5 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # `python -m runtime.cli`: the commands raise runtime.cli's errors
+    from runtime.cli import main as _main
+
+    sys.exit(_main())

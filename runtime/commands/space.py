@@ -2,14 +2,18 @@
 
     baton space serve --db PATH [--host H] [--port P] [--admin-token-file F]
                       [--lease-seconds S] [--live-seconds S]
-    baton space token --peer NAME [--db PATH]
+    baton space token --peer NAME [--space ID] [--db PATH]
+    baton space token list|revoke ID|rotate-admin   (runtime.commands.tokens)
 
 `serve` binds 127.0.0.1 unless `--host` says otherwise, prints where it listens
 and where the admin token file is, and stops cleanly on Ctrl-C or SIGTERM.
 `--lease-seconds` is the election lease length and `--live-seconds` how long a
 device counts as live after its last heartbeat (both default 15).
 `token` mints a device token straight in the store (the server may be running)
-and writes it to stdout: it is shown this once. `--db` defaults to
+and writes it to stdout: it is shown this once. It is bound to `--space`
+(default `$BATON_SPACE`, else the local space, else `default`; it must exist)
+and to `--peer`. The database is created 0600 in a directory created 0700; an
+admin token file that group or others may read is refused (exit 2). `--db` defaults to
 `$BATON_DB`, else `space.db` in the data directory (`$BATON_DATA`, else
 `~/.baton`), the same file `baton up` serves. A shell over `space`.
 """
@@ -26,15 +30,18 @@ from pathlib import Path
 from aiohttp import web
 
 from runtime.cli import UsageError
+from runtime.commands import tokens
 from runtime.commands.common import (
     DEFAULT_PORT,
+    DEFAULT_SPACE,
     SPACE_DB,
     data_dir,
+    local_settings,
     port,
     seconds,
     until_signalled,
 )
-from space import auth
+from space import spaces, token_store
 from space.app import create_app, default_admin_token_file
 from space.clock import system_clock
 from space.db import open_db
@@ -63,23 +70,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for flag in ("--lease-seconds", "--live-seconds"):
         serve.add_argument(flag, type=seconds, default=15.0, help="seconds (default 15)")
     serve.set_defaults(func=run_serve)
-    token = sub.add_parser("token", help="mint a device token (printed once)")
-    token.add_argument("--peer", required=True, help="the device's peer id")
+    token = sub.add_parser("token", help="mint a device token (printed once); list, revoke")
+    token.add_argument("--peer", default=None, help="the device's peer id (to mint)")
+    token.add_argument("--space", default=None, help="the space it is bound to (to mint)")
     token.add_argument("--db", type=Path, default=None, help="SQLite file of the space")
     token.set_defaults(func=run_token)
+    tokens.register(token, type(p))
 
 
 def run_serve(args: argparse.Namespace) -> int:
     db = args.db or default_db()
     port = args.port
-    db.parent.mkdir(parents=True, exist_ok=True)
     token_file = args.admin_token_file or default_admin_token_file(db)
-    app = create_app(
-        db,
-        admin_token_file=token_file,
-        lease_seconds=args.lease_seconds,
-        live_seconds=args.live_seconds,
-    )
+    try:
+        app = create_app(
+            db,
+            admin_token_file=token_file,
+            lease_seconds=args.lease_seconds,
+            live_seconds=args.live_seconds,
+        )
+    except token_store.TokenFileError as exc:
+        raise UsageError(f"--admin-token-file: {exc}") from None
     asyncio.run(serve(app, args.host, port, token_file))
     return 0
 
@@ -100,16 +111,25 @@ async def serve(app: web.Application, host: str, port: int, token_file: Path) ->
 
 
 def run_token(args: argparse.Namespace) -> int:
+    if args.peer is None:
+        raise UsageError("--peer: required to mint a device token (or: list, revoke, rotate-admin)")
     if not PEER.fullmatch(args.peer):
         raise UsageError(f"--peer: {args.peer!r} must be 1-200 of letters, digits, '.', '_', '-'")
-    path = args.db or default_db()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    db = open_db(path)
+    space = _space(args)
+    db = open_db(args.db or default_db())
     try:
-        auth.ensure_schema(db)
-        who = auth.Principal(role=auth.Role.DEVICE, peer=args.peer)
-        token = auth.mint_token(db, who, system_clock().timestamp())
+        token_store.ensure_schema(db)
+        spaces.ensure_schema(db)
+        if not spaces.space_exists(db, space):
+            raise UsageError(f"--space: no space {space!r} in {args.db or default_db()}")
+        who = token_store.Principal(role=token_store.Role.DEVICE, peer=args.peer, space=space)
+        token = token_store.mint_token(db, who, system_clock().timestamp())
     finally:
         db.conn.close()
     sys.stdout.write(token + "\n")
     return 0
+
+
+def _space(args: argparse.Namespace) -> str:
+    local = local_settings(data_dir())
+    return args.space or os.environ.get("BATON_SPACE") or local.get("space") or DEFAULT_SPACE

@@ -103,7 +103,7 @@ class Space:
         return self.admin
 
     async def device_token(self, peer: str) -> str:
-        return (await self.api.token_device({"peer": peer}))["token"]
+        return (await self.api.token_device({"peer": peer, "space": SPACE}))["token"]
 
     async def chat(self, name: str) -> str:
         return (await self.api.chat_create(SPACE, {"name": name}))["objectId"]
