@@ -179,9 +179,10 @@ async def post_run(request: web.Request) -> web.Response:
     run = msgspec.structs.replace(run, peer=duties.own_peer(request, run.peer))
     fire = (run.triggerId, run.key)
     duties.require_claimed(request, space, fire, run.peer, run.term, run.status.value)
-    token_store.revoke_run(request.app[DB], space, run.runId)  # the run is over: so is its token
+    now = now_of(request)
+    token_store.revoke_run(request.app[DB], space, run.runId, now.timestamp())  # its run is over
     settings = request.app[SETTINGS]
-    added = add_run(request.app[DB], space, run, settings.retention, now_of(request))
+    added = add_run(request.app[DB], space, run, settings.retention, now)
     return answer(msgspec.to_builtins(run), status=201 if added else 200)
 
 

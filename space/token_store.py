@@ -4,8 +4,9 @@ Owns minting, looking up, listing, revoking and expiring tokens, the admin token
 file (created 0600, rewritten on rotation) and the owner-only rule for token
 files (`check_private`). A token's public `id` is the first 16 hex digits of its
 hash: it names a token in listings and revocations without showing its secret.
-A revoked row stays (so an old admin token file cannot bring its token back) until
-its natural expiry; run tokens are deleted once revoked or expired. Must not know
+A revoked row stays (so an old admin token file cannot bring its token back, and a
+revoked token is told apart from an unknown one) until its expiry, if it has one;
+expired rows are pruned when run tokens are minted. Must not know
 routes, scopes or any other table.
 """
 
@@ -133,10 +134,12 @@ def revoke(db: sqlite_utils.Database, tid: str, now: float) -> dict[str, Any] | 
     return found[0] if found else None
 
 
-def revoke_run(db: sqlite_utils.Database, space: str, run_id: str) -> int:
+def revoke_run(db: sqlite_utils.Database, space: str, run_id: str, now: float) -> int:
     """End the run tokens of run `run_id` (its run is over); how many there were."""
     cur = db.execute(
-        "DELETE FROM tokens WHERE role = 'run' AND space = ? AND run_id = ?", [space, run_id]
+        "UPDATE tokens SET revoked_at = ? WHERE role = 'run' AND space = ? AND run_id = ? "
+        "AND revoked_at IS NULL",
+        [now, space, run_id],
     )
     return cur.rowcount
 
