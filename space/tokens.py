@@ -24,7 +24,7 @@ from space.auth import Principal, Role, principal
 from space.clock import iso
 from space.db import DB, transaction
 from space.http import ApiError, add_route, answer, now_of, read_body
-from space.spaces import require_space, space_exists
+from space.spaces import SPACE_ID, require_space
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
@@ -69,8 +69,9 @@ class TokenList(msgspec.Struct, frozen=True, kw_only=True):
 async def post_device_token(request: web.Request) -> web.Response:
     body = await read_body(request, DeviceTokenIn)
     db = request.app[DB]
-    if not space_exists(db, body.space):
-        raise ApiError(404, "unknown_space", f"no space {body.space!r} - at `$.space`")
+    if not SPACE_ID.fullmatch(body.space):  # one that does not exist yet may: its device waits
+        raise ApiError(400, "invalid_body", f"space id {body.space!r} must match "
+                       "[a-z0-9][a-z0-9_-]{0,63} - at `$.space`")  # fmt: skip
     who = Principal(role=Role.DEVICE, peer=body.peer, space=body.space)
     token = token_store.mint_token(db, who, now_of(request).timestamp())
     out = {"token": token, "id": token_store.token_id(token), "peer": body.peer}

@@ -11,7 +11,7 @@ and where the admin token file is, and stops cleanly on Ctrl-C or SIGTERM.
 device counts as live after its last heartbeat (both default 15).
 `token` mints a device token straight in the store (the server may be running)
 and writes it to stdout: it is shown this once. It is bound to `--space`
-(default `$BATON_SPACE`, else the local space, else `default`; it must exist)
+(default `$BATON_SPACE`, else the local space, else `default`; it may be created later)
 and to `--peer`. The database is created 0600 in a directory created 0700; an
 admin token file that group or others may read is refused (exit 2). `--db` defaults to
 `$BATON_DB`, else `space.db` in the data directory (`$BATON_DATA`, else
@@ -116,12 +116,11 @@ def run_token(args: argparse.Namespace) -> int:
     if not PEER.fullmatch(args.peer):
         raise UsageError(f"--peer: {args.peer!r} must be 1-200 of letters, digits, '.', '_', '-'")
     space = _space(args)
+    if not spaces.SPACE_ID.fullmatch(space):
+        raise UsageError(f"--space: {space!r} must match [a-z0-9][a-z0-9_-]{{0,63}}")
     db = open_db(args.db or default_db())
     try:
         token_store.ensure_schema(db)
-        spaces.ensure_schema(db)
-        if not spaces.space_exists(db, space):
-            raise UsageError(f"--space: no space {space!r} in {args.db or default_db()}")
         who = token_store.Principal(role=token_store.Role.DEVICE, peer=args.peer, space=space)
         token = token_store.mint_token(db, who, system_clock().timestamp())
     finally:

@@ -34,8 +34,11 @@ async def test_a_device_token_works_in_its_own_space_only(api: Api) -> None:
                          ("GET", "/spaces/work"), ("GET", "/spaces")]:  # fmt: skip
         status, body = await laptop.call(method, path, {} if method == "PUT" else None)
         assert (status, body["error"]) == (403, "forbidden"), (method, path, body)
-    status, body = await api.post("/tokens/device", {"peer": "x", "space": "nowhere"})
-    assert (status, body["error"]) == (404, "unknown_space") and "$.space" in body["detail"]
+    status, body = await api.post("/tokens/device", {"peer": "x", "space": "Not A Space"})
+    assert (status, body["error"]) == (400, "invalid_body") and "$.space" in body["detail"]
+    later = api.as_(await api.device_token("laptop", "later"))  # its space may come later
+    status, body = await later.get("/spaces/later")
+    assert (status, body["error"]) == (404, "unknown_space")
 
 
 async def test_a_device_token_from_before_space_binding_is_refused(api: Api) -> None:
