@@ -10,10 +10,10 @@ The principal, on `request[PRINCIPAL]` (or `principal(request)`) for every
 authenticated `/v1` request, is a `Principal`:
 
 - `Role.ADMIN`: everything (the user).
-- `Role.DEVICE`: `space` and `peer` set. Only its own space's routes (and the
-  OpenAPI document); it acts only as its peer in heartbeats, claims, election,
-  runs, turns and stamps; no admin routes (spaces, device tokens, token
-  management).
+- `Role.DEVICE`: `space` and `peer` set. Only its own space's routes (the list
+  of spaces shows it its own alone; and the OpenAPI document); it acts only as
+  its peer in heartbeats, claims, election, runs, turns and stamps; no admin
+  routes (creating spaces, device tokens, token management).
 - `Role.RUN`: one run (`space`, `trigger_id`, `run_id` set). In its own space
   only: read records and the change feed, change records' `owner` and `enabled`
   only, read chats and send messages (always as the agent), read programs, read
@@ -39,13 +39,13 @@ PRINCIPAL = web.RequestKey("principal", Principal)
 
 ADMIN_ONLY = {
     ("POST", "/v1/spaces"),
-    ("GET", "/v1/spaces"),
     ("POST", "/v1/tokens/device"),
     ("GET", "/v1/tokens"),
     ("DELETE", "/v1/tokens/{id}"),
     ("POST", "/v1/tokens/admin/rotate"),
 }
 ANY_TOKEN = {("GET", "/v1/openapi.json")}
+DEVICE_LISTS = {("GET", "/v1/spaces")}  # a device sees its own space only (`spaces`)
 RUN_PATCHABLE = ("owner", "enabled")
 _RUN_RULES: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = (
     (frozenset({"GET"}), re.compile(r"/triggers(/\{[^}]+\})?|/changes(/stream)?")),
@@ -97,6 +97,8 @@ def authorize(request: web.Request, who: Principal) -> None:
         raise ApiError(403, "forbidden", f"{request.method} {canonical} needs the admin token")
     if who.role is Role.RUN and not run_may(request.method, canonical):
         raise ApiError(403, "forbidden", f"a run token may not use {request.method} {canonical}")
+    if who.role is Role.DEVICE and key in DEVICE_LISTS:
+        return
     _own_space(request, who, canonical)
     tid = request.match_info.get("triggerId")
     if who.role is Role.RUN and "/state/" in canonical and tid != who.trigger_id:

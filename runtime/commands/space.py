@@ -2,7 +2,7 @@
 
     baton space serve --db PATH [--host H] [--port P] [--admin-token-file F]
                       [--lease-seconds S] [--live-seconds S]
-    baton space token --peer NAME [--space ID] [--db PATH]
+    baton space token --peer NAME [--space ID] [--db PATH] [--out FILE]
     baton space token list|revoke ID|rotate-admin   (runtime.commands.tokens)
 
 `serve` binds 127.0.0.1 unless `--host` says otherwise, prints where it listens
@@ -10,12 +10,13 @@ and where the admin token file is, and stops cleanly on Ctrl-C or SIGTERM.
 `--lease-seconds` is the election lease length and `--live-seconds` how long a
 device counts as live after its last heartbeat (both default 15).
 `token` mints a device token straight in the store (the server may be running)
-and writes it to stdout: it is shown this once. It is bound to `--space`
-(default `$BATON_SPACE`, else the local space, else `default`; it may be created later)
-and to `--peer`. The database is created 0600 in a directory created 0700; an
-admin token file that group or others may read is refused (exit 2). `--db` defaults to
+and writes it to stdout (or to `--out FILE`, created 0600): it is shown this
+once. It is bound to `--space` (default `$BATON_SPACE`, else the local space,
+else `default`; it may be created later) and to `--peer`. `--db` defaults to
 `$BATON_DB`, else `space.db` in the data directory (`$BATON_DATA`, else
-`~/.baton`), the same file `baton up` serves. A shell over `space`.
+`~/.baton`), the same file `baton up` serves. The database is created 0600 in a
+directory created 0700; an admin token file that group or others may read is
+refused (exit 2). A shell over `space`.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     token.add_argument("--peer", default=None, help="the device's peer id (to mint)")
     token.add_argument("--space", default=None, help="the space it is bound to (to mint)")
     token.add_argument("--db", type=Path, default=None, help="SQLite file of the space")
+    token.add_argument("--out", type=Path, default=None, help="write it to FILE (0600), not stdout")
     token.set_defaults(func=run_token)
     tokens.register(token, type(p))
 
@@ -125,7 +127,10 @@ def run_token(args: argparse.Namespace) -> int:
         token = token_store.mint_token(db, who, system_clock().timestamp())
     finally:
         db.conn.close()
-    sys.stdout.write(token + "\n")
+    if args.out is not None:
+        token_store.write_private(args.out, token + "\n")
+    else:
+        sys.stdout.write(token + "\n")
     return 0
 
 
