@@ -5,15 +5,18 @@ not wait on a client holding a half-sent body."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import re
 import signal
 import stat
 import time
 from pathlib import Path
 
 import aiohttp
-from support import Procs, serve
+from support import Procs, matched, serve, wait_until
 
+from runtime.client import SpaceClient
 from space.token_store import token_id
 
 
@@ -124,3 +127,35 @@ async def test_a_stop_does_not_wait_on_a_half_sent_body(tmp_path: Path) -> None:
         writer.close()
         assert code == 0 and took < 5, (code, took, proc.output())
         assert "stopped" in proc.output()
+
+
+UP_URL = re.compile(r"space API on (http://127\.0\.0\.1:\d+)/v1")
+
+
+async def test_baton_up_mints_its_device_token_for_its_space_and_peer(tmp_path: Path) -> None:
+    data = tmp_path / "up"
+    token_file = data / "device-solo.token"
+    seen = []
+    async with Procs(tmp_path) as procs:
+        for run, space in enumerate(("home", "home", "work")):
+            up = await procs.start(f"up-{run}", "up", "--data", str(data), "--port", "0",
+                                   "--peer", "solo", "--space", space)  # fmt: skip
+            url = (await matched(up, UP_URL)).group(1)
+            admin = (data / "admin.token").read_text().strip()
+            async with SpaceClient(url, admin) as api:
+                live_here = functools.partial(_device_live, api, space)
+                await wait_until(live_here, timeout=20, what="solo live")
+                seen.append(token_file.read_text().strip())
+                live = {t["id"]: t for t in (await api.tokens())["tokens"]}
+                entry = live[token_id(seen[-1])]
+                assert (entry["role"], entry["space"], entry["peer"]) == ("device", space, "solo")
+                if run == 2:  # bound to `home`: replaced, and the old one revoked
+                    assert token_id(seen[0]) not in live
+            assert mode(token_file) == 0o600 and mode(data) == 0o700
+            assert await up.stop(signal.SIGTERM) == 0
+    assert seen[0] == seen[1] != seen[2]
+
+
+async def _device_live(api: SpaceClient, space: str) -> bool:
+    devices = (await api.devices(space))["devices"]
+    return any(d["peer"] == "solo" and d["live"] for d in devices)

@@ -71,6 +71,7 @@ def main(args):
         "device": raw("POST", "/tokens/device", {"peer": "evil", "space": space}),
         "election": raw("POST", s + "/election/claim", {"peer": "dev1", "term": 0}),
         "turn": raw("POST", s + "/turns", {}),
+        "said": c.chat_send(space, args["quiet"], {"text": "as a person?", "agent": None}),
     }
 """
 ATTACK = RAW + ATTACK_MAIN
@@ -123,7 +124,7 @@ async def test_a_program_cannot_reprogram_another_trigger_or_reach_device_routes
     quiet, chat = await space.chat("quiet"), await space.chat("inbox")
     victim = await space.event_trigger(quiet, args=VICTIM_ARGS)
     pausable = await space.event_trigger(quiet)
-    args = {"space": SPACE, "victim": victim["id"], "pausable": pausable["id"]}
+    args = {"space": SPACE, "victim": victim["id"], "pausable": pausable["id"], "quiet": quiet}
     attacker = await space.event_trigger(chat, program="attack@v1", args=args)
     canary = await space.event_trigger(chat)
     await space.api.state_put(SPACE, victim["id"], "secret", {"value": "hidden"})
@@ -142,6 +143,7 @@ async def test_a_program_cannot_reprogram_another_trigger_or_reach_device_routes
     after = await space.record(victim["id"])
     assert (after["program"], after["args"], after["rev"]) == ("echo@v1", VICTIM_ARGS, 1)
     assert [r["runId"] for r in await space.runs(victim["id"])] == []
+    assert tried["said"]["agent"]["name"] == "attack@v1"  # a run token speaks as the agent
     paused = await space.record(pausable["id"])
     assert (paused["enabled"], paused["owner"]) == (False, "box")
     await canary_fires(space, dev, chat, canary["id"])
