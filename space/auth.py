@@ -3,7 +3,8 @@
 Owns authenticating every `/v1` request (the bearer token, looked up in
 `token_store`) and the route scopes of each role — for every area of the API,
 chats included. Handlers refine the check with `require_peer` (a device acts
-only as itself) and `limit_patch` (what a run token may change in a record).
+only as itself) and `limit_patch` (what a run token may change in a record);
+`end_streams` ends the open event streams of revoked tokens.
 Must not know any table but through `token_store`.
 
 The principal, on `request[PRINCIPAL]` (or `principal(request)`) for every
@@ -23,6 +24,7 @@ authenticated `/v1` request, is a `Principal`:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -31,6 +33,7 @@ from space import token_store
 from space.appstate import CLOCK
 from space.db import DB
 from space.http import ApiError, Handler
+from space.sse import STREAMS, EventStream
 from space.token_store import Principal, Role, mint_token, token_hash
 
 __all__ = ["PRINCIPAL", "Principal", "Role", "mint_token", "principal", "token_hash"]
@@ -140,6 +143,20 @@ def limit_patch(request: web.Request, changes: dict[str, Any]) -> None:
                 f"device or admin token - at `$.{name}`"
             )
             raise ApiError(403, "forbidden", detail)
+
+
+def end_streams(app: web.Application, which: Callable[[Principal], bool]) -> int:
+    """Close the open event streams of the tokens `which` picks (they were just revoked):
+    a stream opened before the revocation must not go on. How many were closed."""
+    registry = app.get(STREAMS)
+    if registry is None:
+        return 0
+
+    def picked(stream: EventStream) -> bool:
+        who = stream.request.get(PRINCIPAL)
+        return who is not None and which(who)
+
+    return registry.close_where(picked, "token_revoked")
 
 
 @web.middleware

@@ -32,6 +32,7 @@ class Role(enum.StrEnum):
 
 class Principal(msgspec.Struct, frozen=True, kw_only=True):
     role: Role
+    id: str = ""  # the token's public id (`token_id`), set on lookup
     peer: str | None = None
     space: str | None = None
     trigger_id: str | None = None
@@ -117,8 +118,9 @@ def lookup(db: sqlite_utils.Database, token: str, now: float) -> Principal:
         raise TokenError("token_expired", "the bearer token has expired")
     if row["role"] != Role.RUN and (row["last_used_at"] or 0) + LAST_USED_GRAIN <= now:
         db.execute("UPDATE tokens SET last_used_at = ? WHERE hash = ?", [now, row["hash"]])
-    return Principal(role=Role(row["role"]), peer=row["peer"], space=row["space"],
-                     trigger_id=row["trigger_id"], run_id=row["run_id"])  # fmt: skip
+    return Principal(role=Role(row["role"]), id=row["hash"][:ID_DIGITS], peer=row["peer"],
+                     space=row["space"], trigger_id=row["trigger_id"],
+                     run_id=row["run_id"])  # fmt: skip
 
 
 def revoke(db: sqlite_utils.Database, tid: str, now: float) -> dict[str, Any] | None:

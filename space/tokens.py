@@ -20,7 +20,7 @@ from aiohttp import web
 from space import fires, token_store
 from space import trigger_store as records
 from space.appstate import ADMIN_TOKEN_PATH, SETTINGS
-from space.auth import Principal, Role, principal
+from space.auth import Principal, Role, end_streams, principal
 from space.clock import iso
 from space.db import DB, transaction
 from space.http import ApiError, add_route, answer, now_of, read_body
@@ -145,6 +145,7 @@ async def delete_token(request: web.Request) -> web.Response:
         revoked = token_store.revoke(db, tid, now)
     if revoked is None:
         raise ApiError(404, "unknown_token", f"no token with id {tid!r}")
+    end_streams(request.app, lambda who: who.id == tid)
     return answer(_wire({**revoked, "state": "revoked", "revokedAt": revoked["revokedAt"] or now}))
 
 
@@ -153,7 +154,9 @@ async def post_rotate_admin(request: web.Request) -> web.Response:
     path = request.app.get(ADMIN_TOKEN_PATH)
     with transaction(db):  # the file is rewritten before the commit: both or neither
         token = token_store.rotate_admin(db, path, now)
-    out = {"token": token, "id": token_store.token_id(token), "file": str(path or "")}
+    new = token_store.token_id(token)
+    end_streams(request.app, lambda who: who.role is Role.ADMIN and who.id != new)
+    out = {"token": token, "id": new, "file": str(path or "")}
     return answer(out, status=201)
 
 

@@ -3,6 +3,7 @@ run tokens only for claimed fires and dead with their run, listing, revocation, 
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import stat
 from typing import Any
@@ -226,3 +227,24 @@ async def test_the_admin_token_is_rotated(api: Api) -> None:
     assert (await new.get("/spaces"))[0] == 200
     admins = [t for t in (await new.get("/tokens"))[1]["tokens"] if t["role"] == "admin"]
     assert [t["id"] for t in admins] == [token_id(body["token"])]
+
+
+@pytest.mark.parametrize("end", ["run_posted", "revoked"])
+async def test_a_stream_opened_with_a_token_ends_when_the_token_does(api: Api, end: str) -> None:
+    phone = api.as_(await api.device_token("phone"))
+    tid, key = await claimed(api, phone, "phone")
+    minted = await phone.post(f"{S}/tokens/run", {"triggerId": tid, "runId": "r1", "key": key})
+    token = minted[1]["token"]
+    chat = (await api.get(S))[1]["generalChat"]
+    headers = {"Authorization": f"Bearer {token}"}
+    async with api.client.get(f"/v1{S}/chats/{chat}/stream", headers=headers) as stream:
+        assert stream.status == 200
+        assert b"event: hello" in await stream.content.readuntil(b"\n\n")
+        if end == "run_posted":
+            run = {**RUN, "runId": "r1", "triggerId": tid, "key": key}
+            assert (await phone.post(f"{S}/runs", run))[0] == 201
+        else:
+            assert (await api.delete(f"/tokens/{token_id(token)}"))[0] == 200
+        async with asyncio.timeout(5):
+            rest = await stream.content.read()  # the stream ends: EOF
+        assert b"event: message" not in rest
