@@ -56,6 +56,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 async def start_device(tmp: Path, base: str, token: str) -> asyncio.subprocess.Process:
+    (tmp / "device.token").touch(mode=0o600)  # a token file others may read is refused
     (tmp / "device.token").write_text(token + "\n")
     log = (tmp / "device.log").open("wb")
     root = str(Path(__file__).resolve().parent.parent)
@@ -290,7 +291,8 @@ async def bench(quick: bool) -> None:
         try:
             await api.call("POST", "/spaces", {"id": SPACE}, 201)
             await api.call("PUT", f"/spaces/{SPACE}/programs/{PROGRAM}", {"source": SOURCE}, 201)
-            token = (await api.call("POST", "/tokens/device", {"peer": PEER}, 201))["token"]
+            body = {"peer": PEER, "space": SPACE}
+            token = (await api.call("POST", "/tokens/device", body, 201))["token"]
             device = await start_device(Path(tmp), base, token)
             await armed(api, 1, 30)
             await quiet(device.pid, 20)

@@ -199,7 +199,7 @@ class Harness:
         self.chats["feed"] = (await self.api.chat_create(SPACE, {"name": "feed"}))["objectId"]
         await self.api.program_put(SPACE, "quick@v1", {"source": QUICK})
         for peer in PEERS:
-            minted = await self.api.token_device({"peer": peer})
+            minted = await self.api.token_device({"peer": peer, "space": SPACE})
             token = self.tmp / f"{peer}.token"
             token.write_text(minted["token"] + "\n")
             token.chmod(0o600)

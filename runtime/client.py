@@ -115,6 +115,15 @@ class SpaceClient:
     async def token_run(self, space: str, body: JSON) -> JSON:
         return await self.call("token_run", body, space=space)
 
+    async def tokens(self, all: bool | None = None) -> JSON:
+        return await self.call("tokens", all=all)
+
+    async def token_revoke(self, id: str) -> JSON:
+        return await self.call("token_revoke", id=id)
+
+    async def token_rotate_admin(self) -> JSON:
+        return await self.call("token_rotate_admin")
+
     # -- trigger records
     async def triggers(self, space: str) -> JSON:
         return await self.call("triggers", space=space)

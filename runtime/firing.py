@@ -10,7 +10,7 @@ Owns `Firing`, the `Dispatcher` of the daemon (SPEC "Who runs what", "Runs"):
     program (ProgramCache) ── not published → `skipped` unknown_program (the breaker
                               never sees it, and the next fire after publishing runs)
     breaker ── open → `skipped` breaker_open
-    run token → executor → run record → stamps
+    run token (for this claimed fire) → executor → run record (ends the token) → stamps
 
 Per trigger it keeps the admission slots, the fires waiting in its queue and its
 `Book` (breaker, rollup), seeded from the record's stamps and re-seeded when the
@@ -49,7 +49,7 @@ from triggers.registry import Diff
 
 log = logging.getLogger("baton.firing")
 
-TOKEN_MARGIN_S = 60.0  # a run token outlives the run's timeout by this much
+TOKEN_MARGIN_S = 30.0  # a run token outlives the run's timeout by this much at most
 WRITE_TRIES = 3
 
 
@@ -414,7 +414,7 @@ async def run_token(
 ) -> str | Outcome:
     """A token for this run, living as long as it may; transient refusals are retried.
     What cannot be had is an ending (`error`, no run token), never an exception."""
-    body = {"triggerId": fire.trigger_id, "runId": fire.run_id,
+    body = {"triggerId": fire.trigger_id, "runId": fire.run_id, "key": fire.key,
             "ttlSeconds": timeout_s + TOKEN_MARGIN_S}  # fmt: skip
     for attempt in range(WRITE_TRIES):
         try:

@@ -25,11 +25,12 @@ from space import (
     runs,
     spaces,
     state,
+    token_store,
     tokens,
     triggers,
     turns,
 )
-from space.appstate import CLOCK, ROUTE_DOCS, SETTINGS, RunRetention, Settings
+from space.appstate import ADMIN_TOKEN_PATH, CLOCK, ROUTE_DOCS, SETTINGS, RunRetention, Settings
 from space.clock import ServerClock, system_clock
 from space.db import DB, open_db
 from space.http import refusals
@@ -56,7 +57,9 @@ def create_app(
     """The space server on the SQLite file `db_path` (created if missing).
 
     The admin token is read from `admin_token_file` (default `admin.token` beside
-    the database), which is created with mode 0600 at first start.
+    the database), which is created with mode 0600 at first start and must stay
+    owner-only (`token_store.LooseFile` otherwise); the database is created 0600
+    and a missing directory 0700.
     """
     settings = Settings(
         lease_seconds=lease_seconds,
@@ -72,9 +75,10 @@ def create_app(
     metrics.setup(app)  # first: the claim and run routes feed it
     app[DB] = open_db(db_path)
     app.on_cleanup.append(_close_db)
-    auth.ensure_schema(app[DB])
+    token_store.ensure_schema(app[DB])
     token_file = Path(admin_token_file or default_admin_token_file(db_path))
-    auth.ensure_admin_token(app[DB], token_file, clock().timestamp())
+    token_store.ensure_admin_token(app[DB], token_file, clock().timestamp())
+    app[ADMIN_TOKEN_PATH] = token_file
     for area in _AREAS:
         area.setup(app)
     chats.setup(app)

@@ -6,6 +6,8 @@ Owns the `web.AppKey`s every area of the API reads (the database key lives in
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 from aiohttp import web
 
@@ -27,6 +29,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     live_seconds: float = 15.0
     max_program_bytes: int = 256 * 1024
     max_run_token_seconds: float = 24 * 3600.0
+    run_token_margin_seconds: float = 30.0  # a device's run token: the run's timeout + this
     retention: RunRetention = RunRetention()
 
 
@@ -43,3 +46,4 @@ class RouteDoc(msgspec.Struct, frozen=True, kw_only=True):
 SETTINGS = web.AppKey("settings", Settings)
 CLOCK = web.AppKey("clock", ServerClock)
 ROUTE_DOCS = web.AppKey("route_docs", list[RouteDoc])
+ADMIN_TOKEN_PATH = web.AppKey("admin_token_path", Path)

@@ -1,137 +1,64 @@
-"""Who is calling: bearer tokens (stored only as sha256), the principal, and route scopes.
+"""Who is calling, and what each role may do: the middleware and the scope rules.
 
-Owns the `tokens` table, minting and checking tokens, the admin token file,
-and the middleware that authenticates every `/v1` request and enforces which
-routes each role may use — for every area of the API, chats included. Handlers
-refine the check with `require_peer` (a device acts only as itself). Must not
-know any other table.
+Owns authenticating every `/v1` request (the bearer token, looked up in
+`token_store`) and the route scopes of each role — for every area of the API,
+chats included. Handlers refine the check with `require_peer` (a device acts
+only as itself) and `limit_patch` (what a run token may change in a record);
+`end_streams` ends the open event streams of revoked tokens.
+Must not know any table but through `token_store`.
 
-The principal, on `request[PRINCIPAL]` (a `web.RequestKey` named "principal";
-or call `principal(request)`) for every authenticated `/v1` request, is a
-`Principal` (frozen msgspec Struct):
+The principal, on `request[PRINCIPAL]` (or `principal(request)`) for every
+authenticated `/v1` request, is a `Principal`:
 
-- `role`: `Role.ADMIN` (everything), `Role.DEVICE` (everything but admin
-  routes; `peer` is its peer id and it may act only as that peer in heartbeats,
-  fire claims and election), or `Role.RUN` (one run: `space`, `trigger_id`,
-  `run_id` set).
-- A run token may, in its own space only: read records and the change feed,
-  patch records, read chats and send chat messages, read programs, and read and
-  write its own trigger's state. Nothing else (no election, devices, fires,
-  runs, other triggers' state, admin routes).
+- `Role.ADMIN`: everything (the user).
+- `Role.DEVICE`: `space` and `peer` set. Only its own space's routes (the list
+  of spaces shows it its own alone; and the OpenAPI document); it acts only as
+  its peer in heartbeats, claims, election, runs, turns and stamps; no admin
+  routes (creating spaces, device tokens, token management).
+- `Role.RUN`: one run (`space`, `trigger_id`, `run_id` set). In its own space
+  only: read records and the change feed, change records' `owner` and `enabled`
+  only, read chats and send messages (always as the agent), read programs, read
+  and write its own trigger's state. Nothing else.
 """
 
 from __future__ import annotations
 
-import enum
-import hashlib
-import os
 import re
-import secrets
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
-import msgspec
-import sqlite_utils
 from aiohttp import web
 
+from space import token_store
 from space.appstate import CLOCK
 from space.db import DB
 from space.http import ApiError, Handler
+from space.sse import STREAMS, EventStream
+from space.token_store import Principal, Role, mint_token, token_hash
 
-
-class Role(enum.StrEnum):
-    ADMIN = "admin"
-    DEVICE = "device"
-    RUN = "run"
-
-
-class Principal(msgspec.Struct, frozen=True, kw_only=True):
-    role: Role
-    peer: str | None = None
-    space: str | None = None
-    trigger_id: str | None = None
-    run_id: str | None = None
-
+__all__ = ["PRINCIPAL", "Principal", "Role", "mint_token", "principal", "token_hash"]
 
 PRINCIPAL = web.RequestKey("principal", Principal)
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS tokens (
-  hash TEXT PRIMARY KEY, role TEXT NOT NULL, peer TEXT, space TEXT,
-  trigger_id TEXT, run_id TEXT, created_at REAL NOT NULL, expires_at REAL
-);
-"""
-_PREFIX = {Role.ADMIN: "bta_", Role.DEVICE: "btd_", Role.RUN: "btr_"}
-
-
-def ensure_schema(db: sqlite_utils.Database) -> None:
-    db.executescript(SCHEMA)
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def store_token(
-    db: sqlite_utils.Database,
-    token: str,
-    who: Principal,
-    now: float,
-    expires_at: float | None = None,
-) -> None:
-    db.execute(
-        "INSERT OR IGNORE INTO tokens VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            token_hash(token),
-            who.role.value,
-            who.peer,
-            who.space,
-            who.trigger_id,
-            who.run_id,
-            now,
-            expires_at,
-        ],
-    )
-
-
-def mint_token(
-    db: sqlite_utils.Database, who: Principal, now: float, expires_at: float | None = None
-) -> str:
-    """A new token for `who`; only its hash is kept, so it is shown once."""
-    token = _PREFIX[who.role] + secrets.token_urlsafe(32)
-    store_token(db, token, who, now, expires_at)
-    return token
-
-
-def ensure_admin_token(db: sqlite_utils.Database, path: Path, now: float) -> None:
-    """Create the admin token file (mode 0600) at first start; accept an existing one."""
-    if path.exists():
-        token = path.read_text().strip()
-        if not token:
-            raise ValueError(f"admin token file {path} is empty")
-        store_token(db, token, Principal(role=Role.ADMIN), now)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    token = mint_token(db, Principal(role=Role.ADMIN), now)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    os.chmod(path, 0o600)
-
-
-def lookup(db: sqlite_utils.Database, token: str, now: float) -> Principal:
-    rows = list(db.query("SELECT * FROM tokens WHERE hash = ?", [token_hash(token)]))
-    if not rows:
-        raise ApiError(401, "unauthorized", "unknown bearer token")
-    row = rows[0]
-    if row["expires_at"] is not None and row["expires_at"] <= now:
-        raise ApiError(401, "token_expired", "the bearer token has expired")
-    return Principal(
-        role=Role(row["role"]),
-        peer=row["peer"],
-        space=row["space"],
-        trigger_id=row["trigger_id"],
-        run_id=row["run_id"],
-    )
+ADMIN_ONLY = {
+    ("POST", "/v1/spaces"),
+    ("POST", "/v1/tokens/device"),
+    ("GET", "/v1/tokens"),
+    ("DELETE", "/v1/tokens/{id}"),
+    ("POST", "/v1/tokens/admin/rotate"),
+}
+ANY_TOKEN = {("GET", "/v1/openapi.json")}
+DEVICE_LISTS = {("GET", "/v1/spaces")}  # a device sees its own space only (`spaces`)
+RUN_PATCHABLE = ("owner", "enabled")
+_RUN_RULES: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = (
+    (frozenset({"GET"}), re.compile(r"/triggers(/\{[^}]+\})?|/changes(/stream)?")),
+    (frozenset({"PATCH"}), re.compile(r"/triggers/\{[^}]+\}")),
+    (frozenset({"GET"}), re.compile(r"/chats(/.*)?")),
+    (frozenset({"POST"}), re.compile(r"/chats/\{[^}]+\}/messages")),
+    (frozenset({"GET"}), re.compile(r"/programs(/\{[^}]+\})?")),
+    (frozenset({"GET", "PUT"}), re.compile(r"/state/\{triggerId\}/\{key\}")),
+)
+SPACE_PREFIX = "/v1/spaces/{space}"
 
 
 def bearer(request: web.Request) -> str:
@@ -142,20 +69,6 @@ def bearer(request: web.Request) -> str:
     if not header.isascii() or not header.isprintable():  # no token we mint is anything else
         raise ApiError(401, "unauthorized", "the bearer token is not printable ASCII")
     return token.strip()
-
-
-# Routes by canonical path. Admin-only; open to any token; open to run tokens.
-ADMIN_ONLY = {("POST", "/v1/spaces"), ("POST", "/v1/tokens/device")}
-ANY_TOKEN = {("GET", "/v1/openapi.json")}
-_RUN_RULES: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = (
-    (frozenset({"GET"}), re.compile(r"/triggers(/\{[^}]+\})?|/changes(/stream)?")),
-    (frozenset({"PATCH"}), re.compile(r"/triggers/\{[^}]+\}")),
-    (frozenset({"GET"}), re.compile(r"/chats(/.*)?")),
-    (frozenset({"POST"}), re.compile(r"/chats/\{[^}]+\}/messages")),
-    (frozenset({"GET"}), re.compile(r"/programs(/\{[^}]+\})?")),
-    (frozenset({"GET", "PUT"}), re.compile(r"/state/\{triggerId\}/\{key\}")),
-)
-SPACE_PREFIX = "/v1/spaces/{space}"
 
 
 def run_may(method: str, canonical: str) -> bool:
@@ -185,29 +98,65 @@ def authorize(request: web.Request, who: Principal) -> None:
         return
     if key in ADMIN_ONLY:
         raise ApiError(403, "forbidden", f"{request.method} {canonical} needs the admin token")
-    if who.role is Role.DEVICE:
-        return
-    if not run_may(request.method, canonical):
+    if who.role is Role.RUN and not run_may(request.method, canonical):
         raise ApiError(403, "forbidden", f"a run token may not use {request.method} {canonical}")
-    if request.match_info.get("space") != who.space:
-        raise ApiError(403, "forbidden", f"this run token is for space {who.space!r} only")
+    if who.role is Role.DEVICE and key in DEVICE_LISTS:
+        return
+    _own_space(request, who, canonical)
     tid = request.match_info.get("triggerId")
-    if "/state/" in canonical and tid != who.trigger_id:
+    if who.role is Role.RUN and "/state/" in canonical and tid != who.trigger_id:
         raise ApiError(403, "forbidden", f"this run token may use state of {who.trigger_id!r} only")
+
+
+def _own_space(request: web.Request, who: Principal, canonical: str) -> None:
+    space = request.match_info.get("space")
+    if space is None or not canonical.startswith(SPACE_PREFIX):
+        raise ApiError(403, "forbidden", f"a {who.role} token may not use {canonical}")
+    if space != who.space:
+        bound = f"space {who.space!r}" if who.space else "no space (mint a new one)"
+        raise ApiError(403, "forbidden", f"this {who.role} token is bound to {bound}")
 
 
 def principal(request: web.Request) -> Principal:
     return request[PRINCIPAL]
 
 
-def require_peer(request: web.Request, peer: str) -> None:
+def require_peer(request: web.Request, peer: str, field: str = "peer") -> None:
     """A device token acts only as its own peer; admin acts as any; run tokens never."""
     who = principal(request)
     if who.role is Role.ADMIN:
         return
     if who.role is Role.DEVICE and who.peer == peer:
         return
-    raise ApiError(403, "forbidden", f"this token may not act as peer {peer!r}")
+    detail = f"this token is for peer {who.peer!r}, it may not act as {peer!r} - at `$.{field}`"
+    raise ApiError(403, "forbidden", detail)
+
+
+def limit_patch(request: web.Request, changes: dict[str, Any]) -> None:
+    """A run token may change a record's `owner` and `enabled` only (repin, pause)."""
+    if principal(request).role is not Role.RUN:
+        return
+    for name in changes:
+        if name not in RUN_PATCHABLE:
+            detail = (
+                f"a run token may change only `owner` and `enabled`; `{name}` needs a "
+                f"device or admin token - at `$.{name}`"
+            )
+            raise ApiError(403, "forbidden", detail)
+
+
+def end_streams(app: web.Application, which: Callable[[Principal], bool]) -> int:
+    """Close the open event streams of the tokens `which` picks (they were just revoked):
+    a stream opened before the revocation must not go on. How many were closed."""
+    registry = app.get(STREAMS)
+    if registry is None:
+        return 0
+
+    def picked(stream: EventStream) -> bool:
+        who = stream.request.get(PRINCIPAL)
+        return who is not None and which(who)
+
+    return registry.close_where(picked, "token_revoked")
 
 
 @web.middleware
@@ -215,7 +164,10 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
     if not request.path.startswith("/v1/") or request.match_info.http_exception is not None:
         return await handler(request)
     now = request.app[CLOCK]().timestamp()
-    who = lookup(request.app[DB], bearer(request), now)
+    try:
+        who = token_store.lookup(request.app[DB], bearer(request), now)
+    except token_store.TokenError as exc:
+        raise ApiError(401, exc.code, exc.detail) from None
     authorize(request, who)
     request[PRINCIPAL] = who
     return await handler(request)

@@ -1,12 +1,14 @@
 """The space store: one SQLite file (WAL) opened through sqlite-utils.
 
-Owns opening the database and the app key under which handlers find it. Each
-area of the API (records, chats, …) creates its own tables with its own
+Owns opening the database (created owner-only) and the app key under which
+handlers find it. Each area of the API (records, chats, …) creates its own tables with its own
 `ensure_schema(db)`; this module must not know their shapes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,13 +21,23 @@ DB = web.AppKey("db", sqlite_utils.Database)
 
 
 def open_db(path: str | Path) -> sqlite_utils.Database:
-    """Open (creating) the store at `path`: WAL, so a killed server loses no acknowledged write."""
+    """Open (creating) the store at `path`: WAL, so a killed server loses no acknowledged write.
+
+    A new store is created owner-only (0600, its missing directories 0700); SQLite gives
+    its `-wal` and `-shm` files the mode of the database."""
+    _create_private(Path(path))
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA busy_timeout=5000")
     return sqlite_utils.Database(conn)
+
+
+def _create_private(path: Path) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):  # an existing store keeps its mode
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 @contextmanager

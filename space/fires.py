@@ -154,6 +154,24 @@ def claim_one(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime
     return {**_out(fire), "claimedAt": at}
 
 
+def claim_of(db: sqlite_utils.Database, space: str, tid: str, key: str) -> tuple[str, int] | None:
+    """Who claimed `(tid, key)` and at which term, or None if nobody did."""
+    row = db.execute(
+        "SELECT peer, term FROM fires WHERE space = ? AND trigger_id = ? AND key = ?",
+        [space, tid, key],
+    ).fetchone()
+    return (row[0], row[1]) if row is not None else None
+
+
+def last_claimer(db: sqlite_utils.Database, space: str, tid: str) -> str | None:
+    """The peer of the latest claim of trigger `tid`, or None if it was never fired."""
+    row = db.execute(
+        "SELECT peer FROM fires WHERE space = ? AND trigger_id = ? ORDER BY rowid DESC LIMIT 1",
+        [space, tid],
+    ).fetchone()
+    return row[0] if row is not None else None
+
+
 def _out(fire: FireIn) -> dict[str, Any]:
     return {"triggerId": fire.triggerId, "key": fire.key, "term": fire.term, "peer": fire.peer}
 

@@ -7,7 +7,8 @@ an ERROR traceback. `SpaceRunner` serves the app through a protocol that answers
 those refusals with `{"error", "detail"}` (`bad_request`, `header_too_large`, …)
 and logs one INFO line, since a client's garbage is not a server fault; a 5xx
 keeps aiohttp's own handling and its traceback. Use it wherever the app is served
-(`baton space serve`, `baton up`, tests). Must not hold route logic.
+(`baton space serve`, `baton up`, tests); its stop waits at most
+`SHUTDOWN_GRACE_S` for requests in flight. Must not hold route logic.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from space.errors import error_response
 
 log = logging.getLogger("baton.space")
 
+SHUTDOWN_GRACE_S = 2.0  # what a stop waits for requests in flight before cancelling them
 _CODES = {400: "bad_request", 413: "body_too_large", 431: "header_too_large"}
 
 
@@ -58,7 +60,14 @@ class _Server(web.Server):
 
 
 class SpaceRunner(web.AppRunner):
-    """`web.AppRunner` for the space app; protocol refusals answer `{"error", "detail"}`."""
+    """`web.AppRunner` for the space app; protocol refusals answer `{"error", "detail"}`.
+
+    Its cleanup gives requests in flight `SHUTDOWN_GRACE_S` (aiohttp's default is 60 s),
+    then cancels them: a client that holds a half-sent body cannot hold up a SIGTERM."""
+
+    def __init__(self, app: web.Application, **kwargs: Any) -> None:
+        kwargs.setdefault("shutdown_timeout", SHUTDOWN_GRACE_S)
+        super().__init__(app, **kwargs)
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()

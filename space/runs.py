@@ -5,7 +5,10 @@ that ran it (re-posting the same record is a no-op, another one under the same
 `runId` is 409). Runs are pruned by age and by count per trigger, failures
 (`error`, `timeout`, `crashed`, `rejected`) kept longer than the rest; the
 rollup counts are bumped in the same transaction as the insert and never
-pruned. Must not touch records or claims.
+pruned. Posting a run record ends the run's tokens and their open event
+streams (SPEC: a run token lives as long as its run). A device posts runs only
+as its own peer, and a run that ran only of a fire it claimed (`duties`). Must
+not touch records or claims.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from space import logtable, metrics
+from space import auth, duties, logtable, metrics, token_store
 from space.appstate import SETTINGS, RunRetention
 from space.clock import Aware, iso
 from space.db import DB, transaction
@@ -174,8 +177,14 @@ def rollups(db: sqlite_utils.Database, space: str, trigger: str | None) -> list[
 async def post_run(request: web.Request) -> web.Response:
     space = require_space(request)
     run = decode(await raw_body(request), RunIn, code="invalid_run")
+    run = msgspec.structs.replace(run, peer=duties.own_peer(request, run.peer))
+    fire = (run.triggerId, run.key)
+    duties.require_claimed(request, space, fire, run.peer, run.term, run.status.value)
+    now = now_of(request)
+    token_store.revoke_run(request.app[DB], space, run.runId, now.timestamp())  # its run is over
+    auth.end_streams(request.app, lambda who: (who.space, who.run_id) == (space, run.runId))
     settings = request.app[SETTINGS]
-    added = add_run(request.app[DB], space, run, settings.retention, now_of(request))
+    added = add_run(request.app[DB], space, run, settings.retention, now)
     if added:
         metrics.run_seen(request.app, space, run.status.value, run.lateMs)
     return answer(msgspec.to_builtins(run), status=201 if added else 200)

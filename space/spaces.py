@@ -1,7 +1,8 @@
 """Spaces: create (with the general chat) and list; `require_space` for every space route.
 
-Owns the `spaces` table. A space's general chat is created through
-`space.chats.create_chat`; this module must not know chat tables.
+Owns the `spaces` table; a device token lists its own space alone. A space's
+general chat is created through `space.chats.create_chat`; this module must not
+know chat tables.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from space import chats
+from space import auth, chats
 from space.clock import iso
 from space.db import DB, transaction
 from space.http import ApiError, add_route, answer, now_of, read_body
@@ -94,8 +95,11 @@ async def post_space(request: web.Request) -> web.Response:
 
 
 async def list_spaces(request: web.Request) -> web.Response:
+    """Every space for the admin; a device's own space alone for a device token."""
     rows = request.app[DB].query("SELECT * FROM spaces ORDER BY id")
-    return answer({"spaces": [_space(r) for r in rows]})
+    who = auth.principal(request)
+    every = who.role is auth.Role.ADMIN
+    return answer({"spaces": [_space(r) for r in rows if every or r["id"] == who.space]})
 
 
 async def get_space(request: web.Request) -> web.Response:

@@ -3,7 +3,8 @@
 Owns the server's side of the SSE wire: headers (`Cache-Control: no-cache`,
 `X-Accel-Buffering: no`), framing of `id` / `event` / `data`, heartbeat comments
 while idle, a bounded per-stream queue, noticing that the client left, and closing
-every open stream when the app shuts down. It knows nothing of chats or feeds:
+every open stream when the app shuts down (or those a caller picks, e.g. the
+streams of a revoked token). It knows nothing of chats or feeds:
 what is queued, and how it is rendered, is the caller's business.
 
 Building a stream for any feed (chat messages, record changes):
@@ -39,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
@@ -216,8 +217,14 @@ class StreamRegistry:
         self._streams.discard(stream)
 
     def close_all(self, reason: str = "shutdown") -> None:
-        for stream in list(self._streams):
+        self.close_where(lambda _: True, reason)
+
+    def close_where(self, which: Callable[[EventStream], bool], reason: str) -> int:
+        """End the open streams `which` picks (e.g. those of a revoked token); how many."""
+        picked = [stream for stream in self._streams if which(stream)]
+        for stream in picked:
             stream.close(reason)
+        return len(picked)
 
 
 STREAMS = web.AppKey("sse_streams", StreamRegistry)

@@ -1,82 +1,179 @@
-"""Token minting over HTTP: device tokens (admin) and run tokens (admin or device).
+"""Token routes: mint device tokens (admin) and run tokens (admin, or the device that won the
+fire); list and revoke tokens and rotate the admin token (admin).
 
-Owns the token routes. A run token is scoped to one space and one trigger and
-expires; the answer is the only time a token is shown. Storage and scope rules
-live in `auth`; this module must not check scopes itself.
+Owns the HTTP side of credentials. A device token is bound to one space and one
+peer. A device mints a run token only for a fire it claimed (`key`), and the
+token dies at the run's timeout plus `run_token_margin_seconds` at the latest
+(and when its run is recorded, see `runs`). The answer is the only time a token
+is shown; listings show ids, never secrets. Storage lives in `token_store`,
+scope rules in `auth`; this module must not check route scopes itself.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Annotated
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
 
 import msgspec
 from aiohttp import web
 
-from space.appstate import SETTINGS
-from space.auth import Principal, Role, mint_token
+from space import fires, token_store
+from space import trigger_store as records
+from space.appstate import ADMIN_TOKEN_PATH, SETTINGS
+from space.auth import Principal, Role, end_streams, principal
 from space.clock import iso
 from space.db import DB, transaction
-from space.http import add_route, answer, now_of, read_body
-from space.spaces import require_space
+from space.http import ApiError, add_route, answer, now_of, read_body
+from space.spaces import SPACE_ID, require_space
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
 
 
 class DeviceTokenIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     peer: Name
+    space: Name
 
 
 class RunTokenIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     triggerId: Name
     runId: Name
+    key: Text | None = None  # the fire this run is for: required with a device token
     ttlSeconds: Annotated[float, msgspec.Meta(gt=0)] = 3600.0
 
 
 class TokenOut(msgspec.Struct, frozen=True, kw_only=True):
     token: str
+    id: str
     expiresAt: str | None = None
+
+
+class TokenInfo(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    role: str
+    state: str  # live | revoked | expired
+    peer: str | None
+    space: str | None
+    triggerId: str | None
+    runId: str | None
+    createdAt: str
+    expiresAt: str | None
+    lastUsedAt: str | None
+    revokedAt: str | None
+
+
+class TokenList(msgspec.Struct, frozen=True, kw_only=True):
+    tokens: list[TokenInfo]
 
 
 async def post_device_token(request: web.Request) -> web.Response:
     body = await read_body(request, DeviceTokenIn)
-    now = now_of(request).timestamp()
-    token = mint_token(request.app[DB], Principal(role=Role.DEVICE, peer=body.peer), now)
-    return answer({"token": token, "peer": body.peer}, status=201)
+    db = request.app[DB]
+    if not SPACE_ID.fullmatch(body.space):  # one that does not exist yet may: its device waits
+        raise ApiError(400, "invalid_body", f"space id {body.space!r} must match "
+                       "[a-z0-9][a-z0-9_-]{0,63} - at `$.space`")  # fmt: skip
+    who = Principal(role=Role.DEVICE, peer=body.peer, space=body.space)
+    token = token_store.mint_token(db, who, now_of(request).timestamp())
+    out = {"token": token, "id": token_store.token_id(token), "peer": body.peer}
+    return answer({**out, "space": body.space}, status=201)
 
 
 async def post_run_token(request: web.Request) -> web.Response:
     space = require_space(request)
     body = await read_body(request, RunTokenIn)
-    now = now_of(request)
-    ttl = min(body.ttlSeconds, request.app[SETTINGS].max_run_token_seconds)
+    db, now = request.app[DB], now_of(request)
+    ttl = min(body.ttlSeconds, _allowed_ttl(request, space, body))
     expires = now + timedelta(seconds=ttl)
-    who = Principal(role=Role.RUN, space=space, trigger_id=body.triggerId, run_id=body.runId)
-    db = request.app[DB]
     with transaction(db):
-        db.execute(
-            "DELETE FROM tokens WHERE expires_at IS NOT NULL AND expires_at <= ?", [now.timestamp()]
-        )
-        token = mint_token(db, who, now.timestamp(), expires.timestamp())
-    return answer({"token": token, "expiresAt": iso(expires)}, status=201)
+        token = token_store.mint_run(db, space, body.triggerId, body.runId, now.timestamp(),
+                                     expires.timestamp())  # fmt: skip
+    out = {"token": token, "id": token_store.token_id(token), "expiresAt": iso(expires)}
+    return answer(out, status=201)
+
+
+def _allowed_ttl(request: web.Request, space: str, body: RunTokenIn) -> float:
+    """The longest life this caller may give the token; for a device, only for a fire it
+    claimed, and no longer than the record's timeout plus the margin."""
+    settings, who = request.app[SETTINGS], principal(request)
+    if who.role is Role.ADMIN:
+        return settings.max_run_token_seconds
+    if body.key is None:
+        raise ApiError(400, "invalid_body", "a device mints a run token for a fire: `key` "
+                       "is required - at `$.key`")  # fmt: skip
+    db = request.app[DB]
+    claim = fires.claim_of(db, space, body.triggerId, body.key)
+    if claim is None or claim[0] != who.peer:
+        detail = (f"{body.triggerId}@{body.key} was not claimed by {who.peer!r}; a device "
+                  "mints run tokens only for its own fires - at `$.key`")  # fmt: skip
+        raise ApiError(403, "not_claimed", detail)
+    _, record = records.current(db, space, body.triggerId)
+    return _timeout(record) + settings.run_token_margin_seconds
+
+
+def _timeout(record: dict[str, Any]) -> float:
+    limits = records.complete(record).get("limits")
+    value = limits.get("timeoutSeconds") if isinstance(limits, dict) else None
+    return float(value) if isinstance(value, int | float) else 60.0
+
+
+async def list_tokens(request: web.Request) -> web.Response:
+    everything = request.query.get("all", "") in ("1", "true")
+    now = now_of(request).timestamp()
+    found = token_store.listing(request.app[DB], now, everything=everything)
+    return answer({"tokens": [_wire(t) for t in found]})
+
+
+def _wire(entry: dict[str, Any]) -> dict[str, Any]:
+    """Instants as RFC 3339 (the store keeps unix seconds)."""
+
+    def at(value: float | None) -> str | None:
+        return None if value is None else iso(datetime.fromtimestamp(value, UTC))
+
+    times = ("createdAt", "expiresAt", "lastUsedAt", "revokedAt")
+    return {**entry, **{name: at(entry[name]) for name in times}}
+
+
+async def delete_token(request: web.Request) -> web.Response:
+    tid, db = request.match_info["id"], request.app[DB]
+    now = now_of(request).timestamp()
+    with transaction(db):
+        found = token_store.listing(db, now, everything=True, id_=tid)
+        last = found and found[0]["state"] == "live" and token_store.live_admins(db) <= 1
+        if last and found[0]["role"] == Role.ADMIN:
+            raise ApiError(409, "last_admin_token", "this is the only admin token; "
+                               "rotate it instead (POST /v1/tokens/admin/rotate)")  # fmt: skip
+        revoked = token_store.revoke(db, tid, now)
+    if revoked is None:
+        raise ApiError(404, "unknown_token", f"no token with id {tid!r}")
+    end_streams(request.app, lambda who: who.id == tid)
+    return answer(_wire({**revoked, "state": "revoked", "revokedAt": revoked["revokedAt"] or now}))
+
+
+async def post_rotate_admin(request: web.Request) -> web.Response:
+    db, now = request.app[DB], now_of(request).timestamp()
+    path = request.app.get(ADMIN_TOKEN_PATH)
+    with transaction(db):  # the file is rewritten before the commit: both or neither
+        token = token_store.rotate_admin(db, path, now)
+    new = token_store.token_id(token)
+    end_streams(request.app, lambda who: who.role is Role.ADMIN and who.id != new)
+    out = {"token": token, "id": new, "file": str(path or "")}
+    return answer(out, status=201)
 
 
 def setup(app: web.Application) -> None:
-    add_route(
-        app,
-        "POST",
-        "/v1/tokens/device",
-        post_device_token,
-        "Mint a device token (shown once)",
-        body=DeviceTokenIn,
-        answer=TokenOut,
-    )
-    add_route(
-        app,
-        "POST",
-        "/v1/spaces/{space}/tokens/run",
-        post_run_token,
-        "Mint a run token scoped to this space and one trigger",
-        body=RunTokenIn,
-        answer=TokenOut,
-    )
+    doc = {"answer": TokenOut}
+    add_route(app, "POST", "/v1/tokens/device", post_device_token,
+              "Mint a device token bound to one space and one peer (shown once)",
+              body=DeviceTokenIn, **doc)  # fmt: skip
+    add_route(app, "POST", "/v1/spaces/{space}/tokens/run", post_run_token,
+              "Mint a run token for one trigger and run (a device: only for a fire it claimed)",
+              body=RunTokenIn, **doc)  # fmt: skip
+    add_route(app, "GET", "/v1/tokens", list_tokens,
+              "Tokens without their secrets; `?all=1` adds revoked and expired ones",
+              answer=TokenList)  # fmt: skip
+    add_route(app, "DELETE", "/v1/tokens/{id}", delete_token,
+              "Revoke a token by its id (the only admin token cannot be revoked: rotate it)",
+              answer=TokenInfo)  # fmt: skip
+    add_route(app, "POST", "/v1/tokens/admin/rotate", post_rotate_admin,
+              "A new admin token; every other admin token is revoked, the token file rewritten",
+              **doc)  # fmt: skip

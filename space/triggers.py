@@ -1,7 +1,9 @@
 """Routes of trigger records: list, create, read, patch, delete, reserved create, status stamps.
 
 Owns the HTTP side of records (headers, bodies, answers) and wakes change-feed
-streams after each committed write. Storage rules live in `trigger_store`;
+streams after each committed write. A run token's patch is limited to `owner`
+and `enabled` (`auth.limit_patch`); a device stamps only the records it answers
+for (`duties`). Storage rules live in `trigger_store`;
 this module must not write SQL.
 """
 
@@ -12,7 +14,9 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import web
 
+from space import duties
 from space import trigger_store as store
+from space.auth import limit_patch
 from space.changes import notify
 from space.clock import Aware, iso
 from space.db import DB
@@ -107,6 +111,7 @@ async def get_trigger(request: web.Request) -> web.Response:
 async def patch_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     changes = await object_body(request)
+    limit_patch(request, changes)
     record = store.patch(
         request.app[DB],
         space,
@@ -132,6 +137,7 @@ async def post_status(request: web.Request) -> web.Response:
     data = await raw_body(request)
     decode(data, Stamps, code="invalid_status")
     stamps = decode(data, dict[str, Any], code="invalid_status")
+    duties.require_stamper(request, space, request.match_info["id"])
     record, written = store.stamp(
         request.app[DB],
         space,

@@ -5,7 +5,8 @@ took it (re-posting the same entry is a no-op, another one under the same `turnI
 is 409); turns are not run records and have no rollup here (the chat-watch record's
 `rollup` stamp counts conversation starts). They are pruned like runs, by age and by
 count per chat, failed turns (any outcome but `ok`) kept longer, with the runs'
-`RunRetention`. Must not touch records, runs or chats.
+`RunRetention`. A device posts turns only as its own peer. Must not touch
+records, runs or chats.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from space import logtable
+from space import duties, logtable
 from space.appstate import SETTINGS, RunRetention
 from space.clock import Aware
 from space.db import DB, transaction
@@ -48,6 +49,7 @@ class TurnIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     durationMs: Annotated[float, msgspec.Meta(ge=0)]
     outcome: TurnOutcome
     error: str = ""
+    peer: str = ""  # the device that took the turn: its token's peer, filled in when absent
 
 
 class TurnList(msgspec.Struct, frozen=True, kw_only=True):
@@ -116,6 +118,7 @@ async def post_turn(request: web.Request) -> web.Response:
     space = require_space(request)
     turn = decode(await raw_body(request), TurnIn, code="invalid_turn")
     check_space(space, turn)
+    turn = msgspec.structs.replace(turn, peer=duties.own_peer(request, turn.peer))
     keep = request.app[SETTINGS].retention
     added = add_turn(request.app[DB], space, turn, keep, now_of(request))
     return answer(msgspec.to_builtins(turn), status=201 if added else 200)

@@ -3,7 +3,8 @@
 `--url`, `--token-file` and `--space`, each falling back to `BATON_URL`,
 `BATON_TOKEN_FILE`, `BATON_SPACE`, then to what the local `baton up` wrote in its
 data directory (`local.json`: url and space; `admin.token`), then to the defaults.
-The data directory is `--data`, else `BATON_DATA`, else `~/.baton`.
+The data directory is `--data`, else `BATON_DATA`, else `~/.baton`. A token file
+that group or others may access is refused (exit 2, one line), never read.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import msgspec
 
 from runtime.cli import UsageError
+from space.token_store import TokenFileError, read_private
 
 DEFAULT_PORT = 8377
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
@@ -101,19 +103,24 @@ def target(args: argparse.Namespace) -> Target:
     data = data_dir(getattr(args, "data", None))
     local = local_settings(data)
     url = args.url or os.environ.get("BATON_URL") or local.get("url") or DEFAULT_URL
-    token_file = args.token_file or _env_path("BATON_TOKEN_FILE") or data / ADMIN_TOKEN_FILE
     space = args.space or os.environ.get("BATON_SPACE") or local.get("space") or DEFAULT_SPACE
-    return Target(url=url, token=read_token(token_file), space=space)
+    return Target(url=url, token=read_token(token_file(args)), space=space)
 
 
-def read_token(path: Path) -> str:
+def token_file(args: argparse.Namespace) -> Path:
+    """`--token-file`, else `BATON_TOKEN_FILE`, else the local admin token."""
+    data = data_dir(getattr(args, "data", None))
+    return args.token_file or _env_path("BATON_TOKEN_FILE") or data / ADMIN_TOKEN_FILE
+
+
+def read_token(path: Path, flag: str = "--token-file") -> str:
+    """The token in `path`; a file group or others may access is refused, never read."""
     try:
-        token = path.read_text().strip()
+        return read_private(path)
+    except TokenFileError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
     except OSError as exc:
-        raise UsageError(f"--token-file: cannot read {path}: {exc.strerror}") from None
-    if not token:
-        raise UsageError(f"--token-file: {path} is empty")
-    return token
+        raise UsageError(f"{flag}: cannot read {path}: {exc.strerror}") from None
 
 
 def _env_path(name: str) -> Path | None:

@@ -2,7 +2,8 @@
 
     baton space serve --db PATH [--host H] [--port P] [--admin-token-file F]
                       [--lease-seconds S] [--live-seconds S]
-    baton space token --peer NAME [--db PATH]
+    baton space token --peer NAME [--space ID] [--db PATH] [--out FILE]
+    baton space token list|revoke ID|rotate-admin   (runtime.commands.tokens)
     baton space create ID [--name N]      (over the API: --url, --token-file, --json)
     baton space list
 
@@ -11,9 +12,13 @@ and where the admin token file is, and stops cleanly on Ctrl-C or SIGTERM.
 `--lease-seconds` is the election lease length and `--live-seconds` how long a
 device counts as live after its last heartbeat (both default 15).
 `token` mints a device token straight in the store (the server may be running)
-and writes it to stdout: it is shown this once. `--db` defaults to
+and writes it to stdout (or to `--out FILE`, created 0600): it is shown this
+once. It is bound to `--space` (default `$BATON_SPACE`, else the local space,
+else `default`; it may be created later) and to `--peer`. `--db` defaults to
 `$BATON_DB`, else `space.db` in the data directory (`$BATON_DATA`, else
-`~/.baton`), the same file `baton up` serves. A shell over `space`.
+`~/.baton`), the same file `baton up` serves. The database is created 0600 in a
+directory created 0700; an admin token file that group or others may read is
+refused (exit 2). A shell over `space`.
 `create` makes a space with its general chat (admin token) and prints its id and
 `generalChat`; `list` lists the spaces. Both talk to a running server.
 """
@@ -31,26 +36,28 @@ from aiohttp import web
 
 from runtime.cli import UsageError
 from runtime.client import SpaceClient
+from runtime.commands import tokens
 from runtime.commands.common import (
     DEFAULT_PORT,
+    DEFAULT_SPACE,
     SPACE_DB,
     Target,
     add_space_options,
     data_dir,
+    local_settings,
     port,
     seconds,
     until_signalled,
 )
 from runtime.commands.talk import emit, talk
 from runtime.table import render
-from space import auth
+from space import spaces, token_store
 from space.app import create_app, default_admin_token_file
 from space.clock import system_clock
 from space.db import open_db
 from space.runner import SpaceRunner
 
 PEER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-SPACE_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
 def default_db() -> Path:
@@ -73,24 +80,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for flag in ("--lease-seconds", "--live-seconds"):
         serve.add_argument(flag, type=seconds, default=15.0, help="seconds (default 15)")
     serve.set_defaults(func=run_serve)
-    token = sub.add_parser("token", help="mint a device token (printed once)")
-    token.add_argument("--peer", required=True, help="the device's peer id")
+    token = sub.add_parser("token", help="mint a device token (printed once); list, revoke")
+    token.add_argument("--peer", default=None, help="the device's peer id (to mint)")
+    token.add_argument("--space", default=None, help="the space it is bound to (to mint)")
     token.add_argument("--db", type=Path, default=None, help="SQLite file of the space")
+    token.add_argument("--out", type=Path, default=None, help="write it to FILE (0600), not stdout")
     token.set_defaults(func=run_token)
     _register_spaces(sub)
+    tokens.register(token, type(p))
 
 
 def run_serve(args: argparse.Namespace) -> int:
     db = args.db or default_db()
     port = args.port
-    db.parent.mkdir(parents=True, exist_ok=True)
     token_file = args.admin_token_file or default_admin_token_file(db)
-    app = create_app(
-        db,
-        admin_token_file=token_file,
-        lease_seconds=args.lease_seconds,
-        live_seconds=args.live_seconds,
-    )
+    try:
+        app = create_app(
+            db,
+            admin_token_file=token_file,
+            lease_seconds=args.lease_seconds,
+            live_seconds=args.live_seconds,
+        )
+    except token_store.TokenFileError as exc:
+        raise UsageError(f"--admin-token-file: {exc}") from None
     asyncio.run(serve(app, args.host, port, token_file))
     return 0
 
@@ -111,18 +123,24 @@ async def serve(app: web.Application, host: str, port: int, token_file: Path) ->
 
 
 def run_token(args: argparse.Namespace) -> int:
+    if args.peer is None:
+        raise UsageError("--peer: required to mint a device token (or: list, revoke, rotate-admin)")
     if not PEER.fullmatch(args.peer):
         raise UsageError(f"--peer: {args.peer!r} must be 1-200 of letters, digits, '.', '_', '-'")
-    path = args.db or default_db()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    db = open_db(path)
+    space = _space(args)
+    if not spaces.SPACE_ID.fullmatch(space):
+        raise UsageError(f"--space: {space!r} must match [a-z0-9][a-z0-9_-]{{0,63}}")
+    db = open_db(args.db or default_db())
     try:
-        auth.ensure_schema(db)
-        who = auth.Principal(role=auth.Role.DEVICE, peer=args.peer)
-        token = auth.mint_token(db, who, system_clock().timestamp())
+        token_store.ensure_schema(db)
+        who = token_store.Principal(role=token_store.Role.DEVICE, peer=args.peer, space=space)
+        token = token_store.mint_token(db, who, system_clock().timestamp())
     finally:
         db.conn.close()
-    sys.stdout.write(token + "\n")
+    if args.out is not None:
+        token_store.write_private(args.out, token + "\n")
+    else:
+        sys.stdout.write(token + "\n")
     return 0
 
 
@@ -141,7 +159,7 @@ def _register_spaces(sub: argparse._SubParsersAction) -> None:
 
 
 def run_create(args: argparse.Namespace) -> int:
-    if not SPACE_ID.fullmatch(args.id):
+    if not spaces.SPACE_ID.fullmatch(args.id):
         raise UsageError(f"ID: {args.id!r} must match [a-z0-9][a-z0-9_-]{{0,63}}")
     body = {"id": args.id} | ({"name": args.name} if args.name is not None else {})
     return talk(args, lambda client, where: create_space(client, body, args.json))
@@ -171,3 +189,6 @@ async def list_spaces(client: SpaceClient, where: Target, as_json: bool) -> int:
                 for s in found]  # fmt: skip
         print("\n".join(render(["id", "name", "general chat", "created"], rows)))
     return 0
+def _space(args: argparse.Namespace) -> str:
+    local = local_settings(data_dir())
+    return args.space or os.environ.get("BATON_SPACE") or local.get("space") or DEFAULT_SPACE

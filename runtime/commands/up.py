@@ -11,7 +11,8 @@ environment or the data directory's `config.toml` (runtime.responder_config).
 
 `up` is the main job on one machine: the space server and one device in one
 process, its data in `--data` (default `~/.baton`): `space.db`, `admin.token`
-(mode 0600), the device's token and `local.json`, which tells the other commands
+(mode 0600), the device's token (0600, bound to the space and the peer; re-minted
+when the space no longer takes it) and `local.json`, which tells the other commands
 where the local space is. It prints the dashboard's URL with the admin token in its
 fragment (`http://127.0.0.1:8377/#token=…`: a fragment never leaves the browser), which
 opens it logged in. Ctrl-C or SIGTERM stops it cleanly, releasing the lease.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -38,6 +40,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from runtime import demo, lease, responder_config
+from runtime.cli import UsageError
 from runtime.client import ApiError, SpaceClient
 from runtime.clock import SystemClock
 from runtime.commands.common import (
@@ -59,6 +62,7 @@ from runtime.commands.common import (
 from runtime.device import Device
 from runtime.responders import Responder
 from runtime.supervise import PartFailed
+from space.token_store import TokenFileError, token_id, write_private
 
 log = logging.getLogger("baton")
 
@@ -131,6 +135,8 @@ def run_up(args: argparse.Namespace) -> int:
     except PartFailed as exc:
         print(f"baton up: {exc}", file=sys.stderr)
         return 1
+    except TokenFileError as exc:
+        raise UsageError(str(exc)) from None
     return 0
 
 
@@ -184,15 +190,36 @@ async def _prepare(
             if exc.code != "space_exists":
                 raise
             found = await client.space_get(space)
-        token_file = data / f"device-{peer}.token"
-        if not token_file.exists():
-            minted = await client.token_device({"peer": peer})
-            token_file.touch(mode=0o600)
-            token_file.write_text(minted["token"] + "\n")
+        token = await _device_token(client, data / f"device-{peer}.token", space, peer)
         if with_demo:
             added = await demo.install(client, space, found["generalChat"])
             print(f"baton: demo wired: {', '.join(added) or 'already there'}")
-    return read_token(token_file), found["generalChat"]
+    return token, found["generalChat"]
+
+
+async def _device_token(admin: SpaceClient, path: Path, space: str, peer: str) -> str:
+    """This device's token, bound to `space` and `peer`: the one in `path` if the space still
+    takes it there, else a new one (0600), the old one revoked."""
+    if path.exists():
+        old = read_token(path)
+        if await _accepted(admin.url, old, space):
+            return old
+        with contextlib.suppress(ApiError):  # unknown already, or from an older build
+            await admin.token_revoke(token_id(old))
+    minted = await admin.token_device({"peer": peer, "space": space})
+    write_private(path, minted["token"] + "\n")
+    return str(minted["token"])
+
+
+async def _accepted(url: str, token: str, space: str) -> bool:
+    async with SpaceClient(url, token) as client:
+        try:
+            await client.space_get(space)
+        except ApiError as exc:
+            if exc.status in (401, 403):
+                return False
+            raise
+    return True
 
 
 def dashboard_url(url: str, token: str) -> str:

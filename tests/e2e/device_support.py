@@ -102,8 +102,8 @@ class Space:
         assert self.admin is not None
         return self.admin
 
-    async def device_token(self, peer: str) -> str:
-        return (await self.api.token_device({"peer": peer}))["token"]
+    async def device_token(self, peer: str, space: str = SPACE) -> str:
+        return (await self.api.token_device({"peer": peer, "space": space}))["token"]
 
     async def chat(self, name: str) -> str:
         return (await self.api.chat_create(SPACE, {"name": name}))["objectId"]
@@ -258,8 +258,8 @@ async def make_device(spaces: Spaces) -> AsyncIterator[MakeDevice]:
     async def make(**overrides: Any) -> Running:
         space = overrides.pop("space", None) or await spaces.default()
         peer = overrides.pop("peer", f"dev{len(running) + 1}")
-        token = overrides.pop("token", None) or await space.device_token(peer)
         space_id = overrides.pop("space_id", SPACE)
+        token = overrides.pop("token", None) or await space.device_token(peer, space_id)
         options: dict[str, Any] = {"executor_size": 2, **overrides}
         device = Device(url=space.url, token=token, space=space_id, peer=peer, **options)
         task = asyncio.create_task(device.run(), name=f"device {peer} {secrets.token_hex(2)}")

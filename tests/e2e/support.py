@@ -150,6 +150,14 @@ async def serve(procs: Procs, db: Path, *extra: str) -> tuple[Proc, str]:
     return proc, (await matched(proc, LISTENING)).group(1)
 
 
+def write_token(path: Path, token: str) -> Path:
+    """A token file as the CLI and the device accept it: owner-only (0600)."""
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(token + "\n")
+    return path
+
+
 async def runs_of(api: SpaceClient, space: str, trigger: str) -> list[dict[str, Any]]:
     """Every run record of `trigger`, oldest first."""
     return (await api.runs(space, trigger=trigger, limit=1000))["runs"]

@@ -18,7 +18,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import Proc, Procs, duplicates, fires_of, matched, runs_of, serve, wait_until
+from support import (
+    Proc,
+    Procs,
+    duplicates,
+    fires_of,
+    matched,
+    runs_of,
+    serve,
+    wait_until,
+    write_token,
+)
 
 from runtime.client import SpaceClient
 from runtime.responders import HELP
@@ -95,7 +105,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
 
 async def _device(procs: Procs, api: SpaceClient, url: str, peer: str, run: int = 1) -> Proc:
     token = procs.logs / f"{peer}.token"
-    token.write_text((await api.token_device({"peer": peer}))["token"] + "\n")
+    write_token(token, (await api.token_device({"peer": peer, "space": SPACE}))["token"])
     where = ("--url", url, "--token-file", str(token), "--space", SPACE)
     data = ("--data", str(procs.logs / peer))
     tuning = ("--health-seconds", str(HEALTH), "--workers", "1")  # the lease: the space's

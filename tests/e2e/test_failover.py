@@ -20,7 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import Proc, Procs, duplicates, fires_of, matched, runs_of, serve, wait_until
+from support import (
+    Proc,
+    Procs,
+    duplicates,
+    fires_of,
+    matched,
+    runs_of,
+    serve,
+    wait_until,
+    write_token,
+)
 
 from runtime.client import SpaceClient
 
@@ -50,7 +60,8 @@ class Household:
     async def start(self, peer: str) -> Proc:
         token = self.procs.logs / f"{peer}.token"
         if not token.exists():
-            token.write_text((await self.api.token_device({"peer": peer}))["token"] + "\n")
+            minted = await self.api.token_device({"peer": peer, "space": SPACE})
+            write_token(token, minted["token"])
         where = ("--url", self.url, "--token-file", str(token), "--space", SPACE)
         tuning = ("--health-seconds", "1", "--workers", "1", "--data", str(self.procs.logs / peer))
         proc = await self.procs.start(f"{peer}-{len(self.procs.started)}", "device", "--peer",

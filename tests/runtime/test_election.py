@@ -49,7 +49,8 @@ class World:
     async def device(
         self, peer: str, priority: int = 0, token: str | None = None, report=None
     ) -> Device:
-        token = token or (await self.admin.token_device({"peer": peer}))["token"]
+        minted = None if token else await self.admin.token_device({"peer": peer, "space": SPACE})
+        token = token or minted["token"]
         client = SpaceClient(self.url, token, clock=self.clock)
         elector = Elector(
             client, SPACE, peer, name=peer.upper(), priority=priority, clock=self.clock,

@@ -123,7 +123,7 @@ async def world(tmp_path: Path, aiohttp_server: Any):
     url = str(server.make_url("/")).rstrip("/")
     admin = SpaceClient(url, default_admin_token_file(db).read_text().strip())
     created = await admin.space_create({"id": SPACE})
-    token = (await admin.token_device({"peer": PEER}))["token"]
+    token = (await admin.token_device({"peer": PEER, "space": SPACE}))["token"]
     device = SpaceClient(url, token)
     w = World(url, admin, device, created["generalChat"])
     try:

@@ -91,7 +91,7 @@ async def setup(tmp_path: Path, aiohttp_server):
     admin = SpaceClient(url, default_admin_token_file(db).read_text().strip(), clock=clock)
     await admin.space_create({"id": SPACE, "name": "Home"})
     await admin.program_put(SPACE, "tick@v1", {"source": "def main(args):\n    return {}\n"})
-    token = (await admin.token_device({"peer": "a"}))["token"]
+    token = (await admin.token_device({"peer": "a", "space": SPACE}))["token"]
     device = SpaceClient(url, token, clock=clock)
     elector = Elector(device, SPACE, "a", name="A", clock=clock)
     task = asyncio.create_task(elector.run())
@@ -119,7 +119,7 @@ async def test_records_that_cannot_run_are_stamped_once(setup: Setup) -> None:
     unknown = await setup.create(program="nope@v1")
     chat = await setup.create(kind="event", spec={"dataset": "chat_messages", "objectId": "c_x"})
     setup.write_raw(BAD)
-    b_token = (await setup.admin.token_device({"peer": "b"}))["token"]
+    b_token = (await setup.admin.token_device({"peer": "b", "space": SPACE}))["token"]
     async with SpaceClient(setup.url, b_token) as b:
         await b.device_put(SPACE, "b", {"name": "B"})
     theirs = await setup.create(owner="b", program="nope@v1")

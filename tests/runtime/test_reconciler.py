@@ -104,7 +104,7 @@ async def space(tmp_path: Path, aiohttp_server) -> AsyncIterator[Space]:
     url = str(server.make_url("/"))
     async with SpaceClient(url, default_admin_token_file(db).read_text().strip()) as admin:
         await admin.space_create({"id": SPACE})
-        token = (await admin.token_device({"peer": ME}))["token"]
+        token = (await admin.token_device({"peer": ME, "space": SPACE}))["token"]
         yield Space(db, url, server.port, admin, token, server)
 
 

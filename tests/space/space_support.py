@@ -68,8 +68,8 @@ class Api:
     async def delete(self, path: str, **kw: Any) -> tuple[int, Any]:
         return await self.call("DELETE", path, **kw)
 
-    async def device_token(self, peer: str) -> str:
-        status, body = await self.post("/tokens/device", {"peer": peer})
+    async def device_token(self, peer: str, space: str = SPACE) -> str:
+        status, body = await self.post("/tokens/device", {"peer": peer, "space": space})
         assert status == 201, body
         return body["token"]
 

@@ -38,12 +38,14 @@ def ids(listing: dict[str, Any]) -> list[str]:
 async def test_a_device_records_a_turn_once_and_reads_it_back(api: Api) -> None:
     device = api.as_(await api.device_token("box"))
     status, body = await device.post(f"{S}/turns", turn("t1"))
-    assert status == 201 and body == turn("t1", startedAt="2026-12-01T09:00:00Z")
+    assert status == 201 and body == turn("t1", startedAt="2026-12-01T09:00:00Z", peer="box")
     assert (await device.post(f"{S}/turns", turn("t1")))[0] == 200  # the same entry: no-op
     status, body = await device.post(f"{S}/turns", turn("t1", outcome="error"))
     assert status == 409 and body["error"] == "turn_exists"
     status, listing = await device.get(f"{S}/turns")
-    assert status == 200 and listing["turns"] == [turn("t1")]
+    assert status == 200 and listing["turns"] == [turn("t1", peer="box")]
+    status, body = await device.post(f"{S}/turns", turn("t2", peer="phone"))
+    assert (status, body["error"]) == (403, "forbidden") and "$.peer" in body["detail"]
 
 
 @pytest.mark.parametrize(

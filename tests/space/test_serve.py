@@ -137,6 +137,8 @@ async def test_token_command_and_clean_stop(tmp_path: Path) -> None:
             "token",
             "--peer",
             "laptop",
+            "--space",
+            "home",
             "--db",
             str(db),
             stdout=asyncio.subprocess.PIPE,

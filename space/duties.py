@@ -1,0 +1,74 @@
+"""What a device may write as its peer: the runs it made, the turns it took, the stamps of
+the records it answers for.
+
+Owns those checks (a device token is bound to one peer, SPEC "Containment and
+credentials"); admin tokens pass, run tokens never reach these routes. A device
+stamps a record when it is pinned to it, when it holds the space's lease (the
+active device runs floating records and its health pass stamps records pinned
+to offline peers), or when it made the record's latest claim (a run's stamps
+land after the lease moved on). A run record names its device's peer (filled in
+when absent); one that says the program ran (`ok`, `error`, `timeout`,
+`crashed`) must be of a fire this peer claimed at that term. Must not write.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from space import election, fires
+from space import trigger_store as records
+from space.auth import Principal, Role, principal
+from space.db import DB
+from space.http import ApiError, now_of
+
+RAN = frozenset({"ok", "error", "timeout", "crashed"})
+
+
+def device(request: web.Request) -> Principal | None:
+    """The device principal of the request, or None for the admin."""
+    who = principal(request)
+    return None if who.role is Role.ADMIN else who
+
+
+def own_peer(request: web.Request, written: str, field: str = "peer") -> str:
+    """The peer a record is written as: a device's own (when `written` is empty, or is it)."""
+    who = device(request)
+    if who is None or written == who.peer:
+        return written
+    if not written:
+        return str(who.peer)
+    detail = f"this token is for peer {who.peer!r}, not {written!r} - at `$.{field}`"
+    raise ApiError(403, "forbidden", detail)
+
+
+def require_claimed(
+    request: web.Request, space: str, fire: tuple[str, str], peer: str, term: int, status: str
+) -> None:
+    """A run that ran is of a fire (`(triggerId, key)`) its peer claimed at its term."""
+    if device(request) is None or status not in RAN:
+        return
+    tid, key = fire
+    if fires.claim_of(request.app[DB], space, tid, key) != (peer, term):
+        detail = (f"{tid}@{key} was not claimed by {peer!r} at term {term}; a device "
+                  "records runs of its own fires - at `$.key`")  # fmt: skip
+        raise ApiError(403, "not_claimed", detail)
+
+
+def require_stamper(request: web.Request, space: str, tid: str) -> None:
+    """Refuse stamps on a record this device does not answer for."""
+    who = device(request)
+    if who is None:
+        return
+    db = request.app[DB]
+    _, record = records.current(db, space, tid)
+    if record.get("owner") == who.peer:
+        return
+    lease = election.load(db, space)
+    if not lease.lapsed(now_of(request)) and lease.active == who.peer:
+        return
+    if fires.last_claimer(db, space, tid) == who.peer:
+        return
+    owner = record.get("owner") or "floating"
+    detail = (f"peer {who.peer!r} does not answer for trigger {tid!r} ({owner}, lease held "
+              f"by {lease.active!r}): stamps come from its owner or the active device")  # fmt: skip
+    raise ApiError(403, "forbidden", detail)

@@ -1,0 +1,250 @@
+"""Device and admin tokens against a real space server: bound to one space and one peer,
+run tokens only for claimed fires and dead with their run, listing, revocation, rotation."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import stat
+from typing import Any
+
+import pytest
+from space_support import SPACE, Api, FakeClock
+
+from space.app import default_admin_token_file
+from space.token_store import token_id
+
+S = f"/spaces/{SPACE}"
+RUN = {"startedAt": "2026-12-01T09:00:00Z", "status": "ok"}
+
+
+async def claimed(api: Api, device: Api, peer: str, **fields: Any) -> tuple[str, str]:
+    """A trigger pinned to `peer` and a fire of it `peer` claimed: (trigger id, key)."""
+    trigger = await api.create_trigger(owner=peer, **fields)
+    fire = {"triggerId": trigger["id"], "key": "2026-12-01T09:05:00Z", "term": 0, "peer": peer}
+    status, body = await device.post(f"{S}/fires", fire)
+    assert status == 201, body
+    return trigger["id"], fire["key"]
+
+
+async def test_a_device_token_works_in_its_own_space_only(api: Api) -> None:
+    assert (await api.post("/spaces", {"id": "work"}))[0] == 201
+    laptop = api.as_(await api.device_token("laptop"))
+    assert (await laptop.put(f"{S}/devices/laptop", {}))[0] == 200
+    status, listing = await laptop.get("/spaces")
+    assert status == 200 and [s["id"] for s in listing["spaces"]] == [SPACE]
+    for method, path in [("PUT", "/spaces/work/devices/laptop"), ("GET", "/spaces/work/triggers"),
+                         ("GET", "/spaces/work")]:  # fmt: skip
+        status, body = await laptop.call(method, path, {} if method == "PUT" else None)
+        assert (status, body["error"]) == (403, "forbidden"), (method, path, body)
+    status, body = await api.post("/tokens/device", {"peer": "x", "space": "Not A Space"})
+    assert (status, body["error"]) == (400, "invalid_body") and "$.space" in body["detail"]
+    later = api.as_(await api.device_token("laptop", "later"))  # its space may come later
+    status, body = await later.get("/spaces/later")
+    assert (status, body["error"]) == (404, "unknown_space")
+
+
+async def test_a_device_token_from_before_space_binding_is_refused(api: Api) -> None:
+    token = await api.device_token("laptop")
+    conn = sqlite3.connect(api.db_path)
+    with conn:
+        conn.execute("UPDATE tokens SET space = NULL WHERE role = 'device'")
+    conn.close()
+    status, body = await api.as_(token).put(f"{S}/devices/laptop", {})
+    assert status == 403 and "no space" in body["detail"]
+
+
+async def test_nothing_is_written_as_another_peer(api: Api) -> None:
+    laptop = api.as_(await api.device_token("laptop"))
+    tid, key = await claimed(api, api.as_(await api.device_token("phone")), "phone")
+    turn = {"turnId": "t1", "space": SPACE, "objectId": "c", "messageIds": [], "calls": 0,
+            "replies": 0, "startedAt": RUN["startedAt"], "finishedAt": RUN["startedAt"],
+            "durationMs": 0, "outcome": "ok", "peer": "phone"}  # fmt: skip
+    as_phone = [
+        (
+            "POST",
+            f"{S}/runs",
+            {**RUN, "runId": "r1", "triggerId": tid, "key": key, "peer": "phone"},
+        ),
+        ("POST", f"{S}/turns", turn),
+        ("POST", f"{S}/triggers/{tid}/status", {"lastStatus": "ok"}),
+        ("POST", f"{S}/fires", {"triggerId": tid, "key": "k2", "term": 0, "peer": "phone"}),
+        ("PUT", f"{S}/devices/phone", {}),
+        ("POST", f"{S}/election/claim", {"peer": "phone", "term": 0}),
+        ("POST", f"{S}/election/release", {"peer": "phone", "term": 0}),
+        ("POST", f"{S}/election/want", {"peer": "phone"}),
+        ("POST", f"{S}/election/handover", {"peer": "phone", "term": 0, "to": "laptop"}),
+        ("POST", f"{S}/tokens/run", {"triggerId": tid, "runId": "r", "key": key}),
+    ]
+    for method, path, body in as_phone:
+        status, answer = await laptop.call(method, path, body)
+        assert status == 403, (method, path, answer)
+        assert answer["error"] in ("forbidden", "not_claimed") and answer["detail"], answer
+    _, runs = await api.get(f"{S}/runs")
+    assert runs["runs"] == []
+
+
+async def test_a_device_records_runs_of_its_own_fires_only(api: Api) -> None:
+    phone = api.as_(await api.device_token("phone"))
+    tid, key = await claimed(api, phone, "phone")
+    run = {**RUN, "runId": "r1", "triggerId": tid, "key": key}
+    status, body = await phone.post(f"{S}/runs", {**run, "term": 7})
+    assert (status, body["error"]) == (403, "not_claimed") and "$.key" in body["detail"]
+    status, body = await phone.post(f"{S}/runs", {**run, "key": "2026-12-01T09:10:00Z"})
+    assert (status, body["error"]) == (403, "not_claimed")
+    status, body = await phone.post(f"{S}/runs", run)
+    assert status == 201 and body["peer"] == "phone"  # filled in from the token
+    skipped = {**run, "runId": "r2", "key": "never-claimed", "status": "skipped"}
+    assert (await phone.post(f"{S}/runs", skipped))[0] == 201  # a fire that did not run
+
+
+async def test_a_device_stamps_the_records_it_answers_for(api: Api) -> None:
+    laptop = api.as_(await api.device_token("laptop"))
+    phone = api.as_(await api.device_token("phone"))
+    floating = (await api.create_trigger())["id"]
+    pinned = (await api.create_trigger(owner="laptop"))["id"]
+    stamp = {"lastStatus": "owner_offline", "lastStatusDetail": "x"}
+    assert (await laptop.post(f"{S}/triggers/{pinned}/status", stamp))[0] == 200
+    status, body = await laptop.post(f"{S}/triggers/{floating}/status", stamp)
+    assert status == 403 and "does not answer for" in body["detail"]
+    status, body = await phone.post(f"{S}/triggers/{pinned}/status", stamp)
+    assert status == 403
+    assert (await phone.post(f"{S}/election/claim", {"peer": "phone", "term": 0}))[0] == 200
+    for tid in (floating, pinned):  # the active device: floating ones, and health of any
+        status, body = await phone.post(f"{S}/triggers/{tid}/status", {"lastStatus": "ok"})
+        assert status == 200, body
+
+
+async def test_a_run_stamped_after_the_lease_moved_is_still_its_devices(
+    api: Api, space_clock: FakeClock
+) -> None:
+    laptop = api.as_(await api.device_token("laptop"))
+    phone = api.as_(await api.device_token("phone"))
+    tid = (await api.create_trigger())["id"]
+    lease = (await laptop.post(f"{S}/election/claim", {"peer": "laptop", "term": 0}))[1]
+    fire = {
+        "triggerId": tid,
+        "key": "2026-12-01T09:05:00Z",
+        "term": lease["term"],
+        "peer": "laptop",
+    }
+    assert (await laptop.post(f"{S}/fires", fire))[0] == 201
+    space_clock.advance(20)  # the lease lapses; the phone takes it
+    assert (await phone.post(f"{S}/election/claim", {"peer": "phone", "term": 1}))[0] == 200
+    assert (await laptop.post(f"{S}/triggers/{tid}/status", {"lastStatus": "ok"}))[0] == 200
+
+
+async def test_a_device_mints_run_tokens_only_for_its_fires(
+    api: Api, space_clock: FakeClock
+) -> None:
+    phone = api.as_(await api.device_token("phone"))
+    laptop = api.as_(await api.device_token("laptop"))
+    tid, key = await claimed(api, phone, "phone", limits={"timeoutSeconds": 5})
+    body = {"triggerId": tid, "runId": "r1", "ttlSeconds": 3600}
+    status, answer = await phone.post(f"{S}/tokens/run", body)
+    assert status == 400 and "$.key" in answer["detail"]
+    status, answer = await laptop.post(f"{S}/tokens/run", {**body, "key": key})
+    assert (status, answer["error"]) == (403, "not_claimed")
+    status, answer = await phone.post(f"{S}/tokens/run", {**body, "key": key})
+    assert status == 201 and answer["expiresAt"] == "2026-12-01T09:00:35.000Z"  # timeout + 30 s
+    run = api.as_(answer["token"])
+    assert (await run.get(f"{S}/triggers"))[0] == 200
+    space_clock.advance(36)
+    status, answer = await run.get(f"{S}/triggers")
+    assert (status, answer["error"]) == (401, "token_expired")
+
+
+async def test_posting_the_run_ends_its_token(api: Api) -> None:
+    phone = api.as_(await api.device_token("phone"))
+    tid, key = await claimed(api, phone, "phone")
+    minted = await phone.post(f"{S}/tokens/run", {"triggerId": tid, "runId": "r1", "key": key})
+    run = api.as_(minted[1]["token"])
+    assert (await run.put(f"{S}/state/{tid}/cursor", {"value": 1}))[0] == 200
+    assert (await phone.post(f"{S}/runs", {**RUN, "runId": "r1", "triggerId": tid, "key": key}))[
+        0
+    ] == 201
+    status, answer = await run.put(f"{S}/state/{tid}/cursor", {"value": 2})
+    assert (status, answer["error"]) == (401, "token_revoked")
+
+
+@pytest.mark.parametrize("field", ["program", "args", "spec", "kind", "name", "limits"])
+async def test_a_run_token_changes_owner_and_enabled_only(api: Api, field: str) -> None:
+    mine, other = await api.create_trigger(), await api.create_trigger()
+    minted = await api.post(f"{S}/tokens/run", {"triggerId": mine["id"], "runId": "r"})
+    run = api.as_(minted[1]["token"])
+    values = {"program": "evil@v1", "args": {"x": 1}, "spec": {"expr": "* * * * *"},
+              "kind": "once", "name": "evil", "limits": {"timeoutSeconds": 1}}  # fmt: skip
+    for tid in (mine["id"], other["id"]):
+        status, body = await run.patch(f"{S}/triggers/{tid}", {field: values[field]})
+        assert (status, body["error"]) == (403, "forbidden"), body
+        assert f"`$.{field}`" in body["detail"]
+        status, body = await run.patch(
+            f"{S}/triggers/{tid}", {"enabled": True, field: values[field]}
+        )
+        assert status == 403
+    assert (await api.get(f"{S}/triggers/{other['id']}"))[1]["rev"] == other["rev"]
+    status, body = await run.patch(
+        f"{S}/triggers/{other['id']}", {"owner": "box", "enabled": False}
+    )
+    assert status == 200 and (body["owner"], body["enabled"]) == ("box", False)
+
+
+async def test_tokens_are_listed_without_secrets_and_revoked(api: Api) -> None:
+    device = await api.device_token("laptop")
+    status, listing = await api.get("/tokens")
+    assert status == 200
+    entries = {t["id"]: t for t in listing["tokens"]}
+    entry = entries[token_id(device)]
+    assert (entry["role"], entry["peer"], entry["space"], entry["state"]) == (
+        "device", "laptop", SPACE, "live")  # fmt: skip
+    assert device not in str(listing) and api.token not in str(listing)
+    assert entry["createdAt"].endswith("Z") and entry["expiresAt"] is None
+    status, body = await api.delete(f"/tokens/{token_id(device)}")
+    assert status == 200 and body["state"] == "revoked"
+    status, body = await api.as_(device).put(f"{S}/devices/laptop", {})
+    assert (status, body["error"]) == (401, "token_revoked")
+    assert token_id(device) not in str((await api.get("/tokens"))[1])
+    assert token_id(device) in str((await api.get("/tokens?all=1"))[1])
+    for tid in ("0123456789abcdef", "nope"):
+        status, body = await api.delete(f"/tokens/{tid}")
+        assert (status, body["error"]) == (404, "unknown_token")
+    status, body = await api.delete(f"/tokens/{token_id(api.token)}")
+    assert (status, body["error"]) == (409, "last_admin_token")
+    status, body = await api.as_(await api.device_token("box")).get("/tokens")
+    assert status == 403
+
+
+async def test_the_admin_token_is_rotated(api: Api) -> None:
+    path = default_admin_token_file(api.db_path)
+    old = api.token
+    status, body = await api.post("/tokens/admin/rotate")
+    assert status == 201 and body["token"] != old and body["file"] == str(path)
+    assert path.read_text().strip() == body["token"]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    status, answer = await api.get("/tokens")
+    assert (status, answer["error"]) == (401, "token_revoked")
+    new = api.as_(body["token"])
+    assert (await new.get("/spaces"))[0] == 200
+    admins = [t for t in (await new.get("/tokens"))[1]["tokens"] if t["role"] == "admin"]
+    assert [t["id"] for t in admins] == [token_id(body["token"])]
+
+
+@pytest.mark.parametrize("end", ["run_posted", "revoked"])
+async def test_a_stream_opened_with_a_token_ends_when_the_token_does(api: Api, end: str) -> None:
+    phone = api.as_(await api.device_token("phone"))
+    tid, key = await claimed(api, phone, "phone")
+    minted = await phone.post(f"{S}/tokens/run", {"triggerId": tid, "runId": "r1", "key": key})
+    token = minted[1]["token"]
+    chat = (await api.get(S))[1]["generalChat"]
+    headers = {"Authorization": f"Bearer {token}"}
+    async with api.client.get(f"/v1{S}/chats/{chat}/stream", headers=headers) as stream:
+        assert stream.status == 200
+        assert b"event: hello" in await stream.content.readuntil(b"\n\n")
+        if end == "run_posted":
+            run = {**RUN, "runId": "r1", "triggerId": tid, "key": key}
+            assert (await phone.post(f"{S}/runs", run))[0] == 201
+        else:
+            assert (await api.delete(f"/tokens/{token_id(token)}"))[0] == 200
+        async with asyncio.timeout(5):
+            rest = await stream.content.read()  # the stream ends: EOF
+        assert b"event: message" not in rest
