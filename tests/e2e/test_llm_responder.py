@@ -27,6 +27,7 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
 )
 from fake_llm import FakeLlm
 
+from runtime.client import SpaceClient
 from runtime.commands.common import Target
 from runtime.commands.status import gather, human
 from runtime.openai_responder import LlmConfig, OpenAIResponder
@@ -137,13 +138,17 @@ async def test_an_unreachable_endpoint_makes_messages_wait_until_it_is_back(
     await eventually(lambda: dev.device.chatwatch.status().chats)
 
     where = Target(url=space.url, token=(await space.device_token("reader")), space=SPACE)
+    reader = SpaceClient(where.url, where.token)
 
     async def says_why() -> dict[str, Any] | None:
-        report = await gather(where)
+        report = await gather(reader, where)
         found = report["responders"]
         return report if found and not found[0]["ready"] and found[0]["waiting"] == 1 else None
 
-    report = await eventually(says_why)
+    try:
+        report = await eventually(says_why)
+    finally:
+        await reader.close()
     (state,) = report["responders"]
     assert "unreachable" in state["reason"] and llm.url in state["reason"], state
     assert "not ready: " in human(report)
