@@ -159,15 +159,21 @@ def end_streams(app: web.Application, which: Callable[[Principal], bool]) -> int
     return registry.close_where(picked, "token_revoked")
 
 
+def identify(request: web.Request) -> Principal:
+    """Whose bearer token this request carries; 401 for none, an unknown, a revoked or an
+    expired one."""
+    now = request.app[CLOCK]().timestamp()
+    try:
+        return token_store.lookup(request.app[DB], bearer(request), now)
+    except token_store.TokenError as exc:
+        raise ApiError(401, exc.code, exc.detail) from None
+
+
 @web.middleware
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
     if not request.path.startswith("/v1/") or request.match_info.http_exception is not None:
         return await handler(request)
-    now = request.app[CLOCK]().timestamp()
-    try:
-        who = token_store.lookup(request.app[DB], bearer(request), now)
-    except token_store.TokenError as exc:
-        raise ApiError(401, exc.code, exc.detail) from None
+    who = identify(request)
     authorize(request, who)
     request[PRINCIPAL] = who
     return await handler(request)

@@ -168,7 +168,7 @@ async def get_healthz(request: web.Request) -> web.Response:
 
 async def get_metrics(request: web.Request) -> web.Response:
     now = request.app[CLOCK]()
-    who = auth.lookup(request.app[DB], auth.bearer(request), now.timestamp())
+    who = auth.identify(request)
     if who.role is auth.Role.RUN:
         raise ApiError(403, "forbidden", "a run token may not read /metrics")
     body = render(request.app, now).encode()

@@ -119,6 +119,7 @@ async def test_a_refused_token_and_an_unreadable_token_file(
     cli: Cli, world: World, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
     wrong = tmp_path / "wrong.token"
+    wrong.touch(mode=0o600)  # owner-only, as a token file must be
     wrong.write_text("not-a-token\n")
     code = await cli_main(["triggers", "list", "--url", world.url, "--token-file", str(wrong)])
     err = capsys.readouterr().err
