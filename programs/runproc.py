@@ -1,0 +1,177 @@
+"""One run in a fresh process forked from the worker: fork, confine, run, end it all.
+
+Owns the life of a run process (SPEC "Containment and credentials"): the worker,
+which never runs program code, makes the run's scratch directory and forks; the
+child leaves the worker's session (born in the worker's pids cgroup), drops the
+worker's control channel, confines itself (`programs.confine`) and runs the
+program (`programs.runner`), answering on a socket of its own. The worker waits
+for that answer under the run's deadline, then kills and reaps every process of the
+run (`programs.reaper`) and removes the scratch directory, so the run is over when
+its answer leaves. Each run is a new process: nothing of one run (modules patched,
+`builtins` marked, tokens seen) reaches another. Must not talk to the executor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from typing import Any
+
+from programs import confine, reaper, runner, wire
+from programs.outcome import RunStatus, exit_reason
+
+PR_SET_PDEATHSIG = 1
+
+
+class Abandoned(Exception):
+    """The executor closed the control channel while a run was in flight."""
+
+
+class Place:
+    """What a worker's runs share: the containment plan, the cgroup, where scratch goes."""
+
+    def __init__(self) -> None:
+        self.subreaper = reaper.become_subreaper()
+        self.cgroup = reaper.PidsCgroup.make(confine.MAX_TASKS)
+        self.plan = confine.plan(cgroup=self.cgroup.path is not None, subreaper=self.subreaper)
+        self.scratch_root = tempfile.gettempdir()
+
+    def close(self) -> None:
+        reaper.reap_all(None, self.cgroup)
+        self.cgroup.remove()
+
+
+def run(request: wire.Request, place: Place, control_fd: int) -> wire.Reply:
+    """Runs `request` in a new contained process; every process of it is gone on return."""
+    deadline = time.monotonic() + request.timeout_seconds
+    scratch = tempfile.mkdtemp(prefix="baton-run-", dir=place.scratch_root)
+    ours, theirs = socket.socketpair()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    pid = os.fork()
+    if pid == 0:  # the run process: never returns
+        ours.close()
+        _child(request, place, scratch, theirs, control_fd)
+    theirs.close()
+    reply: wire.Reply | None = None
+    try:
+        reply = _await_reply(ours, control_fd, deadline, request.timeout_seconds)
+    finally:
+        statuses = _end(pid, place)
+        ours.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    return reply if reply is not None else _died(statuses.get(pid))
+
+
+def _end(pid: int, place: Place) -> dict[int, int]:
+    """Kills and reaps the run's processes; SIGTERM waits until this is done."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        return reaper.reap_all(pid, place.cgroup)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _died(status: int | None) -> wire.Reply:
+    code = None if status is None else os.waitstatus_to_exitcode(status)
+    return wire.Reply(status=RunStatus.crashed, error=exit_reason(code))
+
+
+def _await_reply(sock: socket.socket, control_fd: int, deadline: float,
+                 timeout: float) -> wire.Reply | None:  # fmt: skip
+    """The run's reply; a timeout reply at the deadline; None if it died without one."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    poller.register(control_fd, select.POLLIN)
+    got = bytearray()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            error = f"exceeded the timeout of {timeout:g} s"
+            return wire.Reply(status=RunStatus.timeout, error=error)
+        ready = {fd for fd, _ in poller.poll(left * 1000)}
+        if control_fd in ready:
+            raise Abandoned("the executor closed the control channel during a run")
+        if sock.fileno() not in ready:
+            continue
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            return None
+        got += chunk
+        reply = _complete(got)
+        if reply is not None:
+            return reply
+
+
+def _complete(got: bytearray) -> wire.Reply | None:
+    try:
+        if len(got) < wire.HEADER:
+            return None
+        size = wire.body_length(bytes(got[: wire.HEADER]))
+        if len(got) < wire.HEADER + size:
+            return None
+        message = wire.decode_to_parent(bytes(got[wire.HEADER : wire.HEADER + size]))
+    except wire.ProtocolError as exc:
+        return wire.Reply(status=RunStatus.crashed, error=f"worker protocol error: {exc}")
+    if not isinstance(message, wire.Reply):
+        return wire.Reply(status=RunStatus.crashed, error="worker protocol error: unexpected ready")
+    return message
+
+
+# --- the run process -----------------------------------------------------------------
+
+
+def _child(request: wire.Request, place: Place, scratch: str, sock: socket.socket,
+           control_fd: int) -> None:  # fmt: skip
+    me = os.getpid()
+    try:
+        _enter(place, scratch, control_fd)
+        confine.confine(place.plan, scratch, runner.memory_cap(request.memory_mb))
+        _guard_signals()
+    except BaseException as exc:
+        reply = wire.Reply(status=RunStatus.crashed, error=f"containment failed: {exc!r}")
+    else:
+        reply = runner.run_request(request)
+    if os.getpid() != me:  # a child the program forked returned here: it must not answer
+        os._exit(0)
+    with contextlib.suppress(BaseException):
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+    with contextlib.suppress(BaseException):
+        sock.sendall(wire.frame(reply))
+    os._exit(0)
+
+
+def _enter(place: Place, scratch: str, control_fd: int) -> None:
+    """Leaves the worker's session and channel; the scratch directory is home."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.setsid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    os.close(control_fd)
+    os.chdir(scratch)
+    os.environ.update(HOME=scratch, TMPDIR=scratch)
+    tempfile.tempdir = None
+
+
+def _guard_signals() -> None:
+    """`os.kill` and `os.killpg` say who was refused, so the run record can tell."""
+
+    def guarded(real: Any) -> Any:
+        def send(pid: int, sig: int) -> None:
+            try:
+                real(pid, sig)
+            except PermissionError as exc:
+                text = f"signal refused: {pid} is outside this run"
+                raise PermissionError(exc.errno, text) from None
+
+        return send
+
+    os.kill, os.killpg = guarded(os.kill), guarded(os.killpg)
