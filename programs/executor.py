@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from programs.confine import Containment
 from programs.job import Job
 from programs.outcome import Outcome, RunStatus
 from programs.process import StartFailed, WorkerProcess
@@ -103,6 +104,11 @@ class Executor:
         while self._tasks:
             await asyncio.wait(set(self._tasks))
         return self.stats()
+
+    @property
+    def containment(self) -> Containment | None:
+        """How contained runs are, as the workers report it (None before one started)."""
+        return next((w.containment for w in self._workers if w.containment), None)
 
     def stats(self) -> PoolStats:
         return PoolStats(

@@ -306,6 +306,7 @@ class Device:
             "subscriptions": self.subscriptions.status(),
             "armed": len(self.reconciler.registry),
             "chatWatch": msgspec.to_builtins(self.chatwatch.status()),
+            "containment": msgspec.to_builtins(self.executor.containment),
         }
 
 
