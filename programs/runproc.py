@@ -1,10 +1,12 @@
 """One run in a fresh process forked from the worker: fork, confine, run, end it all.
 
 Owns the life of a run process (SPEC "Containment and credentials"): the worker,
-which never runs program code, makes the run's scratch directory and forks; the
-child leaves the worker's session (born in the worker's pids cgroup), drops the
-worker's control channel, confines itself (`programs.confine`) and runs the
-program (`programs.runner`), answering on a socket of its own. The worker waits
+which never runs program code, makes the run's scratch directory and forks a
+`Spare` ahead of the fire; the child leaves the worker's session (born in the
+worker's pids cgroup), drops the worker's control channel, confines itself
+(`programs.confine`) and waits; the fire sends it its request, it sets the run's
+memory limit and runs the program (`programs.runner`), answering on a socket of
+its own. The worker waits
 for that answer under the run's deadline, then kills and reaps every process of the
 run (`programs.reaper`) and removes the scratch directory, so the run is over when
 its answer leaves. Each run is a new process: nothing of one run (modules patched,
@@ -15,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import glob
 import os
+import resource
 import select
 import shutil
 import signal
@@ -25,10 +29,11 @@ import tempfile
 import time
 from typing import Any
 
-from programs import confine, reaper, runner, wire
+from programs import confine, privileges, reaper, runner, wire
 from programs.outcome import RunStatus, exit_reason
 
 PR_SET_PDEATHSIG = 1
+SCRATCH_PREFIX = "baton-run-"
 
 
 class Abandoned(Exception):
@@ -43,32 +48,80 @@ class Place:
         self.cgroup = reaper.PidsCgroup.make(confine.MAX_TASKS)
         self.plan = confine.plan(cgroup=self.cgroup.path is not None, subreaper=self.subreaper)
         self.scratch_root = tempfile.gettempdir()
+        self._sweep()
+
+    def scratch(self) -> str:
+        """A new scratch directory, named after this worker so a sweep can tell its owner."""
+        return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=self.scratch_root)
 
     def close(self) -> None:
         reaper.reap_all(None, self.cgroup)
         self.cgroup.remove()
+        for path in glob.glob(os.path.join(self.scratch_root, f"{SCRATCH_PREFIX}{os.getpid()}-*")):
+            shutil.rmtree(path, ignore_errors=True)
+
+    def _sweep(self) -> None:
+        """Removes the scratch directories of workers that are gone (killed, not closed)."""
+        for path in glob.glob(os.path.join(self.scratch_root, f"{SCRATCH_PREFIX}*-*")):
+            owner = os.path.basename(path)[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+            if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+                shutil.rmtree(path, ignore_errors=True)
+
+
+class Spare:
+    """A run process forked and confined ahead of its run, waiting for its request, so
+    the fire pays neither the fork nor the confinement. Each serves one run only."""
+
+    def __init__(self, pid: int, sock: socket.socket, scratch: str) -> None:
+        self.pid, self.sock, self.scratch = pid, sock, scratch
+
+    @classmethod
+    def fork(cls, place: Place, control_fd: int) -> Spare:
+        scratch = place.scratch()
+        ours, theirs = socket.socketpair()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        pid = os.fork()
+        if pid == 0:  # the run process: never returns
+            ours.close()
+            _child(place, scratch, theirs, control_fd)
+        theirs.close()
+        return cls(pid, ours, scratch)
+
+    @property
+    def waiting(self) -> bool:
+        """Still alive and waiting (not ended while idle, e.g. by the OOM killer)."""
+        try:
+            return os.waitpid(self.pid, os.WNOHANG) == (0, 0)
+        except ChildProcessError:
+            return False
+
+    def run(self, request: wire.Request, place: Place, control_fd: int) -> wire.Reply:
+        """Runs `request`; every process of the run is gone on return."""
+        deadline = time.monotonic() + request.timeout_seconds
+        reply: wire.Reply | None = None
+        try:
+            with contextlib.suppress(OSError):  # a dead spare: its status says why below
+                self.sock.sendall(wire.frame(request))
+            reply = _await_reply(self.sock, control_fd, deadline, request.timeout_seconds)
+        finally:
+            self.discard(place)
+        return reply if reply is not None else _died(self._status)
+
+    def discard(self, place: Place) -> None:
+        """Ends the run process and all it started; removes its scratch. Idempotent."""
+        if self.sock.fileno() < 0:
+            return
+        self._status = _end(self.pid, place).get(self.pid)
+        self.sock.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    _status: int | None = None
 
 
 def run(request: wire.Request, place: Place, control_fd: int) -> wire.Reply:
-    """Runs `request` in a new contained process; every process of it is gone on return."""
-    deadline = time.monotonic() + request.timeout_seconds
-    scratch = tempfile.mkdtemp(prefix="baton-run-", dir=place.scratch_root)
-    ours, theirs = socket.socketpair()
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    pid = os.fork()
-    if pid == 0:  # the run process: never returns
-        ours.close()
-        _child(request, place, scratch, theirs, control_fd)
-    theirs.close()
-    reply: wire.Reply | None = None
-    try:
-        reply = _await_reply(ours, control_fd, deadline, request.timeout_seconds)
-    finally:
-        statuses = _end(pid, place)
-        ours.close()
-        shutil.rmtree(scratch, ignore_errors=True)
-    return reply if reply is not None else _died(statuses.get(pid))
+    """Runs `request` in a new contained process (forked now): the cold path."""
+    return Spare.fork(place, control_fd).run(request, place, control_fd)
 
 
 def _end(pid: int, place: Place) -> dict[int, int]:
@@ -129,16 +182,25 @@ def _complete(got: bytearray) -> wire.Reply | None:
 # --- the run process -----------------------------------------------------------------
 
 
-def _child(request: wire.Request, place: Place, scratch: str, sock: socket.socket,
-           control_fd: int) -> None:  # fmt: skip
+def _child(place: Place, scratch: str, sock: socket.socket, control_fd: int) -> None:
     me = os.getpid()
     try:
         _enter(place, scratch, control_fd)
-        confine.confine(place.plan, scratch, runner.memory_cap(request.memory_mb))
+        base = runner.address_space()  # /proc is out of reach once confined
+        confine.confine(place.plan, scratch, None)
         _guard_signals()
     except BaseException as exc:
-        reply = wire.Reply(status=RunStatus.crashed, error=f"containment failed: {exc!r}")
+        failed: BaseException | None = exc
     else:
+        failed = None
+    request = _receive(sock)
+    if request is None:  # the worker discarded this spare
+        os._exit(0)
+    if failed is not None:
+        reply = wire.Reply(status=RunStatus.crashed, error=f"containment failed: {failed!r}")
+    else:
+        if base is not None:
+            privileges.pin(resource.RLIMIT_AS, base + request.memory_mb * runner.MiB)
         reply = runner.run_request(request)
     if os.getpid() != me:  # a child the program forked returned here: it must not answer
         os._exit(0)
@@ -148,6 +210,14 @@ def _child(request: wire.Request, place: Place, scratch: str, sock: socket.socke
     with contextlib.suppress(BaseException):
         sock.sendall(wire.frame(reply))
     os._exit(0)
+
+
+def _receive(sock: socket.socket) -> wire.Request | None:
+    with sock.makefile("rb") as stream:
+        header = stream.read(wire.HEADER)
+        if len(header) < wire.HEADER:
+            return None
+        return wire.decode_request(stream.read(wire.body_length(header)))
 
 
 def _enter(place: Place, scratch: str, control_fd: int) -> None:

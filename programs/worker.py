@@ -2,7 +2,8 @@
 
 Started as `python -m programs.worker <control-fd>`. It preloads what runs need, tells
 the executor how contained its runs are, then reads run requests from the control
-socket and runs each in a fresh, contained process (`programs.runproc`) whose output
+socket and runs each in a fresh, contained process (`programs.runproc`, forked and
+confined before the request comes) whose output
 goes to fd 1/2 (pipes the parent drains). When a run's processes are all gone it writes
 the run's end marker on fd 1/2 and answers with the reply. It never runs program code
 itself, so its state is the same before every run. Must not outlive its parent: end of
@@ -46,13 +47,21 @@ def read_request(stream: BinaryIO) -> wire.Request | None:
 
 
 def serve(sock: socket.socket, place: runproc.Place) -> None:
-    stream = sock.makefile("rb")
-    containment = confine.containment(place.plan)
-    sock.sendall(wire.frame(wire.Ready(pid=os.getpid(), containment=containment)))
-    while (request := read_request(stream)) is not None:
-        reply = runproc.run(request, place, sock.fileno())
-        mark(request.marker)
-        sock.sendall(wire.frame(reply))
+    stream, fd = sock.makefile("rb"), sock.fileno()
+    spare = runproc.Spare.fork(place, fd)
+    try:
+        containment = confine.containment(place.plan)
+        sock.sendall(wire.frame(wire.Ready(pid=os.getpid(), containment=containment)))
+        while (request := read_request(stream)) is not None:
+            if not spare.waiting:  # ended while idle: a new one, on the fire path this once
+                spare.discard(place)
+                spare = runproc.Spare.fork(place, fd)
+            reply = spare.run(request, place, fd)
+            mark(request.marker)
+            sock.sendall(wire.frame(reply))
+            spare = runproc.Spare.fork(place, fd)  # while the executor takes the reply
+    finally:
+        spare.discard(place)
 
 
 def _preload() -> None:

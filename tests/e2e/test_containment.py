@@ -245,7 +245,7 @@ async def test_a_double_forked_setsid_grandchild_dies_with_its_run(rig: Rig, han
         assert run["status"] == "ok", run
     grandchild = int(run["stderrTail"].split("grandchild ")[1].split()[0])
     assert not alive(grandchild), f"grandchild {grandchild} outlived its run"
-    assert children(rig.workers()[0]) == []  # nothing of the run is left under the worker
+    assert len(children(rig.workers()[0])) == 1  # the worker's spare for the next run: no more
     await rig.still_up()
 
 
@@ -294,7 +294,7 @@ async def test_a_run_cannot_fork_past_its_process_limit(rig: Rig) -> None:
     forked = int(run["error"].rsplit("forked ", 1)[1].split(",")[0])
     assert forked < 100, run["error"]
     assert "Resource temporarily unavailable" in run["error"], run
-    assert children(rig.workers()[0]) == []
+    assert len(children(rig.workers()[0])) == 1  # the worker's spare for the next run
     await rig.still_up()
 
 
