@@ -66,7 +66,7 @@ class _PathBeneath(ctypes.Structure):
 
 @functools.cache
 def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)  # its own handle: `syscall` gets a restype
     libc.syscall.restype = ctypes.c_long
     return libc
 

@@ -44,16 +44,18 @@ class _CapData(ctypes.Structure):
 
 
 @functools.cache
-def _libc() -> ctypes.CDLL:
+def libc() -> ctypes.CDLL:
+    """The C library, loaded once (in the worker, so a run process finds it loaded)."""
     return ctypes.CDLL(None, use_errno=True)
 
 
 def _prctl(what: str, *args: int) -> None:
-    if _libc().prctl(*(ctypes.c_ulong(a) for a in args)) != 0:
+    if libc().prctl(*(ctypes.c_ulong(a) for a in args)) != 0:
         errno = ctypes.get_errno()
         raise PrivilegeError(errno, f"{what}: {os.strerror(errno)}")
 
 
+@functools.cache
 def last_cap() -> int:
     try:
         with open("/proc/sys/kernel/cap_last_cap") as f:
@@ -80,11 +82,17 @@ def drop_capabilities() -> None:
         _prctl(f"drop capability {cap}", PR_CAPBSET_DROP, cap, 0, 0, 0)
     _prctl("clear ambient capabilities", PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     header, data = _CapHeader(CAP_VERSION_3, 0), (_CapData * 2)()
-    if _libc().capset(ctypes.byref(header), data) != 0:
+    if libc().capset(ctypes.byref(header), data) != 0:
         errno = ctypes.get_errno()
         raise PrivilegeError(errno, f"capset: {os.strerror(errno)}")
     if capabilities() != (0, 0):
         raise PrivilegeError(0, f"capabilities left after the drop: {capabilities()}")
+
+
+def warm() -> None:
+    """Loads what the drop needs in the worker, before any fork."""
+    libc()
+    last_cap()
 
 
 def pin(limit: int, soft: int) -> None:

@@ -16,7 +16,7 @@ its answer leaves. Each run is a new process: nothing of one run (modules patche
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import gc
 import glob
 import os
 import resource
@@ -34,6 +34,7 @@ from programs.outcome import RunStatus, exit_reason
 
 PR_SET_PDEATHSIG = 1
 SCRATCH_PREFIX = "baton-run-"
+READY = b"R"  # a spare's first byte: confined, waiting for its request
 
 
 class Abandoned(Exception):
@@ -49,6 +50,8 @@ class Place:
         self.plan = confine.plan(cgroup=self.cgroup.path is not None, subreaper=self.subreaper)
         self.scratch_root = tempfile.gettempdir()
         self._sweep()
+        privileges.warm()
+        gc.freeze()  # what is here now is shared with every run process, never collected
 
     def scratch(self) -> str:
         """A new scratch directory, named after this worker so a sweep can tell its owner."""
@@ -88,6 +91,20 @@ class Spare:
         theirs.close()
         return cls(pid, ours, scratch)
 
+    def ready(self, deadline: float | None = None) -> bool:
+        """Waits until the spare is confined and waiting (False if it died first)."""
+        if self._ready:
+            return True
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        self.sock.settimeout(timeout)
+        try:
+            self._ready = self.sock.recv(1) == READY
+        except OSError:
+            self._ready = False
+        finally:
+            self.sock.settimeout(None)
+        return self._ready
+
     @property
     def waiting(self) -> bool:
         """Still alive and waiting (not ended while idle, e.g. by the OOM killer)."""
@@ -101,9 +118,12 @@ class Spare:
         deadline = time.monotonic() + request.timeout_seconds
         reply: wire.Reply | None = None
         try:
-            with contextlib.suppress(OSError):  # a dead spare: its status says why below
-                self.sock.sendall(wire.frame(request))
-            reply = _await_reply(self.sock, control_fd, deadline, request.timeout_seconds)
+            if self.ready(deadline):
+                with contextlib.suppress(OSError):  # a dead spare: its status says why below
+                    self.sock.sendall(wire.frame(request))
+                reply = _await_reply(self.sock, control_fd, deadline, request.timeout_seconds)
+            elif time.monotonic() >= deadline:
+                reply = _timed_out(request.timeout_seconds)
         finally:
             self.discard(place)
         return reply if reply is not None else _died(self._status)
@@ -117,6 +137,7 @@ class Spare:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     _status: int | None = None
+    _ready = False
 
 
 def run(request: wire.Request, place: Place, control_fd: int) -> wire.Reply:
@@ -148,8 +169,7 @@ def _await_reply(sock: socket.socket, control_fd: int, deadline: float,
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            error = f"exceeded the timeout of {timeout:g} s"
-            return wire.Reply(status=RunStatus.timeout, error=error)
+            return _timed_out(timeout)
         ready = {fd for fd, _ in poller.poll(left * 1000)}
         if control_fd in ready:
             raise Abandoned("the executor closed the control channel during a run")
@@ -162,6 +182,10 @@ def _await_reply(sock: socket.socket, control_fd: int, deadline: float,
         reply = _complete(got)
         if reply is not None:
             return reply
+
+
+def _timed_out(timeout: float) -> wire.Reply:
+    return wire.Reply(status=RunStatus.timeout, error=f"exceeded the timeout of {timeout:g} s")
 
 
 def _complete(got: bytearray) -> wire.Reply | None:
@@ -193,6 +217,8 @@ def _child(place: Place, scratch: str, sock: socket.socket, control_fd: int) -> 
         failed: BaseException | None = exc
     else:
         failed = None
+    with contextlib.suppress(OSError):
+        sock.sendall(READY)
     request = _receive(sock)
     if request is None:  # the worker discarded this spare
         os._exit(0)
@@ -224,7 +250,7 @@ def _enter(place: Place, scratch: str, control_fd: int) -> None:
     """Leaves the worker's session and channel; the scratch directory is home."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.setsid()
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    privileges.libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     os.close(control_fd)
     os.chdir(scratch)
     os.environ.update(HOME=scratch, TMPDIR=scratch)
