@@ -380,7 +380,7 @@ async def test_a_worker_is_replaced_after_max_runs() -> None:
     async with Executor(size=2, max_runs=2) as executor:
         pids = [(await executor.run(job(WORKER))).result for _ in range(3)]
         stats = await executor.settled()
-    assert pids[0] == pids[1] != pids[2]  # the idle worker most recently used goes first
+    assert pids[0] == pids[2] != pids[1]  # the idle worker used longest ago goes first
     assert (stats.alive, stats.spawned) == (2, 3)
 
 
