@@ -317,16 +317,18 @@ def run_processes(executor: Executor) -> list[int]:
     return found
 
 
-def _running(pid: int) -> bool:
+def _spinning(pid: int) -> bool:
+    """Running, with over 0.1 s of CPU time: a program in LOOP, not a spare being confined."""
     with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "R"
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0] == "R" and int(fields[11]) >= os.sysconf("SC_CLK_TCK") // 10
     return False
 
 
 async def a_busy_run_process(executor: Executor) -> int:
     """The pid of a run process spinning in its program (LOOP)."""
-    async with asyncio.timeout(5):
-        while not (found := [p for p in run_processes(executor) if _running(p)]):
+    async with asyncio.timeout(10):
+        while not (found := [p for p in run_processes(executor) if _spinning(p)]):
             await asyncio.sleep(0.01)
     return found[0]
 
