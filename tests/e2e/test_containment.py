@@ -3,9 +3,9 @@
 Each test publishes a program that attacks the device the way issue 10 found it
 could: read `/proc/*/cmdline` and the token files, kill its parent or the baton
 processes, leave a double-forked `setsid()` grandchild behind, lift its memory
-limit, fork without end, patch modules for the next trigger's run. Each attack
-fails, the run record says what was refused, and the device and the space are
-still up and still fire afterwards. The device runs with one worker, so every run
+limit or its file size limit, fork without end, patch modules for the next
+trigger's run. Each attack fails, the run record says what was refused, and the
+device and the space are still up and still fire afterwards. The device runs with one worker, so every run
 goes through the same worker process. Waits poll the space under a deadline.
 """
 
@@ -268,6 +268,29 @@ async def test_a_run_cannot_lift_its_memory_limit(rig: Rig) -> None:
     assert run["status"] == "error", run
     assert run["error"].startswith("memory limit of 64 MB exceeded\n"), run
     assert "MemoryError" in run["error"]
+    assert "lift: not allowed to raise maximum limit" in run["stderrTail"], run
+    await rig.still_up()
+
+
+FILE_SIZE = """
+    import resource, sys
+    def main(args):
+        try:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+        except (ValueError, OSError) as exc:
+            print(f"lift: {exc}", file=sys.stderr)
+        with open("big", "wb") as f:  # in its scratch directory
+            f.seek(300 * 1024 * 1024)
+            f.write(b"x")
+            f.flush()
+        return "wrote 300 MiB"
+"""
+
+
+async def test_a_run_cannot_lift_its_file_size_limit(rig: Rig) -> None:
+    run = await rig.run(FILE_SIZE)
+    assert run["status"] == "error", run
+    assert run["error"].startswith("file size limit exceeded\n"), run
     assert "lift: not allowed to raise maximum limit" in run["stderrTail"], run
     await rig.still_up()
 
