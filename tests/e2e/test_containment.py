@@ -5,8 +5,9 @@ could: read `/proc/*/cmdline` and the token files, kill its parent or the baton
 processes, leave a double-forked `setsid()` grandchild behind, lift its memory
 limit or its file size limit, fork without end, patch modules for the next
 trigger's run. Each attack fails, the run record says what was refused, and the
-device and the space are still up and still fire afterwards. The device runs with one worker, so every run
-goes through the same worker process. Waits poll the space under a deadline.
+device and the space are still up and still fire afterwards. The device runs with
+one worker, so every run goes through the same worker process. Waits poll the
+space under a deadline.
 """
 
 from __future__ import annotations
