@@ -84,10 +84,14 @@ class Spare:
         ours, theirs = socket.socketpair()
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # none mid-fork
         pid = os.fork()
         if pid == 0:  # the run process: never returns
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
             ours.close()
             _child(place, scratch, theirs, control_fd)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
         theirs.close()
         return cls(pid, ours, scratch)
 
@@ -248,7 +252,6 @@ def _receive(sock: socket.socket) -> wire.Request | None:
 
 def _enter(place: Place, scratch: str, control_fd: int) -> None:
     """Leaves the worker's session and channel; the scratch directory is home."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.setsid()
     privileges.libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     os.close(control_fd)
