@@ -1,8 +1,8 @@
 """The isolated executor: a pool of pre-started worker processes that run programs.
 
 Owns the pool: how many workers, their filtered environment, handing an idle worker
-to each fire, retiring a worker whose state is suspect (killed, timed out, too many
-runs) and starting its replacement in the background so fires do not wait for a cold
+to each fire, retiring a worker whose state is suspect (killed, stopped answering, too
+many runs) and starting its replacement in the background so fires do not wait for a cold
 interpreter. Must not run program code in this process, read records, or decide
 whether a fire may run (admission, breaker and overlap live elsewhere).
 """
@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from programs.confine import Containment
 from programs.job import Job
 from programs.outcome import Outcome, RunStatus
 from programs.process import StartFailed, WorkerProcess
@@ -59,9 +60,11 @@ class Executor:
     """`async with Executor(size) as ex: outcome = await ex.run(job)`.
 
     `size` workers (default one per core, at least 2) are started by `start()`; each
-    runs one job at a time and is reused, a retired one is replaced in the background.
-    `env` adds variables to the workers' filtered environment. A worker is replaced
-    after `max_runs` runs as a precaution against state a program leaks into modules.
+    runs one job at a time (in a fresh run process it forks) and is reused, a retired
+    one is replaced in the background. The idle worker used longest ago goes first: its
+    spare run process has had the most time to be ready. `env` adds variables to the
+    workers' filtered environment. A worker is replaced after `max_runs` runs as a
+    precaution.
     """
 
     def __init__(self, size: int | None = None, env: Mapping[str, str] | None = None, *,
@@ -71,7 +74,7 @@ class Executor:
         self.size = size or default_size()
         self._env = worker_env(env)
         self._max_runs, self._start_timeout = max_runs, start_timeout
-        self._idle: asyncio.LifoQueue[WorkerProcess | StartFailed] = asyncio.LifoQueue()
+        self._idle: asyncio.Queue[WorkerProcess | StartFailed] = asyncio.Queue()
         self._idle_workers = 0
         self._workers: set[WorkerProcess] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -103,6 +106,11 @@ class Executor:
         while self._tasks:
             await asyncio.wait(set(self._tasks))
         return self.stats()
+
+    @property
+    def containment(self) -> Containment | None:
+        """How contained runs are, as the workers report it (None before one started)."""
+        return next((w.containment for w in self._workers if w.containment), None)
 
     def stats(self) -> PoolStats:
         return PoolStats(
@@ -137,7 +145,7 @@ class Executor:
         await self.settled()
         workers, self._workers = list(self._workers), set()
         await asyncio.gather(*(worker.close("executor closed") for worker in workers))
-        self._idle = asyncio.LifoQueue()
+        self._idle = asyncio.Queue()
         self._idle_workers = 0
 
     async def _acquire(self) -> WorkerProcess:

@@ -7,6 +7,7 @@ records) and the outcome's shape; must not know how a run is performed or record
 from __future__ import annotations
 
 import enum
+import signal
 from typing import Any
 
 import msgspec
@@ -44,3 +45,16 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _FAILURES = frozenset({RunStatus.error, RunStatus.timeout, RunStatus.crashed})
+
+
+def exit_reason(returncode: int | None) -> str:
+    """How a process of a run ended, in words: `worker killed by SIGKILL`."""
+    if returncode is None:
+        return "worker stopped answering"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"worker killed by {name}"
+    return f"worker exited with code {returncode}"

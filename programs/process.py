@@ -20,11 +20,13 @@ import time
 import msgspec
 
 from programs import wire
+from programs.confine import Containment
 from programs.job import Job
-from programs.outcome import Outcome, RunStatus
+from programs.outcome import Outcome, RunStatus, exit_reason
 from programs.tail import Channel
 
 GRACE_SECONDS = 2.0  # how long output may trail a reply or a death
+BACKSTOP_SECONDS = 8.0  # past the run's timeout: the worker ends runs itself, or it is killed
 
 
 class StartFailed(RuntimeError):
@@ -35,18 +37,6 @@ async def _pump(stream: asyncio.StreamReader, channel: Channel) -> None:
     while chunk := await stream.read(1 << 16):
         channel.feed(chunk)
     channel.eof()
-
-
-def exit_reason(returncode: int | None) -> str:
-    if returncode is None:
-        return "worker stopped answering"
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"worker killed by {name}"
-    return f"worker exited with code {returncode}"
 
 
 class WorkerProcess:
@@ -63,6 +53,7 @@ class WorkerProcess:
         ]
         self.runs = 0
         self.retire = ""  # non-empty once this worker must not run again (why)
+        self.containment: Containment | None = None  # as the worker reported it
 
     @property
     def usable(self) -> bool:
@@ -97,6 +88,7 @@ class WorkerProcess:
                 message = await self._receive()
             if not isinstance(message, wire.Ready):
                 raise wire.ProtocolError("expected a ready message first")
+            self.containment = message.containment
         except BaseException as exc:
             reason = _failure_text(exc) if isinstance(exc, Exception) else "cancelled"
             await self.close(reason)
@@ -115,7 +107,7 @@ class WorkerProcess:
         self.runs += 1
         out, err = self._out.begin(marker), self._err.begin(marker)
         try:
-            reply = await self._exchange(request, job.timeout_seconds)
+            reply = await self._exchange(request, job.timeout_seconds + BACKSTOP_SECONDS)
             await self._settle_output()
         except BaseException:
             self.retire = self.retire or "run cancelled"
@@ -140,7 +132,8 @@ class WorkerProcess:
                 await self._writer.drain()
                 message = await self._receive()
         except TimeoutError:
-            return await self._fail(RunStatus.timeout, f"exceeded the timeout of {timeout:g} s")
+            seconds = timeout - BACKSTOP_SECONDS
+            return await self._fail(RunStatus.timeout, f"exceeded the timeout of {seconds:g} s")
         except Exception as exc:
             return await self._fail(RunStatus.crashed, await self._death_reason(exc))
         except BaseException:
@@ -182,16 +175,21 @@ class WorkerProcess:
             self.retire = f"worker protocol error: result is not JSON: {exc}"
             return wire.Reply(status=RunStatus.crashed, error=self.retire)
 
-    def _kill(self) -> None:
+    def _kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
         if self.proc.returncode is None:  # not reaped yet, so the group id is still ours
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
+                os.killpg(self.pid, sig)
 
     async def close(self, reason: str = "worker closed") -> None:
-        """Kills the worker (and anything it started) and reaps it. Idempotent."""
+        """Ends the worker (it ends its run first) and reaps it. Idempotent."""
         self.retire = self.retire or reason
-        self._kill()
-        await self.proc.wait()
+        self._kill(signal.SIGTERM)
+        try:
+            async with asyncio.timeout(GRACE_SECONDS):
+                await self.proc.wait()
+        except TimeoutError:
+            self._kill()
+            await self.proc.wait()
         self._writer.close()
         with contextlib.suppress(OSError):
             await self._writer.wait_closed()
@@ -208,6 +206,7 @@ def _encode(job: Job, marker: bytes) -> bytes:
         args=job.args,
         context=job.context,
         memory_mb=job.memory_mb,
+        timeout_seconds=job.timeout_seconds,
         marker=marker,
     )
     try:

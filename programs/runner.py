@@ -1,23 +1,23 @@
-"""Runs one program in the current process: the worker's side of a single run.
+"""Runs one program in the current process: the run process's side of a single run.
 
-Owns the code cache, the program's fresh namespace and its `use`, the memory limit,
-the program's traceback and the encoding of its result. Only ever imported in a
-worker process (`programs.worker`): it executes program code, so the daemon must
-never call it.
+Owns compiling the program, its fresh namespace and its `use`, the size of its memory
+limit, the program's traceback (headed by what containment refused it, where it did)
+and the encoding of its result. Only ever imported in a worker process: it executes
+program code, so it runs in the process forked for the run (`programs.runproc`),
+never in the daemon nor in the worker that forks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
-import hashlib
+import errno
 import inspect
 import linecache
 import resource
 import sys
 import time
 import traceback
-from collections import OrderedDict
 from collections.abc import Callable
 from types import CodeType
 from typing import Any
@@ -29,7 +29,6 @@ from programs.context import RunContext
 from programs.outcome import RunStatus
 
 PROGRAM_NAME = "__baton_program__"
-CACHE_SIZE = 64
 MiB = 1024 * 1024
 
 
@@ -37,55 +36,19 @@ class NoMain(LookupError):
     """The program defines no callable `main`."""
 
 
-class CodeCache:
-    """Compiled programs keyed by the sha256 of (ref, source): a small LRU."""
-
-    def __init__(self, size: int = CACHE_SIZE) -> None:
-        self._size = size
-        self._codes: OrderedDict[str, CodeType] = OrderedDict()
-
-    def get(self, ref: str, source: str) -> CodeType:
-        key = hashlib.sha256(f"{ref}\0{source}".encode()).hexdigest()
-        code = self._codes.get(key)
-        if code is None:
-            code = self._codes[key] = compile(source, ref, "exec", dont_inherit=True)
-            if len(self._codes) > self._size:
-                self._codes.popitem(last=False)
-        self._codes.move_to_end(key)
-        return code
-
-
-class MemoryLimit:
-    """Caps the address space at what the worker uses now plus `mb` MiB, until restored.
-
-    Where the address space cannot be read (no /proc), no cap is set.
-    """
-
-    def __init__(self, mb: int) -> None:
-        self.mb = mb
-        self._soft, self._hard = resource.getrlimit(resource.RLIMIT_AS)
-        used = _address_space()
-        if used is None:
-            return
-        cap = used + mb * MiB
-        if self._hard != resource.RLIM_INFINITY:
-            cap = min(cap, self._hard)
-        resource.setrlimit(resource.RLIMIT_AS, (cap, self._hard))
-
-    def restore(self) -> str:
-        try:
-            resource.setrlimit(resource.RLIMIT_AS, (self._soft, self._hard))
-        except (ValueError, OSError) as exc:
-            return f"memory limit could not be restored: {exc}"
-        return ""
-
-
-def _address_space() -> int | None:
+def address_space() -> int | None:
+    """The bytes of address space this process uses now; None where /proc cannot say."""
     try:
         with open("/proc/self/statm", "rb") as f:
             return int(f.read().split()[0]) * resource.getpagesize()
     except OSError:
         return None
+
+
+def memory_cap(mb: int) -> int | None:
+    """The address-space limit of a run: what the process uses now plus `mb` MiB."""
+    used = address_space()
+    return None if used is None else used + mb * MiB
 
 
 def _no_use(reason: str) -> Callable[[str], Any]:
@@ -153,10 +116,21 @@ def failure_reply(exc: BaseException, request: wire.Request) -> wire.Reply:
     if isinstance(exc, SystemExit):
         return wire.Reply(status=RunStatus.crashed, error=f"program called sys.exit({exc.code!r})")
     text = program_traceback(exc, request.ref)
+    what = headline(exc, request.memory_mb)
+    return wire.Reply(status=RunStatus.error, error=f"{what}\n{text}" if what else text)
+
+
+def headline(exc: BaseException, memory_mb: int) -> str:
+    """What the program ran into, in words, where containment refused it something."""
     if isinstance(exc, MemoryError):
-        limit = f"memory limit of {request.memory_mb} MB exceeded"
-        return wire.Reply(status=RunStatus.error, error=f"{limit}\n{text}", retire=limit)
-    return wire.Reply(status=RunStatus.error, error=text)
+        return f"memory limit of {memory_mb} MB exceeded"
+    if isinstance(exc, PermissionError):
+        if exc.filename is not None:
+            return f"permission denied: {exc.filename}"
+        return str(exc.strerror) if str(exc.strerror).startswith("signal refused") else ""
+    if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+        return "file size limit exceeded"
+    return ""
 
 
 def _remember_source(ref: str, source: str) -> None:
@@ -164,26 +138,21 @@ def _remember_source(ref: str, source: str) -> None:
     linecache.cache[ref] = (len(source), None, source.splitlines(True), ref)
 
 
-def run_request(request: wire.Request, cache: CodeCache) -> wire.Reply:
+def run_request(request: wire.Request) -> wire.Reply:
+    """Runs the program once in this process (a fresh one, forked for this run)."""
     _remember_source(request.ref, request.source)
     marks: dict[str, float] = {}
     namespace: dict[str, Any] = {"__name__": PROGRAM_NAME, "__builtins__": builtins}
-    limit: MemoryLimit | None = None
     use: Any = None
     try:
-        code = cache.get(request.ref, request.source)
+        code = compile(request.source, request.ref, "exec", dont_inherit=True)
         namespace["use"] = use = make_use(request.context)
-        limit = MemoryLimit(request.memory_mb)
         value = _execute(code, namespace, request.args, marks)
     except BaseException as exc:
         failed: BaseException | None = exc
     else:
         failed = None
     finally:
-        unrestored = limit.restore() if limit else ""
         _close_use(use)
-        namespace.clear()
     reply = failure_reply(failed, request) if failed else encode_result(value)
-    failed = value = None
-    retire = reply.retire or unrestored
-    return msgspec.structs.replace(reply, entered_at=marks.get("entered"), retire=retire)
+    return msgspec.structs.replace(reply, entered_at=marks.get("entered"))

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from programs.confine import Containment
 from programs.context import RunContext
 from programs.outcome import RunStatus
 
@@ -29,11 +30,13 @@ class Request(msgspec.Struct, frozen=True, kw_only=True, tag="run"):
     args: dict[str, Any]
     context: RunContext | None
     memory_mb: int
+    timeout_seconds: float = 60.0  # the worker ends the run (and all it started) after this
     marker: bytes  # written to fd 1 and 2 after the run, so the parent can split output
 
 
 class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):
     pid: int
+    containment: Containment | None = None  # how contained the worker's runs are
 
 
 class Reply(msgspec.Struct, frozen=True, kw_only=True, tag="reply"):

@@ -1,11 +1,14 @@
-"""A worker process of the executor's pool: serves run requests one at a time.
+"""A worker process of the executor's pool: a clean parent that forks one process per run.
 
-Started as `python -m programs.worker <control-fd>`. It reads run requests from the
-control socket, runs each (`programs.runner`) while the program's output goes to fd 1/2
-(pipes the parent drains), then puts the process back as it was, writes the run's end
-marker on fd 1/2 and answers with a reply. Must not outlive its parent (end of file on
-the control socket ends it) nor let one run's leftovers reach the next unnoticed: what
-it cannot put back, it reports, and the parent retires the worker.
+Started as `python -m programs.worker <control-fd>`. It preloads what runs need, tells
+the executor how contained its runs are, then reads run requests from the control
+socket and runs each in a fresh, contained process (`programs.runproc`, forked and
+confined before the request comes) whose output
+goes to fd 1/2 (pipes the parent drains). When a run's processes are all gone it writes
+the run's end marker on fd 1/2 and answers with the reply. It never runs program code
+itself, so its state is the same before every run. Must not outlive its parent: end of
+file on the control socket, SIGTERM, or the parent's death (which sends SIGTERM) end it
+and every process of the run in flight.
 """
 
 from __future__ import annotations
@@ -17,58 +20,22 @@ import os
 import signal
 import socket
 import sys
-import threading
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
-import msgspec
-
-from programs import wire
-from programs.runner import CodeCache, run_request
+from programs import confine, runproc, wire
 
 PR_SET_PDEATHSIG = 1
 
 
-class Stdio:
-    """The worker's own fd 1/2 (the pipes to the parent), restored after every run."""
-
-    def __init__(self) -> None:
-        self._out, self._err = os.dup(1), os.dup(2)
-        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-
-    def restore(self) -> str:
-        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-            with contextlib.suppress(Exception):
-                stream.flush()  # type: ignore[union-attr]
-        sys.stdout, sys.stderr, sys.stdin = sys.__stdout__, sys.__stderr__, sys.__stdin__
-        os.dup2(self._out, 1)
-        os.dup2(self._err, 2)
-        if sys.stdout.closed or sys.stderr.closed:  # type: ignore[union-attr]
-            return "the program closed sys.stdout or sys.stderr"
-        return ""
-
-    def mark(self, marker: bytes) -> None:
-        for fd in (1, 2):
-            view = memoryview(marker)
-            while view:
-                view = view[os.write(fd, view) :]
+class Terminated(BaseException):
+    """SIGTERM: end the run in flight, then the worker."""
 
 
-class Hygiene:
-    """Puts the process back as it was between runs, or says why it cannot."""
-
-    def __init__(self) -> None:
-        self._environ = dict(os.environ)
-        self._cwd = os.getcwd()
-
-    def reset(self) -> str:
-        if os.environ != self._environ:
-            os.environ.clear()
-            os.environ.update(self._environ)
-        if os.getcwd() != self._cwd:
-            os.chdir(self._cwd)
-        if threading.active_count() > 1:
-            return "the program left threads running"
-        return ""
+def mark(marker: bytes) -> None:
+    for fd in (1, 2):
+        view = memoryview(marker)
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def read_request(stream: BinaryIO) -> wire.Request | None:
@@ -79,30 +46,44 @@ def read_request(stream: BinaryIO) -> wire.Request | None:
     return wire.decode_request(body)
 
 
-def serve(sock: socket.socket) -> None:
-    stdio, hygiene, cache, pid = Stdio(), Hygiene(), CodeCache(), os.getpid()
-    stream = sock.makefile("rb")
-    sock.sendall(wire.frame(wire.Ready(pid=pid)))
-    while (request := read_request(stream)) is not None:
-        reply = run_request(request, cache)
-        if os.getpid() != pid:  # a child the program forked returned here: it must not answer
-            os._exit(0)
-        retire = reply.retire or stdio.restore() or hygiene.reset()
-        stdio.mark(request.marker)
-        sock.sendall(wire.frame(msgspec.structs.replace(reply, retire=retire)))
+def serve(sock: socket.socket, place: runproc.Place) -> None:
+    stream, fd = sock.makefile("rb"), sock.fileno()
+    spare = runproc.Spare.fork(place, fd)
+    try:
+        containment = confine.containment(place.plan)
+        sock.sendall(wire.frame(wire.Ready(pid=os.getpid(), containment=containment)))
+        while (request := read_request(stream)) is not None:
+            if not spare.waiting:  # ended while idle: a new one, on the fire path this once
+                spare.discard(place)
+                spare = runproc.Spare.fork(place, fd)
+            reply = spare.run(request, place, fd)
+            mark(request.marker)
+            sock.sendall(wire.frame(reply))
+            spare = runproc.Spare.fork(place, fd)  # while the executor takes the reply
+    finally:
+        spare.discard(place)
 
 
 def _preload() -> None:
     """Imports what runs need now, so the fire path does not pay for it."""
     with contextlib.suppress(Exception):
+        import asyncio  # noqa: F401
+        import json  # noqa: F401
+        import urllib.request  # noqa: F401
+
+        import programs.anyv1
         import programs.use  # noqa: F401
 
 
+def _terminate(signum: int, frame: object) -> NoReturn:
+    raise Terminated
+
+
 def _die_with_parent() -> None:
-    """Asks Linux to kill this worker when the daemon dies, even mid-run (no orphans)."""
+    """Asks Linux to send SIGTERM to this worker when the daemon dies, even mid-run."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
         return  # not Linux: an idle worker still ends at end of file on its control socket
     if os.getppid() == 1:  # the parent died before prctl took effect
@@ -110,11 +91,20 @@ def _die_with_parent() -> None:
 
 
 def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGTERM, _terminate)
     _die_with_parent()
     faulthandler.enable()  # a segfaulting program leaves its Python traceback on stderr
     _preload()
-    with socket.socket(fileno=int(argv[0])) as sock:
-        serve(sock)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    place = runproc.Place()
+    try:
+        with socket.socket(fileno=int(argv[0])) as sock:
+            serve(sock, place)
+    except (Terminated, runproc.Abandoned, BrokenPipeError, ConnectionError):
+        pass
+    finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        place.close()
     return 0
 
 

@@ -316,6 +316,7 @@ class Device:
             "armed": len(self.reconciler.registry),
             "chatWatch": msgspec.to_builtins(self.chatwatch.status()),
             "responder": _describe(self.responder),
+            "containment": msgspec.to_builtins(self.executor.containment),
         }
 
 

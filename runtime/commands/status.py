@@ -3,9 +3,10 @@
     baton status [--url U] [--token-file F] [--space ID] [--data DIR] [--json]
 
 Reads the space only: the election, the devices (with what each reports of
-itself in its heartbeat: its chat subscriptions, and whether its chat responder is
-ready, and if not, why), and the triggers with owner, status and next fire.
-Failures go to stderr (`--json`: as a JSON error object).
+itself in its heartbeat: its chat subscriptions, whether its chat responder is
+ready (and if not, why), how contained its runs are, with what is weaker than full),
+and the triggers with owner, status and next fire. Failures go to stderr (`--json`:
+as a JSON error object).
 """
 
 from __future__ import annotations
@@ -88,6 +89,17 @@ def _trigger(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def containment(device: dict[str, Any]) -> str:
+    """How contained the device's runs are: `full`, `partial`, `none` (or `unknown`)."""
+    found = (device.get("status") or {}).get("containment")
+    return str(found.get("level", "unknown")) if isinstance(found, dict) else "unknown"
+
+
+def _weaker(device: dict[str, Any]) -> list[str]:
+    found = (device.get("status") or {}).get("containment")
+    return [str(w) for w in found.get("weaker", [])] if isinstance(found, dict) else []
+
+
 def human(report: dict[str, Any]) -> str:
     e = report["election"]
     lines = [
@@ -95,10 +107,15 @@ def human(report: dict[str, Any]) -> str:
         f"term {e.get('term', 0)}, lease until {e.get('expiresAt') or '-'}"
     ]
     devices = [
-        [d["peer"], d["name"], d["priority"], "yes" if d["live"] else "no", d["lastSeen"]]
+        [d["peer"], d["name"], d["priority"], "yes" if d["live"] else "no", d["lastSeen"],
+         containment(d)]
         for d in report["devices"]
-    ]
-    lines += ["", *render(["device", "name", "priority", "live", "last seen"], devices)]
+    ]  # fmt: skip
+    columns = ["device", "name", "priority", "live", "last seen", "containment"]
+    lines += ["", *render(columns, devices)]
+    weaker = [f"{d['peer']}: {w}" for d in report["devices"] for w in _weaker(d)]
+    if weaker:
+        lines += ["", "containment weaker than full:", *(f"  {w}" for w in weaker)]
     responders = [
         [r["peer"], r["responder"], "ready" if r["ready"] else f"not ready: {r['reason']}",
          r["waiting"]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import textwrap
@@ -18,6 +19,7 @@ from programs.tail import LIMIT
 
 OK = "def main(args):\n    return {'ok': True, 'args': args}\n"
 PID = "import os\ndef main(args):\n    return os.getpid()\n"
+WORKER = "import os\ndef main(args):\n    return os.getppid()\n"  # runs are forked by the worker
 LOOP = "def main(args):\n    while True:\n        pass\n"
 
 
@@ -57,39 +59,26 @@ async def test_async_main_runs_in_its_own_loop(pool: Executor) -> None:
     assert (outcome.status, outcome.result) == (RunStatus.ok, {"doubled": 42})
 
 
-async def test_worker_is_reused_with_a_fresh_namespace_each_run(pool: Executor) -> None:
+async def test_each_run_is_a_fresh_process_with_a_fresh_namespace(pool: Executor) -> None:
     first = "leftover = 1\ndef main(args):\n    return 0\n"
     assert (await pool.run(job(first))).status is RunStatus.ok
     probe = """
-        import os
+        import builtins, os
         runs = globals().setdefault("runs", []); runs.append(1)
         def main(args):
             names = sorted(k for k in globals() if not k.startswith("__"))
-            return {"pid": os.getpid(), "name": __name__, "runs": len(runs), "names": names}
+            marked = getattr(builtins, "marker", False)
+            builtins.marker = True
+            return {"pid": os.getpid(), "worker": os.getppid(), "name": __name__,
+                    "runs": len(runs), "names": names, "marked": marked}
     """
     results = [(await pool.run(job(probe))).result for _ in range(3)]
-    assert len({r["pid"] for r in results}) <= 2  # three runs, two workers: one was reused
+    assert len({r["pid"] for r in results}) == 3  # a new process each run
+    assert len({r["worker"] for r in results}) <= 2  # forked by the two workers
     for result in results:
         assert result["name"] == "__baton_program__"
-        assert result["runs"] == 1
-        assert result["names"] == ["main", "os", "runs", "use"]
-
-
-async def test_a_hot_program_is_compiled_once_per_worker(pool: Executor) -> None:
-    source = """
-        import builtins, os
-        def main(args):
-            seen = getattr(builtins, "_compiled_main", {})
-            reused = seen.get(os.getpid()) is main.__code__
-            seen[os.getpid()] = main.__code__
-            builtins._compiled_main = seen
-            return [os.getpid(), reused]
-    """
-    results = [(await pool.run(job(source, ref="hot@v1"))).result for _ in range(4)]
-    pids = [pid for pid, _ in results]
-    for i, (pid, reused) in enumerate(results):
-        assert reused == (pid in pids[:i])  # same worker again: the same code object
-    assert any(reused for _, reused in results)
+        assert (result["runs"], result["marked"]) == (1, False)
+        assert result["names"] == ["builtins", "main", "os", "runs", "use"]
 
 
 async def test_an_exception_is_an_error_with_the_program_traceback(pool: Executor) -> None:
@@ -148,11 +137,11 @@ async def test_a_segfault_leaves_the_program_traceback_on_stderr(pool: Executor)
     assert 'File "seg@v1", line 3 in main' in outcome.stderr_tail
 
 
-async def test_an_endless_loop_times_out_and_the_worker_is_replaced(pool: Executor) -> None:
+async def test_an_endless_loop_times_out_and_the_worker_ends_it(pool: Executor) -> None:
     outcome = await pool.run(job(LOOP, timeout_seconds=0.5))
     assert (outcome.status, outcome.error) == (RunStatus.timeout, "exceeded the timeout of 0.5 s")
     stats = await pool.settled()
-    assert (stats.alive, stats.idle, stats.spawned) == (2, 2, 3)
+    assert (stats.alive, stats.idle, stats.spawned) == (2, 2, 2)  # the run died, not the worker
     await next_run_ok(pool)
 
 
@@ -317,23 +306,39 @@ async def test_a_cancelled_run_kills_its_worker_and_the_pool_recovers(pool: Exec
     await next_run_ok(pool)
 
 
-async def test_close_ends_runs_in_flight_and_reaps_every_worker(tmp_path: Path) -> None:
-    started = tmp_path / "started"
-    source = f"""
-        import os, pathlib
-        def main(args):
-            pathlib.Path({str(started)!r}).write_text(str(os.getpid()))
-            while True:
-                pass
-    """
+def run_processes(executor: Executor) -> list[int]:
+    """The run processes the executor's workers have forked and not yet ended (each idle
+    worker has one: a spare, forked and confined ahead of its run)."""
+    found = []
+    for worker in executor._workers:
+        with contextlib.suppress(OSError):
+            found += [int(p) for p in Path(f"/proc/{worker.pid}/task/{worker.pid}/children")
+                      .read_text().split()]  # fmt: skip
+    return found
+
+
+def _spinning(pid: int) -> bool:
+    """Running, with over 0.1 s of CPU time: a program in LOOP, not a spare being confined."""
+    with contextlib.suppress(OSError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0] == "R" and int(fields[11]) >= os.sysconf("SC_CLK_TCK") // 10
+    return False
+
+
+async def a_busy_run_process(executor: Executor) -> int:
+    """The pid of a run process spinning in its program (LOOP)."""
+    async with asyncio.timeout(10):
+        while not (found := [p for p in run_processes(executor) if _spinning(p)]):
+            await asyncio.sleep(0.01)
+    return found[0]
+
+
+async def test_close_ends_runs_in_flight_and_reaps_every_worker() -> None:
     executor = Executor(size=2)
     await executor.start()
-    pids = {(await executor.run(job(PID))).result}
-    in_flight = asyncio.ensure_future(executor.run(job(source, timeout_seconds=30)))
-    async with asyncio.timeout(5):
-        while not started.exists() or not started.read_text():
-            await asyncio.sleep(0.01)
-    pids.add(int(started.read_text()))
+    pids = {(await executor.run(job(WORKER))).result, *(w.pid for w in executor._workers)}
+    in_flight = asyncio.ensure_future(executor.run(job(LOOP, timeout_seconds=30)))
+    pids.add(await a_busy_run_process(executor))
     await executor.close()
     outcome = await in_flight
     assert (outcome.status, outcome.error) == (RunStatus.crashed, "executor closed")
@@ -355,41 +360,37 @@ async def test_a_pool_whose_workers_cannot_start_says_why() -> None:
 
 
 @pytest.mark.parametrize("daemon", [True, False])
-async def test_a_program_that_leaves_threads_gets_its_worker_replaced(
-    pool: Executor, daemon: bool
-) -> None:
+async def test_threads_a_program_leaves_end_with_its_run(pool: Executor, daemon: bool) -> None:
     source = f"""
         import threading, time
         def main(args):
             stop = threading.Event()
-            threading.Thread(target=stop.wait, args=(2,), daemon={daemon}).start()
+            threading.Thread(target=stop.wait, args=(30,), daemon={daemon}).start()
             return "left a thread"
     """
     outcome = await pool.run(job(source))
     assert (outcome.status, outcome.result) == (RunStatus.ok, "left a thread")
     stats = await pool.settled()
-    assert (stats.alive, stats.idle, stats.spawned) == (2, 2, 3)
+    assert (stats.alive, stats.idle, stats.spawned) == (2, 2, 2)
+    async with asyncio.timeout(5):  # the run and its thread are gone: only the workers' spares
+        while len(run_processes(pool)) != 2:
+            await asyncio.sleep(0.01)
     await next_run_ok(pool)
 
 
 async def test_a_worker_is_replaced_after_max_runs() -> None:
     async with Executor(size=2, max_runs=2) as executor:
-        pids = [(await executor.run(job(PID))).result for _ in range(3)]
+        pids = [(await executor.run(job(WORKER))).result for _ in range(3)]
         stats = await executor.settled()
-    assert pids[0] == pids[1] != pids[2]  # the idle worker most recently used goes first
+    assert pids[0] == pids[2] != pids[1]  # the idle worker used longest ago goes first
     assert (stats.alive, stats.spawned) == (2, 3)
 
 
-async def test_close_wakes_runs_waiting_for_a_worker(tmp_path: Path) -> None:
-    started = tmp_path / "started"
-    source = f"import pathlib\ndef main(a):\n    pathlib.Path({str(started)!r}).touch()\n"
-    source += "    while True:\n        pass\n"
+async def test_close_wakes_runs_waiting_for_a_worker() -> None:
     executor = Executor(size=1)
     await executor.start()
-    busy = asyncio.ensure_future(executor.run(job(source, timeout_seconds=30)))
-    async with asyncio.timeout(5):
-        while not started.exists():
-            await asyncio.sleep(0.01)
+    busy = asyncio.ensure_future(executor.run(job(LOOP, timeout_seconds=30)))
+    await a_busy_run_process(executor)
     waiting = asyncio.ensure_future(executor.run(job(OK)))
     async with asyncio.timeout(5):
         while executor.stats().waiting == 0:
@@ -417,10 +418,9 @@ async def test_a_forked_child_of_a_program_does_not_answer_for_it(pool: Executor
 
 
 DAEMON = """
-import asyncio, os
+import asyncio
 from programs.executor import Executor, Job
-SPIN = "import os\\ndef main(a):\\n    open(f'{os.getpid()}.pid', 'w').close()\\n"
-SPIN += "    while True:\\n        pass\\n"
+SPIN = "def main(a):\\n    while True:\\n        pass\\n"
 async def main():
     executor = Executor(size=2)
     await executor.start()
@@ -438,12 +438,20 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 async def test_workers_die_with_a_daemon_that_was_killed(tmp_path: Path) -> None:
     daemon = await asyncio.create_subprocess_exec(sys.executable, "-c", DAEMON, cwd=tmp_path)
     try:
-        async with asyncio.timeout(10):  # both workers say who they are from a busy run
-            while len(pids := [int(p.stem) for p in tmp_path.glob("*.pid")]) < 2:
+        async with asyncio.timeout(10):  # both workers have forked a busy run
+            while len(runs := [r for w in _children(daemon.pid) for r in _children(w)]) < 2:
                 await asyncio.sleep(0.01)
+        pids = [*_children(daemon.pid), *runs]
     finally:
         daemon.kill()
         await daemon.wait()

@@ -1,0 +1,115 @@
+"""What containment costs per run: a warm call vs a fresh contained process per run.
+
+Run: .venv/bin/python bench/containment.py [runs]
+
+This process plays the worker (it becomes a subreaper and enters its pids cgroup,
+as `programs.worker` does) and runs a trivial program (`return {"ok": True}`) `runs`
+times each way; it prints a Markdown table of the cost of one run, wall time from
+the request to the reply with every process of the run reaped, and of the program
+entering `main()`:
+
+- warm call:               `runner.run_request` in this process, no isolation between
+                           runs (what a worker shared by every trigger did before)
+- spare, forked ahead:     what the fire pays now: the request to a run process that
+                           was forked and confined beforehand, its reply, the reap
+- fork + confine + run:    the cold path (a spare that died while idle)
+- fork + run, unconfined:  the same without Landlock or the privilege drop
+- forking the next spare:  paid after the reply, off the fire path
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+import msgspec  # noqa: E402
+
+from programs import runner, runproc, wire  # noqa: E402
+
+SOURCE = 'def main(args):\n    return {"ok": True}\n'
+
+
+def request() -> wire.Request:
+    return wire.Request(source=SOURCE, ref="bench@v1", args={}, context=None, memory_mb=512,
+                        timeout_seconds=10, marker=b"")  # fmt: skip
+
+
+Sample = tuple[float, float | None]
+
+
+def timed(runs: int, one: Callable[[], Sample]) -> tuple[list[float], list[float]]:
+    """(wall ms, ms to main) of each run; `one` returns them for one run."""
+    walls, mains = [], []
+    for _ in range(runs):
+        wall, to_main = one()
+        walls.append(wall)
+        if to_main is not None:
+            mains.append(to_main)
+    return walls, mains
+
+
+def since(start: float, entered: float | None = None) -> Sample:
+    now = time.monotonic()
+    return (now - start) * 1000, None if entered is None else (entered - start) * 1000
+
+
+def row(name: str, walls: list[float], mains: list[float]) -> str:
+    def p(values: list[float], q: float) -> str:
+        return f"{statistics.quantiles(values, n=100)[int(q) - 1]:.3f}" if len(values) > 2 else "-"
+
+    return f"| {name} | {len(walls)} | {p(walls, 50)} | {p(walls, 99)} | {p(mains, 50)} |"
+
+
+def main(runs: int) -> None:
+    place = runproc.Place()
+    ours, theirs = socket.socketpair()
+    fd = theirs.fileno()
+    req = request()
+
+    def warm() -> Sample:
+        start = time.monotonic()
+        return since(start, runner.run_request(req).entered_at)
+
+    def spare() -> Sample:
+        ahead = runproc.Spare.fork(place, fd)
+        ahead.ready()
+        start = time.monotonic()
+        return since(start, ahead.run(req, place, fd).entered_at)
+
+    def cold() -> Sample:
+        start = time.monotonic()
+        return since(start, runproc.run(req, place, fd).entered_at)
+
+    def forking() -> Sample:
+        start = time.monotonic()
+        ahead = runproc.Spare.fork(place, fd)
+        took = since(start)
+        ahead.discard(place)
+        return took
+
+    rows = [("warm call (no isolation)", warm), ("spare, forked ahead (the fire path)", spare),
+            ("fork + confine + run (cold)", cold)]  # fmt: skip
+    print(f"containment: {msgspec.to_builtins(runproc.confine.containment(place.plan))}")
+    print("| per run | runs | wall p50 ms | wall p99 ms | to main() p50 ms |")
+    print("|---|---|---|---|---|")
+    for name, one in rows:
+        print(row(name, *timed(runs, one)), flush=True)
+    confined = place.plan
+    place.plan = msgspec.structs.replace(confined, abi=0, root=False)
+    print(row("fork + run, unconfined", *timed(runs, cold)), flush=True)
+    place.plan = confined
+    print(row("forking the next spare (off the fire path)", *timed(runs, forking)), flush=True)
+    place.close()
+    ours.close()
+    theirs.close()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 300)

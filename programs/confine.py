@@ -1,0 +1,133 @@
+"""What a run process does to itself before the program's first line: its containment.
+
+Owns the plan (probed once per worker: the Landlock ABI, whether we are root, the
+paths Python needs read-only) and `confine()`, applied in the forked run process:
+hard limits, every capability dropped when root, then Landlock — read-only to the
+interpreter, the standard library, the packages and a few system files, read-write
+to the run's scratch directory only, and (ABI ≥ 6) no signal or abstract socket
+outside the run. Also what the device reports of it (`Containment`: its level and
+what is weaker than SPEC "Containment and credentials"). A step that the plan
+promised and that fails makes the run fail: never a run less contained than reported.
+Must not fork, wait or kill (that is `programs.runproc` and `programs.reaper`).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import sys
+import sysconfig
+from pathlib import Path
+
+import msgspec
+
+from programs import landlock, privileges
+
+FILE_SIZE_MB = 256  # the largest file a run may write
+MAX_TASKS = 64  # processes and threads of one run (a pids cgroup where we have one)
+MiB = 1024 * 1024
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+SYSTEM_READ = (
+    *("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin"),
+    *("/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/mime.types", "/etc/localtime"),
+    *("/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/nsswitch.conf", "/etc/gai.conf"),
+    *("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/passwd", "/etc/group"),
+)
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+
+
+class Containment(msgspec.Struct, frozen=True, kw_only=True):
+    """How contained this device's runs are: reported with the heartbeat."""
+
+    level: str  # "full" | "partial" | "none"
+    landlock: int  # the kernel's Landlock ABI, 0 for none
+    filesystem: bool  # reads and writes limited to the scratch directory
+    signals: bool  # no signal to a process outside the run
+    privileges: str  # "dropped" (root without a capability) | "unprivileged" | "kept"
+    processes: str  # what bounds the process count: "pids cgroup" | "rlimit (per user)"
+    reaper: str  # what ends every descendant: "subreaper" | "process group"
+    weaker: list[str] = []  # what is weaker than SPEC, in words
+
+
+class Plan(msgspec.Struct, frozen=True, kw_only=True):
+    abi: int
+    root: bool
+    cgroup: bool
+    subreaper: bool
+    read_only: tuple[str, ...]
+
+
+def read_only_paths() -> tuple[str, ...]:
+    """What the interpreter needs to import and load: never the home or data directories."""
+    prefixes = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}
+    paths = sysconfig.get_paths()
+    stdlib = {paths.get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    packages = {str(PACKAGE_ROOT / "programs")}
+    zone = {str(p) for p in map(Path, ("/usr/share/zoneinfo",)) if p.exists()}
+    found = [p for p in sorted(prefixes | stdlib | packages | zone) if p and os.path.exists(p)]
+    return (*found, *SYSTEM_READ)
+
+
+def plan(*, cgroup: bool, subreaper: bool) -> Plan:
+    return Plan(abi=landlock.abi(), root=os.geteuid() == 0, cgroup=cgroup, subreaper=subreaper,
+                read_only=read_only_paths())  # fmt: skip
+
+
+def containment(p: Plan) -> Containment:
+    weaker = []
+    if p.abi == 0:
+        weaker.append("no Landlock: a run can read and write what its user can")
+    elif p.abi < 6:
+        weaker.append(f"Landlock ABI {p.abi} < 6: no signal or abstract-socket scoping")
+    signals = p.abi >= 6
+    if not signals and p.root:
+        weaker.append("root without Landlock ABI 6: a run may signal root's processes")
+    if not p.cgroup:
+        weaker.append("no pids cgroup: the process count is a per-user rlimit"
+                      + (" (not enforced for root)" if p.root else ""))  # fmt: skip
+    if not p.subreaper:
+        weaker.append("no subreaper: a descendant that leaves its process group may outlive it")
+    full = p.abi >= 6 and p.subreaper and (p.cgroup or not p.root)
+    level = "full" if full else "partial" if p.abi > 0 else "none"
+    return Containment(level=level, landlock=p.abi, filesystem=p.abi > 0, signals=signals,
+                       privileges="dropped" if p.root else "unprivileged",
+                       processes="pids cgroup" if p.cgroup else "rlimit (per user)",
+                       reaper="subreaper" if p.subreaper else "process group",
+                       weaker=weaker)  # fmt: skip
+
+
+def limit(memory_cap: int | None) -> None:
+    """Hard limits: address space (when known), file size, processes, no core dumps."""
+    if memory_cap is not None:
+        privileges.pin(resource.RLIMIT_AS, memory_cap)
+    privileges.pin(resource.RLIMIT_FSIZE, FILE_SIZE_MB * MiB)
+    privileges.pin(resource.RLIMIT_CORE, 0)
+    privileges.pin_current(resource.RLIMIT_NOFILE)
+    privileges.pin_current(resource.RLIMIT_NPROC)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit raises EFBIG instead
+
+
+def restrict_files(p: Plan, scratch: str) -> None:
+    if p.abi <= 0:
+        return
+    rules = landlock.Ruleset(p.abi)
+    try:
+        for path in p.read_only:
+            rules.allow(path, landlock.READ)
+        for path in DEVICES:
+            rules.allow(path, landlock.READ_FILE | landlock.WRITE_FILE)
+        if not rules.allow(scratch, landlock.READ_WRITE):
+            raise landlock.LandlockError(2, f"scratch directory {scratch} is gone")
+    except BaseException:
+        rules.close()
+        raise
+    rules.restrict()
+
+
+def confine(p: Plan, scratch: str, memory_cap: int | None) -> None:
+    """Applies the whole plan to this (forked, not yet running the program) process."""
+    limit(memory_cap)
+    if p.root:
+        privileges.drop_capabilities()
+    restrict_files(p, scratch)

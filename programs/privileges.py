@@ -1,0 +1,108 @@
+"""Dropping what a run process may not keep: capabilities, and the hard limits it could lift.
+
+Owns the prctl/capset calls of the run process (SPEC "Containment and credentials"):
+for root, lock the securebits so no exec regains root's powers, empty the
+capability bounding set, the ambient set and the effective, permitted and
+inheritable sets (no CAP_KILL, CAP_SYS_RESOURCE, CAP_DAC_OVERRIDE, CAP_SYS_PTRACE…);
+for everyone, hard resource limits equal to the soft ones (address space, file
+size, processes, core dumps), so the program cannot raise them. Must not decide
+what a run is allowed to read (that is Landlock, `programs.confine`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import resource
+
+PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_CAP_AMBIENT = 24, 28, 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SECURE_NOROOT, SECURE_NOROOT_LOCKED = 1 << 0, 1 << 1
+SECURE_NO_SETUID_FIXUP, SECURE_NO_SETUID_FIXUP_LOCKED = 1 << 2, 1 << 3
+SECURE_KEEP_CAPS_LOCKED, SECURE_NO_CAP_AMBIENT_RAISE = 1 << 5, 1 << 6
+SECURE_NO_CAP_AMBIENT_RAISE_LOCKED = 1 << 7
+LOCKED_SECUREBITS = (
+    SECURE_NOROOT | SECURE_NOROOT_LOCKED | SECURE_NO_SETUID_FIXUP | SECURE_NO_SETUID_FIXUP_LOCKED
+    | SECURE_KEEP_CAPS_LOCKED | SECURE_NO_CAP_AMBIENT_RAISE | SECURE_NO_CAP_AMBIENT_RAISE_LOCKED
+)
+CAP_VERSION_3 = 0x20080522
+
+
+class PrivilegeError(OSError):
+    """A step of the privilege drop failed: the run must not go on."""
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]  # fmt: skip
+
+
+@functools.cache
+def libc() -> ctypes.CDLL:
+    """The C library, loaded once (in the worker, so a run process finds it loaded)."""
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(what: str, *args: int) -> None:
+    if libc().prctl(*(ctypes.c_ulong(a) for a in args)) != 0:
+        errno = ctypes.get_errno()
+        raise PrivilegeError(errno, f"{what}: {os.strerror(errno)}")
+
+
+@functools.cache
+def last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 40
+
+
+def capabilities() -> tuple[int, int]:
+    """(effective, bounding) capability masks of this process, from /proc/self/status."""
+    found = {"CapEff": 0, "CapBnd": 0}
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in found:
+                found[key] = int(value.strip(), 16)
+    return found["CapEff"], found["CapBnd"]
+
+
+def drop_capabilities() -> None:
+    """Every capability gone for good, bounding set included. Needs CAP_SETPCAP first."""
+    _prctl("securebits", PR_SET_SECUREBITS, LOCKED_SECUREBITS, 0, 0, 0)
+    for cap in range(last_cap() + 1):
+        _prctl(f"drop capability {cap}", PR_CAPBSET_DROP, cap, 0, 0, 0)
+    _prctl("clear ambient capabilities", PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header, data = _CapHeader(CAP_VERSION_3, 0), (_CapData * 2)()
+    if libc().capset(ctypes.byref(header), data) != 0:
+        errno = ctypes.get_errno()
+        raise PrivilegeError(errno, f"capset: {os.strerror(errno)}")
+    if capabilities() != (0, 0):
+        raise PrivilegeError(0, f"capabilities left after the drop: {capabilities()}")
+
+
+def warm() -> None:
+    """Loads what the drop needs in the worker, before any fork."""
+    libc()
+    last_cap()
+
+
+def pin(limit: int, soft: int) -> None:
+    """Sets `limit` to `soft` for both soft and hard (never above the current hard)."""
+    _, hard = resource.getrlimit(limit)
+    value = soft if hard == resource.RLIM_INFINITY else min(soft, hard)
+    resource.setrlimit(limit, (value, value))
+
+
+def pin_current(limit: int) -> None:
+    """The hard limit lowered to the soft one, so it cannot be raised."""
+    soft, _ = resource.getrlimit(limit)
+    resource.setrlimit(limit, (soft, soft))
