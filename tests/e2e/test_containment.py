@@ -19,7 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import LISTENING, Proc, Procs, matched, runs_of, serve, wait_until
+from support import (
+    LISTENING,
+    Proc,
+    Procs,
+    matched,
+    runs_of,
+    serve,
+    wait_until,
+    write_token,
+)
 
 from runtime.client import SpaceClient
 
@@ -99,8 +108,8 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
                                  str(admin_file), "--lease-seconds", "3")  # fmt: skip
         async with SpaceClient(url, admin_file.read_text().strip()) as api:
             await api.space_create({"id": SPACE})
-            token = tmp_path / "device.token"
-            token.write_text((await api.token_device({"peer": PEER}))["token"] + "\n")
+            minted = await api.token_device({"peer": PEER, "space": SPACE})
+            token = write_token(tmp_path / "device.token", minted["token"])
             device = await procs.start(
                 "device", "device", "--peer", PEER, "--url", url, "--token-file", str(token),
                 "--space", SPACE, "--data", str(tmp_path / "data"), "--workers", "1",
