@@ -9,26 +9,13 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
-from clikit import SPACE, Cli, Follower, World, start_space
+from clikit import SPACE, Cli, Follower, World
 
 from runtime.clock import iso
 from runtime.commands.runs import Seen
-
-
-@pytest.fixture
-async def world(tmp_path: Path, aiohttp_server: Any):
-    world, admin = await start_space(tmp_path, aiohttp_server)
-    async with admin:
-        yield world
-
-
-@pytest.fixture
-def cli(world: World, capsys: pytest.CaptureFixture[str]) -> Cli:
-    return Cli(world, capsys)
 
 
 def run_body(n: int, trigger: str = "trg_a", status: str = "ok", **extra: Any) -> dict[str, Any]:

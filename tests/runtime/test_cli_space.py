@@ -7,24 +7,11 @@ import asyncio
 import json
 import socket
 from pathlib import Path
-from typing import Any
 
 import pytest
-from clikit import SPACE, Cli, World, start_space
+from clikit import SPACE, Cli, World
 
 from runtime.cli import main
-
-
-@pytest.fixture
-async def world(tmp_path: Path, aiohttp_server: Any):
-    world, admin = await start_space(tmp_path, aiohttp_server)
-    async with admin:
-        yield world
-
-
-@pytest.fixture
-def cli(world: World, capsys: pytest.CaptureFixture[str]) -> Cli:
-    return Cli(world, capsys)
 
 
 def closed_port() -> int:

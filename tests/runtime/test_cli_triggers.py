@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clikit import SPACE, Cli, World, start_space
+from clikit import SPACE, Cli, World
 
 COUNTER = '''"""Count the runs of this trigger in its own state; echo the args."""
 
@@ -27,18 +27,6 @@ def main(args):
 '''
 FAILING = "def main(args):\n    raise ValueError('no luck')\n"
 BERLIN_MARCH_SUNDAYS = ["--cron", "30 2 * 3 0", "--tz", "Europe/Berlin"]
-
-
-@pytest.fixture
-async def world(tmp_path: Path, aiohttp_server: Any):
-    world, admin = await start_space(tmp_path, aiohttp_server)
-    async with admin:
-        yield world
-
-
-@pytest.fixture
-def cli(world: World, capsys: pytest.CaptureFixture[str]) -> Cli:
-    return Cli(world, capsys)
 
 
 async def add(cli: Cli, *argv: str) -> dict[str, Any]:
