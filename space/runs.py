@@ -98,7 +98,7 @@ def add_run(
     db: sqlite_utils.Database, space: str, run: RunIn, keep: RunRetention, now: datetime
 ) -> bool:
     """Insert `run` and bump its rollup; False if this exact run was there already."""
-    body = _encoder.encode(run).decode()
+    body = _body(run)
     with transaction(db):
         row = db.execute(
             "SELECT body FROM runs WHERE space = ? AND run_id = ?", [space, run.runId]
@@ -124,6 +124,15 @@ def add_run(
         _bump(db, space, run)
         logtable.prune(db, "runs", "trigger_id", space, run.triggerId, failure, keep, now)
     return True
+
+
+def _body(run: RunIn) -> str:
+    """The stored (and answered) run: its instants in the one wire format, milliseconds."""
+    data = msgspec.to_builtins(run)
+    data["startedAt"] = iso(run.startedAt)
+    if run.finishedAt is not None:
+        data["finishedAt"] = iso(run.finishedAt)
+    return _encoder.encode(data).decode()
 
 
 def _bump(db: sqlite_utils.Database, space: str, run: RunIn) -> None:

@@ -155,6 +155,17 @@ def run(run_id: str, status: str = "ok", trigger: str = "trg_a", minute: int = 0
     }
 
 
+async def test_runs_are_answered_with_instants_in_the_one_format(api: Api) -> None:
+    body = run("r9") | {"startedAt": "2026-12-01T10:00:00.123456+01:00",
+                        "finishedAt": "2026-12-01T09:00:01.5Z"}  # fmt: skip
+    assert (await api.post(f"{S}/runs", body))[0] == 201
+    _, listing = await api.get(f"{S}/runs")
+    (found,) = listing["runs"]
+    assert found["startedAt"] == "2026-12-01T09:00:00.123Z"
+    assert found["finishedAt"] == "2026-12-01T09:00:01.500Z"
+    assert (await api.post(f"{S}/runs", body))[0] == 200  # the same run again: idempotent
+
+
 async def test_runs_are_listed_oldest_first_with_filters(api: Api) -> None:
     for i, status in enumerate(["ok", "error", "ok", "skipped"]):
         code, _ = await api.post(f"{S}/runs", run(f"r{i}", status, minute=i))
