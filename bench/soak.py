@@ -14,8 +14,8 @@ have no chaos, so every takeover and bridge can finish. Then the space's SQLite 
 - duplicates: a key claimed or run twice, a message answered twice;
 - lost: a slot or message that came while a device was up for `HORIZON` seconds after
   it (time for a takeover and its bridge) and the space with it, yet never claimed;
-  unless the record was paused before any device fired it again (SPEC: nothing of a
-  paused record fires, and the resume moves `activeSince` past it);
+  unless no holder was firing live then and the record was paused before the bridge
+  (SPEC: nothing of a paused record fires, and the resume moves `activeSince` past it);
 - replayed: a claim for an instant when no device process was running at all;
 - before activeSince, in paused time: a claim for an instant before the record existed, or
   between a pause and the `activeSince` of its resume (the space's change feed says when);
@@ -371,6 +371,7 @@ class Check:
         ):
             self._regime(tid, op, json.loads(body) if body else {})
         db.close()
+        self._live: list[float] | None = None
         self.found: Counter[str] = Counter()
         self.examples: dict[str, list[str]] = {}
 
@@ -408,13 +409,24 @@ class Check:
         """Within a paused stretch of the record (widened by `edge`, or narrowed if negative)."""
         return any(a - edge <= t <= b + edge for a, b in self.pauses.get(tid, []))
 
-    def paused_first(self, tid: str, t: float, claimed: list[float]) -> bool:
-        """Paused after `t` before any device fired the record again: a takeover still
-        under way when the pause came never fires `t` (a resume moves `activeSince`)."""
-        for start, _ in self.pauses.get(tid, []):
-            if t < start <= t + HORIZON:
-                return not any(t <= c < start for c in claimed)
-        return False
+    def paused_first(self, tid: str, t: float) -> bool:
+        """No holder was firing live at `t` (a takeover under way) and the record was paused
+        within `HORIZON` after it: the bridge came too late, and by the rule `t` never fires
+        (nothing of a paused record fires; the resume moves `activeSince` past it)."""
+        if self.live_holder(t):
+            return False
+        return any(t < start <= t + HORIZON for start, _ in self.pauses.get(tid, []))
+
+    def live_holder(self, t: float) -> bool:
+        """A floating cron slot near `t` was claimed on time: a holder was firing live."""
+        if self._live is None:
+            floating = {self.h.triggers[r] for r in ("cron", "later") if r in self.h.triggers}
+            self._live = sorted(
+                stamp(claimed)
+                for tid, key, _, _, claimed in self.claims
+                if tid in floating and stamp(claimed) - stamp(key.replace("Z", "+00:00")) < 1.0
+            )
+        return any(t - EDGE <= c <= t + EDGE for c in self._live)
 
     def run(self) -> None:
         by_trigger: dict[str, dict[str, tuple[int, str, float]]] = {}
@@ -447,7 +459,6 @@ class Check:
         peers = (PINNED_TO,) if role == "pinned" else PEERS
         horizon = EDGE if role == "pinned" else HORIZON
         fired = {stamp(k.replace("Z", "+00:00")) for k in claims}
-        claimed = [c[2] for c in claims.values()]
         for t in fired:
             if t < since:
                 self.breach("before activeSince", f"{role} {t - since:+.1f} s")
@@ -461,7 +472,7 @@ class Check:
                 self.any_up_strictly(t - EDGE, t + horizon, peers)
                 and self.space_up(t - EDGE, t + horizon)
                 and not self.paused(tid, t, EDGE)
-                and not self.paused_first(tid, t, claimed)
+                and not self.paused_first(tid, t)
             )
             if expected and t not in fired:
                 self.breach("lost", f"{role} slot {_at(t)}")
@@ -472,7 +483,6 @@ class Check:
         tid = self.h.triggers["event"]
         since = self.created[tid]
         feed = [(mid, ts) for obj, mid, ts, _ in self.messages if obj == self.h.chats["feed"]]
-        claimed = [c[2] for c in claims.values()]
         for mid, ts in feed:
             fired = mid in claims
             if fired and ts < since:
@@ -487,7 +497,7 @@ class Check:
                 and self.any_up_strictly(ts - EDGE, ts + HORIZON)
                 and self.space_up(ts, ts + HORIZON)
                 and not self.paused(tid, ts, EDGE)
-                and not self.paused_first(tid, ts, claimed)
+                and not self.paused_first(tid, ts)
             )
             self.found["messages checked"] += expected
             if expected and not fired:
