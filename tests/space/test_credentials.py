@@ -9,8 +9,10 @@ import stat
 from typing import Any
 
 import pytest
+import sqlite_utils
 from space_support import SPACE, Api, FakeClock
 
+from space import token_store
 from space.app import default_admin_token_file
 from space.token_store import token_id
 
@@ -347,3 +349,12 @@ async def test_a_list_of_claims_answers_a_token_for_each_claimed_one(api: Api) -
     assert (await first.get(f"{S}/state/{one['id']}/x"))[0] in (200, 404)
     assert (await first.get(f"{S}/state/{two['id']}/x"))[0] == 403
     assert (await second.get(f"{S}/state/{two['id']}/x"))[0] in (200, 404)
+
+
+def test_forgetting_expired_tokens_searches_an_index(tmp_path: Any) -> None:
+    """`prune` runs at every run token minted, a claim's included: no scan of all tokens."""
+    db = sqlite_utils.Database(tmp_path / "t.db")
+    token_store.ensure_schema(db)
+    plan = db.execute("EXPLAIN QUERY PLAN DELETE FROM tokens WHERE expires_at IS NOT NULL "
+                      "AND expires_at <= ?", [0.0]).fetchall()  # fmt: skip
+    assert any("USING INDEX tokens_by_expiry" in str(row[-1]) for row in plan), plan
