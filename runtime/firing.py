@@ -3,14 +3,20 @@
 Owns `Firing`, the `Dispatcher` of the daemon (SPEC "Who runs what", "Runs"):
 
     floating and not allowed now → dropped (logged)
-    claim (triggerId, key, term, peer)  ── already_claimed / not_owner → nothing
-                                        └─ stale_term → a `rejected` run
+    claim (triggerId, key, term, peer, run) ── already_claimed / not_owner → nothing
+                                             └─ stale_term → a `rejected` run
     chat-watch (by its reserved id) → the ChatWatch (no run record: its turns are logged)
     admission (overlap policy) ── skip → `skipped` overlap; full queue → `rejected` queue_full
     program (ProgramCache) ── not published → `skipped` unknown_program (the breaker
                               never sees it, and the next fire after publishing runs)
     breaker ── open → `skipped` breaker_open
-    run token (for this claimed fire) → executor → run record (ends the token) → stamps
+    the run's token (answered with the claim) → executor → run record (ends it) → stamps
+
+The run id is chosen before the claim, and the claim asks the space for the run's
+token in the same request, so a fire costs no request of its own for a token; every
+record of the fire (run or not) carries that run id, so posting it ends the token. A
+fire that waited in its queue longer than `TOKEN_FRESH_S` mints a fresh token instead
+(`POST …/tokens/run`), so its token still outlives the run's timeout.
 
 Per trigger it keeps the admission slots, the fires waiting in its queue and its
 `Book` (breaker, rollup), seeded from the record's stamps and re-seeded when the
@@ -31,6 +37,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from programs import admission, breaker
 from programs.context import RunContext
 from programs.executor import Executor, ExecutorClosed
@@ -50,6 +58,7 @@ from triggers.registry import Diff
 log = logging.getLogger("baton.firing")
 
 TOKEN_MARGIN_S = 30.0  # a run token outlives the run's timeout by this much at most
+TOKEN_FRESH_S = TOKEN_MARGIN_S / 2  # a claim's token is used by a run starting this soon
 WRITE_TRIES = 3
 
 
@@ -58,7 +67,7 @@ class _Slot:
 
     def __init__(self, record: Trigger) -> None:
         self.slots = admission.IDLE
-        self.waiting: deque[tuple[FireRequest, int]] = deque()
+        self.waiting: deque[tuple[FireRequest, int, Claimed]] = deque()
         self.book = outcomes.book_of(record)
         self.runs_seen = self.book.rollup.runs
         self.latest: dict[str, Any] | None = None  # stamps not yet written
@@ -80,6 +89,15 @@ def _policy(request: FireRequest, slot: _Slot) -> Overlap:
 
 def new_run_id() -> str:
     return "run_" + secrets.token_hex(8)
+
+
+class Claimed(msgspec.Struct, frozen=True, kw_only=True):
+    """A fire this device claimed: the run id chosen before the claim, the run's token
+    the claim answered (None if it asked for none) and when the answer came (monotonic)."""
+
+    run_id: str
+    token: str | None = None
+    at: float = 0.0
 
 
 class Firing:
@@ -121,8 +139,8 @@ class Firing:
             if slot is None:
                 continue
             while slot.waiting:
-                request, term = slot.waiting.popleft()
-                self._spawn(self._withdrawn(request, term), request)
+                request, term, claimed = slot.waiting.popleft()
+                self._spawn(self._withdrawn(request, term, claimed.run_id), request)
 
     def status(self) -> dict[str, Any]:
         busy = {
@@ -169,31 +187,41 @@ class Firing:
             self._count("dropped")
             return
         term = self._term()
-        if not await self._claim(request, term):
+        watch = record.id == RESERVED_CHAT_WATCH  # by its reserved id, whatever it says
+        claimed = await self._claim(request, term, run=not watch)
+        if claimed is None:
             return
-        if record.id == RESERVED_CHAT_WATCH:  # by its reserved id, whatever it says
+        if watch:
             await self._offer(request)
             return
-        self._admit(request, term)
+        self._admit(request, term, claimed)
 
-    async def _claim(self, request: FireRequest, term: int) -> bool:
-        """Claim the fire; a transient failure is retried, so a space restart loses nothing.
+    async def _claim(self, request: FireRequest, term: int, *, run: bool) -> Claimed | None:
+        """Claim the fire (with `run`, asking for its run's token too); None if refused. A
+        transient failure is retried, so a space restart loses nothing.
 
         The claim carries an id of its own: if an earlier try went through and its answer
-        was lost, the space answers the retry as claimed; any other claim of the key (this
-        device's own earlier fire of it included) is refused as `already_claimed`."""
-        body = {"triggerId": request.trigger.id, "key": request.key, "term": term,
-                "peer": self._peer, "claimId": "clm_" + secrets.token_hex(8)}  # fmt: skip
+        was lost, the space answers the retry as claimed (with a token); any other claim of
+        the key (this device's own earlier fire of it included) is `already_claimed`."""
+        run_id = new_run_id()
+        body: dict[str, Any] = {"triggerId": request.trigger.id, "key": request.key,
+                                "term": term, "peer": self._peer,
+                                "claimId": "clm_" + secrets.token_hex(8)}  # fmt: skip
+        if run:
+            ttl = request.trigger.limits.timeout_seconds + TOKEN_MARGIN_S
+            body["run"] = {"runId": run_id, "ttlSeconds": ttl}
         for attempt in range(WRITE_TRIES):
             try:
-                await self._client.fires_claim(self._space, body)
-                return True
+                answer = await self._client.fires_claim(self._space, body)
+                token = answer.get("token") if isinstance(answer, dict) else None
+                return Claimed(run_id=run_id, token=token if isinstance(token, str) else None,
+                               at=self._clock.monotonic())  # fmt: skip
             except ApiError as exc:
                 if _transient(exc) and attempt < WRITE_TRIES - 1:
                     await self._clock.sleep(0.5 * 2**attempt)
                     continue
                 await self._refused(request, term, exc)
-                return False
+                return None
         raise AssertionError("unreachable: the last try returns or refuses")
 
     async def _refused(self, request: FireRequest, term: int, exc: ApiError) -> None:
@@ -229,7 +257,7 @@ class Firing:
             slot.runs_seen = slot.book.rollup.runs
         return slot
 
-    def _admit(self, request: FireRequest, term: int) -> None:
+    def _admit(self, request: FireRequest, term: int, claimed: Claimed) -> None:
         record = request.trigger
         slot = self._slot(record)
         policy, max_queue = _policy(request, slot), record.limits.max_queue
@@ -241,31 +269,33 @@ class Firing:
             slot.catchups += 1
         match decision.verdict:
             case admission.Verdict.START:
-                self._spawn(self._run_admitted(request, term), request)
+                self._spawn(self._run_admitted(request, term, claimed), request)
             case admission.Verdict.QUEUED:
-                slot.waiting.append((request, term))
+                slot.waiting.append((request, term, claimed))
             case admission.Verdict.SKIPPED:
-                self._spawn(self._not_run(request, term, RunStatus.skipped, decision.reason),
-                            request)  # fmt: skip
+                self._spawn(self._not_run(request, term, RunStatus.skipped, decision.reason,
+                                          claimed.run_id), request)  # fmt: skip
             case admission.Verdict.REJECTED:
-                self._spawn(self._not_run(request, term, RunStatus.rejected, decision.reason),
-                            request)  # fmt: skip
+                self._spawn(self._not_run(request, term, RunStatus.rejected, decision.reason,
+                                          claimed.run_id), request)  # fmt: skip
 
-    async def _run_admitted(self, request: FireRequest, term: int) -> None:
+    async def _run_admitted(self, request: FireRequest, term: int, claimed: Claimed) -> None:
         slot = self._slots.get(request.trigger.id)
         if slot is None:
-            await self._withdrawn(request, term)
+            await self._withdrawn(request, term, claimed.run_id)
             return
         try:
             program = await self._load(request.trigger.program)
             if isinstance(program, tuple) and program[1] == outcomes.UNKNOWN_PROGRAM:
-                await self._not_run(request, term, RunStatus.skipped, outcomes.UNKNOWN_PROGRAM)
+                await self._not_run(request, term, RunStatus.skipped, outcomes.UNKNOWN_PROGRAM,
+                                    claimed.run_id)  # fmt: skip
                 return
             admitted, slot.book = self._breaker_admit(slot.book)
             if admitted:
-                await self._run(request, term, program)
+                await self._run(request, term, program, claimed)
             else:
-                await self._not_run(request, term, RunStatus.skipped, outcomes.BREAKER_OPEN)
+                await self._not_run(request, term, RunStatus.skipped, outcomes.BREAKER_OPEN,
+                                    claimed.run_id)  # fmt: skip
         finally:
             slot.catchups -= request.catchup
             self._next(request.trigger.id, slot)
@@ -279,16 +309,21 @@ class Firing:
             return  # withdrawn meanwhile: its waiting fires are recorded by apply()
         start, slot.slots = admission.finished(slot.slots)
         if start and slot.waiting:
-            request, term = slot.waiting.popleft()
-            self._spawn(self._run_admitted(request, term), request)
+            request, term, claimed = slot.waiting.popleft()
+            self._spawn(self._run_admitted(request, term, claimed), request)
 
     async def _run(
-        self, request: FireRequest, term: int, program: LoadedProgram | tuple[Outcome, str]
+        self,
+        request: FireRequest,
+        term: int,
+        program: LoadedProgram | tuple[Outcome, str],
+        claimed: Claimed,
     ) -> None:
         record = request.trigger
-        fire = self._fire_of(request, term, new_run_id())
+        fire = self._fire_of(request, term, claimed.run_id)
         log.info("fire %s@%s → %s", named(record), request.key, record.program)
-        outcome, reason = await self._execute(record, fire, request.event, program)
+        token = self._fresh_token(claimed)
+        outcome, reason = await self._execute(record, fire, request.event, program, token)
         log.info("fire %s@%s ← %s %.0f ms%s", named(record), request.key, outcome.status.value,
                  outcome.duration_ms, f": {reason}" if reason else "")  # fmt: skip
         await self._finish(request, fire, outcome, reason, admitted=True)
@@ -299,10 +334,12 @@ class Firing:
         fire: Fire,
         event: dict[str, Any] | None,
         program: LoadedProgram | tuple[Outcome, str],
+        token: str | None,
     ) -> tuple[Outcome, str]:
         if not isinstance(program, LoadedProgram):
             return program
-        token = await self._run_token(fire, record.limits.timeout_seconds)
+        if token is None:  # waited too long since the claim (or the space gave none)
+            token = await self._run_token(fire, record.limits.timeout_seconds)
         if isinstance(token, Outcome):
             return token, outcomes.RUN_TOKEN
         args = dict(record.args) if event is None else {**record.args, "event": event}
@@ -321,6 +358,12 @@ class Firing:
         except ApiError as exc:
             return outcomes.failed_before_run(f"program {ref}: {exc}"), exc.code
 
+    def _fresh_token(self, claimed: Claimed) -> str | None:
+        """The claim's token, if the run starts soon enough for it to outlive the run."""
+        if claimed.token is None or self._clock.monotonic() - claimed.at > TOKEN_FRESH_S:
+            return None
+        return claimed.token
+
     async def _run_token(self, fire: Fire, timeout_s: float) -> str | Outcome:
         return await run_token(self._client, self._space, fire, timeout_s, self._clock)
 
@@ -331,19 +374,21 @@ class Firing:
 
     # --- recording -------------------------------------------------------------------------
 
-    async def _not_run(self, request: FireRequest, term: int, status: RunStatus, why: str) -> None:
-        fire = self._fire_of(request, term, new_run_id())
+    async def _not_run(
+        self, request: FireRequest, term: int, status: RunStatus, why: str, run_id: str
+    ) -> None:
+        fire = self._fire_of(request, term, run_id)
         log.info("fire %s@%s ← %s: %s", named(request.trigger), request.key, status.value, why)
         await self._finish(request, fire, outcomes.not_run(status, why), why, admitted=False)
 
-    async def _withdrawn(self, request: FireRequest, term: int) -> None:
-        await self._unstamped(request, term, RunStatus.skipped, outcomes.WITHDRAWN)
+    async def _withdrawn(self, request: FireRequest, term: int, run_id: str) -> None:
+        await self._unstamped(request, term, RunStatus.skipped, outcomes.WITHDRAWN, run_id)
 
     async def _unstamped(
-        self, request: FireRequest, term: int, status: RunStatus, why: str
+        self, request: FireRequest, term: int, status: RunStatus, why: str, run_id: str = ""
     ) -> None:
         """A non-run of a trigger this device does not (or no longer) hold: no stamps."""
-        fire = self._fire_of(request, term, new_run_id())
+        fire = self._fire_of(request, term, run_id or new_run_id())
         self._count(status.value)
         ending = outcomes.not_run(status, why)
         await self._post_run(outcomes.run_record(fire, ending, finished_at=fire.started_at,

@@ -7,21 +7,25 @@ the current lease at that term; one for a pinned trigger is refused
 `BEGIN IMMEDIATE` transaction, so concurrent claims of a key yield one winner.
 A claim may carry a `claimId` (one per fire attempt): the same claim sent again
 (its answer was lost) is answered as claimed, while another attempt at the same
-key by the same device is `already_claimed`. Must not change the lease or the
-records.
+key by the same device is `already_claimed`. A claim may also ask for its run's
+token (`run`): the token is minted (`token_store.mint_run`) in the claim's own
+transaction, for the claimed fire only, living at most the record's timeout plus
+`run_token_margin_seconds`, and answered with the claim (a retried claim gets one
+too); a refused claim mints nothing. Must not change the lease or the records.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from space import chat_store, election, metrics
+from space import chat_store, election, metrics, token_store
 from space import trigger_store as records
+from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso
 from space.db import DB, transaction
@@ -29,6 +33,8 @@ from space.http import ApiError, add_route, answer, int_query, now_of, read_body
 from space.spaces import require_space
 
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+DEFAULT_TIMEOUT_S = 60.0  # a record without `limits.timeoutSeconds`
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS fires (space TEXT NOT NULL, trigger_id TEXT NOT NULL,
@@ -38,12 +44,20 @@ CREATE TABLE IF NOT EXISTS fires (space TEXT NOT NULL, trigger_id TEXT NOT NULL,
 CLAIM_ID_COLUMN = "ALTER TABLE fires ADD COLUMN claim_id TEXT NOT NULL DEFAULT ''"
 
 
+class RunAsk(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The run a claim asks a token for: the token is scoped to it and dies with it."""
+
+    runId: Name
+    ttlSeconds: Annotated[float, msgspec.Meta(gt=0)] = 3600.0  # capped at timeout + margin
+
+
 class FireIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     triggerId: Text
     key: Text
     term: Annotated[int, msgspec.Meta(ge=0)]
     peer: Text
     claimId: Text | None = None  # one per fire attempt: a retry of the same claim is no conflict
+    run: RunAsk | None = None  # answer the run's token with the claim
 
 
 class FireOut(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,6 +66,8 @@ class FireOut(msgspec.Struct, frozen=True, kw_only=True):
     term: int
     peer: str
     claimedAt: str
+    token: str | None = None  # the run's token, when the claim asked for it (`run`)
+    expiresAt: str | None = None
 
 
 class FireResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,6 +77,8 @@ class FireResult(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     detail: str | None = None
     claimedAt: str | None = None
+    token: str | None = None
+    expiresAt: str | None = None
 
 
 class FireResults(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,14 +95,15 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
         db.execute(CLAIM_ID_COLUMN)  # a store written by an older build
 
 
-def _fence(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> None:
+def _fence(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> dict[str, Any]:
+    """The record of the fire, if `fire` may be claimed now; `ApiError` if not."""
     _, record = records.current(db, space, fire.triggerId)
     _active(db, record, fire)
     owner = record.get("owner", "")
     if isinstance(owner, str) and owner:
         if fire.peer != owner:
             raise ApiError(409, "not_owner", f"trigger {fire.triggerId!r} is pinned to {owner!r}")
-        return
+        return record
     lease = election.load(db, space)
     if lease.lapsed(now) or lease.active != fire.peer or lease.term != fire.term:
         holder = lease.active if not lease.lapsed(now) else None
@@ -95,6 +114,7 @@ def _fence(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -
             f"lease (held by {holder!r} at term {lease.term})",
             term=lease.term,
         )
+    return record
 
 
 def _active(db: sqlite_utils.Database, record: dict[str, Any], fire: FireIn) -> None:
@@ -127,9 +147,21 @@ def _instant(text: str) -> datetime | None:
     return when if when.tzinfo is not None else None
 
 
-def claim_one(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> dict[str, Any]:
-    """Check the fence and claim; raise `ApiError` (404/409) if refused. Inside a transaction."""
-    _fence(db, space, fire, now)
+def claim_one(
+    db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime, margin: float
+) -> dict[str, Any]:
+    """Check the fence and claim; raise `ApiError` (404/409) if refused. Inside a transaction.
+
+    With `run`, the answer carries the run's token, living at most the record's timeout
+    plus `margin` seconds."""
+    record = _fence(db, space, fire, now)
+    claimed = _insert(db, space, fire, now)
+    if fire.run is None:
+        return claimed
+    return {**claimed, **_run_token(db, space, fire, record, now, margin)}
+
+
+def _insert(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> dict[str, Any]:
     row = db.execute(
         "SELECT term, peer, claimed_at, claim_id FROM fires "
         "WHERE space = ? AND trigger_id = ? AND key = ?",
@@ -154,6 +186,30 @@ def claim_one(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime
     return {**_out(fire), "claimedAt": at}
 
 
+def _run_token(
+    db: sqlite_utils.Database,
+    space: str,
+    fire: FireIn,
+    record: dict[str, Any],
+    now: datetime,
+    margin: float,
+) -> dict[str, str]:
+    """The token of the run the claim asked for: `{token, expiresAt}`."""
+    assert fire.run is not None
+    ttl = min(fire.run.ttlSeconds, run_timeout(record) + margin)
+    expires = now + timedelta(seconds=ttl)
+    token = token_store.mint_run(db, space, fire.triggerId, fire.run.runId, now.timestamp(),
+                                 expires.timestamp())  # fmt: skip
+    return {"token": token, "expiresAt": iso(expires)}
+
+
+def run_timeout(record: dict[str, Any]) -> float:
+    """The record's `limits.timeoutSeconds` (defaults filled in): how long its run may take."""
+    limits = records.complete(record).get("limits")
+    value = limits.get("timeoutSeconds") if isinstance(limits, dict) else None
+    return float(value) if isinstance(value, int | float) else DEFAULT_TIMEOUT_S
+
+
 def claim_of(db: sqlite_utils.Database, space: str, tid: str, key: str) -> tuple[str, int] | None:
     """Who claimed `(tid, key)` and at which term, or None if nobody did."""
     row = db.execute(
@@ -176,13 +232,16 @@ def _out(fire: FireIn) -> dict[str, Any]:
     return {"triggerId": fire.triggerId, "key": fire.key, "term": fire.term, "peer": fire.peer}
 
 
-def _result(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> dict[str, Any]:
+def _result(
+    db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime, margin: float
+) -> dict[str, Any]:
     base = {"triggerId": fire.triggerId, "key": fire.key}
     try:
-        claimed = claim_one(db, space, fire, now)
+        claimed = claim_one(db, space, fire, now, margin)
     except ApiError as exc:
         return {**base, "status": exc.status, "error": exc.code, "detail": exc.detail}
-    return {**base, "status": 201, "claimedAt": claimed["claimedAt"]}
+    minted = {name: claimed[name] for name in ("token", "expiresAt") if name in claimed}
+    return {**base, "status": 201, "claimedAt": claimed["claimedAt"], **minted}
 
 
 async def post_fires(request: web.Request) -> web.Response:
@@ -192,15 +251,16 @@ async def post_fires(request: web.Request) -> web.Response:
     for fire in batch:
         require_peer(request, fire.peer)
     db, now = request.app[DB], now_of(request)
+    margin = request.app[SETTINGS].run_token_margin_seconds
     if isinstance(body, list):
         with transaction(db):
-            results = [_result(db, space, f, now) for f in body]
+            results = [_result(db, space, f, now, margin) for f in body]
         for r in results:
             metrics.claim_seen(request.app, space, r["key"], r.get("error") or "claimed", now)
         return answer({"claims": results})
     try:
         with transaction(db):
-            claimed = claim_one(db, space, body, now)
+            claimed = claim_one(db, space, body, now, margin)
     except ApiError as exc:
         metrics.claim_seen(request.app, space, body.key, exc.code, now)
         raise
@@ -228,7 +288,8 @@ def setup(app: web.Application) -> None:
         "POST",
         "/v1/spaces/{space}/fires",
         post_fires,
-        "Claim a fire (201) or a list of fires (200, one result each)",
+        "Claim a fire (201) or a list of fires (200, one result each); `run` asks for the "
+        "run's token with it",
         body=FireIn | list[FireIn],
         answer=FireOut,
     )

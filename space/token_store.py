@@ -62,7 +62,10 @@ CREATE TABLE IF NOT EXISTS tokens (
 );
 """
 ADDED_COLUMNS = {"revoked_at": "REAL", "last_used_at": "REAL"}
-INDEXES = "CREATE INDEX IF NOT EXISTS tokens_by_run ON tokens (space, run_id);"
+INDEXES = """
+CREATE INDEX IF NOT EXISTS tokens_by_run ON tokens (space, run_id);
+CREATE INDEX IF NOT EXISTS tokens_by_expiry ON tokens (expires_at);
+"""  # `prune` runs at every run token minted (with every claim that asks for one)
 PREFIX = {Role.ADMIN: "bta_", Role.DEVICE: "btd_", Role.RUN: "btr_"}
 ID_DIGITS = 16
 LAST_USED_GRAIN = 60.0  # seconds: `last_used_at` is written at most this often per token

@@ -4,9 +4,11 @@ fire); list and revoke tokens and rotate the admin token (admin).
 Owns the HTTP side of credentials. A device token is bound to one space and one
 peer. A device mints a run token only for a fire it claimed (`key`), and the
 token dies at the run's timeout plus `run_token_margin_seconds` at the latest
-(and when its run is recorded, see `runs`). The answer is the only time a token
-is shown; listings show ids, never secrets. Storage lives in `token_store`,
-scope rules in `auth`; this module must not check route scopes itself.
+(and when its run is recorded, see `runs`). The fire path gets its token with the
+claim instead (`fires`, `run`); this route stays for manual runs and other callers.
+The answer is the only time a token is shown; listings show ids, never secrets.
+Storage lives in `token_store`, scope rules in `auth`; this module must not check
+route scopes itself.
 """
 
 from __future__ import annotations
@@ -107,13 +109,7 @@ def _allowed_ttl(request: web.Request, space: str, body: RunTokenIn) -> float:
                   "mints run tokens only for its own fires - at `$.key`")  # fmt: skip
         raise ApiError(403, "not_claimed", detail)
     _, record = records.current(db, space, body.triggerId)
-    return _timeout(record) + settings.run_token_margin_seconds
-
-
-def _timeout(record: dict[str, Any]) -> float:
-    limits = records.complete(record).get("limits")
-    value = limits.get("timeoutSeconds") if isinstance(limits, dict) else None
-    return float(value) if isinstance(value, int | float) else 60.0
+    return fires.run_timeout(record) + settings.run_token_margin_seconds
 
 
 async def list_tokens(request: web.Request) -> web.Response:
@@ -166,7 +162,8 @@ def setup(app: web.Application) -> None:
               "Mint a device token bound to one space and one peer (shown once)",
               body=DeviceTokenIn, **doc)  # fmt: skip
     add_route(app, "POST", "/v1/spaces/{space}/tokens/run", post_run_token,
-              "Mint a run token for one trigger and run (a device: only for a fire it claimed)",
+              "Mint a run token for one trigger and run (a device: only for a fire it claimed; "
+              "a claim can also answer one, `run` on POST …/fires)",
               body=RunTokenIn, **doc)  # fmt: skip
     add_route(app, "GET", "/v1/tokens", list_tokens,
               "Tokens without their secrets; `?all=1` adds revoked and expired ones",

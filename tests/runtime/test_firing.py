@@ -62,6 +62,10 @@ class World:
         self.url, self.admin, self.device, self.chat = url, admin, device, chat
         self.clock = FakeClock(datetime.now(UTC).replace(microsecond=0))
         self.firing: Firing | None = None
+        self.seen: list[tuple[str, str]] = []  # (method, route) of every request the space answered
+
+    def asked(self, method: str, route: str) -> int:
+        return self.seen.count((method, "/v1/spaces/{space}" + route))
 
     async def publish(self, ref: str, source: str) -> None:
         await self.admin.program_put(SPACE, ref, {"source": source})
@@ -119,13 +123,22 @@ class FakeResponder:
 @pytest.fixture
 async def world(tmp_path: Path, aiohttp_server: Any):
     db = tmp_path / "space.db"
-    server = await aiohttp_server(create_app(db))
+    app = create_app(db)
+    seen: list[tuple[str, str]] = []
+
+    async def access(request: Any, _: Any) -> None:  # the server's own account of requests
+        resource = request.match_info.route.resource
+        seen.append((request.method, resource.canonical if resource is not None else ""))
+
+    app.on_response_prepare.append(access)
+    server = await aiohttp_server(app)
     url = str(server.make_url("/")).rstrip("/")
     admin = SpaceClient(url, default_admin_token_file(db).read_text().strip())
     created = await admin.space_create({"id": SPACE})
     token = (await admin.token_device({"peer": PEER, "space": SPACE}))["token"]
     device = SpaceClient(url, token)
     w = World(url, admin, device, created["generalChat"])
+    w.seen = seen
     try:
         yield w
     finally:
@@ -336,6 +349,65 @@ async def test_a_program_posts_to_the_chat_with_its_run_token(w: World):
     [posted] = [m for m in messages if m["messageId"] == run["result"]["messageId"]]
     assert posted["text"] == "hello from a program"
     assert posted["agent"]["name"] == "greeter"
+
+
+async def test_a_fire_gets_its_run_token_with_the_claim_and_it_ends_with_the_run(w: World):
+    await w.publish("greeter@v1", CHATTY)
+    record = await w.trigger("greeter@v1", args={"space": SPACE, "chat": w.chat})
+    w.seen.clear()
+    await w.fire(w.request(record, "k"))
+    [run] = await w.runs(record)
+    assert run["status"] == "ok", run["error"]  # the program posted with the claim's token
+    assert w.asked("POST", "/fires") == 1 and w.asked("POST", "/runs") == 1
+    assert w.asked("POST", "/tokens/run") == 0  # no request of its own for the token
+    [token] = [t for t in (await w.admin.tokens(all=True))["tokens"] if t["role"] == "run"]
+    assert (token["triggerId"], token["runId"], token["state"]) == (
+        record.id, run["runId"], "revoked",
+    )  # fmt: skip
+    [claim] = (await w.admin.fires(SPACE, trigger=record.id))["fires"]
+    assert claim["key"] == "k"
+
+
+async def test_a_fire_not_run_ends_the_token_its_claim_answered(w: World, tmp_path: Path):
+    gate = tmp_path / "gate"
+    await w.publish("slow@v1", GATED)
+    record = await w.trigger("slow@v1", args={"gate": str(gate)})  # overlap: skip
+    assert w.firing is not None
+    await w.firing.fire(w.request(record, "a"))
+    await w.until_running(record)
+    await w.firing.fire(w.request(record, "b"))
+    async with asyncio.timeout(10):
+        while w.firing.counts.get("skipped") != 1:
+            await asyncio.sleep(0.005)
+    gate.touch()
+    await w.fire()
+    runs = {r["key"]: r["runId"] for r in await w.runs(record)}
+    tokens = {t["runId"]: t["state"] for t in (await w.admin.tokens(all=True))["tokens"]
+              if t["role"] == "run"}  # fmt: skip
+    assert tokens == {runs["a"]: "revoked", runs["b"]: "revoked"}
+    assert w.asked("POST", "/tokens/run") == 0
+
+
+async def test_a_fire_that_waited_long_in_its_queue_mints_a_fresh_token(w: World, tmp_path: Path):
+    gate = tmp_path / "gate"
+    await w.publish("slow@v1", GATED)
+    record = await w.trigger("slow@v1", args={"gate": str(gate)},
+                             limits={"overlap": "queue", "maxQueue": 1})  # fmt: skip
+    assert w.firing is not None
+    await w.firing.fire(w.request(record, "a"))
+    await w.until_running(record)
+    await w.firing.fire(w.request(record, "b"))
+    async with asyncio.timeout(10):
+        while not w.firing.status()["triggers"].get(record.id, {}).get("queued"):
+            await asyncio.sleep(0.005)
+    w.clock.advance(20)  # longer than a claim's token may wait: it could die mid-run
+    gate.touch()
+    await w.fire()
+    runs = {r["key"]: r for r in await w.runs(record)}
+    assert [runs[k]["status"] for k in "ab"] == ["ok", "ok"]
+    assert w.asked("POST", "/tokens/run") == 1  # for "b" alone
+    live = [t for t in (await w.admin.tokens())["tokens"] if t["role"] == "run"]
+    assert live == []  # every token of both runs ended with its record
 
 
 async def test_chat_watch_fires_go_to_the_conversation_watcher(world: World, executor: Executor):

@@ -9,8 +9,10 @@ import stat
 from typing import Any
 
 import pytest
+import sqlite_utils
 from space_support import SPACE, Api, FakeClock
 
+from space import token_store
 from space.app import default_admin_token_file
 from space.token_store import token_id
 
@@ -248,3 +250,111 @@ async def test_a_stream_opened_with_a_token_ends_when_the_token_does(api: Api, e
         async with asyncio.timeout(5):
             rest = await stream.content.read()  # the stream ends: EOF
         assert b"event: message" not in rest
+
+
+async def live_run_tokens(api: Api) -> list[dict[str, Any]]:
+    return [t for t in (await api.get("/tokens"))[1]["tokens"] if t["role"] == "run"]
+
+
+async def test_a_claim_with_run_answers_the_runs_token(api: Api, space_clock: FakeClock) -> None:
+    phone = api.as_(await api.device_token("phone"))
+    mine = await api.create_trigger(owner="phone", limits={"timeoutSeconds": 5})
+    other = await api.create_trigger(owner="phone")
+    fire = {"triggerId": mine["id"], "key": "2026-12-01T09:05:00Z", "term": 0, "peer": "phone",
+            "claimId": "clm_1", "run": {"runId": "r1", "ttlSeconds": 3600}}  # fmt: skip
+    status, claimed = await phone.post(f"{S}/fires", fire)
+    assert status == 201 and claimed["claimedAt"] == "2026-12-01T09:00:00.000Z"
+    assert claimed["expiresAt"] == "2026-12-01T09:00:35.000Z"  # timeout + 30 s, as POST tokens/run
+    [listed] = await live_run_tokens(api)
+    assert (listed["triggerId"], listed["runId"]) == (mine["id"], "r1")
+    run = api.as_(claimed["token"])
+    assert (await run.put(f"{S}/state/{mine['id']}/cursor", {"value": 1}))[0] == 200
+    assert (await run.get(f"{S}/state/{mine['id']}/cursor"))[1]["value"] == 1
+    status, body = await run.get(f"{S}/state/{other['id']}/cursor")
+    assert (status, body["error"]) == (403, "forbidden")
+    status, body = await run.post(f"{S}/fires", {**fire, "key": "k2", "run": None})
+    assert (status, body["error"]) == (403, "forbidden")  # a run token claims nothing
+    status, again = await phone.post(f"{S}/fires", fire)  # the first answer was lost: a retry
+    assert status == 201 and again["claimedAt"] == claimed["claimedAt"]
+    assert again["token"].startswith("btr_") and again["token"] != claimed["token"]
+    retried = api.as_(again["token"])
+    assert (await retried.get(f"{S}/state/{mine['id']}/cursor"))[0] == 200
+    record = {**RUN, "runId": "r1", "triggerId": mine["id"], "key": fire["key"], "peer": "phone"}
+    assert (await phone.post(f"{S}/runs", record))[0] == 201
+    for token in (run, retried):  # both tokens of the run end with its record
+        status, body = await token.get(f"{S}/state/{mine['id']}/cursor")
+        assert (status, body["error"]) == (401, "token_revoked")
+    assert await live_run_tokens(api) == []
+
+
+async def test_a_claim_without_run_answers_no_token(api: Api) -> None:
+    trigger = await api.create_trigger(owner="box")
+    fire = {"triggerId": trigger["id"], "key": "k", "term": 0, "peer": "box"}
+    status, claimed = await api.post(f"{S}/fires", fire)
+    assert status == 201 and "token" not in claimed and "expiresAt" not in claimed
+    assert await live_run_tokens(api) == []
+
+
+async def test_a_refused_claim_mints_no_token(api: Api, space_clock: FakeClock) -> None:
+    phone = api.as_(await api.device_token("phone"))
+    laptop = api.as_(await api.device_token("laptop"))
+    pinned = await api.create_trigger(owner="phone")
+    floating = await api.create_trigger()
+    run = {"runId": "r1", "ttlSeconds": 60}
+    fire = {"triggerId": pinned["id"], "key": "2026-12-01T09:05:00Z", "term": 0, "peer": "phone",
+            "claimId": "clm_1", "run": run}  # fmt: skip
+    assert (await phone.post(f"{S}/fires", {**fire, "run": None}))[0] == 201
+    refusals = [
+        (phone, {**fire, "claimId": "clm_2"}, 409, "already_claimed"),
+        (laptop, {**fire, "peer": "laptop", "key": "k2"}, 409, "not_owner"),
+        (laptop, {**fire, "triggerId": floating["id"], "peer": "laptop"}, 409, "stale_term"),
+        (phone, {**fire, "triggerId": "trg_none"}, 404, "unknown_trigger"),
+        (phone, {**fire, "key": "2026-12-01T08:00:00Z"}, 409, "before_active"),
+        (laptop, {**fire, "key": "k3"}, 403, "forbidden"),  # as another peer
+        (phone, {**fire, "key": "k4", "run": {"runId": ""}}, 400, "invalid_body"),
+        (phone, {**fire, "key": "k5", "run": {"runId": "r", "ttlSeconds": 0}}, 400, "invalid_body"),
+        (phone, {**fire, "key": "k6", "run": {"runId": "r", "x": 1}}, 400, "invalid_body"),
+    ]
+    for caller, body, status, error in refusals:
+        got, answer = await caller.post(f"{S}/fires", body)
+        assert (got, answer["error"]) == (status, error), (body, answer)
+        assert "token" not in answer
+    await api.patch(f"{S}/triggers/{pinned['id']}", {"enabled": False})
+    status, answer = await phone.post(f"{S}/fires", {**fire, "key": "k7", "claimId": "clm_7"})
+    assert (status, answer["error"]) == (409, "paused")
+    assert await live_run_tokens(api) == []
+
+
+async def test_a_list_of_claims_answers_a_token_for_each_claimed_one(api: Api) -> None:
+    phone = api.as_(await api.device_token("phone"))
+    one, two = await api.create_trigger(owner="phone"), await api.create_trigger(owner="phone")
+    fire = {"triggerId": one["id"], "key": "a", "term": 0, "peer": "phone"}
+    await phone.post(f"{S}/fires", fire)
+    batch = [
+        {**fire, "run": {"runId": "r0"}},  # already claimed: no token
+        {**fire, "key": "b", "run": {"runId": "r1"}},
+        {**fire, "triggerId": two["id"], "run": {"runId": "r2"}},
+        {**fire, "key": "c"},  # claimed, no token asked
+    ]
+    status, body = await phone.post(f"{S}/fires", batch)
+    assert status == 200
+    claims = body["claims"]
+    assert [(c["status"], "token" in c) for c in claims] == [
+        (409, False), (201, True), (201, True), (201, False),
+    ]  # fmt: skip
+    assert {(t["triggerId"], t["runId"]) for t in await live_run_tokens(api)} == {
+        (one["id"], "r1"), (two["id"], "r2"),
+    }  # fmt: skip
+    first, second = api.as_(claims[1]["token"]), api.as_(claims[2]["token"])
+    assert (await first.get(f"{S}/state/{one['id']}/x"))[0] in (200, 404)
+    assert (await first.get(f"{S}/state/{two['id']}/x"))[0] == 403
+    assert (await second.get(f"{S}/state/{two['id']}/x"))[0] in (200, 404)
+
+
+def test_forgetting_expired_tokens_searches_an_index(tmp_path: Any) -> None:
+    """`prune` runs at every run token minted, a claim's included: no scan of all tokens."""
+    db = sqlite_utils.Database(tmp_path / "t.db")
+    token_store.ensure_schema(db)
+    plan = db.execute("EXPLAIN QUERY PLAN DELETE FROM tokens WHERE expires_at IS NOT NULL "
+                      "AND expires_at <= ?", [0.0]).fetchall()  # fmt: skip
+    assert any("USING INDEX tokens_by_expiry" in str(row[-1]) for row in plan), plan
