@@ -126,13 +126,17 @@ def add_run(
     return True
 
 
-def _body(run: RunIn) -> str:
-    """The stored (and answered) run: its instants in the one wire format, milliseconds."""
+def wire(run: RunIn) -> dict[str, Any]:
+    """The run as stored and answered: its instants in the one wire format (milliseconds)."""
     data = msgspec.to_builtins(run)
     data["startedAt"] = iso(run.startedAt)
     if run.finishedAt is not None:
         data["finishedAt"] = iso(run.finishedAt)
-    return _encoder.encode(data).decode()
+    return data
+
+
+def _body(run: RunIn) -> str:
+    return _encoder.encode(wire(run)).decode()
 
 
 def _bump(db: sqlite_utils.Database, space: str, run: RunIn) -> None:
@@ -196,7 +200,7 @@ async def post_run(request: web.Request) -> web.Response:
     added = add_run(request.app[DB], space, run, settings.retention, now)
     if added:
         metrics.run_seen(request.app, space, run.status.value, run.lateMs)
-    return answer(msgspec.to_builtins(run), status=201 if added else 200)
+    return answer(wire(run), status=201 if added else 200)
 
 
 async def get_runs(request: web.Request) -> web.Response:
