@@ -12,6 +12,12 @@ status) and `registry` (the ones this device arms), kept current by (SPEC
 3. a slow full resync (`resync_s`) as a safety net, and `resync()` on demand
    (election flip), which re-sorts the records in memory at once, then fetches.
 
+A `stamp` change (the runtime's own writes: `nextFireAt`, `lastStatus` …, never
+`rev` nor `updatedAt`) is not work: it replaces the record's stamps in `records`
+and in the armed entry in O(1), with no diff, no `on_edit` and no registry copy
+(`_restamped`). A full sync keeps the record objects it already holds when the
+listed record is equal, so a resync allocates nothing for what did not change.
+
 Each non-empty diff goes to `on_diff` (stamp-only writes make none), and
 `on_edit` hears of every feed change to a record's user fields, armed here or
 not (a repin between two other devices still changes who stamps it). Skipped
@@ -109,8 +115,9 @@ class Reconciler:
         """One full sync from the space: listing, folded with changes past its `seq`."""
         async with self._sync_lock:
             listing = await self._client.triggers(self._space)
-            loaded = {r.id: r for r in map(load, listing["triggers"])}
+            loaded = {r.id: self._kept(r) for r in map(load, listing["triggers"])}
             seq = int(listing.get("seq") or 0)
+            del listing  # the raw page, before the fold and the diff
             while seq < self.seq:  # the feed already applied changes newer than the listing
                 folded = await self._fold_pages(loaded, seq)
                 if folded == seq:  # the space's feed is behind ours (a restored store)
@@ -179,12 +186,41 @@ class Reconciler:
                 self._apply_changes(page["changes"])
                 more = bool(page.get("more") and page["changes"])
 
+    def _kept(self, record: Loaded) -> Loaded:
+        """The record object already held when it equals `record` (nothing new is kept)."""
+        old = self.records.get(record.id)
+        return old if old is not None and old == record else record
+
     def _apply_changes(self, changes: Iterable[dict[str, Any]]) -> None:
         fresh = [c for c in changes if int(c["seq"]) > self.seq]
         if not fresh:
             return
-        items = [_item(c) for c in fresh]
         self.seq = int(fresh[-1]["seq"])
+        items = [item for item in map(_item, fresh) if not self._restamped(item)]
+        if items:
+            self._apply_items(items)
+
+    def _restamped(self, item: Loaded | reg.Deleted) -> bool:
+        """A stamp-only write of a record held here, taken in O(1); False for anything else.
+
+        Stamps never bump `rev` nor `updatedAt`, so the same pair on the same kind means
+        the user fields are the ones already held (a `stamp` op, or an echo of one)."""
+        if isinstance(item, reg.Deleted | Salvaged):
+            return False
+        prev = self.records.get(item.id)
+        if (
+            prev is None
+            or type(prev) is not type(item)
+            or prev.rev != item.rev  # type: ignore[union-attr]
+            or prev.updated_at != item.updated_at  # type: ignore[union-attr]
+            or item.updated_at is None
+        ):
+            return False
+        self.records[item.id] = item
+        reg.restamp(self.registry, item)
+        return True
+
+    def _apply_items(self, items: list[Loaded | reg.Deleted]) -> None:
         edited = False
         for item in items:
             edited = edited or _edited(self.records.get(item.id), item)
@@ -225,7 +261,7 @@ class Reconciler:
     def _publish(self, diff: reg.Diff) -> None:
         for skip in diff.skipped:
             self._warn_once(skip)
-        self.registry = reg.apply(self.registry, diff)  # keeps `refresh` too
+        self.registry = reg.absorb(self.registry, diff)  # keeps `refresh` too
         if diff.empty:
             return
         log.info("reconcile: %s", diff.summary)
