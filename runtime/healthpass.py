@@ -16,7 +16,10 @@ fire the ticker has armed (`next_fires`), or none for a record it has not armed
 (paused, or run elsewhere), written only when it differs from the record's. A
 stamped `nextFireAt` that came due with no run since is left standing until a
 run is stamped (the run's stamps carry the next one), so a fire that never ran
-shows as `overdue` instead of being papered over by the next slot.
+shows as `overdue` instead of being papered over by the next slot. A first
+`nextFireAt` further ahead than `NEXT_FIRE_HORIZON` is not written yet (it is
+written by the pass that finds it within the horizon, well before it is due), so
+100,000 monthly jobs armed at once cost no write until they come near.
 
 Must not judge a record itself (that is `triggers.health`), and must not die
 of a record or the space: a pass that cannot learn the programs stamps
@@ -29,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from programs import breaker, rollup
@@ -44,6 +47,7 @@ log = logging.getLogger(__name__)
 INTERNAL_PROGRAMS = frozenset({CHAT_WATCH_PROGRAM})
 MAX_SLEEP = 30.0
 RETRY_S = 5.0
+NEXT_FIRE_HORIZON = timedelta(hours=24)
 
 Records = Callable[[], Mapping[TriggerId, Loaded]]
 NextFires = Callable[[], Mapping[TriggerId, datetime]]
@@ -159,7 +163,7 @@ class HealthPass:
             ):
                 continue
             want = armed.get(record.id)
-            if _same_instant(record.next_fire_at, want):
+            if _same_instant(record.next_fire_at, want) or _not_near(record, want, inputs.now):
                 continue
             if want is not None and _awaits_run(record, inputs.now):
                 continue  # a fire due with no run yet: moving it on would hide an `overdue`
@@ -235,6 +239,11 @@ def _awaits_run(record: Trigger, now: datetime) -> bool:
     if due is None or due > now:
         return False
     return record.last_run_at is None or record.last_run_at < due
+
+
+def _not_near(record: Trigger, want: datetime | None, now: datetime) -> bool:
+    """A first stamp for a fire beyond the horizon: not worth a write yet."""
+    return record.next_fire_at is None and want is not None and want - now > NEXT_FIRE_HORIZON
 
 
 def _same_instant(a: datetime | None, b: datetime | None) -> bool:

@@ -263,6 +263,8 @@ class Ticker:
         while self._pending:
             armed += self._arm_some(self.chunk)
             await asyncio.sleep(0)
+        if armed:
+            log.info("ticker: armed %d entries in chunks of %d", armed, self.chunk)
         return armed
 
     def _arm_some(self, count: int) -> int:

@@ -247,3 +247,16 @@ async def test_a_fire_that_never_ran_is_overdue_until_a_run_comes(setup: Setup) 
     assert await setup.stamp_of(tid) == ("ok", "")
     record = await setup.admin.trigger_get(SPACE, tid)
     assert record["nextFireAt"] == iso(START + timedelta(minutes=5))
+
+
+async def test_a_first_next_fire_beyond_the_horizon_is_not_written_until_it_nears(
+    setup: Setup,
+) -> None:
+    tid = await setup.create()
+    setup.armed[TriggerId(tid)] = START + timedelta(days=40)  # a yearly job: no write yet
+    await setup.pass_()
+    assert (await setup.admin.trigger_get(SPACE, tid)).get("nextFireAt") is None
+    setup.armed[TriggerId(tid)] = START + timedelta(hours=3)
+    await setup.pass_()
+    record = await setup.admin.trigger_get(SPACE, tid)
+    assert record["nextFireAt"] == iso(START + timedelta(hours=3))
