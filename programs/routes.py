@@ -54,7 +54,9 @@ ROUTES: dict[str, Route] = {
         Route(name="space_get", method="GET", path=_S),
         Route(name="token_device", method="POST", path="/tokens/device", body=True),
         Route(name="token_run", method="POST", path=_S + "/tokens/run", body=True),
-        Route(name="triggers", method="GET", path=_S + "/triggers"),
+        Route(
+            name="triggers", method="GET", path=_S + "/triggers", query=("after", "limit", "stored")
+        ),
         Route(name="trigger_create", method="POST", path=_S + "/triggers", body=True),
         Route(name="trigger_get", method="GET", path=_T),
         Route(name="trigger_put", method="PUT", path=_T, body=True),

@@ -9,7 +9,8 @@ breakers and last run statuses from the records' own stamps), asks
 `trigger_status`. A stamp already sent while the record still shows the stamp it
 had then is not sent again, so a feed that lags behind costs nothing. Passes run every
 `interval` seconds and soon after `kick()`. A pass works on a snapshot of the
-records taken at its start, so records arriving meanwhile change nothing under it.
+records taken at its start, so records arriving meanwhile change nothing under it;
+it yields to the loop every `PASS_CHUNK` records (100,000 never hold the loop).
 
 It also keeps `nextFireAt` true: for the records this device stamps, the next
 fire the ticker has armed (`next_fires`), or none for a record it has not armed
@@ -48,6 +49,7 @@ INTERNAL_PROGRAMS = frozenset({CHAT_WATCH_PROGRAM})
 MAX_SLEEP = 30.0
 RETRY_S = 5.0
 NEXT_FIRE_HORIZON = timedelta(hours=24)
+PASS_CHUNK = 2000  # records judged between two yields to the loop
 
 Records = Callable[[], Mapping[TriggerId, Loaded]]
 NextFires = Callable[[], Mapping[TriggerId, datetime]]
@@ -110,8 +112,10 @@ class HealthPass:
         current = dict(self._records())  # a snapshot: the reconciler changes its dict meanwhile
         inputs = await self.inputs(current.values())
         written = 0
-        for stamp in health.due(current.values(), self._peer, inputs):
-            written += await self._write(stamp, _shown(current.get(stamp.id)))
+        for chunk in _chunks(list(current.values())):
+            for stamp in health.due(chunk, self._peer, inputs):
+                written += await self._write(stamp, _shown(current.get(stamp.id)))
+            await asyncio.sleep(0)  # 100,000 records: the loop is never held for the pass
         if self._next_fires is not None:
             written += await self._stamp_next_fires(current.values(), inputs)
         self.passes += 1
@@ -157,7 +161,9 @@ class HealthPass:
     ) -> int:
         armed = self._next_fires() if self._next_fires else {}
         written = 0
-        for record in records:
+        for n, record in enumerate(records):
+            if n % PASS_CHUNK == PASS_CHUNK - 1:
+                await asyncio.sleep(0)
             if isinstance(record, Salvaged) or not health.stamper(
                 record, self._peer, inputs.active_peer, inputs.live
             ):
@@ -192,6 +198,10 @@ class HealthPass:
                 return
             await sleep_or_wake(self._clock, min(MAX_SLEEP, left), self._wake)
         self._wake.clear()
+
+
+def _chunks(items: list[Loaded]) -> Iterable[list[Loaded]]:
+    return (items[i : i + PASS_CHUNK] for i in range(0, len(items), PASS_CHUNK))
 
 
 def _peer_or_none(peer: str | None) -> PeerId | None:

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 MAX_SLEEP = 30.0
 RETRY_MIN, RETRY_MAX = 1.0, 30.0
+LIST_PAGE = 2000  # records per listing page
 _NOT_USER = frozenset(
     {"rev", "createdAt", "updatedAt", "undecodable", "decodeError", "lastStatus",
      "lastStatusDetail", "lastRunAt", "nextFireAt", "breaker", "rollup"}
@@ -114,10 +115,7 @@ class Reconciler:
     async def sync(self) -> reg.Diff:
         """One full sync from the space: listing, folded with changes past its `seq`."""
         async with self._sync_lock:
-            listing = await self._client.triggers(self._space)
-            loaded = {r.id: self._kept(r) for r in map(load, listing["triggers"])}
-            seq = int(listing.get("seq") or 0)
-            del listing  # the raw page, before the fold and the diff
+            loaded, seq = await self._listing()
             while seq < self.seq:  # the feed already applied changes newer than the listing
                 folded = await self._fold_pages(loaded, seq)
                 if folded == seq:  # the space's feed is behind ours (a restored store)
@@ -128,6 +126,20 @@ class Reconciler:
             diff = self._reconcile(list(loaded.values()))
             self._synced_at = self._clock.wall()
             return diff
+
+    async def _listing(self) -> tuple[dict[TriggerId, Loaded], int]:
+        """Every record, fetched in pages and decoded page by page from the raw bytes;
+        the `seq` of the first page (later writes come in through the fold)."""
+        loaded: dict[TriggerId, Loaded] = {}
+        page = await self._client.trigger_page(self._space, limit=LIST_PAGE)
+        seq = page.seq
+        while True:
+            for raw in page.triggers:
+                record = self._kept(load(bytes(raw)))
+                loaded[record.id] = record
+            if not page.next:
+                return loaded, seq
+            page = await self._client.trigger_page(self._space, after=page.next, limit=LIST_PAGE)
 
     async def _sync_safely(self) -> bool:
         try:
