@@ -165,7 +165,8 @@ def setup(app: web.Application) -> None:
         "GET",
         base,
         list_triggers,
-        "List raw records, undecodable ones flagged",
+        "List raw records, undecodable ones flagged; `?limit=N&after=<id>` pages by id "
+        "(`next`), `&stored=1` answers them as stored",
         answer=RecordList,
     )
     add_route(
