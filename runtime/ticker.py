@@ -247,7 +247,10 @@ class Ticker:
             self._pending.pop(armed.record.id, None)
             self._pending[armed.record.id] = (armed, now)
         for armed in diff.update:
-            self._refresh(armed)
+            if armed.record.id in self._pending:  # not armed yet: it arms with the newest
+                self._pending[armed.record.id] = (armed, self._pending[armed.record.id][1])
+            else:
+                self._refresh(armed)
         if len(self._pending) <= self.chunk:
             self._arm_some(len(self._pending))
         self._wake.set()

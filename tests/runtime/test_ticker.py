@@ -531,3 +531,14 @@ async def test_a_large_diff_is_armed_in_chunks_that_yield_to_the_loop(clock):
     assert len(ticker.next_fires()) == 35 and ticker.pending == 0
     ticker.apply(Diff(remove=("trg_0",), add=(cron(id="trg_new"),)), T0)
     assert ticker.pending == 0 and "trg_new" in ticker.next_fires()  # a small diff: at once
+
+
+async def test_an_update_or_removal_of_an_entry_still_pending_is_not_lost(clock):
+    ticker = Ticker(Recorder(), clock=clock)
+    ticker.chunk = 2
+    first = tuple(cron(id=f"trg_{i}") for i in range(5))
+    ticker.apply(Diff(add=first), T0)
+    ticker.apply(Diff(update=(edited(first[1], name="renamed"),), remove=("trg_2",)), T0)
+    await ticker.arm_pending()
+    assert set(ticker.next_fires()) == {"trg_0", "trg_1", "trg_3", "trg_4"}
+    assert ticker._entries["trg_1"].record.name == "renamed"
