@@ -47,7 +47,8 @@ import asyncio
 import heapq
 import itertools
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -75,7 +76,7 @@ class Entry:
     record: Timed
     cursor: datetime  # slots at or before the cursor never fire (cron), but for a bridge
     settled: FireKey | None = None  # a once: the key it fired with (or missed)
-    bridge: list[datetime] = field(default_factory=list)  # cron slots to fire at the next wake
+    bridge: Sequence[datetime] = ()  # cron slots to fire at the next wake (no list per entry)
     next_at: datetime | None = None  # earliest instant this entry may fire; None: never
 
     def refresh(self) -> None:
@@ -140,7 +141,7 @@ def arm(record: Timed, now: datetime, prev: Entry | None, up_since: datetime) ->
             entry.cursor = max(entry.cursor, prev.cursor)  # an edit never goes back
         if _same_slots(prev.record, record):  # a bridge not yet fired survives a repin back
             since = record.fires_from
-            entry.bridge = [s for s in prev.bridge if since is None or s >= since]
+            entry.bridge = tuple(s for s in prev.bridge if since is None or s >= since)
     entry.refresh()
     return entry
 
@@ -177,7 +178,7 @@ def take(entry: Entry, now: datetime) -> list[tuple[FireKey, datetime, bool]]:
         fires = [(key, at, False) for key, at in _take_once(entry, rec, now)]
     else:
         fires = [(schedule.fire_key_cron(s), s, True) for s in entry.bridge]
-        entry.bridge = []
+        entry.bridge = ()
         slots = schedule.due_slots(rec.spec, entry.cursor, now)[-MAX_BRIDGE_SLOTS:]
         fires += [(schedule.fire_key_cron(s), s, s != slots[-1]) for s in slots]
         entry.cursor = max(entry.cursor, now)
@@ -200,7 +201,7 @@ def _take_once(entry: Entry, rec: OnceTrigger, now: datetime) -> list[tuple[Fire
 def restart(entry: Entry, now: datetime) -> None:
     """After a suspend or a clock jump: the cursor restarts from `now` (never a stale burst)."""
     rec = entry.record
-    entry.bridge = []
+    entry.bridge = ()
     if isinstance(rec, CronTrigger):
         fresh = start_cursor(rec, now, now)
         entry.cursor = max(entry.cursor, fresh) if entry.cursor <= now else fresh

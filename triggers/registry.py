@@ -140,8 +140,12 @@ class Registry(Mapping[TriggerId, Armed]):
         return new
 
 
+_NO_ARGS = b"{}"
+
+
 def arm(record: Trigger) -> Armed:
-    return Armed(record=record, args_json=_args_json.encode(record.args))
+    encoded = _args_json.encode(record.args) if record.args else _NO_ARGS  # one shared `{}`
+    return Armed(record=record, args_json=encoded)
 
 
 def same_version(prev: Trigger, record: Trigger) -> bool:
