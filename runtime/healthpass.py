@@ -10,7 +10,12 @@ breakers and last run statuses from the records' own stamps), asks
 had then is not sent again, so a feed that lags behind costs nothing. Passes run every
 `interval` seconds and soon after `kick()`. A pass works on a snapshot of the
 records taken at its start, so records arriving meanwhile change nothing under it;
-it yields to the loop every `PASS_CHUNK` records (100,000 never hold the loop).
+it yields to the loop every `PASS_CHUNK` records (100,000 never hold the loop). Given
+the records' `version` (the reconciler's count of changes), a pass that finds the
+records, the programs, the election, the chats and the armed fires as the last pass
+left them, when that pass wrote nothing, judges nothing until the clock alone could
+turn a verdict (`turns_at`) or `FULL_PASS` has gone by: a device at rest with
+100,000 triggers costs ≈ 0 CPU between changes.
 
 It also keeps `nextFireAt` true: for the records this device stamps, the next
 fire the ticker has armed (`next_fires`), or none for a record it has not armed
@@ -33,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from programs import breaker, rollup
@@ -41,7 +46,15 @@ from runtime.client import ApiError, SpaceClient
 from runtime.clock import Clock, iso, sleep_or_wake
 from runtime.election import Elector
 from triggers import health
-from triggers.records import CHAT_WATCH_PROGRAM, Loaded, PeerId, Salvaged, Trigger, TriggerId
+from triggers.records import (
+    CHAT_WATCH_PROGRAM,
+    Loaded,
+    OnceTrigger,
+    PeerId,
+    Salvaged,
+    Trigger,
+    TriggerId,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +63,7 @@ MAX_SLEEP = 30.0
 RETRY_S = 5.0
 NEXT_FIRE_HORIZON = timedelta(hours=24)
 PASS_CHUNK = 2000  # records judged between two yields to the loop
+FULL_PASS = timedelta(minutes=10)  # a settled device still judges every record this often
 
 Records = Callable[[], Mapping[TriggerId, Loaded]]
 NextFires = Callable[[], Mapping[TriggerId, datetime]]
@@ -71,12 +85,16 @@ class HealthPass:
         next_fires: NextFires | None = None,
         interval: float = 30.0,
         internal_programs: frozenset[str] = INTERNAL_PROGRAMS,
+        version: Callable[[], int] | None = None,
     ) -> None:
         self._client, self._space, self._peer = client, space, PeerId(peer)
         self._clock, self._records, self._elector = clock, records, elector
         self._missing = missing_chats
         self._next_fires = next_fires
         self._interval, self._internal = interval, internal_programs
+        self._version = version
+        self._settled: tuple[object, dict[TriggerId, datetime]] | None = None
+        self._until = datetime.min.replace(tzinfo=UTC)
         self._sent: dict[TriggerId, tuple[tuple[str, str], health.Stamp]] = {}
         self._wake = asyncio.Event()
         self.passes = 0
@@ -109,8 +127,23 @@ class HealthPass:
 
     async def run_pass(self) -> int:
         """One pass; how many stamps it wrote."""
+        version = self._version() if self._version is not None else None
         current = dict(self._records())  # a snapshot: the reconciler changes its dict meanwhile
         inputs = await self.inputs(current.values())
+        armed = dict(self._next_fires()) if self._next_fires else {}
+        key = (version, inputs.programs, inputs.active_peer, inputs.live, inputs.missing_chats)
+        if version is not None and self._settled == (key, armed) and inputs.now < self._until:
+            self.passes += 1  # nothing it reads changed, and no verdict turns by the clock yet
+            return 0
+        written = await self._judge(current, inputs)
+        self._settled = ((key, armed) if written == 0 else None)
+        self._until = turns_at(current.values(), armed, inputs) if written == 0 else inputs.now
+        self.passes += 1
+        self.stamped += written
+        self._last_pass = inputs.now
+        return written
+
+    async def _judge(self, current: dict[TriggerId, Loaded], inputs: health.HealthInputs) -> int:
         written = 0
         for chunk in _chunks(list(current.values())):
             for stamp in health.due(chunk, self._peer, inputs):
@@ -118,9 +151,6 @@ class HealthPass:
             await asyncio.sleep(0)  # 100,000 records: the loop is never held for the pass
         if self._next_fires is not None:
             written += await self._stamp_next_fires(current.values(), inputs)
-        self.passes += 1
-        self.stamped += written
-        self._last_pass = inputs.now
         return written
 
     async def inputs(self, records: Iterable[Loaded]) -> health.HealthInputs:
@@ -198,6 +228,26 @@ class HealthPass:
                 return
             await sleep_or_wake(self._clock, min(MAX_SLEEP, left), self._wake)
         self._wake.clear()
+
+
+def turns_at(
+    records: Iterable[Loaded], armed: Mapping[TriggerId, datetime], inputs: health.HealthInputs
+) -> datetime:
+    """The first instant at which a pass over the same records could judge otherwise by the
+    clock alone: a stamped `nextFireAt` coming due, a breaker closing, a `once` passing its
+    `at` or its grace, an armed fire coming within the horizon; at most `FULL_PASS` away."""
+    soon = [inputs.now + FULL_PASS, *inputs.breaker_until.values()]
+    for record in records:
+        if isinstance(record, Salvaged):
+            continue
+        if record.next_fire_at is not None:
+            soon.append(record.next_fire_at)
+        elif (want := armed.get(record.id)) is not None:
+            soon.append(want - NEXT_FIRE_HORIZON)
+        if isinstance(record, OnceTrigger):
+            soon += [record.spec.at_utc, record.spec.at_utc + timedelta(
+                seconds=record.spec.grace_seconds)]  # fmt: skip
+    return min(soon)
 
 
 def _chunks(items: list[Loaded]) -> Iterable[list[Loaded]]:

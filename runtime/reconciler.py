@@ -82,6 +82,7 @@ class Reconciler:
         self.registry = reg.Registry()
         self.ready = asyncio.Event()
         self.seq = 0  # the last change reflected in `records`
+        self.version = 0  # grows at every change to `records` (the health pass reads it)
         self._warned: dict[TriggerId, bytes] = {}
         self._sync_lock = asyncio.Lock()
         self._resync_now = asyncio.Event()
@@ -208,6 +209,7 @@ class Reconciler:
         if not fresh:
             return
         self.seq = int(fresh[-1]["seq"])
+        self.version += 1
         items = [item for item in map(_item, fresh) if not self._restamped(item)]
         if items:
             self._apply_items(items)
@@ -264,6 +266,7 @@ class Reconciler:
     # --- applying ------------------------------------------------------------------------
 
     def _reconcile(self, records: list[Loaded]) -> reg.Diff:
+        self.version += 1
         self.records = {r.id: r for r in records}
         self._warned = {k: v for k, v in self._warned.items() if k in self.records}
         diff = reg.reconcile(self.registry, records, self._peer, self._is_active())
