@@ -234,6 +234,7 @@ class Ticker:
         self._order = itertools.count()
         self._pending: dict[TriggerId, tuple[Armed, datetime]] = {}  # to arm, with its `now`
         self.chunk = ARM_CHUNK
+        self._pending_bridge: datetime | None = None  # a takeover's start, for pending entries
 
     def apply(self, diff: Diff, now: datetime) -> None:
         """Arm, re-arm, refresh or disarm from a registry diff; event triggers are ignored.
@@ -276,6 +277,11 @@ class Ticker:
         for tid, (armed, now) in taken:
             del self._pending[tid]
             self._arm(armed, now, self._entries.get(tid))
+            entry, start = self._entries.get(tid), self._pending_bridge
+            if start is not None and entry is not None and add_bridge(entry, start):
+                self._push(entry)  # a takeover came before its arming
+        if not self._pending:
+            self._pending_bridge = None
         return len(taken)
 
     def bridge(self, start: datetime) -> int:
@@ -286,6 +292,8 @@ class Ticker:
             if n := add_bridge(entry, start):
                 added += n
                 self._push(entry)
+        if self._pending:  # entries not armed yet bridge as they are armed
+            self._pending_bridge = min(start, self._pending_bridge or start)
         self._wake.set()
         return added
 

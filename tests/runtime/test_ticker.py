@@ -542,3 +542,13 @@ async def test_an_update_or_removal_of_an_entry_still_pending_is_not_lost(clock)
     await ticker.arm_pending()
     assert set(ticker.next_fires()) == {"trg_0", "trg_1", "trg_3", "trg_4"}
     assert ticker._entries["trg_1"].record.name == "renamed"
+
+
+async def test_a_takeover_bridges_entries_still_waiting_to_be_armed(ticker, clock, rec):
+    now = clock.wall()
+    ticker.chunk = 1
+    ticker.apply(Diff(add=(cron("*/10 * * * * *"), cron("*/10 * * * * *", id="trg_d"))), now)
+    assert ticker.pending == 2
+    assert ticker.bridge(now - 60 * S) == 0  # nothing armed yet to bridge
+    assert await ticker.tick() == 2 * 6  # each: the six slots in (08:59:00, 09:00:00]
+    assert sorted({f.trigger.id for f in rec.fires}) == ["trg_c", "trg_d"]
