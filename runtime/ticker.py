@@ -367,6 +367,8 @@ class Ticker:
                 restart(entry, now)
             except Exception as exc:
                 self._drop(tid, "restart", exc)
+        self._pending = {tid: (armed, now) for tid, (armed, _) in self._pending.items()}
+        self._pending_bridge = None  # nothing of the sleep is bridged
         self._rebuild()
         self._wake.set()
 
