@@ -10,10 +10,10 @@ breakers and last run statuses from the records' own stamps), asks
 had then is not sent again, so a feed that lags behind costs nothing. Passes run every
 `interval` seconds and soon after `kick()`. A pass works on a snapshot of the
 records taken at its start, so records arriving meanwhile change nothing under it;
-it yields to the loop every `PASS_CHUNK` records (100,000 never hold the loop). Given
-the records' `version` (the reconciler's count of changes), a pass that finds the
-records, the programs, the election, the chats and the armed fires as the last pass
-left them, when that pass wrote nothing, judges nothing until the clock alone could
+it yields to the loop every `PASS_CHUNK` records (100,000 never hold the loop). Given a
+`version` of the records and of the armed fires (the reconciler's and the ticker's
+counts of changes), a pass that finds them, the programs, the election and the chats
+as the last pass left them, when that pass wrote nothing, judges nothing until the clock alone could
 turn a verdict (`turns_at`) or `FULL_PASS` has gone by: a device at rest with
 100,000 triggers costs ≈ 0 CPU between changes.
 
@@ -85,7 +85,7 @@ class HealthPass:
         next_fires: NextFires | None = None,
         interval: float = 30.0,
         internal_programs: frozenset[str] = INTERNAL_PROGRAMS,
-        version: Callable[[], int] | None = None,
+        version: Callable[[], object] | None = None,
     ) -> None:
         self._client, self._space, self._peer = client, space, PeerId(peer)
         self._clock, self._records, self._elector = clock, records, elector
@@ -93,7 +93,7 @@ class HealthPass:
         self._next_fires = next_fires
         self._interval, self._internal = interval, internal_programs
         self._version = version
-        self._settled: tuple[object, dict[TriggerId, datetime]] | None = None
+        self._settled: object = None  # what the last pass read, when it wrote nothing
         self._until = datetime.min.replace(tzinfo=UTC)
         self._sent: dict[TriggerId, tuple[tuple[str, str], health.Stamp]] = {}
         self._wake = asyncio.Event()
@@ -128,15 +128,17 @@ class HealthPass:
     async def run_pass(self) -> int:
         """One pass; how many stamps it wrote."""
         version = self._version() if self._version is not None else None
-        current = dict(self._records())  # a snapshot: the reconciler changes its dict meanwhile
-        inputs = await self.inputs(current.values())
-        armed = dict(self._next_fires()) if self._next_fires else {}
-        key = (version, inputs.programs, inputs.active_peer, inputs.live, inputs.missing_chats)
-        if version is not None and self._settled == (key, armed) and inputs.now < self._until:
+        programs = await self._programs()
+        key = (version, programs, self._elector.active, frozenset(self._elector.live),
+               self._missing())  # fmt: skip
+        if version is not None and self._settled == key and self._clock.wall() < self._until:
             self.passes += 1  # nothing it reads changed, and no verdict turns by the clock yet
             return 0
+        current = dict(self._records())  # a snapshot: the reconciler changes its dict meanwhile
+        inputs = self._inputs(current.values(), programs)
         written = await self._judge(current, inputs)
-        self._settled = ((key, armed) if written == 0 else None)
+        armed = self._next_fires() if self._next_fires else {}
+        self._settled = key if written == 0 else None
         self._until = turns_at(current.values(), armed, inputs) if written == 0 else inputs.now
         self.passes += 1
         self.stamped += written
@@ -155,9 +157,12 @@ class HealthPass:
 
     async def inputs(self, records: Iterable[Loaded]) -> health.HealthInputs:
         """What this pass knows about `records`, gathered once."""
+        return self._inputs(records, await self._programs())
+
+    def _inputs(self, records: Iterable[Loaded], programs: frozenset[str]) -> health.HealthInputs:
         return health.HealthInputs(
             now=self._clock.wall(),
-            programs=await self._programs(),
+            programs=programs,
             active_peer=_peer_or_none(self._elector.active),
             live=frozenset(PeerId(p) for p in self._elector.live),
             missing_chats=self._missing(),

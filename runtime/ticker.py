@@ -235,12 +235,14 @@ class Ticker:
         self._pending: dict[TriggerId, tuple[Armed, datetime]] = {}  # to arm, with its `now`
         self.chunk = ARM_CHUNK
         self._pending_bridge: datetime | None = None  # a takeover's start, for pending entries
+        self.version = 0  # grows whenever an entry's next fire may have moved
 
     def apply(self, diff: Diff, now: datetime) -> None:
         """Arm, re-arm, refresh or disarm from a registry diff; event triggers are ignored.
 
         Up to `chunk` entries to arm are armed at once; more wait in `pending` for the run
         loop (`arm_pending`), each armed as of the `now` its diff came with."""
+        self.version += 1
         for tid in diff.remove:
             self._entries.pop(tid, None)
             self._pending.pop(tid, None)
@@ -315,6 +317,7 @@ class Ticker:
 
     def _push(self, entry: Entry) -> None:
         """File `entry` under its `next_at`; an older item of it goes stale in the heap."""
+        self.version += 1
         if entry.next_at is None:
             return
         heapq.heappush(self._heap, (entry.next_at, next(self._order), entry))
@@ -322,6 +325,7 @@ class Ticker:
             self._rebuild()
 
     def _rebuild(self) -> None:
+        self.version += 1
         self._heap = [(e.next_at, next(self._order), e)
                       for e in self._entries.values() if e.next_at is not None]  # fmt: skip
         heapq.heapify(self._heap)
@@ -351,6 +355,7 @@ class Ticker:
     def _drop(self, tid: TriggerId, what: str, exc: Exception) -> None:
         """One entry raised: log it, forget it; the others are untouched."""
         self._entries.pop(tid, None)
+        self.version += 1
         self.failed[tid] = f"{what}: {type(exc).__name__}: {exc}"
         log.error("ticker: trigger %s dropped, %s", tid, self.failed[tid])
 
