@@ -21,7 +21,7 @@ its ratio to the peer, the floor or the goal. Workloads:
 - 1,000 chat subscriptions (an event trigger on each of 1,000 chats): the device's RSS
   growth; then 1,000 event triggers on one chat, one message: `main()` entered p50/p99.
 
-`--quick` runs one round with fewer messages, a 10 s cron window, idle windows of 8 s and
+`--quick` runs one round with fewer messages, an 8 s cron window, idle windows of 6 s and
 25,000 triggers at rest instead of 100,000 (APScheduler alone takes 15–70 s to add 100,000
 on this machine); under 2 minutes.
 """
@@ -128,9 +128,9 @@ def rest_count(quick: bool) -> int:
 
 
 async def peer_round(quick: bool) -> Figures:
-    one = await peer("one", 1, 10 if quick else 30)
+    one = await peer("one", 1, 8 if quick else 30)
     burst = await peer("burst", 1000, 6)
-    rest = await peer("rest", rest_count(quick), 8 if quick else 20)
+    rest = await peer("rest", rest_count(quick), 6 if quick else 20)
     return {
         "one_p99": pct(one["late"], 99), "burst_p99": pct(burst["late"], 99),
         "burst_last": burst["last"], "rest_ready": rest["ready"], "rest_rss": rest["rss"],
@@ -253,13 +253,13 @@ async def baton_fires(quick: bool) -> Figures:
         async def work(api: Api, _: int) -> Figures:
             device = await start_device(Path(tmp), api.base, api.device_token)  # type: ignore[attr-defined]
             try:
-                settle = 6 if quick else 20
+                settle = 4 if quick else 20
                 await armed(api, 1, 30)
                 await quiet(device.pid, settle)
                 floor = await sse_floor(api, 100 if quick else 500, 100)
                 ev = await event_fires(api, 100, 250 if quick else 1000, device.pid)
-                one = await one_cron(api, 10 if quick else 30)
-                burst = await burst_fires(api, 1000, 10, device.pid)
+                one = await one_cron(api, 8 if quick else 30)
+                burst = await burst_fires(api, 1000, 8 if quick else 10, device.pid)
                 grown, fan = await fan_in(api, device.pid, 1000, settle)
             finally:
                 await stop_device(device)
@@ -316,8 +316,8 @@ async def baton_rest(quick: bool) -> Figures:
             try:
                 await until(lambda: _true(ready_at(log, count)), 300, f"{count} armed")
                 ready = (ready_at(log, count) or t0) - t0
-                await quiet(device.pid, 15 if quick else 60)
-                cpu = (await cpu_percent([device.pid], 8 if quick else 30))[0]
+                await quiet(device.pid, 10 if quick else 60)
+                cpu = (await cpu_percent([device.pid], 6 if quick else 30))[0]
                 return {"rest_ready": ready, "rest_rss": rss_mb(device.pid), "rest_cpu": cpu}
             finally:
                 await stop_device(device)
