@@ -396,11 +396,15 @@ async def compare(quick: bool, rounds: int) -> None:
                   + ", ".join(f"{k} {v:.1f}" for k, v in figures.items()), flush=True)  # fmt: skip
     print("\nwhat | baton | peer / floor | ratio")
     print("\n".join(table(ours, theirs, rest_count(quick))))
-    print(f"\nmedian of {rounds} round(s); load average {os.getloadavg()}")
+    print(f"\nmedian of {rounds} round(s); load average {load_average()}")
 
 
 async def baton_round(quick: bool) -> Figures:
     return {**await baton_fires(quick), **await baton_rest(quick)}
+
+
+def load_average() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())  # 1, 5 and 15 minutes
 
 
 def main() -> None:
@@ -413,7 +417,7 @@ def main() -> None:
         rounds = int(sys.argv[sys.argv.index("--rounds") + 1])
     sys.path.insert(0, str(ROOT))
     start = time.perf_counter()
-    print(f"load average at start {os.getloadavg()}")
+    print(f"load average at start {load_average()}")
     asyncio.run(compare(quick, rounds))
     print(f"total {time.perf_counter() - start:.1f} s")
 
