@@ -34,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 from serving import in_parallel, start_server, stop_server
@@ -150,9 +150,20 @@ def parse(text: str) -> datetime:
 # ---------------------------------------------------------------- scenarios
 
 
-async def event_rate(api: Api, rate: float, count: int, device: int) -> list[str]:
-    """`count` messages at `rate`/s on a fresh chat with one event trigger; rows to print."""
-    chat = (await api.call("POST", f"/spaces/{SPACE}/chats", {"name": f"r{rate}"}, 201))["objectId"]
+class EventFires(NamedTuple):
+    latencies: list[float]  # ms, POST -> main() entered, ok runs
+    statuses: dict[str, int]
+    cpu_ms: float  # device CPU per fire
+    posting: float  # seconds the posting took
+
+
+async def event_fires(
+    api: Api, rate: float, count: int, device: int, chat: str | None = None
+) -> EventFires:
+    """`count` messages at `rate`/s on a fresh chat with one event trigger."""
+    if chat is None:
+        made = await api.call("POST", f"/spaces/{SPACE}/chats", {"name": f"r{rate}"}, 201)
+        chat = made["objectId"]
     tid = await api.trigger(f"event {rate}/s", "event", {"dataset": "chat_messages",
                                                          "objectId": chat})  # fmt: skip
     await subscribed(api, chat, tid)
@@ -173,7 +184,12 @@ async def event_rate(api: Api, rate: float, count: int, device: int) -> list[str
     per_fire = (cpu_seconds(device) - cpu) / count * 1e3
     lat = [(r["result"]["t"] - sent[r["result"]["m"]]) * 1e3 for r in runs if r["status"] == "ok"]
     statuses = {s: sum(r["status"] == s for r in runs) for s in {r["status"] for r in runs}}
-    lat = lat or [float("nan")]
+    return EventFires(lat or [float("nan")], statuses, per_fire, posting)
+
+
+async def event_rate(api: Api, rate: float, count: int, device: int) -> list[str]:
+    """`count` messages at `rate`/s on a fresh chat with one event trigger; rows to print."""
+    lat, statuses, per_fire, posting = await event_fires(api, rate, count, device)
     return [
         f"event fire, {rate:g} msg/s (posted in {posting:.1f} s; device CPU "
         f"{per_fire:.1f} ms per fire)", f"{count}",
@@ -226,33 +242,51 @@ async def armed(api: Api, count: int, seconds: float) -> None:
     await until(check, seconds, f"{count} armed triggers")
 
 
-async def cron_burst(api: Api, count: int, lead: float, device: int) -> tuple[list[str], float]:
-    """`count` cron triggers due at one second `lead` s ahead; rows and the creation time."""
+class Burst(NamedTuple):
+    late: list[float]  # ms, the run records' lateMs
+    main: list[float]  # ms, main() entered - slot
+    last: float  # seconds from the slot to the last run's finish
+    statuses: dict[str, int]
+    cpu_ms: float
+    took: float  # seconds the creation took
+
+
+async def burst_fires(
+    api: Api, count: int, lead: float, device: int, expr: str = ""
+) -> Burst:
+    """`count` cron triggers due at one second `lead` s ahead (or all of `expr`'s next slot)."""
     slot = (datetime.now(UTC) + timedelta(seconds=lead)).replace(microsecond=0)
-    expr = f"{slot.second} {slot.minute} * * * *"  # hourly: due once during the bench
+    expr = expr or f"{slot.second} {slot.minute} * * * *"  # hourly: due once during the bench
     took = await create_many(api, count, lambda i: {"expr": expr, "tz": "UTC"})
     assert datetime.now(UTC) < slot - timedelta(seconds=2), "creation ran into the slot"
     since = (slot - timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
     runs: list[dict[str, Any]] = []
     await asyncio.sleep((slot - datetime.now(UTC)).total_seconds() - 1)
     cpu = cpu_seconds(device)
+    key = slot.strftime("%Y-%m-%dT%H:%M:%S")
 
     async def done() -> bool:
         nonlocal runs
-        runs = [r for r in await api.runs(since=since) if r["key"].startswith(slot.strftime("%Y"))]
+        runs = [r for r in await api.runs(since=since) if r["key"].startswith(key)]
         return len(runs) >= count
 
     await until(done, lead + 120, f"{count} cron runs")
     per_fire = (cpu_seconds(device) - cpu) / count * 1e3
     late = [r["lateMs"] for r in runs if r["lateMs"] is not None]
     main = [(r["result"]["t"] - slot.timestamp()) * 1e3 for r in runs if r["status"] == "ok"]
-    last = max(parse(r["finishedAt"]) for r in runs) - slot
+    last = (max(parse(r["finishedAt"]) for r in runs) - slot).total_seconds()
     statuses = {s: sum(r["status"] == s for r in runs) for s in {r["status"] for r in runs}}
+    return Burst(late, main, last, statuses, per_fire, took)
+
+
+async def cron_burst(api: Api, count: int, lead: float, device: int) -> tuple[list[str], float]:
+    """`count` cron triggers due at one second `lead` s ahead; rows and the creation time."""
+    late, main, last, statuses, per_fire, took = await burst_fires(api, count, lead, device)
     rows = [
         [f"cron, {count} due in one second: lateMs (device CPU {per_fire:.1f} ms per fire)",
          f"{count}", f"{statuses}",
          f"{min(late):.0f}", f"{pct(late, 50):.0f}", f"{pct(late, 99):.0f}", f"{max(late):.0f}"],
-        [f"cron, same: main() entered - slot (last run done {last.total_seconds():.1f} s)",
+        [f"cron, same: main() entered - slot (last run done {last:.1f} s)",
          f"{len(main)}", "", f"{min(main):.0f}", f"{pct(main, 50):.0f}", f"{pct(main, 99):.0f}",
          f"{max(main):.0f}"],
     ]  # fmt: skip

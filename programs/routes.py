@@ -57,7 +57,9 @@ ROUTES: dict[str, Route] = {
         Route(name="tokens", method="GET", path="/tokens", query=("all",)),
         Route(name="token_revoke", method="DELETE", path="/tokens/{id}"),
         Route(name="token_rotate_admin", method="POST", path="/tokens/admin/rotate"),
-        Route(name="triggers", method="GET", path=_S + "/triggers"),
+        Route(
+            name="triggers", method="GET", path=_S + "/triggers", query=("after", "limit", "stored")
+        ),
         Route(name="trigger_create", method="POST", path=_S + "/triggers", body=True),
         Route(name="trigger_get", method="GET", path=_T),
         Route(name="trigger_put", method="PUT", path=_T, body=True),

@@ -19,9 +19,21 @@ from programs.routes import ROUTES, ApiError, error_from, headers, path_params, 
 from runtime.clock import Clock, SystemClock
 from runtime.subscribe import Subscription, sse_session
 
-__all__ = ["ApiError", "SpaceClient"]
+__all__ = ["ApiError", "SpaceClient", "TriggerPage"]
 
 JSON = Any
+
+
+class TriggerPage(msgspec.Struct, frozen=True):
+    """`GET …/triggers?stored=1&limit=`: raw records, the feed cursor, the next page's `after`
+    (absent or null: the last page, also from a server that does not page)."""
+
+    triggers: list[msgspec.Raw]
+    seq: int = 0
+    next: str | None = None
+
+
+_page = msgspec.json.Decoder(TriggerPage)
 
 
 class SpaceClient:
@@ -63,6 +75,10 @@ class SpaceClient:
 
     async def call(self, name: str, body: JSON = None, **params: object) -> JSON:
         """Send route `name` with its path/query/header `params` and JSON `body`; the answer."""
+        raw = await self._send(name, body, params)
+        return msgspec.json.decode(raw) if raw else None
+
+    async def _send(self, name: str, body: JSON, params: dict[str, object]) -> bytes:
         route = ROUTES[name]
         if route.body and body is None:
             raise ValueError(f"{name}: a JSON body is required")
@@ -81,7 +97,7 @@ class SpaceClient:
             raise ApiError(0, "unreachable", f"{route.method} {url}: {exc!r}") from exc
         if status >= 400:
             raise error_from(status, raw)
-        return msgspec.json.decode(raw) if raw else None
+        return raw
 
     def subscribe(self, name: str, *, last_id: int | None = None, **options: Any) -> Subscription:
         """A `Subscription` to stream route `name` (path params and Subscription options)."""
@@ -127,6 +143,12 @@ class SpaceClient:
     # -- trigger records
     async def triggers(self, space: str) -> JSON:
         return await self.call("triggers", space=space)
+
+    async def trigger_page(self, space: str, after: str = "", limit: int = 5000) -> TriggerPage:
+        """A page of records as stored, undecoded (`records.load` each): no dict per record."""
+        raw = await self._send("triggers", None, {"space": space, "after": after or None,
+                                                  "limit": limit, "stored": 1})  # fmt: skip
+        return _page.decode(raw)
 
     async def trigger_create(self, space: str, body: JSON) -> JSON:
         return await self.call("trigger_create", body, space=space)

@@ -138,6 +138,7 @@ class Device:
             missing_chats=lambda: self.subscriptions.missing,
             next_fires=self.ticker.next_fires,
             interval=health_interval,
+            version=lambda: (self.reconciler.version, self.ticker.version),
         )
         self.sleepwatch = SleepWatch(self.clock)
         self.supervisor = Supervisor(

@@ -12,6 +12,12 @@ status) and `registry` (the ones this device arms), kept current by (SPEC
 3. a slow full resync (`resync_s`) as a safety net, and `resync()` on demand
    (election flip), which re-sorts the records in memory at once, then fetches.
 
+A `stamp` change (the runtime's own writes: `nextFireAt`, `lastStatus` …, never
+`rev` nor `updatedAt`) is not work: it replaces the record's stamps in `records`
+and in the armed entry in O(1), with no diff, no `on_edit` and no registry copy
+(`_restamped`). A full sync keeps the record objects it already holds when the
+listed record is equal, so a resync allocates nothing for what did not change.
+
 Each non-empty diff goes to `on_diff` (stamp-only writes make none), and
 `on_edit` hears of every feed change to a record's user fields, armed here or
 not (a repin between two other devices still changes who stamps it). Skipped
@@ -41,6 +47,7 @@ log = logging.getLogger(__name__)
 
 MAX_SLEEP = 30.0
 RETRY_MIN, RETRY_MAX = 1.0, 30.0
+LIST_PAGE = 2000  # records per listing page
 _NOT_USER = frozenset(
     {"rev", "createdAt", "updatedAt", "undecodable", "decodeError", "lastStatus",
      "lastStatusDetail", "lastRunAt", "nextFireAt", "breaker", "rollup"}
@@ -75,6 +82,7 @@ class Reconciler:
         self.registry = reg.Registry()
         self.ready = asyncio.Event()
         self.seq = 0  # the last change reflected in `records`
+        self.version = 0  # grows at every change to `records` (the health pass reads it)
         self._warned: dict[TriggerId, bytes] = {}
         self._sync_lock = asyncio.Lock()
         self._resync_now = asyncio.Event()
@@ -108,9 +116,7 @@ class Reconciler:
     async def sync(self) -> reg.Diff:
         """One full sync from the space: listing, folded with changes past its `seq`."""
         async with self._sync_lock:
-            listing = await self._client.triggers(self._space)
-            loaded = {r.id: r for r in map(load, listing["triggers"])}
-            seq = int(listing.get("seq") or 0)
+            loaded, seq = await self._listing()
             while seq < self.seq:  # the feed already applied changes newer than the listing
                 folded = await self._fold_pages(loaded, seq)
                 if folded == seq:  # the space's feed is behind ours (a restored store)
@@ -121,6 +127,20 @@ class Reconciler:
             diff = self._reconcile(list(loaded.values()))
             self._synced_at = self._clock.wall()
             return diff
+
+    async def _listing(self) -> tuple[dict[TriggerId, Loaded], int]:
+        """Every record, fetched in pages and decoded page by page from the raw bytes;
+        the `seq` of the first page (later writes come in through the fold)."""
+        loaded: dict[TriggerId, Loaded] = {}
+        page = await self._client.trigger_page(self._space, limit=LIST_PAGE)
+        seq = page.seq
+        while True:
+            for raw in page.triggers:
+                record = self._kept(load(bytes(raw)))
+                loaded[record.id] = record
+            if not page.next:
+                return loaded, seq
+            page = await self._client.trigger_page(self._space, after=page.next, limit=LIST_PAGE)
 
     async def _sync_safely(self) -> bool:
         try:
@@ -179,12 +199,42 @@ class Reconciler:
                 self._apply_changes(page["changes"])
                 more = bool(page.get("more") and page["changes"])
 
+    def _kept(self, record: Loaded) -> Loaded:
+        """The record object already held when it equals `record` (nothing new is kept)."""
+        old = self.records.get(record.id)
+        return old if old is not None and old == record else record
+
     def _apply_changes(self, changes: Iterable[dict[str, Any]]) -> None:
         fresh = [c for c in changes if int(c["seq"]) > self.seq]
         if not fresh:
             return
-        items = [_item(c) for c in fresh]
         self.seq = int(fresh[-1]["seq"])
+        self.version += 1
+        items = [item for item in map(_item, fresh) if not self._restamped(item)]
+        if items:
+            self._apply_items(items)
+
+    def _restamped(self, item: Loaded | reg.Deleted) -> bool:
+        """A stamp-only write of a record held here, taken in O(1); False for anything else.
+
+        Stamps never bump `rev` nor `updatedAt`, so the same pair on the same kind means
+        the user fields are the ones already held (a `stamp` op, or an echo of one)."""
+        if isinstance(item, reg.Deleted | Salvaged):
+            return False
+        prev = self.records.get(item.id)
+        if (
+            prev is None
+            or type(prev) is not type(item)
+            or prev.rev != item.rev  # type: ignore[union-attr]
+            or prev.updated_at != item.updated_at  # type: ignore[union-attr]
+            or item.updated_at is None
+        ):
+            return False
+        self.records[item.id] = item
+        reg.restamp(self.registry, item)
+        return True
+
+    def _apply_items(self, items: list[Loaded | reg.Deleted]) -> None:
         edited = False
         for item in items:
             edited = edited or _edited(self.records.get(item.id), item)
@@ -216,6 +266,7 @@ class Reconciler:
     # --- applying ------------------------------------------------------------------------
 
     def _reconcile(self, records: list[Loaded]) -> reg.Diff:
+        self.version += 1
         self.records = {r.id: r for r in records}
         self._warned = {k: v for k, v in self._warned.items() if k in self.records}
         diff = reg.reconcile(self.registry, records, self._peer, self._is_active())
@@ -225,7 +276,7 @@ class Reconciler:
     def _publish(self, diff: reg.Diff) -> None:
         for skip in diff.skipped:
             self._warn_once(skip)
-        self.registry = reg.apply(self.registry, diff)  # keeps `refresh` too
+        self.registry = reg.absorb(self.registry, diff)  # keeps `refresh` too
         if diff.empty:
             return
         log.info("reconcile: %s", diff.summary)

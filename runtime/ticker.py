@@ -26,6 +26,14 @@ across devices.
   took while it could not fire were dropped by the dispatcher; the claims drop the
   ones that did run.
 
+At rest the ticker costs nothing per armed entry: a heap ordered by next fire
+holds every entry's `next_at` (stale heap items are skipped when they surface,
+and the heap is rebuilt when they outnumber the entries), so a wake looks only at
+what is due and the sleep is read off the top. A large diff (a first sync of
+100,000 records) is armed in chunks of `ARM_CHUNK` that yield to the loop
+between them, so the election's renewals and the streams never starve; a small
+one is armed at once.
+
 One entry's failure is its own: an entry whose arming or taking raises is
 logged with its id and dropped (`failed` keeps why, for `baton status`), and
 every other entry goes on. Event triggers are not the ticker's
@@ -36,8 +44,11 @@ does), and reads time only through the Clock.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -52,6 +63,8 @@ log = logging.getLogger(__name__)
 MAX_BRIDGE_SLOTS = 1000
 """At most this many slots of one trigger are bridged (a `* * * * * *` job has 120)."""
 EPSILON = timedelta(microseconds=1)
+ARM_CHUNK = 500
+"""At most this many entries are armed between two yields to the loop (≈ 25–100 ms)."""
 
 Timed = CronTrigger | OnceTrigger
 
@@ -63,7 +76,7 @@ class Entry:
     record: Timed
     cursor: datetime  # slots at or before the cursor never fire (cron), but for a bridge
     settled: FireKey | None = None  # a once: the key it fired with (or missed)
-    bridge: list[datetime] = field(default_factory=list)  # cron slots to fire at the next wake
+    bridge: Sequence[datetime] = ()  # cron slots to fire at the next wake (no list per entry)
     next_at: datetime | None = None  # earliest instant this entry may fire; None: never
 
     def refresh(self) -> None:
@@ -128,7 +141,7 @@ def arm(record: Timed, now: datetime, prev: Entry | None, up_since: datetime) ->
             entry.cursor = max(entry.cursor, prev.cursor)  # an edit never goes back
         if _same_slots(prev.record, record):  # a bridge not yet fired survives a repin back
             since = record.fires_from
-            entry.bridge = [s for s in prev.bridge if since is None or s >= since]
+            entry.bridge = tuple(s for s in prev.bridge if since is None or s >= since)
     entry.refresh()
     return entry
 
@@ -165,7 +178,7 @@ def take(entry: Entry, now: datetime) -> list[tuple[FireKey, datetime, bool]]:
         fires = [(key, at, False) for key, at in _take_once(entry, rec, now)]
     else:
         fires = [(schedule.fire_key_cron(s), s, True) for s in entry.bridge]
-        entry.bridge = []
+        entry.bridge = ()
         slots = schedule.due_slots(rec.spec, entry.cursor, now)[-MAX_BRIDGE_SLOTS:]
         fires += [(schedule.fire_key_cron(s), s, s != slots[-1]) for s in slots]
         entry.cursor = max(entry.cursor, now)
@@ -188,7 +201,7 @@ def _take_once(entry: Entry, rec: OnceTrigger, now: datetime) -> list[tuple[Fire
 def restart(entry: Entry, now: datetime) -> None:
     """After a suspend or a clock jump: the cursor restarts from `now` (never a stale burst)."""
     rec = entry.record
-    entry.bridge = []
+    entry.bridge = ()
     if isinstance(rec, CronTrigger):
         fresh = start_cursor(rec, now, now)
         entry.cursor = max(entry.cursor, fresh) if entry.cursor <= now else fresh
@@ -217,24 +230,72 @@ class Ticker:
         self._wake = asyncio.Event()
         self.dispatched = 0  # fires handed to the dispatcher so far
         self.last_wake: datetime | None = None
+        self._heap: list[tuple[datetime, int, Entry]] = []  # (next_at, order, entry)
+        self._order = itertools.count()
+        self._pending: dict[TriggerId, tuple[Armed, datetime]] = {}  # to arm, with its `now`
+        self.chunk = ARM_CHUNK
+        self._pending_bridge: datetime | None = None  # a takeover's start, for pending entries
+        self.version = 0  # grows whenever an entry's next fire may have moved
 
     def apply(self, diff: Diff, now: datetime) -> None:
-        """Arm, re-arm, refresh or disarm from a registry diff; event triggers are ignored."""
+        """Arm, re-arm, refresh or disarm from a registry diff; event triggers are ignored.
+
+        Up to `chunk` entries to arm are armed at once; more wait in `pending` for the run
+        loop (`arm_pending`), each armed as of the `now` its diff came with."""
+        self.version += 1
         for tid in diff.remove:
             self._entries.pop(tid, None)
+            self._pending.pop(tid, None)
             self.failed.pop(tid, None)
-        for armed in diff.add:
-            self._arm(armed, now, None)
-        for armed in diff.rearm:
-            self._arm(armed, now, self._entries.get(armed.record.id))
+        for armed in (*diff.add, *diff.rearm):
+            self._pending.pop(armed.record.id, None)
+            self._pending[armed.record.id] = (armed, now)
         for armed in diff.update:
-            self._refresh(armed)
+            if armed.record.id in self._pending:  # not armed yet: it arms with the newest
+                self._pending[armed.record.id] = (armed, self._pending[armed.record.id][1])
+            else:
+                self._refresh(armed)
+        if len(self._pending) <= self.chunk:
+            self._arm_some(len(self._pending))
         self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        """Entries received but not armed yet (a large diff being armed in chunks)."""
+        return len(self._pending)
+
+    async def arm_pending(self) -> int:
+        """Arm every pending entry, `chunk` at a time, yielding to the loop between; how many."""
+        armed = 0
+        while self._pending:
+            armed += self._arm_some(self.chunk)
+            await asyncio.sleep(0)
+        if armed:
+            log.info("ticker: armed %d entries in chunks of %d", armed, self.chunk)
+        return armed
+
+    def _arm_some(self, count: int) -> int:
+        taken = list(itertools.islice(self._pending.items(), count))
+        for tid, (armed, now) in taken:
+            del self._pending[tid]
+            self._arm(armed, now, self._entries.get(tid))
+            entry, start = self._entries.get(tid), self._pending_bridge
+            if start is not None and entry is not None and add_bridge(entry, start):
+                self._push(entry)  # a takeover came before its arming
+        if not self._pending:
+            self._pending_bridge = None
+        return len(taken)
 
     def bridge(self, start: datetime) -> int:
         """After a takeover: every floating cron entry fires its slots in `(start, cursor]`
         (not before its `activeSince`; claims drop what already ran); how many."""
-        added = sum(add_bridge(entry, start) for entry in self._entries.values())
+        added = 0
+        for entry in self._entries.values():
+            if n := add_bridge(entry, start):
+                added += n
+                self._push(entry)
+        if self._pending:  # entries not armed yet bridge as they are armed
+            self._pending_bridge = min(start, self._pending_bridge or start)
         self._wake.set()
         return added
 
@@ -245,13 +306,56 @@ class Ticker:
             self._entries.pop(record.id, None)  # a kind change to `event`
             return
         try:
-            self._entries[record.id] = arm(record, now, prev, self.up_since)
+            entry = arm(record, now, prev, self.up_since)
         except Exception as exc:
             self._drop(record.id, "arm", exc)
+            return
+        self._entries[record.id] = entry
+        self._push(entry)
+
+    # --- the heap of next fires --------------------------------------------------------
+
+    def _push(self, entry: Entry) -> None:
+        """File `entry` under its `next_at`; an older item of it goes stale in the heap."""
+        self.version += 1
+        if entry.next_at is None:
+            return
+        heapq.heappush(self._heap, (entry.next_at, next(self._order), entry))
+        if len(self._heap) > 2 * len(self._entries) + 1024:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        self.version += 1
+        self._heap = [(e.next_at, next(self._order), e)
+                      for e in self._entries.values() if e.next_at is not None]  # fmt: skip
+        heapq.heapify(self._heap)
+
+    def _current(self, item: tuple[datetime, int, Entry]) -> bool:
+        at, _, entry = item
+        return entry.next_at == at and self._entries.get(entry.record.id) is entry
+
+    def _earliest(self) -> datetime | None:
+        """The earliest `next_at` of any entry; stale items on top are dropped."""
+        heap = self._heap
+        while heap and not self._current(heap[0]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _pop_due(self, now: datetime) -> list[Entry]:
+        """Every entry due at `now`, earliest first, each once; taken off the heap."""
+        due: list[Entry] = []
+        seen: set[int] = set()
+        while (at := self._earliest()) is not None and at <= now:
+            entry = heapq.heappop(self._heap)[2]
+            if id(entry) not in seen:
+                seen.add(id(entry))
+                due.append(entry)
+        return due
 
     def _drop(self, tid: TriggerId, what: str, exc: Exception) -> None:
         """One entry raised: log it, forget it; the others are untouched."""
         self._entries.pop(tid, None)
+        self.version += 1
         self.failed[tid] = f"{what}: {type(exc).__name__}: {exc}"
         log.error("ticker: trigger %s dropped, %s", tid, self.failed[tid])
 
@@ -268,6 +372,9 @@ class Ticker:
                 restart(entry, now)
             except Exception as exc:
                 self._drop(tid, "restart", exc)
+        self._pending = {tid: (armed, now) for tid, (armed, _) in self._pending.items()}
+        self._pending_bridge = None  # nothing of the sleep is bridged
+        self._rebuild()
         self._wake.set()
 
     def next_fires(self) -> dict[TriggerId, datetime]:
@@ -293,16 +400,17 @@ class Ticker:
         later entries are still being computed (a cron step costs ≈ 50–80 µs).
         """
         self._wake.clear()
+        await self.arm_pending()
         now = self._clock.wall()
         self.last_wake = now
-        due = [e for e in self._entries.values() if e.next_at is not None and e.next_at <= now]
         count = 0
-        for entry in due:  # a snapshot: `apply` may change the entries while this yields
+        for entry in self._pop_due(now):  # a snapshot: `apply` may change entries meanwhile
             try:
                 fires = take(entry, now)
             except Exception as exc:
                 self._drop(entry.record.id, "take", exc)
                 continue
+            self._push(entry)
             for key, at, catchup in fires:
                 count += 1
                 request = FireRequest(trigger=entry.record, key=key, due_at=at, catchup=catchup)
@@ -320,19 +428,22 @@ class Ticker:
 
     def delay(self, now: datetime) -> float:
         """Seconds to sleep from `now`: until the earliest next fire, at most `max_sleep`."""
-        upcoming = [e.next_at for e in self._entries.values() if e.next_at is not None]
-        if not upcoming:
+        if self._pending:
+            return 0.0
+        earliest = self._earliest()
+        if earliest is None:
             return self._max_sleep
-        return min(self._max_sleep, max(0.0, (min(upcoming) - now).total_seconds()))
+        return min(self._max_sleep, max(0.0, (earliest - now).total_seconds()))
 
     async def _nap(self) -> None:
         await sleep_or_wake(self._clock, self.delay(self._clock.wall()), self._wake)
 
     def status(self) -> dict[str, Any]:
-        upcoming = self.next_fires()
-        first = min(upcoming.items(), key=lambda kv: kv[1]) if upcoming else None
+        at = self._earliest()
+        first = (self._heap[0][2].record.id, at) if at is not None else None
         return {
             "armed": len(self._entries),
+            "pending": len(self._pending),
             "cron": sum(isinstance(e.record, CronTrigger) for e in self._entries.values()),
             "once": sum(isinstance(e.record, OnceTrigger) for e in self._entries.values()),
             "dispatched": self.dispatched,

@@ -18,6 +18,7 @@ import json
 import secrets
 from typing import Any
 
+import msgspec
 import sqlite_utils
 
 from space.db import transaction
@@ -280,9 +281,41 @@ def _with_defaults(full: Record, raw: Record) -> Record:
     return merged
 
 
-def listing(db: sqlite_utils.Database, space: str) -> list[Record]:
-    rows = db.execute("SELECT id, body FROM triggers WHERE space = ? ORDER BY id", [space])
-    return [flagged(tid, body) for tid, body in rows.fetchall()]
+def listing(
+    db: sqlite_utils.Database, space: str, after: str = "", limit: int = -1
+) -> list[Record]:
+    """Records by id after `after` (at most `limit`, -1: all), defaults filled in."""
+    return [flagged(tid, body) for tid, body in _rows(db, space, after, limit)]
+
+
+def listing_page(
+    db: sqlite_utils.Database, space: str, after: str, limit: int, *, stored: bool
+) -> tuple[list[Record | msgspec.Raw], str | None]:
+    """Up to `limit` records by id after `after`, and the `after` of the next page (None at
+    the end). `stored`: each record as stored (no defaults filled in), spliced into the
+    answer without a parse; a body that is not a JSON object is flagged as in `listing`."""
+    rows = _rows(db, space, after, limit)
+    read = _as_stored if stored else flagged
+    last = rows[-1][0] if len(rows) == limit else None
+    return [read(tid, body) for tid, body in rows], last
+
+
+def _rows(db: sqlite_utils.Database, space: str, after: str, limit: int) -> list[tuple[str, str]]:
+    rows = db.execute(
+        "SELECT id, body FROM triggers WHERE space = ? AND id > ? ORDER BY id LIMIT ?",
+        [space, after, limit],
+    )
+    return rows.fetchall()
+
+
+def _as_stored(tid: str, body: str) -> Record | msgspec.Raw:
+    data = body.encode()
+    try:
+        if body.lstrip().startswith("{"):
+            return msgspec.json.decode(data, type=msgspec.Raw)  # checks it is JSON
+    except (msgspec.DecodeError, RecursionError):
+        pass
+    return flagged(tid, body)
 
 
 def latest_seq(db: sqlite_utils.Database, space: str) -> int:

@@ -20,7 +20,7 @@ from space.auth import limit_patch
 from space.changes import notify
 from space.clock import Aware, iso
 from space.db import DB
-from space.http import ApiError, add_route, answer, decode, int64, now_of, raw_body
+from space.http import ApiError, add_route, answer, decode, int64, int_query, now_of, raw_body
 from space.spaces import require_space
 from triggers import records
 
@@ -55,6 +55,10 @@ class TriggerPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 class RecordList(msgspec.Struct, frozen=True, kw_only=True):
     triggers: list[dict[str, Any]]
     seq: int
+    next: str | None = None  # with `limit`: the `after` of the next page; null at the end
+
+
+PAGE_MAX = 10_000
 
 
 def if_match(request: web.Request) -> int | None:
@@ -79,9 +83,17 @@ def _one(record: dict[str, Any], status: int = 200) -> web.Response:
 
 
 async def list_triggers(request: web.Request) -> web.Response:
+    """All records; with `limit`, a page by id (`after`, `next`); `stored=1`: as stored."""
     space = require_space(request)
     db = request.app[DB]
-    return answer({"triggers": store.listing(db, space), "seq": store.latest_seq(db, space)})
+    seq = store.latest_seq(db, space)  # before the rows: the feed from here covers them
+    stored = request.query.get("stored") in ("1", "true")
+    if "limit" not in request.query and not stored:
+        return answer({"triggers": store.listing(db, space), "seq": seq})
+    limit = int_query(request, "limit", PAGE_MAX, low=1, high=PAGE_MAX)
+    after = request.query.get("after", "")
+    page, last = store.listing_page(db, space, after, limit, stored=stored)
+    return answer({"triggers": page, "seq": seq, "next": last})
 
 
 async def create_trigger(request: web.Request) -> web.Response:
@@ -159,7 +171,8 @@ def setup(app: web.Application) -> None:
         "GET",
         base,
         list_triggers,
-        "List raw records, undecodable ones flagged",
+        "List raw records, undecodable ones flagged; `?limit=N&after=<id>` pages by id "
+        "(`next`), `&stored=1` answers them as stored",
         answer=RecordList,
     )
     add_route(

@@ -247,3 +247,55 @@ async def test_a_fire_that_never_ran_is_overdue_until_a_run_comes(setup: Setup) 
     assert await setup.stamp_of(tid) == ("ok", "")
     record = await setup.admin.trigger_get(SPACE, tid)
     assert record["nextFireAt"] == iso(START + timedelta(minutes=5))
+
+
+async def test_a_first_next_fire_beyond_the_horizon_is_not_written_until_it_nears(
+    setup: Setup,
+) -> None:
+    tid = await setup.create()
+    setup.armed[TriggerId(tid)] = START + timedelta(days=40)  # a yearly job: no write yet
+    await setup.pass_()
+    assert (await setup.admin.trigger_get(SPACE, tid)).get("nextFireAt") is None
+    setup.armed[TriggerId(tid)] = START + timedelta(hours=3)
+    await setup.pass_()
+    record = await setup.admin.trigger_get(SPACE, tid)
+    assert record["nextFireAt"] == iso(START + timedelta(hours=3))
+
+
+async def test_a_settled_pass_judges_nothing_until_something_it_reads_changes(
+    setup: Setup,
+) -> None:
+    version = {"n": 1}
+    health = HealthPass(
+        setup.health._client, SPACE, "a", clock=setup.clock, records=setup.known,
+        elector=setup.elector, missing_chats=lambda: setup.missing["chats"],
+        next_fires=lambda: setup.armed, version=lambda: version["n"],
+    )  # fmt: skip
+    tid = await setup.create()
+    await setup.known.refresh()
+    assert await health.run_pass() == 0  # healthy: settled
+    setup.write_raw({"id": tid, "program": "nope@v1"})  # unseen: the version did not move
+    await setup.known.refresh()
+    assert await health.run_pass() == 0 and health.passes == 2
+    version["n"] += 1  # the reconciler saw the change
+    assert await health.run_pass() == 1
+    assert await setup.stamp_of(tid) == ("unknown_program", "program 'nope@v1' is not published")
+
+
+def test_a_settled_pass_wakes_when_a_stamped_fire_comes_due() -> None:
+    from runtime.healthpass import FULL_PASS, turns_at
+    from triggers import health as verdicts
+
+    due = START + timedelta(minutes=3)
+    record = load({"id": "t", "kind": "cron", "program": "tick@v1", "spec": {"expr": "* * * * *"},
+                   "nextFireAt": iso(due)})  # fmt: skip
+    inputs = verdicts.HealthInputs(
+        now=START, programs=frozenset(), active_peer=None, live=frozenset(),
+        missing_chats=frozenset(), breaker_until={}, last_run_status={},
+    )  # fmt: skip
+    assert turns_at([record], {}, inputs) == due
+    assert turns_at([], {}, inputs) == START + FULL_PASS
+    far = {TriggerId("t"): START + timedelta(days=40)}
+    yearly = {"expr": "0 0 1 1 *"}
+    unstamped = load({"id": "t", "kind": "cron", "program": "tick@v1", "spec": yearly})
+    assert turns_at([unstamped], far, inputs) == START + FULL_PASS  # further than 10 min away

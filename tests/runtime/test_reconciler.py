@@ -376,3 +376,28 @@ def create_in_store(db: Path, name: str) -> None:
         )
     finally:
         store.conn.close()
+
+
+async def test_a_stamp_change_is_taken_without_a_diff_nor_a_registry_copy(space, start):
+    run = await start(on_edit=lambda: run.on_edit())
+    await ready(run)
+    rec = run.reconciler
+    made = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    await run.until(lambda: run.ids("add") == [made["id"]])
+    registry, edits = rec.registry, run.edits
+    stamped = {**made, "nextFireAt": "2026-12-01T09:05:00.000Z", "lastStatus": "ok"}
+    change = {"seq": rec.seq + 1, "triggerId": made["id"], "op": "stamp", "rev": made["rev"]}
+    rec._apply_changes([change | {"at": made["updatedAt"], "record": stamped}])
+    assert rec.registry is registry and len(run.diffs) == 1 and run.edits == edits
+    assert rec.records[made["id"]].last_status == "ok"  # type: ignore[union-attr]
+    assert rec.registry[made["id"]].record.next_fire_at is not None  # its stamps kept current
+
+
+async def test_a_resync_keeps_the_record_objects_it_holds(space, start):
+    run = await start()
+    await ready(run)
+    made = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    await run.until(lambda: run.ids("add") == [made["id"]])
+    held = run.reconciler.records[made["id"]]
+    assert (await run.reconciler.sync()).empty
+    assert run.reconciler.records[made["id"]] is held

@@ -485,3 +485,70 @@ async def test_an_entry_whose_take_raises_is_dropped_and_the_rest_fire(
     assert "take" in ticker.failed["trg_a"] and "trg_a" not in ticker.next_fires()
     ticker.slept(T0 + 61 * S)  # the survivors restart; nothing raises
     assert set(ticker.next_fires()) == {"trg_canary"}
+
+
+# --- the heap and chunked arming ---------------------------------------------------------
+
+
+async def test_the_heap_fires_entries_in_next_fire_order_and_skips_stale_items(clock):
+    recorder = Recorder()
+    ticker = Ticker(recorder, clock=clock, max_sleep=86400)
+    entries = tuple(cron(f"0 {h} * * *", id=f"trg_{h}") for h in (12, 10, 11))
+    ticker.apply(Diff(add=entries), T0)
+    ticker.apply(Diff(rearm=(edited(entries[2], spec={"expr": "0 13 * * *"}),)), T0)
+    assert ticker.delay(T0) == 3600  # read off the heap: trg_10 at 10:00
+    order = [e.record.id for e in ticker._pop_due(T0 + timedelta(hours=5))]
+    assert order == ["trg_10", "trg_12", "trg_11"]  # the stale 11:00 item of trg_11 skipped
+    ticker._rebuild()
+    for _ in range(4):  # 10:00, 11:00 (nothing: moved to 13:00), 12:00, 13:00
+        clock.advance(3600)
+        await ticker.tick()
+    assert [(f.trigger.id, f.key) for f in recorder.fires] == [
+        ("trg_10", key(T0 + timedelta(hours=1))),
+        ("trg_12", key(T0 + timedelta(hours=3))),
+        ("trg_11", key(T0 + timedelta(hours=4))),
+    ]
+    assert len(ticker._heap) <= 2 * len(ticker.next_fires()) + 1024
+
+
+async def test_a_large_diff_is_armed_in_chunks_that_yield_to_the_loop(clock):
+    ticker = Ticker(Recorder(), clock=clock)
+    ticker.chunk = 10
+    ticker.apply(Diff(add=tuple(cron(id=f"trg_{i}") for i in range(35))), T0)
+    assert ticker.pending == 35 and ticker.next_fires() == {}
+    assert ticker.delay(T0) == 0.0  # the loop comes back at once to arm them
+    ran: list[int] = []
+
+    async def other() -> None:  # another part of the device, wanting the loop meanwhile
+        while ticker.pending:
+            ran.append(ticker.pending)
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other())
+    assert await ticker.arm_pending() == 35
+    await task
+    assert ran and ran[0] < 35  # it ran between two chunks
+    assert len(ticker.next_fires()) == 35 and ticker.pending == 0
+    ticker.apply(Diff(remove=("trg_0",), add=(cron(id="trg_new"),)), T0)
+    assert ticker.pending == 0 and "trg_new" in ticker.next_fires()  # a small diff: at once
+
+
+async def test_an_update_or_removal_of_an_entry_still_pending_is_not_lost(clock):
+    ticker = Ticker(Recorder(), clock=clock)
+    ticker.chunk = 2
+    first = tuple(cron(id=f"trg_{i}") for i in range(5))
+    ticker.apply(Diff(add=first), T0)
+    ticker.apply(Diff(update=(edited(first[1], name="renamed"),), remove=("trg_2",)), T0)
+    await ticker.arm_pending()
+    assert set(ticker.next_fires()) == {"trg_0", "trg_1", "trg_3", "trg_4"}
+    assert ticker._entries["trg_1"].record.name == "renamed"
+
+
+async def test_a_takeover_bridges_entries_still_waiting_to_be_armed(ticker, clock, rec):
+    now = clock.wall()
+    ticker.chunk = 1
+    ticker.apply(Diff(add=(cron("*/10 * * * * *"), cron("*/10 * * * * *", id="trg_d"))), now)
+    assert ticker.pending == 2
+    assert ticker.bridge(now - 60 * S) == 0  # nothing armed yet to bridge
+    assert await ticker.tick() == 2 * 6  # each: the six slots in (08:59:00, 09:00:00]
+    assert sorted({f.trigger.id for f in rec.fires}) == ["trg_c", "trg_d"]

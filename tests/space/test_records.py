@@ -250,3 +250,24 @@ async def test_get_fills_in_defaults_and_keeps_unknown_fields(api: Api) -> None:
         "*/5 * * * *", "UTC", "none")  # fmt: skip
     status, listed = await api.get(f"/spaces/{SPACE}/triggers")
     assert [r for r in listed["triggers"] if r["id"] == made["id"]] == [one]
+
+
+async def test_the_listing_pages_by_id_and_answers_records_as_stored(api: Api) -> None:
+    made = sorted([(await api.create_trigger())["id"] for _ in range(5)])
+    conn = sqlite3.connect(api.db_path)
+    with conn:
+        conn.execute("UPDATE triggers SET body = 'not json' WHERE id = ?", [made[3]])
+    conn.close()
+    status, full = await api.get(T)
+    seen, after = [], ""
+    while True:
+        status, page = await api.get(f"{T}?stored=1&limit=2" + (f"&after={after}" if after else ""))
+        assert status == 200 and page["seq"] == full["seq"]
+        seen += page["triggers"]
+        if not page["next"]:
+            break
+        after = page["next"]
+    assert [r["id"] for r in seen] == made
+    assert "limits" not in seen[0]  # as stored: no defaults filled in
+    assert seen[3]["undecodable"] is True  # what is not JSON is still flagged
+    assert [r["id"] for r in full["triggers"]] == made and "limits" in full["triggers"][0]

@@ -130,3 +130,25 @@ def test_no_match_and_the_calendars_end_are_none() -> None:
 def test_bad_expressions_name_what_is_wrong(expr: str, says: str) -> None:
     with pytest.raises(ValueError, match=says):
         cronwall.compile(expr)
+
+
+@pytest.mark.parametrize(
+    "expr",
+    ["30 9 * * *", "0 0 1 1 *", "5 4 31 2 *", "0 12 * * 7", "0 12 * * 0", "0 12 13 * 5",
+     "59 23 * 12 *", "* * * * *", "7 * * * * *", "0 0 0 29 2 *", "05 09 * * *"],
+)  # fmt: skip
+def test_the_plain_form_parses_to_the_fields_croniter_gives(expr):
+    from triggers import cronwall
+
+    raw = expr.lower().split()
+    expanded, _ = cronwall.croniter.expand(expr, second_at_beginning=True)
+    assert cronwall._plain(raw) == cronwall._fields(raw, expanded)
+
+
+@pytest.mark.parametrize("expr", ["60 * * * *", "0 24 * * *", "0 0 0 * *", "0 0 * 13 *"])
+def test_a_plain_number_out_of_range_is_refused_as_croniter_refuses_it(expr):
+    from triggers import cronwall
+
+    assert cronwall._plain(expr.split()) is None
+    with pytest.raises(ValueError):
+        cronwall.compile(expr)

@@ -275,3 +275,15 @@ def test_a_run_stamped_elsewhere_refreshes_the_armed_record_though_rev_stays():
     diff = reconcile(registry, [ran], ME, active=True)
     assert diff.empty and ids(diff.refresh) == ["trg_c"]
     assert apply(registry, diff)["trg_c"].record.last_run_at is not None
+
+
+def test_absorb_changes_the_registry_in_place_and_restamp_keeps_stamps_current():
+    from triggers.registry import absorb, restamp
+
+    registry = armed_with(rec())
+    diff = reconcile_changes(registry, [rec(id="trg_d")], ME, active=True)
+    assert absorb(registry, diff) is registry and set(registry) == {"trg_c", "trg_d"}
+    stamped = rec(nextFireAt="2026-11-01T10:10:00+00:00", lastStatus="ok")
+    assert restamp(registry, stamped) and registry[TriggerId("trg_c")].record is stamped
+    assert not restamp(registry, rec(id="trg_absent"))
+    assert reconcile(registry, [stamped, rec(id="trg_d")], ME, active=True) == Diff()
