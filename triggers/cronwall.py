@@ -108,7 +108,11 @@ def _fields(raw: list[str], expanded: list[list[int | str]]) -> Fields | None:
         return None  # e.g. `l` left in a field: not ours to match
     minute, hour, day, mon, wday = values[:5]
     second = values[5] if len(values) == 6 else (0,)
-    both = day is not None and wday is not None
+    return _build(second, minute, hour, day, mon, wday)
+
+
+def _build(second: Values, minute: Values, hour: Values, day: Values, mon: Values,
+            wday: Values) -> Fields:  # fmt: skip
     return Fields(
         seconds=_all("second", second),
         minutes=_all("minute", minute),
@@ -116,7 +120,7 @@ def _fields(raw: list[str], expanded: list[list[int | str]]) -> Fields | None:
         months=_all("month", mon),
         dom=day,
         dow=frozenset(wday) if wday is not None else None,
-        day_or=both,
+        day_or=day is not None and wday is not None,
     )
 
 
@@ -140,15 +144,7 @@ def _plain(raw: list[str]) -> Fields | None:
         else:
             return None
     second, minute, hour, day, mon, wday = values
-    return Fields(
-        seconds=_all("second", second),
-        minutes=_all("minute", minute),
-        hours=_all("hour", hour),
-        months=_all("month", mon),
-        dom=day,
-        dow=frozenset(wday) if wday is not None else None,
-        day_or=day is not None and wday is not None,
-    )
+    return _build(second, minute, hour, day, mon, wday)
 
 
 def _values(field: list[int | str]) -> Values:
