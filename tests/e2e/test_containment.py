@@ -92,6 +92,17 @@ def children(pid: int) -> list[int]:
     return found
 
 
+async def only_the_spare(rig: Rig) -> None:
+    """Nothing of the last run is left: the worker's one child is the spare for the next run
+    (forked after the reply, so it may come a moment after the run record)."""
+    worker = rig.workers()[0]
+
+    async def one_child() -> bool:
+        return len(children(worker)) == 1
+
+    await wait_until(one_child, timeout=DEADLINE, what="the worker's one child, its spare")
+
+
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -255,7 +266,7 @@ async def test_a_double_forked_setsid_grandchild_dies_with_its_run(rig: Rig, han
         assert run["status"] == "ok", run
     grandchild = int(run["stderrTail"].split("grandchild ")[1].split()[0])
     assert not alive(grandchild), f"grandchild {grandchild} outlived its run"
-    assert len(children(rig.workers()[0])) == 1  # the worker's spare for the next run: no more
+    await only_the_spare(rig)
     await rig.still_up()
 
 
@@ -327,12 +338,7 @@ async def test_a_run_cannot_fork_past_its_process_limit(rig: Rig) -> None:
     forked = int(run["error"].rsplit("forked ", 1)[1].split(",")[0])
     assert forked < 100, run["error"]
     assert "Resource temporarily unavailable" in run["error"], run
-    worker = rig.workers()[0]
-
-    async def only_the_spare() -> bool:  # forked after the reply: it may come a moment later
-        return len(children(worker)) == 1
-
-    await wait_until(only_the_spare, timeout=DEADLINE, what="the worker's one child, its spare")
+    await only_the_spare(rig)
     await rig.still_up()
 
 
