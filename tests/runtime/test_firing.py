@@ -227,7 +227,9 @@ async def test_three_failures_open_the_breaker_and_the_fourth_fire_is_skipped(w:
     assert (stamped["rollup"]["errors"], stamped["rollup"]["suppressed"]) == (3, 1)
 
 
-async def test_a_fire_while_one_runs_is_skipped_for_overlap(w: World, tmp_path: Path):
+async def fire_into_a_running_one(w: World, tmp_path: Path):
+    """Fire `a` of a gated trigger, then `b` while `a` runs (skipped for overlap); then let
+    `a` end and every record be written. The trigger."""
     gate = tmp_path / "gate"
     await w.publish("slow@v1", GATED)
     record = await w.trigger("slow@v1", args={"gate": str(gate)})
@@ -240,6 +242,11 @@ async def test_a_fire_while_one_runs_is_skipped_for_overlap(w: World, tmp_path: 
             await asyncio.sleep(0.005)
     gate.touch()
     await w.fire()
+    return record
+
+
+async def test_a_fire_while_one_runs_is_skipped_for_overlap(w: World, tmp_path: Path):
+    record = await fire_into_a_running_one(w, tmp_path)
     runs = {r["key"]: r for r in await w.runs(record)}
     assert (runs["a"]["status"], runs["a"]["result"]) == ("ok", {"ok": True})
     assert (runs["b"]["status"], runs["b"]["reason"]) == ("skipped", "overlap")
@@ -369,18 +376,7 @@ async def test_a_fire_gets_its_run_token_with_the_claim_and_it_ends_with_the_run
 
 
 async def test_a_fire_not_run_ends_the_token_its_claim_answered(w: World, tmp_path: Path):
-    gate = tmp_path / "gate"
-    await w.publish("slow@v1", GATED)
-    record = await w.trigger("slow@v1", args={"gate": str(gate)})  # overlap: skip
-    assert w.firing is not None
-    await w.firing.fire(w.request(record, "a"))
-    await w.until_running(record)
-    await w.firing.fire(w.request(record, "b"))
-    async with asyncio.timeout(10):
-        while w.firing.counts.get("skipped") != 1:
-            await asyncio.sleep(0.005)
-    gate.touch()
-    await w.fire()
+    record = await fire_into_a_running_one(w, tmp_path)  # overlap: skip
     runs = {r["key"]: r["runId"] for r in await w.runs(record)}
     tokens = {t["runId"]: t["state"] for t in (await w.admin.tokens(all=True))["tokens"]
               if t["role"] == "run"}  # fmt: skip
