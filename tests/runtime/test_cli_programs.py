@@ -6,18 +6,15 @@ runs in the test's loop; `--url`, `--token-file` and `--space` point it at the s
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from clikit import SPACE, Cli, World
 
-from runtime.cli import main
 from runtime.client import SpaceClient
-from space.app import create_app, default_admin_token_file
 
-SPACE = "home"
 TRIAGE = '''"""Label a chat message and post a short ack."""
 
 __any_tool__ = False
@@ -40,39 +37,10 @@ def main(args):
 FAILING = "import sys\n\ndef main(args):\n    print('about to fail', file=sys.stderr)\n    raise ValueError('bad ' + args['x'])\n"  # noqa: E501
 
 
-class Cli:
-    """The `baton` command pointed at one test server."""
-
-    def __init__(self, url: str, token_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
-        self.url, self.token_file, self.capsys = url, token_file, capsys
-
-    async def __call__(self, *argv: str) -> tuple[int, str, str]:
-        flags = ["--url", self.url, "--token-file", str(self.token_file), "--space", SPACE]
-        code = await asyncio.to_thread(main, [*argv, *flags])
-        out, err = self.capsys.readouterr()
-        return code, out, err
-
-    async def json(self, *argv: str) -> Any:
-        code, out, err = await self(*argv, "--json")
-        assert code == 0, err
-        return json.loads(out)
-
-
 @pytest.fixture
-async def space(tmp_path: Path, aiohttp_server: Any):
-    db = tmp_path / "space.db"
-    server = await aiohttp_server(create_app(db))
-    url = str(server.make_url("/")).rstrip("/")
-    token_file = default_admin_token_file(db)
-    async with SpaceClient(url, token_file.read_text().strip()) as admin:
-        created = await admin.space_create({"id": SPACE})
-        yield url, token_file, admin, created["generalChat"]
-
-
-@pytest.fixture
-def cli(space: Any, capsys: pytest.CaptureFixture[str]) -> Cli:
-    url, token_file, _, _ = space
-    return Cli(url, token_file, capsys)
+def space(world: World) -> tuple[str, Path, SpaceClient, str]:
+    """The conftest's space as these tests take it: URL, token file, admin client, chat."""
+    return world.url, world.token_file, world.admin, world.chat
 
 
 @pytest.fixture
