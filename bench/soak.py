@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import contextlib
 import json
 import os
@@ -59,7 +60,8 @@ PEERS = ("a", "b", "c")
 PINNED_TO = "b"
 QUICK = 'def main(args):\n    return {"ok": True}\n'
 EVERY_SECOND = {"kind": "cron", "spec": {"expr": "* * * * * *"}, "program": "quick@v1"}
-STARTUP = 3.0  # a spawned device is joined and armed within this
+STARTUP = 3.0  # a spawned device is joined and armed no sooner than this
+ARMED = 1.0  # after the space first lists a spawned device, it has armed its triggers
 EDGE = 1.5  # seconds around an act where the harness cannot know what a process saw
 HORIZON = 10.0  # a device up this long after an instant: a holder has fired or bridged it
 FEED_EVERY, CHAT_EVERY = 0.5, 4.0
@@ -82,11 +84,13 @@ class Life:
 
     runs: list[tuple[float, float]] = field(default_factory=list)  # [spawn, exit]
     cut: list[float] = field(default_factory=list)  # the instant each run was signalled
+    joined: list[float] = field(default_factory=list)  # when the space first listed each run
     frozen: list[tuple[float, float]] = field(default_factory=list)
 
-    def started(self, t: float) -> None:
+    def started(self, t: float, joined: float) -> None:
         self.runs.append((t, float("inf")))
         self.cut.append(float("inf"))
+        self.joined.append(joined)
 
     def signalled(self, t: float) -> None:
         self.cut[-1] = t
@@ -96,9 +100,11 @@ class Life:
         self.cut[-1] = min(self.cut[-1], t)
 
     def up_strictly(self, a: float, b: float, startup: float) -> bool:
-        """Running, joined and not frozen over the whole of [a, b]."""
-        runs = zip(self.runs, self.cut, strict=True)
-        ran = any(s + startup <= a and b <= c for (s, _), c in runs)
+        """Running, joined and not frozen over the whole of [a, b]. A device is taken as
+        armed `startup` after its spawn or `ARMED` after the space first listed it, whichever
+        is later (a loaded machine can take several seconds to start one)."""
+        runs = zip(self.runs, self.cut, self.joined, strict=True)
+        ran = any(max(s + startup, j + ARMED) <= a and b <= c for (s, _), c, j in runs)
         return ran and not any(f < b and a < t for f, t in self.frozen)
 
     def ran_at_all(self, a: float, b: float) -> bool:
@@ -124,6 +130,7 @@ class Harness:
         self.triggers: dict[str, str] = {}  # role → id
         self.api: SpaceClient | None = None
         self.chats: dict[str, str] = {}
+        self.watchers: set[asyncio.Task[None]] = set()
 
     # -- processes
 
@@ -143,9 +150,25 @@ class Harness:
             sys.executable, "-m", "runtime.cli", *args, cwd=ROOT, env=env,
             stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
-        self.lives[name].started(now())
         if name == "space":
+            self.lives[name].started(now(), joined=now())
             await self._until_listening()
+        else:
+            self.lives[name].started(now(), joined=float("inf"))
+            self.watchers.add(asyncio.create_task(self._until_joined(name)))
+
+    async def _until_joined(self, peer: str) -> None:
+        """Note when the space first lists this run of `peer` (its `upSince` is after the
+        spawn); until then nothing is expected of it. Polls while the process runs."""
+        life, proc = self.lives[peer], self.procs[peer]
+        spawned, run = life.runs[-1][0], len(life.runs) - 1
+        while proc.returncode is None and self.api is not None:
+            with contextlib.suppress(ApiError):
+                for d in (await self.api.devices(SPACE))["devices"]:
+                    if d["peer"] == peer and stamp(d["upSince"]) >= spawned:
+                        life.joined[run] = stamp(d["upSince"])
+                        return
+            await asyncio.sleep(0.1)
 
     async def _until_listening(self) -> None:
         deadline = now() + 20
@@ -331,6 +354,9 @@ class Harness:
         await asyncio.sleep(seconds)
 
     async def close(self) -> None:
+        for watcher in self.watchers:
+            watcher.cancel()
+        await asyncio.gather(*self.watchers, return_exceptions=True)
         for name in (*PEERS, "space"):
             if self.running(name):
                 await self.signal(name, signal.SIGTERM)
@@ -371,7 +397,7 @@ class Check:
         ):
             self._regime(tid, op, json.loads(body) if body else {})
         db.close()
-        self._live: list[float] | None = None
+        self._live: list[tuple[float, str, int]] | None = None
         self.found: Counter[str] = Counter()
         self.examples: dict[str, list[str]] = {}
 
@@ -418,15 +444,21 @@ class Check:
         return any(t < start <= t + HORIZON for start, _ in self.pauses.get(tid, []))
 
     def live_holder(self, t: float) -> bool:
-        """A floating cron slot near `t` was claimed on time: a holder was firing live."""
+        """One holder fired the floating crons live across `t`: the same (peer, term) claimed
+        a slot on time before `t` and the next one on time after it, with no silence between
+        (a holder that died just after `t`, or one that took over just before, does not count)."""
         if self._live is None:
             floating = {self.h.triggers[r] for r in ("cron", "later") if r in self.h.triggers}
             self._live = sorted(
-                stamp(claimed)
-                for tid, key, _, _, claimed in self.claims
+                (stamp(claimed), peer, term)
+                for tid, key, term, peer, claimed in self.claims
                 if tid in floating and stamp(claimed) - stamp(key.replace("Z", "+00:00")) < 1.0
             )
-        return any(t - EDGE <= c <= t + EDGE for c in self._live)
+        i = bisect.bisect_left(self._live, (t,))
+        if i == 0 or i == len(self._live):
+            return False
+        (before, *holder_before), (after, *holder_after) = self._live[i - 1], self._live[i]
+        return holder_before == holder_after and after - before <= 2 * EDGE
 
     def run(self) -> None:
         by_trigger: dict[str, dict[str, tuple[int, str, float]]] = {}
