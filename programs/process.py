@@ -19,10 +19,11 @@ import time
 
 import msgspec
 
+from core.vocab import RunStatus
 from programs import wire
 from programs.confine import Containment
 from programs.job import Job
-from programs.outcome import Outcome, RunStatus, exit_reason
+from programs.result import Outcome, exit_reason
 from programs.tail import Channel
 
 GRACE_SECONDS = 2.0  # how long output may trail a reply or a death
@@ -133,14 +134,14 @@ class WorkerProcess:
                 message = await self._receive()
         except TimeoutError:
             seconds = timeout - BACKSTOP_SECONDS
-            return await self._fail(RunStatus.timeout, f"exceeded the timeout of {seconds:g} s")
+            return await self._fail(RunStatus.TIMEOUT, f"exceeded the timeout of {seconds:g} s")
         except Exception as exc:
-            return await self._fail(RunStatus.crashed, await self._death_reason(exc))
+            return await self._fail(RunStatus.CRASHED, await self._death_reason(exc))
         except BaseException:
             await self.close("run cancelled")
             raise
         if not isinstance(message, wire.Reply):
-            return await self._fail(RunStatus.crashed, "worker protocol error: unexpected ready")
+            return await self._fail(RunStatus.CRASHED, "worker protocol error: unexpected ready")
         return message
 
     async def _death_reason(self, exc: Exception) -> str:
@@ -173,7 +174,7 @@ class WorkerProcess:
             return msgspec.structs.replace(reply, result=msgspec.json.decode(reply.result))
         except msgspec.DecodeError as exc:
             self.retire = f"worker protocol error: result is not JSON: {exc}"
-            return wire.Reply(status=RunStatus.crashed, error=self.retire)
+            return wire.Reply(status=RunStatus.CRASHED, error=self.retire)
 
     def _kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
         if self.proc.returncode is None:  # not reaped yet, so the group id is still ours

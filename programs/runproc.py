@@ -29,8 +29,9 @@ import tempfile
 import time
 from typing import Any
 
+from core.vocab import RunStatus
 from programs import confine, privileges, reaper, runner, wire
-from programs.outcome import RunStatus, exit_reason
+from programs.result import exit_reason
 
 PR_SET_PDEATHSIG = 1
 SCRATCH_PREFIX = "baton-run-"
@@ -160,7 +161,7 @@ def _end(pid: int, place: Place) -> dict[int, int]:
 
 def _died(status: int | None) -> wire.Reply:
     code = None if status is None else os.waitstatus_to_exitcode(status)
-    return wire.Reply(status=RunStatus.crashed, error=exit_reason(code))
+    return wire.Reply(status=RunStatus.CRASHED, error=exit_reason(code))
 
 
 def _await_reply(sock: socket.socket, control_fd: int, deadline: float,
@@ -189,7 +190,7 @@ def _await_reply(sock: socket.socket, control_fd: int, deadline: float,
 
 
 def _timed_out(timeout: float) -> wire.Reply:
-    return wire.Reply(status=RunStatus.timeout, error=f"exceeded the timeout of {timeout:g} s")
+    return wire.Reply(status=RunStatus.TIMEOUT, error=f"exceeded the timeout of {timeout:g} s")
 
 
 def _complete(got: bytearray) -> wire.Reply | None:
@@ -201,9 +202,9 @@ def _complete(got: bytearray) -> wire.Reply | None:
             return None
         message = wire.decode_to_parent(bytes(got[wire.HEADER : wire.HEADER + size]))
     except wire.ProtocolError as exc:
-        return wire.Reply(status=RunStatus.crashed, error=f"worker protocol error: {exc}")
+        return wire.Reply(status=RunStatus.CRASHED, error=f"worker protocol error: {exc}")
     if not isinstance(message, wire.Reply):
-        return wire.Reply(status=RunStatus.crashed, error="worker protocol error: unexpected ready")
+        return wire.Reply(status=RunStatus.CRASHED, error="worker protocol error: unexpected ready")
     return message
 
 
@@ -227,7 +228,7 @@ def _child(place: Place, scratch: str, sock: socket.socket, control_fd: int) -> 
     if request is None:  # the worker discarded this spare
         os._exit(0)
     if failed is not None:
-        reply = wire.Reply(status=RunStatus.crashed, error=f"containment failed: {failed!r}")
+        reply = wire.Reply(status=RunStatus.CRASHED, error=f"containment failed: {failed!r}")
     else:
         if base is not None:
             privileges.pin(resource.RLIMIT_AS, base + request.memory_mb * runner.MiB)

@@ -13,7 +13,8 @@ from typing import Annotated
 
 import msgspec
 
-from runtime.clock import SystemClock, iso
+from core.vocab import iso
+from runtime.clock import SystemClock
 
 __all__ = ["Aware", "ServerClock", "epoch", "iso", "system_clock"]
 

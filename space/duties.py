@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from core.vocab import RAN
 from space import election, fires
 from space import trigger_store as records
 from space.auth import Principal, Role, principal
 from space.db import DB
 from space.http import ApiError, now_of
-
-RAN = frozenset({"ok", "error", "timeout", "crashed"})
 
 
 def device(request: web.Request) -> Principal | None:

@@ -13,7 +13,6 @@ not touch records or claims.
 
 from __future__ import annotations
 
-import enum
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -21,6 +20,7 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
+from core.vocab import KEPT_LONGER, RunStatus
 from space import auth, duties, logtable, metrics, token_store
 from space.appstate import SETTINGS, RunRetention
 from space.clock import Aware, iso
@@ -29,18 +29,6 @@ from space.http import ApiError, add_route, answer, decode, int_query, now_of, r
 from space.spaces import require_space
 
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
-
-
-class RunStatus(enum.StrEnum):
-    OK = "ok"
-    ERROR = "error"
-    TIMEOUT = "timeout"
-    CRASHED = "crashed"
-    REJECTED = "rejected"
-    SKIPPED = "skipped"
-
-
-FAILURES = frozenset({RunStatus.ERROR, RunStatus.TIMEOUT, RunStatus.CRASHED, RunStatus.REJECTED})
 
 
 class RunIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -107,7 +95,7 @@ def add_run(
             if row[0] != body:
                 raise ApiError(409, "run_exists", f"run {run.runId!r} exists with other content")
             return False
-        failure = run.status in FAILURES
+        failure = run.status in KEPT_LONGER  # the column `failure`: kept longer
         db.execute(
             "INSERT INTO runs (space, run_id, trigger_id, status, started_at, failure, "
             "body) VALUES (?, ?, ?, ?, ?, ?, ?)",

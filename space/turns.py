@@ -11,7 +11,6 @@ records, runs or chats.
 
 from __future__ import annotations
 
-import enum
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -19,6 +18,7 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
+from core.vocab import TurnOutcome
 from space import duties, logtable
 from space.appstate import SETTINGS, RunRetention
 from space.clock import Aware
@@ -28,13 +28,6 @@ from space.spaces import require_space
 
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
 Count = Annotated[int, msgspec.Meta(ge=0)]
-
-
-class TurnOutcome(enum.StrEnum):
-    OK = "ok"
-    ERROR = "error"
-    TIMEOUT = "timeout"
-    CANCELLED = "cancelled"
 
 
 class TurnIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
