@@ -17,7 +17,7 @@ from aiohttp import web
 from space import sse
 from space import trigger_store as store
 from space.db import DB
-from space.http import ApiError, add_route, answer, int64, int_query
+from space.http import Refusal, add_route, answer, int64, int_query
 from space.spaces import require_space
 
 FANOUT = web.AppKey("change_fanout", sse.Fanout[str])
@@ -54,7 +54,7 @@ def cursor(request: web.Request) -> int:
     seq = int64(resume)
     if seq is None:
         detail = f"Last-Event-ID {resume[:40]!r}… is beyond 64 bits"
-        raise ApiError(400, "invalid_header", detail)
+        raise Refusal(400, "invalid_header", detail)
     return seq
 
 
@@ -103,8 +103,7 @@ def setup(app: web.Application) -> None:
     app[FANOUT] = sse.Fanout()
     add_route(
         app,
-        "GET",
-        "/v1/spaces/{space}/changes",
+        "changes",
         get_changes,
         "Change feed page: changes with seq > since, oldest first "
         "(SSE with `Accept: text/event-stream`)",
@@ -112,8 +111,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "GET",
-        "/v1/spaces/{space}/changes/stream",
+        "changes_stream",
         stream_changes,
         "Change feed as SSE: `hello`, then `id: <seq>` `event: change`",
     )

@@ -39,7 +39,7 @@ from space.chat_store import (
 )
 from space.clock import epoch
 from space.db import DB
-from space.http import ApiError, add_route, answer, decode, int_query, now_of, raw_body
+from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.sse import EventStream, install
 
 
@@ -73,7 +73,6 @@ class MessagePage(msgspec.Struct, frozen=True, kw_only=True):
 
 CHAT_SETTINGS = web.AppKey("chat_settings", ChatSettings)
 TOPICS = web.AppKey("chat_topics", chat_stream.Topics)
-_CHAT = "/v1/spaces/{space}/chats/{objectId}"
 
 
 def setup(app: web.Application) -> None:
@@ -81,13 +80,11 @@ def setup(app: web.Application) -> None:
     install(app)
     app[TOPICS] = chat_stream.Topics()
     chat_store.ensure_schema(app[DB])
-    chats = "/v1/spaces/{space}/chats"
-    add_route(app, "POST", chats, post_chat, "Create a chat", body=ChatIn, answer=Chat)
-    add_route(app, "GET", chats, get_chats, "List the space's chats", answer=ChatList)
+    add_route(app, "chat_create", post_chat, "Create a chat", body=ChatIn, answer=Chat)
+    add_route(app, "chats", get_chats, "List the space's chats", answer=ChatList)
     add_route(
         app,
-        "POST",
-        f"{_CHAT}/messages",
+        "chat_send",
         post_message,
         "Send a message",
         body=MessageIn,
@@ -95,8 +92,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "PATCH",
-        f"{_CHAT}/messages/{{messageId}}",
+        "chat_edit",
         patch_message,
         "Edit an agent message still being written: `{text?, done?}` (the whole new text); "
         "streams see `event: update`; a person's message or a done one is 409",
@@ -105,8 +101,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "GET",
-        f"{_CHAT}/messages",
+        "chat_messages",
         get_messages,
         "History page: `?after=<seq>&limit=`, oldest first; `&latest=1`: the newest "
         "`limit` (`more`: older ones exist)",
@@ -114,8 +109,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "GET",
-        f"{_CHAT}/stream",
+        "chat_stream",
         get_stream,
         "SSE: `hello`, then `message` events (`id` = seq); honours `Last-Event-ID`",
     )
@@ -140,7 +134,7 @@ def _chat_cursor(request: web.Request) -> tuple[str, str, int]:
         return space, object_id, chat_store.last_seq(request.app[DB], space, object_id)
     except UnknownChat:
         detail = f"no chat with objectId {object_id!r} in space {space!r}"
-        raise ApiError(404, "unknown_chat", detail) from None
+        raise Refusal(404, "unknown_chat", detail) from None
 
 
 async def post_chat(request: web.Request) -> web.Response:
@@ -175,9 +169,9 @@ async def patch_message(request: web.Request) -> web.Response:
         message, body = chat_store.edit_message(request.app[DB], object_id, message_id, edit)
     except UnknownChat:
         detail = f"no message {message_id!r} in chat {object_id!r}"
-        raise ApiError(404, "unknown_message", detail) from None
+        raise Refusal(404, "unknown_message", detail) from None
     except NotEditable as exc:
-        raise ApiError(409, "not_editable", f"message {message_id!r}: {exc}") from None
+        raise Refusal(409, "not_editable", f"message {message_id!r}: {exc}") from None
     request.app[TOPICS].publish(object_id, (message.seq, body.decode(), chat_stream.UPDATE))
     return web.Response(body=body, content_type="application/json")
 
@@ -192,7 +186,7 @@ def _signed(request: web.Request, msg: MessageIn) -> MessageIn:
     try:
         _, record = trigger_store.current(request.app[DB], str(who.space), name)
         name = str(record.get("program") or name)
-    except ApiError:
+    except Refusal:
         pass  # the trigger was deleted meanwhile: its id still says who wrote
     return msgspec.structs.replace(msg, agent=Agent(name=name[:NAME_MAX]))
 
@@ -201,7 +195,7 @@ def _check_text(text: str, limit: int) -> None:
     size = len(text.encode())
     if size > limit:
         detail = f"`text` is {size} bytes, over the limit of {limit} - at `$.text`"
-        raise ApiError(413, "text_too_large", detail)
+        raise Refusal(413, "text_too_large", detail)
 
 
 async def get_messages(request: web.Request) -> web.Response:

@@ -24,7 +24,7 @@ from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso
 from space.db import DB, transaction
-from space.http import ApiError, add_route, answer, decode, now_of, raw_body
+from space.http import Refusal, add_route, answer, decode, now_of, raw_body
 from space.spaces import require_space
 
 PEER_MAX = 200  # characters of a peer name
@@ -123,7 +123,7 @@ async def put_device(request: web.Request) -> web.Response:
     space = require_space(request)
     peer = request.match_info["peer"]
     if not 1 <= len(peer) <= PEER_MAX:
-        raise ApiError(400, "invalid_peer", f"peer must be 1 to {PEER_MAX} characters")
+        raise Refusal(400, "invalid_peer", f"peer must be 1 to {PEER_MAX} characters")
     require_peer(request, peer)
     data = await raw_body(request)
     body = decode(data, HeartbeatIn) if data.strip() else HeartbeatIn()  # empty: a bare beat
@@ -144,11 +144,9 @@ async def list_devices(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     ensure_schema(app[DB])
-    base = "/v1/spaces/{space}/devices"
     add_route(
         app,
-        "PUT",
-        base + "/{peer}",
+        "device_put",
         put_device,
         "Heartbeat (`name`, `priority`, `status`, `instance`, `stopped` optional)",
         body=HeartbeatIn,
@@ -156,8 +154,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "GET",
-        base,
+        "devices",
         list_devices,
         "Devices with `lastSeen`, `upSince` and `live`",
         answer=DeviceList,

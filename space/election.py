@@ -23,7 +23,7 @@ from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso
 from space.db import DB, transaction
-from space.http import ApiError, add_route, answer, now_of, read_body
+from space.http import Refusal, add_route, answer, now_of, read_body
 from space.spaces import require_space
 
 Peer = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -161,7 +161,7 @@ def _change(request: web.Request, space: str, step: object) -> web.Response:
         else:
             store(db, space, new)
     if new is None:
-        raise ApiError(
+        raise Refusal(
             409, "lease_conflict", _conflict_detail(lease, now), **wire(lease, now, length)
         )
     return answer(wire(new, now, length))
@@ -211,12 +211,10 @@ async def post_want(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     ensure_schema(app[DB])
-    base = "/v1/spaces/{space}/election"
-    add_route(app, "GET", base, get_election, "The lease: who is active", answer=LeaseOut)
+    add_route(app, "election", get_election, "The lease: who is active", answer=LeaseOut)
     add_route(
         app,
-        "POST",
-        base + "/claim",
+        "election_claim",
         post_claim,
         "Renew (holder at term) or acquire (free or lapsed, term current) the lease",
         body=ClaimIn,
@@ -224,8 +222,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "POST",
-        base + "/release",
+        "election_release",
         post_release,
         "Free the lease (holder at term)",
         body=ClaimIn,
@@ -233,8 +230,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "POST",
-        base + "/handover",
+        "election_handover",
         post_handover,
         "Holder at term gives the lease to `to` directly (term + 1)",
         body=HandoverIn,
@@ -242,8 +238,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "POST",
-        base + "/want",
+        "election_want",
         post_want,
         "Ask for the lease (`want: true`) or withdraw the request",
         body=WantIn,

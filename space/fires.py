@@ -29,7 +29,7 @@ from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso
 from space.db import DB, transaction
-from space.http import ApiError, add_route, answer, int_query, now_of, read_body
+from space.http import Refusal, add_route, answer, int_query, now_of, read_body
 from space.spaces import require_space
 
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
@@ -96,18 +96,18 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
 
 
 def _fence(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> dict[str, Any]:
-    """The record of the fire, if `fire` may be claimed now; `ApiError` if not."""
+    """The record of the fire, if `fire` may be claimed now; `Refusal` if not."""
     _, record = records.current(db, space, fire.triggerId)
     _active(db, record, fire)
     owner = record.get("owner", "")
     if isinstance(owner, str) and owner:
         if fire.peer != owner:
-            raise ApiError(409, "not_owner", f"trigger {fire.triggerId!r} is pinned to {owner!r}")
+            raise Refusal(409, "not_owner", f"trigger {fire.triggerId!r} is pinned to {owner!r}")
         return record
     lease = election.load(db, space)
     if lease.lapsed(now) or lease.active != fire.peer or lease.term != fire.term:
         holder = lease.active if not lease.lapsed(now) else None
-        raise ApiError(
+        raise Refusal(
             409,
             "stale_term",
             f"term {fire.term} by {fire.peer!r} is not the current "
@@ -121,7 +121,7 @@ def _active(db: sqlite_utils.Database, record: dict[str, Any], fire: FireIn) -> 
     """Refuse a fire of a paused record, or for an instant before its `activeSince`."""
     tid = fire.triggerId
     if record.get("enabled") is False:
-        raise ApiError(409, "paused", f"trigger {tid!r} is paused")
+        raise Refusal(409, "paused", f"trigger {tid!r} is paused")
     since = record.get("activeSince")
     if not isinstance(since, str):
         return
@@ -129,9 +129,9 @@ def _active(db: sqlite_utils.Database, record: dict[str, Any], fire: FireIn) -> 
     if kind == "event":
         accepted = chat_store.created_at(db, fire.key)
         if accepted is not None and accepted <= since:  # both in the one wire format
-            raise ApiError(409, "before_active", f"message {fire.key!r} came before {since}")
+            raise Refusal(409, "before_active", f"message {fire.key!r} came before {since}")
     elif kind == "cron" and _before(_instant(fire.key), _instant(since)):
-        raise ApiError(409, "before_active", f"slot {fire.key} is before {since}")
+        raise Refusal(409, "before_active", f"slot {fire.key} is before {since}")
 
 
 def _before(slot: datetime | None, start: datetime | None) -> bool:
@@ -150,7 +150,7 @@ def _instant(text: str) -> datetime | None:
 def claim_one(
     db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime, margin: float
 ) -> dict[str, Any]:
-    """Check the fence and claim; raise `ApiError` (404/409) if refused. Inside a transaction.
+    """Check the fence and claim; raise `Refusal` (404/409) if refused. Inside a transaction.
 
     With `run`, the answer carries the run's token, living at most the record's timeout
     plus `margin` seconds."""
@@ -170,7 +170,7 @@ def _insert(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) 
     if row is not None and fire.claimId and row[3] == fire.claimId:
         return {**_out(fire), "claimedAt": row[2]}  # this very claim, sent again
     if row is not None:
-        raise ApiError(
+        raise Refusal(
             409,
             "already_claimed",
             f"{fire.triggerId}@{fire.key} was claimed by {row[1]!r} at term {row[0]}",
@@ -238,7 +238,7 @@ def _result(
     base = {"triggerId": fire.triggerId, "key": fire.key}
     try:
         claimed = claim_one(db, space, fire, now, margin)
-    except ApiError as exc:
+    except Refusal as exc:
         return {**base, "status": exc.status, "error": exc.code, "detail": exc.detail}
     minted = {name: claimed[name] for name in ("token", "expiresAt") if name in claimed}
     return {**base, "status": 201, "claimedAt": claimed["claimedAt"], **minted}
@@ -261,7 +261,7 @@ async def post_fires(request: web.Request) -> web.Response:
     try:
         with transaction(db):
             claimed = claim_one(db, space, body, now, margin)
-    except ApiError as exc:
+    except Refusal as exc:
         metrics.claim_seen(request.app, space, body.key, exc.code, now)
         raise
     metrics.claim_seen(request.app, space, body.key, "claimed", now)
@@ -285,8 +285,7 @@ def setup(app: web.Application) -> None:
     ensure_schema(app[DB])
     add_route(
         app,
-        "POST",
-        "/v1/spaces/{space}/fires",
+        "fires_claim",
         post_fires,
         "Claim a fire (201) or a list of fires (200, one result each); `run` asks for the "
         "run's token with it",
@@ -295,8 +294,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "GET",
-        "/v1/spaces/{space}/fires",
+        "fires",
         get_fires,
         "Recent claims, oldest first: `?trigger=&limit=`",
         answer=FireList,

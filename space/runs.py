@@ -25,7 +25,7 @@ from space import auth, duties, logtable, metrics, token_store
 from space.appstate import SETTINGS, RunRetention
 from space.clock import Aware, iso
 from space.db import DB, transaction
-from space.http import ApiError, add_route, answer, decode, int_query, now_of, raw_body
+from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.spaces import require_space
 
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
@@ -93,7 +93,7 @@ def add_run(
         ).fetchone()
         if row is not None:
             if row[0] != body:
-                raise ApiError(409, "run_exists", f"run {run.runId!r} exists with other content")
+                raise Refusal(409, "run_exists", f"run {run.runId!r} exists with other content")
             return False
         failure = run.status in KEPT_LONGER  # the column `failure`: kept longer
         db.execute(
@@ -152,7 +152,7 @@ def _status(text: str) -> str:
     try:
         return RunStatus(text).value
     except ValueError:
-        raise ApiError(
+        raise Refusal(
             400,
             "invalid_query",
             f"`status` must be one of {', '.join(s.value for s in RunStatus)}, got {text!r}",
@@ -204,11 +204,9 @@ async def get_rollups(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     ensure_schema(app[DB])
-    base = "/v1/spaces/{space}/runs"
     add_route(
         app,
-        "POST",
-        base,
+        "run_create",
         post_run,
         "Record a run (idempotent by `runId`)",
         body=RunIn,
@@ -216,16 +214,14 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "GET",
-        base,
+        "runs",
         get_runs,
         "Runs oldest first: `?trigger=&status=&since=<RFC 3339>&limit=`",
         answer=RunList,
     )
     add_route(
         app,
-        "GET",
-        base + "/rollup",
+        "runs_rollup",
         get_rollups,
         "Per-trigger counts by status, never pruned: `?trigger=`",
         answer=RollupList,

@@ -9,7 +9,7 @@ checked with `triggers.records.validate_input`; stamps touch only stamp fields.
 firing regime began: its creation, its last resume, the last change of its
 `kind` or `spec`.
 Callers hold no transaction: each write here is its own. Must not know HTTP
-beyond raising `ApiError`.
+beyond raising `Refusal`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import msgspec
 import sqlite_utils
 
 from space.db import transaction
-from space.http import ApiError
+from space.http import Refusal
 from triggers import records
 
 SERVER_FIELDS = ("id", "rev", "createdAt", "updatedAt", "activeSince")
@@ -60,13 +60,13 @@ def _check_user_input(body: Record, tid: str = "") -> None:
     reserved rules: chat-watch keeps its kind and program; `internal:` is for it alone."""
     for name in (*SERVER_FIELDS, *STAMP_FIELDS):
         if name in body:
-            raise ApiError(
+            raise Refusal(
                 400, "invalid_record", f"`{name}` is written by the server - at `$.{name}`"
             )
     try:
         records.validate_input(body)
     except records.InvalidRecord as exc:
-        raise ApiError(400, "invalid_record", str(exc)) from None
+        raise Refusal(400, "invalid_record", str(exc)) from None
     _check_reserved(body, tid)
 
 
@@ -78,13 +78,13 @@ def _check_reserved(body: Record, tid: str) -> None:
         for name, fixed in _CHAT_WATCH_FIXED.items():
             if body.get(name) != fixed:
                 detail = f"chat-watch's `{name}` is {fixed!r} and cannot change - at `$.{name}`"
-                raise ApiError(400, "invalid_record", detail)
+                raise Refusal(400, "invalid_record", detail)
     elif str(body.get("program", "")).startswith(records.INTERNAL_PREFIX):
         detail = (
             f"program {body['program']!r}: `internal:` programs are reserved for the "
             "runtime's own records (chat-watch) - at `$.program`"
         )
-        raise ApiError(400, "invalid_record", detail)
+        raise Refusal(400, "invalid_record", detail)
 
 
 def _row(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, str] | None:
@@ -105,10 +105,10 @@ def current(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, Recor
     """The stored record (rev, raw object); 404 `unknown_trigger` if absent."""
     row = _row(db, space, tid)
     if row is None:
-        raise ApiError(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
+        raise Refusal(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
     record = _parse(row[1])
     if record is None:
-        raise ApiError(
+        raise Refusal(
             409,
             "undecodable_record",
             f"trigger {tid!r} is not a JSON object as stored; it can only be read or deleted",
@@ -120,13 +120,13 @@ def get_one(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, Recor
     """The stored record as listed (undecodable ones flagged); 404 if absent."""
     row = _row(db, space, tid)
     if row is None:
-        raise ApiError(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
+        raise Refusal(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
     return row[0], flagged(tid, row[1])
 
 
 def _check_rev(rev: int, if_match: int | None) -> None:
     if if_match is not None and if_match != rev:
-        raise ApiError(
+        raise Refusal(
             409, "rev_mismatch", f"If-Match rev {if_match} but the record is at {rev}", rev=rev
         )
 
@@ -174,7 +174,7 @@ def create_reserved(
 ) -> tuple[Record, bool]:
     """Create-if-absent for a reserved id; an existing record is returned untouched."""
     if tid not in RESERVED_IDS:
-        raise ApiError(
+        raise Refusal(
             400,
             "not_reserved",
             f"id {tid!r} is not reserved; reserved ids: "
@@ -242,7 +242,7 @@ def delete(
     with transaction(db):
         row = _row(db, space, tid)
         if row is None:
-            raise ApiError(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
+            raise Refusal(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
         rev = row[0]
         _check_rev(rev, if_match)
         db.execute("DELETE FROM triggers WHERE space = ? AND id = ?", [space, tid])

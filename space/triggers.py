@@ -20,7 +20,7 @@ from space.auth import limit_patch
 from space.changes import notify
 from space.clock import Aware, iso
 from space.db import DB
-from space.http import ApiError, add_route, answer, decode, int64, int_query, now_of, raw_body
+from space.http import Refusal, add_route, answer, decode, int64, int_query, now_of, raw_body
 from space.spaces import require_space
 from triggers import records
 
@@ -68,7 +68,7 @@ def if_match(request: web.Request) -> int | None:
     rev = int64(value.strip().removeprefix("W/").strip('"'))
     if rev is None:
         detail = f"If-Match must be a record rev (an integer within 64 bits), got {value[:40]!r}"
-        raise ApiError(400, "invalid_header", detail)
+        raise Refusal(400, "invalid_header", detail)
     return rev
 
 
@@ -165,11 +165,9 @@ async def post_status(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     store.ensure_schema(app[DB])
-    base = "/v1/spaces/{space}/triggers"
     add_route(
         app,
-        "GET",
-        base,
+        "triggers",
         list_triggers,
         "List raw records, undecodable ones flagged; `?limit=N&after=<id>` pages by id "
         "(`next`), `&stored=1` answers them as stored",
@@ -177,30 +175,25 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "POST",
-        base,
+        "trigger_create",
         create_trigger,
         "Create a record; the server mints `id`",
         body=records.TriggerInput,
     )
-    add_route(app, "GET", base + "/{id}", get_trigger, "One record")
+    add_route(app, "trigger_get", get_trigger, "One record")
     add_route(
         app,
-        "PUT",
-        base + "/{id}",
+        "trigger_put",
         put_trigger,
         "Create-if-absent a record with a reserved id (`chat-watch`)",
         body=records.TriggerInput,
     )
     add_route(
         app,
-        "PATCH",
-        base + "/{id}",
+        "trigger_patch",
         patch_trigger,
         "Partial update of user fields; `If-Match: <rev>` compare-and-set",
         body=TriggerPatch,
     )
-    add_route(app, "DELETE", base + "/{id}", delete_trigger, "Delete a record (its id stays used)")
-    add_route(
-        app, "POST", base + "/{id}/status", post_status, "Write runtime stamps only", body=Stamps
-    )
+    add_route(app, "trigger_delete", delete_trigger, "Delete a record (its id stays used)")
+    add_route(app, "trigger_status", post_status, "Write runtime stamps only", body=Stamps)

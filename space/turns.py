@@ -23,7 +23,7 @@ from space import duties, logtable
 from space.appstate import SETTINGS, RunRetention
 from space.clock import Aware
 from space.db import DB, transaction
-from space.http import ApiError, add_route, answer, decode, int_query, now_of, raw_body
+from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.spaces import require_space
 
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
@@ -67,7 +67,7 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
 
 def check_space(space: str, turn: TurnIn) -> None:
     if turn.space != space:
-        raise ApiError(
+        raise Refusal(
             400,
             "invalid_turn",
             f"`space` must be the space of the path {space!r}, got {turn.space!r}",
@@ -85,9 +85,7 @@ def add_turn(
         ).fetchone()
         if row is not None:
             if row[0] != body:
-                raise ApiError(
-                    409, "turn_exists", f"turn {turn.turnId!r} exists with other content"
-                )
+                raise Refusal(409, "turn_exists", f"turn {turn.turnId!r} exists with other content")
             return False
         failure = turn.outcome is not TurnOutcome.OK
         db.execute(
@@ -125,11 +123,9 @@ async def get_turns(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     ensure_schema(app[DB])
-    base = "/v1/spaces/{space}/turns"
     add_route(
         app,
-        "POST",
-        base,
+        "turn_create",
         post_turn,
         "Record a chat-watch turn (`agent_turns`, idempotent by `turnId`)",
         body=TurnIn,
@@ -137,8 +133,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "GET",
-        base,
+        "turns",
         get_turns,
         "Turns oldest first: `?chat=<objectId>&since=<RFC 3339>&limit=`",
         answer=TurnList,
