@@ -14,8 +14,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from space import sse
-from space import trigger_store as store
+from space import sse, trigger_store
 from space.db import DB
 from space.http import Refusal, add_route, answer, int64, int_query
 from space.spaces import require_space
@@ -64,7 +63,7 @@ async def get_changes(request: web.Request) -> web.StreamResponse:
     space = require_space(request)
     since = int_query(request, "since", 0)
     limit = int_query(request, "limit", PAGE_DEFAULT, low=1, high=PAGE_MAX)
-    page = store.changes_since(request.app[DB], space, since, limit + 1)
+    page = trigger_store.changes_since(request.app[DB], space, since, limit + 1)
     more = len(page) > limit
     page = page[:limit]
     return answer({"changes": page, "next": page[-1]["seq"] if page else since, "more": more})
@@ -89,7 +88,7 @@ async def stream_changes(request: web.Request) -> web.StreamResponse:
 
 async def _send_since(request: web.Request, stream: sse.EventStream, space: str, since: int) -> int:
     while not stream.closed:
-        page = store.changes_since(request.app[DB], space, since, PAGE_DEFAULT)
+        page = trigger_store.changes_since(request.app[DB], space, since, PAGE_DEFAULT)
         for change in page:
             await stream.send(json.dumps(change), id=change["seq"], event="change")
             since = change["seq"]

@@ -14,17 +14,13 @@ when unset) and the app's server clock `app[CLOCK]`.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import msgspec
-import sqlite_utils
 from aiohttp import web
 
 from space import (
     auth,
     chat_store,
     chat_stream,
-    spaces,  # module import: `spaces` imports this module too
     trigger_store,
 )
 from space.chat_store import (
@@ -40,6 +36,7 @@ from space.chat_store import (
 from space.clock import epoch
 from space.db import DB
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
+from space.spaces import require_space
 from space.sse import EventStream, install
 
 
@@ -115,21 +112,13 @@ def setup(app: web.Application) -> None:
     )
 
 
-def create_chat(db: sqlite_utils.Database, space: str, name: str, *, now: datetime) -> dict:
-    """Create a chat in `space` (e.g. a new space's general chat); its wire object.
-
-    The tables exist once `setup(app)` has run.
-    """
-    return chat_store.create_chat(db, space, name, now=epoch(now))
-
-
 def settings(app: web.Application) -> ChatSettings:
     return app.get(CHAT_SETTINGS) or ChatSettings()
 
 
 def _chat_cursor(request: web.Request) -> tuple[str, str, int]:
     """`(space, objectId, latest seq)` of the route's chat; 404 if either is unknown."""
-    space, object_id = spaces.require_space(request), request.match_info["objectId"]
+    space, object_id = require_space(request), request.match_info["objectId"]
     try:
         return space, object_id, chat_store.last_seq(request.app[DB], space, object_id)
     except UnknownChat:
@@ -138,13 +127,14 @@ def _chat_cursor(request: web.Request) -> tuple[str, str, int]:
 
 
 async def post_chat(request: web.Request) -> web.Response:
-    space = spaces.require_space(request)
+    space = require_space(request)
     body = decode(await raw_body(request) or b"{}", ChatIn)
-    return answer(create_chat(request.app[DB], space, body.name, now=now_of(request)), status=201)
+    chat = chat_store.create_chat(request.app[DB], space, body.name, now=epoch(now_of(request)))
+    return answer(chat, status=201)
 
 
 async def get_chats(request: web.Request) -> web.Response:
-    return answer({"chats": chat_store.list_chats(request.app[DB], spaces.require_space(request))})
+    return answer({"chats": chat_store.list_chats(request.app[DB], require_space(request))})
 
 
 async def post_message(request: web.Request) -> web.Response:

@@ -16,8 +16,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from core.vocab import RAN
-from space import election, fires
-from space import trigger_store as records
+from space import election, fires, trigger_store
 from space.auth import Principal, Role, principal
 from space.db import DB
 from space.http import Refusal, now_of
@@ -59,7 +58,7 @@ def require_stamper(request: web.Request, space: str, tid: str) -> None:
     if who is None:
         return
     db = request.app[DB]
-    _, record = records.current(db, space, tid)
+    _, record = trigger_store.current(db, space, tid)
     if record.get("owner") == who.peer:
         return
     lease = election.load(db, space)

@@ -23,8 +23,7 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from space import chat_store, election, metrics, token_store
-from space import trigger_store as records
+from space import chat_store, election, metrics, token_store, trigger_store
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso
@@ -97,7 +96,7 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
 
 def _fence(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> dict[str, Any]:
     """The record of the fire, if `fire` may be claimed now; `Refusal` if not."""
-    _, record = records.current(db, space, fire.triggerId)
+    _, record = trigger_store.current(db, space, fire.triggerId)
     _active(db, record, fire)
     owner = record.get("owner", "")
     if isinstance(owner, str) and owner:
@@ -205,7 +204,7 @@ def _run_token(
 
 def run_timeout(record: dict[str, Any]) -> float:
     """The record's `limits.timeoutSeconds` (defaults filled in): how long its run may take."""
-    limits = records.complete(record).get("limits")
+    limits = trigger_store.complete(record).get("limits")
     value = limits.get("timeoutSeconds") if isinstance(limits, dict) else None
     return float(value) if isinstance(value, int | float) else DEFAULT_TIMEOUT_S
 

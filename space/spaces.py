@@ -1,8 +1,8 @@
 """Spaces: create (with the general chat) and list; `require_space` for every space route.
 
 Owns the `spaces` table; a device token lists its own space alone. A space's
-general chat is created through `space.chats.create_chat`; this module must not
-know chat tables.
+general chat is created through `space.chat_store.create_chat`; this module must not
+know chat tables, nor import `space.chats` (which imports this module).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from space import auth, chats
-from space.clock import iso
+from space import auth, chat_store
+from space.clock import epoch, iso
 from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, now_of, read_body
 
@@ -81,7 +81,7 @@ def create_space(db: sqlite_utils.Database, body: SpaceIn, now: datetime) -> dic
     with transaction(db):  # the space and its general chat, all or nothing
         if space_exists(db, body.id):
             raise Refusal(409, "space_exists", f"space {body.id!r} already exists")
-        chat = chats.create_chat(db, body.id, GENERAL_CHAT_NAME, now=now)["objectId"]
+        chat = chat_store.create_chat(db, body.id, GENERAL_CHAT_NAME, now=epoch(now))["objectId"]
         db.execute(
             "INSERT INTO spaces VALUES (?, ?, ?, ?)",
             [body.id, body.name or body.id, chat, iso(now)],

@@ -19,8 +19,7 @@ from typing import Annotated, Any
 import msgspec
 from aiohttp import web
 
-from space import fires, token_store
-from space import trigger_store as records
+from space import fires, token_store, trigger_store
 from space.appstate import ADMIN_TOKEN_PATH, SETTINGS
 from space.auth import Principal, Role, end_streams, principal
 from space.clock import iso
@@ -108,7 +107,7 @@ def _allowed_ttl(request: web.Request, space: str, body: RunTokenIn) -> float:
         detail = (f"{body.triggerId}@{body.key} was not claimed by {who.peer!r}; a device "
                   "mints run tokens only for its own fires - at `$.key`")  # fmt: skip
         raise Refusal(403, "not_claimed", detail)
-    _, record = records.current(db, space, body.triggerId)
+    _, record = trigger_store.current(db, space, body.triggerId)
     return fires.run_timeout(record) + settings.run_token_margin_seconds
 
 

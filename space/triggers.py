@@ -14,8 +14,7 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import web
 
-from space import duties
-from space import trigger_store as store
+from space import duties, trigger_store
 from space.auth import limit_patch
 from space.changes import notify
 from space.clock import Aware, iso
@@ -78,7 +77,7 @@ async def object_body(request: web.Request, code: str = "invalid_record") -> dic
 
 def _one(record: dict[str, Any], status: int = 200) -> web.Response:
     """One record, its defaults filled in (`enabled`, `limits` …), its rev as the ETag."""
-    full = store.complete(record)
+    full = trigger_store.complete(record)
     return answer(full, status=status, headers={"ETag": f'"{record.get("rev", 0)}"'})
 
 
@@ -86,20 +85,20 @@ async def list_triggers(request: web.Request) -> web.Response:
     """All records; with `limit`, a page by id (`after`, `next`); `stored=1`: as stored."""
     space = require_space(request)
     db = request.app[DB]
-    seq = store.latest_seq(db, space)  # before the rows: the feed from here covers them
+    seq = trigger_store.latest_seq(db, space)  # before the rows: the feed from here covers them
     stored = request.query.get("stored") in ("1", "true")
     if "limit" not in request.query and not stored:
-        return answer({"triggers": store.listing(db, space), "seq": seq})
+        return answer({"triggers": trigger_store.listing(db, space), "seq": seq})
     limit = int_query(request, "limit", PAGE_MAX, low=1, high=PAGE_MAX)
     after = request.query.get("after", "")
-    page, last = store.listing_page(db, space, after, limit, stored=stored)
+    page, last = trigger_store.listing_page(db, space, after, limit, stored=stored)
     return answer({"triggers": page, "seq": seq, "next": last})
 
 
 async def create_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     body = await object_body(request)
-    record = store.create(request.app[DB], space, body, iso(now_of(request)))
+    record = trigger_store.create(request.app[DB], space, body, iso(now_of(request)))
     notify(request.app, space)
     return _one(record, 201)
 
@@ -108,7 +107,8 @@ async def put_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     body = await object_body(request)
     tid = request.match_info["id"]
-    record, created = store.create_reserved(request.app[DB], space, tid, body, iso(now_of(request)))
+    at = iso(now_of(request))
+    record, created = trigger_store.create_reserved(request.app[DB], space, tid, body, at)
     if created:
         notify(request.app, space)
     return _one(record, 201 if created else 200)
@@ -116,7 +116,7 @@ async def put_trigger(request: web.Request) -> web.Response:
 
 async def get_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
-    _, record = store.get_one(request.app[DB], space, request.match_info["id"])
+    _, record = trigger_store.get_one(request.app[DB], space, request.match_info["id"])
     return _one(record)
 
 
@@ -124,7 +124,7 @@ async def patch_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     changes = await object_body(request)
     limit_patch(request, changes)
-    record = store.patch(
+    record = trigger_store.patch(
         request.app[DB],
         space,
         request.match_info["id"],
@@ -139,7 +139,7 @@ async def patch_trigger(request: web.Request) -> web.Response:
 async def delete_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     tid = request.match_info["id"]
-    store.delete(request.app[DB], space, tid, iso(now_of(request)), if_match(request))
+    trigger_store.delete(request.app[DB], space, tid, iso(now_of(request)), if_match(request))
     notify(request.app, space)
     return answer({"id": tid, "deleted": True})
 
@@ -150,7 +150,7 @@ async def post_status(request: web.Request) -> web.Response:
     decode(data, Stamps, code="invalid_status")
     stamps = decode(data, dict[str, Any], code="invalid_status")
     duties.require_stamper(request, space, request.match_info["id"])
-    record, written = store.stamp(
+    record, written = trigger_store.stamp(
         request.app[DB],
         space,
         request.match_info["id"],
@@ -164,7 +164,7 @@ async def post_status(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    store.ensure_schema(app[DB])
+    trigger_store.ensure_schema(app[DB])
     add_route(
         app,
         "triggers",
