@@ -13,10 +13,10 @@ from __future__ import annotations
 import enum
 from datetime import UTC, datetime
 
+# Enums here carry comments, not docstrings: a docstring would enter the API's OpenAPI schema.
 
-class RunStatus(enum.StrEnum):
-    """How a run record ended (`status`)."""
 
+class RunStatus(enum.StrEnum):  # how a run record ended (`status`)
     OK = "ok"
     ERROR = "error"
     TIMEOUT = "timeout"
@@ -35,11 +35,9 @@ KEPT_LONGER = FAILED | {RunStatus.REJECTED}
 
 
 class RunReason(enum.StrEnum):
-    """Why a run record ended as it did (its `reason`), also its stamp's detail.
-
-    `STALE_TERM`, `PAUSED` and `BEFORE_ACTIVE` are also the codes of the space's
-    refusal of a claim: the device records the refusal under the same word."""
-
+    # Why a run record ended as it did (its `reason`), also its stamp's detail.
+    # `STALE_TERM`, `PAUSED` and `BEFORE_ACTIVE` are also the codes of the space's
+    # refusal of a claim: the device records the refusal under the same word.
     OVERLAP = "overlap"
     QUEUE_FULL = "queue_full"
     BREAKER_OPEN = "breaker_open"
@@ -53,9 +51,7 @@ class RunReason(enum.StrEnum):
     SHUTDOWN = "shutdown"
 
 
-class HealthReason(enum.StrEnum):
-    """A verdict of the health pass, stamped as the record's `lastStatus`."""
-
+class HealthReason(enum.StrEnum):  # a verdict of the health pass, stamped as `lastStatus`
     UNSUPPORTED_KIND = "unsupported_kind"
     INVALID_SPEC = "invalid_spec"
     INVALID_RECORD = "invalid_record"
@@ -69,18 +65,14 @@ class HealthReason(enum.StrEnum):
     OVERDUE = "overdue"
 
 
-class TurnOutcome(enum.StrEnum):
-    """How one chat-watch turn ended (`agent_turns.outcome`; a turn is not a run)."""
-
+class TurnOutcome(enum.StrEnum):  # how a chat-watch turn ended; a turn is not a run
     OK = "ok"
     ERROR = "error"
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
 
 
-class Overlap(enum.StrEnum):
-    """A record's `limits.overlap`: what a fire does while an earlier one still runs."""
-
+class Overlap(enum.StrEnum):  # `limits.overlap`: a fire while an earlier one still runs
     SKIP = "skip"
     QUEUE = "queue"
     PARALLEL = "parallel"

@@ -17,22 +17,14 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
+from core.wire import NAME_MAX, Agent, Message, MessageEdit, MessageIn
 from space import (
     auth,
     chat_store,
     chat_stream,
     trigger_store,
 )
-from space.chat_store import (
-    NAME_MAX,
-    Agent,
-    ChatIn,
-    Message,
-    MessageEdit,
-    MessageIn,
-    NotEditable,
-    UnknownChat,
-)
+from space.chat_store import ChatIn, NotEditable, UnknownChat
 from space.clock import epoch
 from space.db import DB
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body

@@ -9,18 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated
-
-import msgspec
 
 from core.vocab import iso
 from runtime.clock import SystemClock
 
-__all__ = ["Aware", "ServerClock", "epoch", "iso", "system_clock"]
+__all__ = ["ServerClock", "epoch", "iso", "system_clock"]
 
 ServerClock = Callable[[], datetime]
-Aware = Annotated[datetime, msgspec.Meta(tz=True)]
-"""An instant on the wire: RFC 3339 with an offset (msgspec refuses a naive one)."""
 _SYSTEM = SystemClock()
 
 

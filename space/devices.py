@@ -14,12 +14,13 @@ it is not, its subscriptions no longer show `live`. Must not touch the lease.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 import sqlite_utils
 from aiohttp import web
 
+from core.wire import DeviceList, DeviceOut, HeartbeatIn
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso
@@ -35,30 +36,6 @@ CREATE TABLE IF NOT EXISTS devices (space TEXT NOT NULL, peer TEXT NOT NULL, nam
   status TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (space, peer));
 """
 ADDED_COLUMNS = {"instance": "TEXT NOT NULL DEFAULT ''", "stopped": "INTEGER NOT NULL DEFAULT 0"}
-Short = Annotated[str, msgspec.Meta(max_length=200)]
-
-
-class HeartbeatIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    name: Short | None = None
-    priority: int | None = None
-    status: dict[str, Any] | None = None  # what the device reports of itself, for `baton status`
-    instance: Short | None = None  # one per process run (and per wake): a new one restarts upSince
-    stopped: bool = False  # a clean stop: not live from now on, until the next heartbeat
-
-
-class DeviceOut(msgspec.Struct, frozen=True, kw_only=True):
-    peer: str
-    name: str
-    priority: int
-    lastSeen: str
-    upSince: str
-    live: bool
-    stopped: bool = False
-    status: dict[str, Any] = {}
-
-
-class DeviceList(msgspec.Struct, frozen=True, kw_only=True):
-    devices: list[DeviceOut]
 
 
 def ensure_schema(db: sqlite_utils.Database) -> None:

@@ -13,21 +13,18 @@ routes only load, decide and store. Must not know fires or devices.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
 
 import msgspec
 import sqlite_utils
 from aiohttp import web
 
+from core.wire import ClaimIn, HandoverIn, LeaseOut, WantIn
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso
 from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, now_of, read_body
 from space.spaces import require_space
-
-Peer = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-Term = Annotated[int, msgspec.Meta(ge=0)]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS leases (space TEXT PRIMARY KEY, active TEXT, term INTEGER NOT NULL,
@@ -43,30 +40,6 @@ class Lease(msgspec.Struct, frozen=True, kw_only=True):
 
     def lapsed(self, now: datetime) -> bool:
         return self.active is None or self.expires_at is None or now >= self.expires_at
-
-
-class ClaimIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    peer: Peer
-    term: Term
-
-
-class HandoverIn(ClaimIn, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    to: Peer
-
-
-class WantIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    peer: Peer
-    want: bool = True
-
-
-class LeaseOut(msgspec.Struct, frozen=True, kw_only=True):
-    active: str | None
-    term: int
-    expiresAt: str | None
-    expiresInMs: int | None
-    want: str | None
-    serverTime: str
-    leaseSeconds: float
 
 
 class Conflict(Exception):

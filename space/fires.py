@@ -17,13 +17,13 @@ too); a refused claim mints nothing. Must not change the lease or the records.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Annotated, Any
+from typing import Any
 
-import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from space import chat_store, election, metrics, token_store, trigger_store
+from core.wire import FireIn, FireList, FireOut
+from space import chat_store, election, metrics, record_view, token_store, trigger_store
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso
@@ -31,8 +31,6 @@ from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, int_query, now_of, read_body
 from space.spaces import require_space
 
-Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 DEFAULT_TIMEOUT_S = 60.0  # a record without `limits.timeoutSeconds`
 
 SCHEMA = """
@@ -41,51 +39,6 @@ CREATE TABLE IF NOT EXISTS fires (space TEXT NOT NULL, trigger_id TEXT NOT NULL,
   PRIMARY KEY (space, trigger_id, key));
 """
 CLAIM_ID_COLUMN = "ALTER TABLE fires ADD COLUMN claim_id TEXT NOT NULL DEFAULT ''"
-
-
-class RunAsk(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The run a claim asks a token for: the token is scoped to it and dies with it."""
-
-    runId: Name
-    ttlSeconds: Annotated[float, msgspec.Meta(gt=0)] = 3600.0  # capped at timeout + margin
-
-
-class FireIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    triggerId: Text
-    key: Text
-    term: Annotated[int, msgspec.Meta(ge=0)]
-    peer: Text
-    claimId: Text | None = None  # one per fire attempt: a retry of the same claim is no conflict
-    run: RunAsk | None = None  # answer the run's token with the claim
-
-
-class FireOut(msgspec.Struct, frozen=True, kw_only=True):
-    triggerId: str
-    key: str
-    term: int
-    peer: str
-    claimedAt: str
-    token: str | None = None  # the run's token, when the claim asked for it (`run`)
-    expiresAt: str | None = None
-
-
-class FireResult(msgspec.Struct, frozen=True, kw_only=True):
-    triggerId: str
-    key: str
-    status: int
-    error: str | None = None
-    detail: str | None = None
-    claimedAt: str | None = None
-    token: str | None = None
-    expiresAt: str | None = None
-
-
-class FireResults(msgspec.Struct, frozen=True, kw_only=True):
-    claims: list[FireResult]
-
-
-class FireList(msgspec.Struct, frozen=True, kw_only=True):
-    fires: list[FireOut]
 
 
 def ensure_schema(db: sqlite_utils.Database) -> None:
@@ -204,7 +157,7 @@ def _run_token(
 
 def run_timeout(record: dict[str, Any]) -> float:
     """The record's `limits.timeoutSeconds` (defaults filled in): how long its run may take."""
-    limits = trigger_store.complete(record).get("limits")
+    limits = record_view.complete(record).get("limits")
     value = limits.get("timeoutSeconds") if isinstance(limits, dict) else None
     return float(value) if isinstance(value, int | float) else DEFAULT_TIMEOUT_S
 

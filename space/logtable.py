@@ -15,8 +15,8 @@ from typing import Any
 import msgspec
 import sqlite_utils
 
+from core.wire import Aware
 from space.appstate import RunRetention
-from space.clock import Aware
 from space.http import Refusal
 
 

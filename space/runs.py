@@ -14,55 +14,20 @@ not touch records or claims.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 import sqlite_utils
 from aiohttp import web
 
 from core.vocab import KEPT_LONGER, RunStatus
+from core.wire import RollupList, RunIn, RunList
 from space import auth, duties, logtable, metrics, token_store
 from space.appstate import SETTINGS, RunRetention
-from space.clock import Aware, iso
+from space.clock import iso
 from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.spaces import require_space
-
-Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
-
-
-class RunIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    runId: Text
-    triggerId: Text
-    program: str = ""
-    peer: str = ""
-    term: Annotated[int, msgspec.Meta(ge=0)] = 0
-    key: str = ""
-    startedAt: Aware
-    finishedAt: Aware | None = None
-    durationMs: Annotated[float, msgspec.Meta(ge=0)] | None = None
-    status: RunStatus
-    result: Any = None
-    error: str = ""
-    stderrTail: str = ""
-    lateMs: float | None = None
-    reason: str = ""
-
-
-class Rollup(msgspec.Struct, frozen=True, kw_only=True):
-    triggerId: str
-    runs: int
-    counts: dict[str, int]
-    lastRunAt: str | None
-
-
-class RollupList(msgspec.Struct, frozen=True, kw_only=True):
-    rollups: list[Rollup]
-
-
-class RunList(msgspec.Struct, frozen=True, kw_only=True):
-    runs: list[RunIn]
-
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (seq INTEGER PRIMARY KEY AUTOINCREMENT, space TEXT NOT NULL,

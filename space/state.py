@@ -7,12 +7,11 @@ state (checked by the auth middleware). Must not know records.
 from __future__ import annotations
 
 import json
-from typing import Any
 
-import msgspec
 import sqlite_utils
 from aiohttp import web
 
+from core.wire import StateIn, StateOut
 from space.clock import iso
 from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, now_of, read_body
@@ -25,17 +24,6 @@ CREATE TABLE IF NOT EXISTS state (space TEXT NOT NULL, trigger_id TEXT NOT NULL,
   key TEXT NOT NULL, value TEXT NOT NULL, updated_at TEXT NOT NULL,
   PRIMARY KEY (space, trigger_id, key));
 """
-
-
-class StateIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    value: Any
-
-
-class StateOut(msgspec.Struct, frozen=True, kw_only=True):
-    triggerId: str
-    key: str
-    value: Any
-    updatedAt: str
 
 
 def ensure_schema(db: sqlite_utils.Database) -> None:

@@ -14,11 +14,12 @@ route scopes itself.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 from aiohttp import web
 
+from core.wire import Name, RunTokenIn, TokenOut
 from space import fires, token_store, trigger_store
 from space.appstate import ADMIN_TOKEN_PATH, SETTINGS
 from space.auth import Principal, Role, end_streams, principal
@@ -27,26 +28,10 @@ from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, now_of, read_body
 from space.spaces import SPACE_ID, require_space
 
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
-
 
 class DeviceTokenIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     peer: Name
     space: Name
-
-
-class RunTokenIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    triggerId: Name
-    runId: Name
-    key: Text | None = None  # the fire this run is for: required with a device token
-    ttlSeconds: Annotated[float, msgspec.Meta(gt=0)] = 3600.0
-
-
-class TokenOut(msgspec.Struct, frozen=True, kw_only=True):
-    token: str
-    id: str
-    expiresAt: str | None = None
 
 
 class TokenInfo(msgspec.Struct, frozen=True, kw_only=True):

@@ -14,25 +14,15 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import web
 
-from space import duties, trigger_store
+from core.wire import Stamps
+from space import duties, record_view, trigger_store
 from space.auth import limit_patch
 from space.changes import notify
-from space.clock import Aware, iso
+from space.clock import iso
 from space.db import DB
 from space.http import Refusal, add_route, answer, decode, int64, int_query, now_of, raw_body
 from space.spaces import require_space
 from triggers import records
-
-
-class Stamps(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """`POST …/status`: runtime stamps only; absent fields are left as they are."""
-
-    lastStatus: str | msgspec.UnsetType = msgspec.UNSET
-    lastStatusDetail: str | msgspec.UnsetType = msgspec.UNSET
-    lastRunAt: Aware | msgspec.UnsetType | None = msgspec.UNSET
-    nextFireAt: Aware | msgspec.UnsetType | None = msgspec.UNSET
-    breaker: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
-    rollup: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class TriggerPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -77,7 +67,7 @@ async def object_body(request: web.Request, code: str = "invalid_record") -> dic
 
 def _one(record: dict[str, Any], status: int = 200) -> web.Response:
     """One record, its defaults filled in (`enabled`, `limits` …), its rev as the ETag."""
-    full = trigger_store.complete(record)
+    full = record_view.complete(record)
     return answer(full, status=status, headers={"ETag": f'"{record.get("rev", 0)}"'})
 
 

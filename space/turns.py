@@ -12,42 +12,19 @@ records, runs or chats.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 import sqlite_utils
 from aiohttp import web
 
 from core.vocab import TurnOutcome
+from core.wire import TurnIn, TurnList
 from space import duties, logtable
 from space.appstate import SETTINGS, RunRetention
-from space.clock import Aware
 from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.spaces import require_space
-
-Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
-Count = Annotated[int, msgspec.Meta(ge=0)]
-
-
-class TurnIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    turnId: Text
-    space: Text
-    objectId: Text
-    messageIds: Annotated[list[Text], msgspec.Meta(max_length=1000)]
-    calls: Count
-    replies: Count
-    startedAt: Aware
-    finishedAt: Aware
-    durationMs: Annotated[float, msgspec.Meta(ge=0)]
-    outcome: TurnOutcome
-    error: str = ""
-    peer: str = ""  # the device that took the turn: its token's peer, filled in when absent
-
-
-class TurnList(msgspec.Struct, frozen=True, kw_only=True):
-    turns: list[TurnIn]
-
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agent_turns (seq INTEGER PRIMARY KEY AUTOINCREMENT,
