@@ -25,14 +25,14 @@ import enum
 import msgspec
 from msgspec.structs import replace
 
-from core.vocab import Overlap, RunReason
+from core.vocab import Overlap, RunReason, RunStatus
 
 
 class Verdict(enum.StrEnum):
     START = "start"  # run it now
     QUEUED = "queued"  # keep it; `finished` says when to start it
-    SKIPPED = "skipped"  # a run record with status skipped
-    REJECTED = "rejected"  # a run record with status rejected
+    SKIPPED = RunStatus.SKIPPED.value  # a run record with status skipped
+    REJECTED = RunStatus.REJECTED.value  # a run record with status rejected
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):

@@ -23,7 +23,7 @@ import sqlite_utils
 from aiohttp import web
 
 from core.wire import FireIn, FireList, FireOut
-from space import chat_store, election, metrics, record_view, token_store, trigger_store
+from space import fence, metrics, record_view, token_store
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso
@@ -47,58 +47,6 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
         db.execute(CLAIM_ID_COLUMN)  # a store written by an older build
 
 
-def _fence(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> dict[str, Any]:
-    """The record of the fire, if `fire` may be claimed now; `Refusal` if not."""
-    _, record = trigger_store.current(db, space, fire.triggerId)
-    _active(db, record, fire)
-    owner = record.get("owner", "")
-    if isinstance(owner, str) and owner:
-        if fire.peer != owner:
-            raise Refusal(409, "not_owner", f"trigger {fire.triggerId!r} is pinned to {owner!r}")
-        return record
-    lease = election.load(db, space)
-    if lease.lapsed(now) or lease.active != fire.peer or lease.term != fire.term:
-        holder = lease.active if not lease.lapsed(now) else None
-        raise Refusal(
-            409,
-            "stale_term",
-            f"term {fire.term} by {fire.peer!r} is not the current "
-            f"lease (held by {holder!r} at term {lease.term})",
-            term=lease.term,
-        )
-    return record
-
-
-def _active(db: sqlite_utils.Database, record: dict[str, Any], fire: FireIn) -> None:
-    """Refuse a fire of a paused record, or for an instant before its `activeSince`."""
-    tid = fire.triggerId
-    if record.get("enabled") is False:
-        raise Refusal(409, "paused", f"trigger {tid!r} is paused")
-    since = record.get("activeSince")
-    if not isinstance(since, str):
-        return
-    kind = record.get("kind")
-    if kind == "event":
-        accepted = chat_store.created_at(db, fire.key)
-        if accepted is not None and accepted <= since:  # both in the one wire format
-            raise Refusal(409, "before_active", f"message {fire.key!r} came before {since}")
-    elif kind == "cron" and _before(_instant(fire.key), _instant(since)):
-        raise Refusal(409, "before_active", f"slot {fire.key} is before {since}")
-
-
-def _before(slot: datetime | None, start: datetime | None) -> bool:
-    """A slot strictly before the start (a slot at `activeSince` itself may fire)."""
-    return slot is not None and start is not None and slot < start
-
-
-def _instant(text: str) -> datetime | None:
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else None
-
-
 def claim_one(
     db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime, margin: float
 ) -> dict[str, Any]:
@@ -106,7 +54,7 @@ def claim_one(
 
     With `run`, the answer carries the run's token, living at most the record's timeout
     plus `margin` seconds."""
-    record = _fence(db, space, fire, now)
+    record = fence.record_to_claim(db, space, fire, now)
     claimed = _insert(db, space, fire, now)
     if fire.run is None:
         return claimed
