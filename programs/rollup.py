@@ -147,7 +147,7 @@ def add(
     return replace(rollup, **changes, **_last(rollup, at, value))
 
 
-def conversation_started(rollup: Rollup, at: datetime, status: str = "ok") -> Rollup:
+def conversation_started(rollup: Rollup, at: datetime, status: str = RunStatus.OK) -> Rollup:
     """chat-watch: one more conversation start (turns are not run records), ended `status`."""
     return replace(rollup, starts=rollup.starts + 1, **_last(rollup, at, status))
 

@@ -1,8 +1,9 @@
 """The space server's notion of time: one injectable function, and how instants go on the wire.
 
 Owns `ServerClock` (a zero-argument function returning an aware UTC datetime),
-the system clock used by default (the runtime's `SystemClock`), and RFC 3339
-formatting. Handlers ask the app's clock, never the machine, so tests control it.
+the system clock used by default (the runtime's `SystemClock`), and hands on
+the one wire format of instants (`core.vocab.iso`). Handlers ask the app's
+clock, never the machine, so tests control it.
 """
 
 from __future__ import annotations
