@@ -22,7 +22,7 @@ class RunStatus(enum.StrEnum):  # how a run record ended (`status`)
     TIMEOUT = "timeout"
     CRASHED = "crashed"
     REJECTED = "rejected"  # never ran: refused (a full queue, a stale term, shutdown)
-    SKIPPED = "skipped"  # never ran: not due to run (overlap, open breaker, withdrawn)
+    SKIPPED = "skipped"  # never ran: not to run (overlap, open breaker, unknown program, …)
 
 
 RAN = frozenset({RunStatus.OK, RunStatus.ERROR, RunStatus.TIMEOUT, RunStatus.CRASHED})
