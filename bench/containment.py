@@ -31,13 +31,13 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 import msgspec  # noqa: E402
 
-from programs import runner, runproc, wire  # noqa: E402
+from programs import channel, runner, runproc  # noqa: E402
 
 SOURCE = 'def main(args):\n    return {"ok": True}\n'
 
 
-def request() -> wire.Request:
-    return wire.Request(source=SOURCE, ref="bench@v1", args={}, context=None, memory_mb=512,
+def request() -> channel.Request:
+    return channel.Request(source=SOURCE, ref="bench@v1", args={}, context=None, memory_mb=512,
                         timeout_seconds=10, marker=b"")  # fmt: skip
 
 

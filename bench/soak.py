@@ -52,6 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from core.vocab import NOT_RAN  # noqa: E402
 from runtime.client import ApiError, SpaceClient  # noqa: E402
 
 SPACE = "home"
@@ -477,7 +478,7 @@ class Check:
         ran = Counter(
             (r["triggerId"], r["key"])
             for r in self.runs
-            if r["status"] not in ("skipped", "rejected")
+            if r["status"] not in NOT_RAN
         )
         answered = Counter(m for t in self.turns for m in t["messageIds"])
         for what, counts in (("claim", keys), ("run", ran), ("answer", answered)):
@@ -563,7 +564,7 @@ class Check:
         claims = {(c[0], c[1]): (c[2], c[3]) for c in self.claims}
         for r in self.runs:
             claim = claims.get((r["triggerId"], r["key"]))
-            if r["status"] in ("skipped", "rejected") or r["triggerId"].startswith("manual:"):
+            if r["status"] in NOT_RAN or r["triggerId"].startswith("manual:"):
                 continue
             if claim != (r["term"], r["peer"]):
                 self.breach("stale term", f"run {r['runId']} {r['peer']}@{r['term']} vs {claim}")

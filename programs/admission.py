@@ -25,21 +25,14 @@ import enum
 import msgspec
 from msgspec.structs import replace
 
-OVERLAP = "overlap"
-QUEUE_FULL = "queue_full"
-
-
-class Policy(enum.StrEnum):
-    SKIP = "skip"
-    QUEUE = "queue"
-    PARALLEL = "parallel"
+from core.vocab import Overlap, RunReason, RunStatus
 
 
 class Verdict(enum.StrEnum):
     START = "start"  # run it now
     QUEUED = "queued"  # keep it; `finished` says when to start it
-    SKIPPED = "skipped"  # a run record with status skipped
-    REJECTED = "rejected"  # a run record with status rejected
+    SKIPPED = RunStatus.SKIPPED.value  # a run record with status skipped
+    REJECTED = RunStatus.REJECTED.value  # a run record with status rejected
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,21 +53,21 @@ QUEUED = Decision(verdict=Verdict.QUEUED)
 
 
 def admit(
-    state: Slots, policy: Policy | str, max_queue: int, pool_size: int
+    state: Slots, policy: Overlap | str, max_queue: int, pool_size: int
 ) -> tuple[Decision, Slots]:
     """What to do with a new fire, and the state after it."""
     policy = as_policy(policy)
     _check(max_queue, pool_size)
-    capacity = pool_size if policy is Policy.PARALLEL else 1
+    capacity = pool_size if policy is Overlap.PARALLEL else 1
     if state.running < capacity and state.queued == 0:
         return START, replace(state, running=state.running + 1)
-    if policy is Policy.SKIP:
-        return Decision(verdict=Verdict.SKIPPED, reason=OVERLAP), replace(
+    if policy is Overlap.SKIP:
+        return Decision(verdict=Verdict.SKIPPED, reason=RunReason.OVERLAP), replace(
             state, skipped=state.skipped + 1
         )
     if state.queued < max_queue:
         return QUEUED, replace(state, queued=state.queued + 1)
-    return Decision(verdict=Verdict.REJECTED, reason=QUEUE_FULL), replace(
+    return Decision(verdict=Verdict.REJECTED, reason=RunReason.QUEUE_FULL), replace(
         state, rejected=state.rejected + 1
     )
 
@@ -93,12 +86,12 @@ def drop_queued(state: Slots) -> tuple[int, Slots]:
     return state.queued, replace(state, queued=0)
 
 
-def as_policy(policy: Policy | str) -> Policy:
+def as_policy(policy: Overlap | str) -> Overlap:
     value = getattr(policy, "value", policy)
     try:
-        return Policy(value)
+        return Overlap(value)
     except ValueError:
-        choices = ", ".join(p.value for p in Policy)
+        choices = ", ".join(p.value for p in Overlap)
         raise ValueError(f"overlap {value!r} is not one of {choices}") from None
 
 

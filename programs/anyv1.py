@@ -2,7 +2,7 @@
 
 Owns the program-facing calls (SPEC "Programs"): send and read chat messages,
 list and patch trigger records, and this trigger's persistent cursor, all with
-the run's token. Requests are built from `programs.routes` (the same table the
+the run's token. Requests are built from `core.routes` (the same table the
 daemon's async client uses) and sent with the standard library only; a refusal
 raises `ApiError` (status, code, detail), no answer at all is status 0
 `unreachable`. It must not import the runtime, and holds no connection between
@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from http.client import HTTPException
 from typing import Any
 
+from core.routes import ROUTES, ApiError, error_from, headers, target
 from programs.context import RunContext
-from programs.routes import ROUTES, ApiError, error_from, headers, target
 
 __all__ = ["AnyV1", "ApiError"]
 

@@ -31,8 +31,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-FAILURES = frozenset({"error", "timeout", "crashed"})
-NOT_RUN = frozenset({"skipped", "rejected"})
+from core.vocab import FAILED, NOT_RAN
 
 
 class Phase(enum.StrEnum):
@@ -74,7 +73,7 @@ CLOSED = BreakerState()
 
 def is_failure(status: object) -> bool:
     """Whether a run status counts against the breaker (`RunStatus` or its str value)."""
-    return _value(status) in FAILURES
+    return _value(status) in FAILED
 
 
 def open_period(trips: int, policy: BreakerPolicy = DEFAULT_POLICY) -> timedelta:
@@ -102,7 +101,7 @@ def on_status(
 ) -> BreakerState:
     """The state after a run record with `status`: a not-run status leaves it as it was,
     except that a trial which never ran passes the trial on to the next fire."""
-    if _value(status) in NOT_RUN:
+    if _value(status) in NOT_RAN:
         if state.phase is Phase.HALF_OPEN:
             return msgspec.structs.replace(state, phase=Phase.OPEN, trial_started_at=None)
         return state

@@ -19,10 +19,11 @@ from typing import Any
 
 import msgspec
 
+from core.vocab import RunStatus
 from programs.confine import Containment
 from programs.job import Job
-from programs.outcome import Outcome, RunStatus
 from programs.process import StartFailed, WorkerProcess
+from programs.result import Outcome
 
 __all__ = ["Executor", "ExecutorClosed", "Job", "PoolStats", "worker_env"]
 
@@ -131,7 +132,7 @@ class Executor:
             worker = await self._acquire()
         except StartFailed as exc:
             elapsed = (time.monotonic() - fired_at) * 1000
-            return Outcome(status=RunStatus.crashed, error=str(exc), duration_ms=elapsed)
+            return Outcome(status=RunStatus.CRASHED, error=str(exc), duration_ms=elapsed)
         try:
             return await worker.run(job, fired_at)
         finally:

@@ -1,6 +1,6 @@
 """One worker process seen from the parent: spawn it, run a job on it, kill it.
 
-Owns the asyncio side of the protocol in `programs.wire`: the control socket, the
+Owns the asyncio side of the protocol in `programs.channel`: the control socket, the
 pumps that drain the worker's stdout/stderr continuously (so a flood never blocks
 it), the timeout, and turning every way a worker can fail (death, garbage, silence)
 into an `Outcome`. Must never hang or raise because of what a worker does, and must
@@ -19,10 +19,11 @@ import time
 
 import msgspec
 
-from programs import wire
+from core.vocab import RunStatus
+from programs import channel
 from programs.confine import Containment
 from programs.job import Job
-from programs.outcome import Outcome, RunStatus, exit_reason
+from programs.result import Outcome, exit_reason
 from programs.tail import Channel
 
 GRACE_SECONDS = 2.0  # how long output may trail a reply or a death
@@ -86,8 +87,8 @@ class WorkerProcess:
         try:
             async with asyncio.timeout(timeout):
                 message = await self._receive()
-            if not isinstance(message, wire.Ready):
-                raise wire.ProtocolError("expected a ready message first")
+            if not isinstance(message, channel.Ready):
+                raise channel.ProtocolError("expected a ready message first")
             self.containment = message.containment
         except BaseException as exc:
             reason = _failure_text(exc) if isinstance(exc, Exception) else "cancelled"
@@ -96,9 +97,9 @@ class WorkerProcess:
                 raise
             raise StartFailed(f"{reason}; {self._err.tail.text()[-2000:]}".strip("; ")) from exc
 
-    async def _receive(self) -> wire.Ready | wire.Reply:
-        size = wire.body_length(await self._reader.readexactly(wire.HEADER))
-        return wire.decode_to_parent(await self._reader.readexactly(size))
+    async def _receive(self) -> channel.Ready | channel.Reply:
+        size = channel.body_length(await self._reader.readexactly(channel.HEADER))
+        return channel.decode_to_parent(await self._reader.readexactly(size))
 
     async def run(self, job: Job, fired_at: float) -> Outcome:
         """Runs `job`; `fired_at` is the `time.monotonic()` of the fire."""
@@ -125,7 +126,7 @@ class WorkerProcess:
             main_latency_ms=None if entered is None else (entered - fired_at) * 1000,
         )
 
-    async def _exchange(self, request: bytes, timeout: float) -> wire.Reply:
+    async def _exchange(self, request: bytes, timeout: float) -> channel.Reply:
         try:
             async with asyncio.timeout(timeout):
                 self._writer.write(request)
@@ -133,29 +134,29 @@ class WorkerProcess:
                 message = await self._receive()
         except TimeoutError:
             seconds = timeout - BACKSTOP_SECONDS
-            return await self._fail(RunStatus.timeout, f"exceeded the timeout of {seconds:g} s")
+            return await self._fail(RunStatus.TIMEOUT, f"exceeded the timeout of {seconds:g} s")
         except Exception as exc:
-            return await self._fail(RunStatus.crashed, await self._death_reason(exc))
+            return await self._fail(RunStatus.CRASHED, await self._death_reason(exc))
         except BaseException:
             await self.close("run cancelled")
             raise
-        if not isinstance(message, wire.Reply):
-            return await self._fail(RunStatus.crashed, "worker protocol error: unexpected ready")
+        if not isinstance(message, channel.Reply):
+            return await self._fail(RunStatus.CRASHED, "worker protocol error: unexpected ready")
         return message
 
     async def _death_reason(self, exc: Exception) -> str:
         if self.retire:  # we killed it ourselves (e.g. the executor is closing)
             return self.retire
-        if isinstance(exc, wire.ProtocolError):
+        if isinstance(exc, channel.ProtocolError):
             return f"worker protocol error: {exc}"
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(GRACE_SECONDS):
                 await self.proc.wait()
         return exit_reason(self.proc.returncode)
 
-    async def _fail(self, status: RunStatus, reason: str) -> wire.Reply:
+    async def _fail(self, status: RunStatus, reason: str) -> channel.Reply:
         await self.close(reason)
-        return wire.Reply(status=status, error=reason)
+        return channel.Reply(status=status, error=reason)
 
     async def _settle_output(self) -> None:
         """Waits for both output pipes to reach the run's marker (or their end)."""
@@ -166,14 +167,14 @@ class WorkerProcess:
         except TimeoutError:
             self.retire = self.retire or "worker output did not reach its end-of-run marker"
 
-    def _decode_result(self, reply: wire.Reply) -> wire.Reply:
+    def _decode_result(self, reply: channel.Reply) -> channel.Reply:
         if reply.result is None:
             return reply
         try:
             return msgspec.structs.replace(reply, result=msgspec.json.decode(reply.result))
         except msgspec.DecodeError as exc:
             self.retire = f"worker protocol error: result is not JSON: {exc}"
-            return wire.Reply(status=RunStatus.crashed, error=self.retire)
+            return channel.Reply(status=RunStatus.CRASHED, error=self.retire)
 
     def _kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
         if self.proc.returncode is None:  # not reaped yet, so the group id is still ours
@@ -200,7 +201,7 @@ class WorkerProcess:
 
 
 def _encode(job: Job, marker: bytes) -> bytes:
-    request = wire.Request(
+    request = channel.Request(
         source=job.source,
         ref=job.ref,
         args=job.args,
@@ -210,7 +211,7 @@ def _encode(job: Job, marker: bytes) -> bytes:
         marker=marker,
     )
     try:
-        return wire.frame(request)
+        return channel.frame(request)
     except (TypeError, msgspec.EncodeError) as exc:
         raise ValueError(f"args: cannot be sent to a worker: {exc}") from None
 

@@ -25,15 +25,18 @@ from typing import Annotated, Any
 import msgspec
 from msgspec.structs import replace
 
+from core.vocab import FAILED, RAN, RunReason, RunStatus
+
 ALPHA = 0.02
 GAMMA = (1 + ALPHA) / (1 - ALPHA)
 _LOG_GAMMA = math.log(GAMMA)
 MAX_INDEX = math.ceil(math.log(1e9) / _LOG_GAMMA)  # 1e9 ms ≈ 11.6 days
 
-RAN = {"ok": "ok", "error": "errors", "timeout": "timeouts", "crashed": "crashed"}
-NOT_RAN = {"rejected": "rejected", "skipped": "skipped"}
-FAILURES = frozenset({"error", "timeout", "crashed"})
-BREAKER_OPEN = "breaker_open"
+# the rollup's counter of each run status
+COUNTER: dict[str, str] = {
+    RunStatus.OK: "ok", RunStatus.ERROR: "errors", RunStatus.TIMEOUT: "timeouts",
+    RunStatus.CRASHED: "crashed", RunStatus.REJECTED: "rejected", RunStatus.SKIPPED: "skipped",
+}  # fmt: skip
 
 Count = Annotated[int, msgspec.Meta(ge=0)]
 
@@ -130,21 +133,21 @@ def add(
 ) -> Rollup:
     """The rollup with one more run record (`status` a `RunStatus` or its str value)."""
     value = str(getattr(status, "value", status))
-    field = RAN.get(value) or NOT_RAN.get(value)
+    field = COUNTER.get(value)
     if field is None:
-        raise InvalidStatus(f"status {value!r} is not one of {', '.join([*RAN, *NOT_RAN])}")
+        raise InvalidStatus(f"status {value!r} is not one of {', '.join(COUNTER)}")
     changes: dict[str, Any] = {"runs": rollup.runs + 1, field: getattr(rollup, field) + 1}
-    if value == "skipped" and reason == BREAKER_OPEN:
+    if value == RunStatus.SKIPPED and reason == RunReason.BREAKER_OPEN:
         changes["suppressed"] = rollup.suppressed + 1
     if value in RAN:
-        failed = value in FAILURES
+        failed = value in FAILED
         changes["consecutive_failures"] = rollup.consecutive_failures + 1 if failed else 0
         if duration_ms is not None:
             changes["durations"] = record(rollup.durations, duration_ms)
     return replace(rollup, **changes, **_last(rollup, at, value))
 
 
-def conversation_started(rollup: Rollup, at: datetime, status: str = "ok") -> Rollup:
+def conversation_started(rollup: Rollup, at: datetime, status: str = RunStatus.OK) -> Rollup:
     """chat-watch: one more conversation start (turns are not run records), ended `status`."""
     return replace(rollup, starts=rollup.starts + 1, **_last(rollup, at, status))
 
@@ -168,9 +171,7 @@ def merge(a: Rollup, b: Rollup) -> Rollup:
     )
 
 
-_COUNTERS = (
-    "runs", "ok", "errors", "timeouts", "crashed", "rejected", "skipped", "suppressed", "starts",
-)  # fmt: skip
+_COUNTERS = ("runs", *COUNTER.values(), "suppressed", "starts")
 
 
 def _later(x: Rollup, y: Rollup) -> bool:

@@ -24,9 +24,9 @@ from typing import Any
 
 import msgspec
 
-from programs import tail, wire
+from core.vocab import RunStatus
+from programs import channel, tail
 from programs.context import RunContext
-from programs.outcome import RunStatus
 
 PROGRAM_NAME = "__baton_program__"
 MiB = 1024 * 1024
@@ -100,24 +100,28 @@ def _execute(code: CodeType, namespace: dict[str, Any], args: dict[str, Any], ma
     return value
 
 
-def encode_result(value: Any) -> wire.Reply:
+def encode_result(value: Any) -> channel.Reply:
     try:
         data = msgspec.json.encode(value)
     except Exception as exc:
-        return wire.Reply(status=RunStatus.error, error=f"result is not JSON-serialisable: {exc}")
+        return channel.Reply(
+            status=RunStatus.ERROR, error=f"result is not JSON-serialisable: {exc}"
+        )
     if len(data) <= tail.LIMIT:
-        return wire.Reply(status=RunStatus.ok, result=data)
+        return channel.Reply(status=RunStatus.OK, result=data)
     preview = msgspec.json.encode(tail.keep_head(data))
     error = f"result too large: {len(data)} bytes of JSON, over the {tail.LIMIT}-byte limit"
-    return wire.Reply(status=RunStatus.error, result=preview, error=error)
+    return channel.Reply(status=RunStatus.ERROR, result=preview, error=error)
 
 
-def failure_reply(exc: BaseException, request: wire.Request) -> wire.Reply:
+def failure_reply(exc: BaseException, request: channel.Request) -> channel.Reply:
     if isinstance(exc, SystemExit):
-        return wire.Reply(status=RunStatus.crashed, error=f"program called sys.exit({exc.code!r})")
+        return channel.Reply(
+            status=RunStatus.CRASHED, error=f"program called sys.exit({exc.code!r})"
+        )
     text = program_traceback(exc, request.ref)
     what = headline(exc, request.memory_mb)
-    return wire.Reply(status=RunStatus.error, error=f"{what}\n{text}" if what else text)
+    return channel.Reply(status=RunStatus.ERROR, error=f"{what}\n{text}" if what else text)
 
 
 def headline(exc: BaseException, memory_mb: int) -> str:
@@ -138,7 +142,7 @@ def _remember_source(ref: str, source: str) -> None:
     linecache.cache[ref] = (len(source), None, source.splitlines(True), ref)
 
 
-def run_request(request: wire.Request) -> wire.Reply:
+def run_request(request: channel.Request) -> channel.Reply:
     """Runs the program once in this process (a fresh one, forked for this run)."""
     _remember_source(request.ref, request.source)
     marks: dict[str, float] = {}

@@ -29,8 +29,9 @@ import tempfile
 import time
 from typing import Any
 
-from programs import confine, privileges, reaper, runner, wire
-from programs.outcome import RunStatus, exit_reason
+from core.vocab import RunStatus
+from programs import channel, confine, privileges, reaper, runner
+from programs.result import exit_reason
 
 PR_SET_PDEATHSIG = 1
 SCRATCH_PREFIX = "baton-run-"
@@ -117,14 +118,14 @@ class Spare:
         except ChildProcessError:
             return False
 
-    def run(self, request: wire.Request, place: Place, control_fd: int) -> wire.Reply:
+    def run(self, request: channel.Request, place: Place, control_fd: int) -> channel.Reply:
         """Runs `request`; every process of the run is gone on return."""
         deadline = time.monotonic() + request.timeout_seconds
-        reply: wire.Reply | None = None
+        reply: channel.Reply | None = None
         try:
             if self.ready(deadline):
                 with contextlib.suppress(OSError):  # a dead spare: its status says why below
-                    self.sock.sendall(wire.frame(request))
+                    self.sock.sendall(channel.frame(request))
                 reply = _await_reply(self.sock, control_fd, deadline, request.timeout_seconds)
             elif time.monotonic() >= deadline:
                 reply = _timed_out(request.timeout_seconds)
@@ -144,7 +145,7 @@ class Spare:
     _ready = False
 
 
-def run(request: wire.Request, place: Place, control_fd: int) -> wire.Reply:
+def run(request: channel.Request, place: Place, control_fd: int) -> channel.Reply:
     """Runs `request` in a new contained process (forked now): the cold path."""
     return Spare.fork(place, control_fd).run(request, place, control_fd)
 
@@ -158,13 +159,13 @@ def _end(pid: int, place: Place) -> dict[int, int]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _died(status: int | None) -> wire.Reply:
+def _died(status: int | None) -> channel.Reply:
     code = None if status is None else os.waitstatus_to_exitcode(status)
-    return wire.Reply(status=RunStatus.crashed, error=exit_reason(code))
+    return channel.Reply(status=RunStatus.CRASHED, error=exit_reason(code))
 
 
 def _await_reply(sock: socket.socket, control_fd: int, deadline: float,
-                 timeout: float) -> wire.Reply | None:  # fmt: skip
+                 timeout: float) -> channel.Reply | None:  # fmt: skip
     """The run's reply; a timeout reply at the deadline; None if it died without one."""
     poller = select.poll()
     poller.register(sock, select.POLLIN)
@@ -188,22 +189,24 @@ def _await_reply(sock: socket.socket, control_fd: int, deadline: float,
             return reply
 
 
-def _timed_out(timeout: float) -> wire.Reply:
-    return wire.Reply(status=RunStatus.timeout, error=f"exceeded the timeout of {timeout:g} s")
+def _timed_out(timeout: float) -> channel.Reply:
+    return channel.Reply(status=RunStatus.TIMEOUT, error=f"exceeded the timeout of {timeout:g} s")
 
 
-def _complete(got: bytearray) -> wire.Reply | None:
+def _complete(got: bytearray) -> channel.Reply | None:
     try:
-        if len(got) < wire.HEADER:
+        if len(got) < channel.HEADER:
             return None
-        size = wire.body_length(bytes(got[: wire.HEADER]))
-        if len(got) < wire.HEADER + size:
+        size = channel.body_length(bytes(got[: channel.HEADER]))
+        if len(got) < channel.HEADER + size:
             return None
-        message = wire.decode_to_parent(bytes(got[wire.HEADER : wire.HEADER + size]))
-    except wire.ProtocolError as exc:
-        return wire.Reply(status=RunStatus.crashed, error=f"worker protocol error: {exc}")
-    if not isinstance(message, wire.Reply):
-        return wire.Reply(status=RunStatus.crashed, error="worker protocol error: unexpected ready")
+        message = channel.decode_to_parent(bytes(got[channel.HEADER : channel.HEADER + size]))
+    except channel.ProtocolError as exc:
+        return channel.Reply(status=RunStatus.CRASHED, error=f"worker protocol error: {exc}")
+    if not isinstance(message, channel.Reply):
+        return channel.Reply(
+            status=RunStatus.CRASHED, error="worker protocol error: unexpected ready"
+        )
     return message
 
 
@@ -227,7 +230,7 @@ def _child(place: Place, scratch: str, sock: socket.socket, control_fd: int) -> 
     if request is None:  # the worker discarded this spare
         os._exit(0)
     if failed is not None:
-        reply = wire.Reply(status=RunStatus.crashed, error=f"containment failed: {failed!r}")
+        reply = channel.Reply(status=RunStatus.CRASHED, error=f"containment failed: {failed!r}")
     else:
         if base is not None:
             privileges.pin(resource.RLIMIT_AS, base + request.memory_mb * runner.MiB)
@@ -238,16 +241,16 @@ def _child(place: Place, scratch: str, sock: socket.socket, control_fd: int) -> 
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
     with contextlib.suppress(BaseException):
-        sock.sendall(wire.frame(reply))
+        sock.sendall(channel.frame(reply))
     os._exit(0)
 
 
-def _receive(sock: socket.socket) -> wire.Request | None:
+def _receive(sock: socket.socket) -> channel.Request | None:
     with sock.makefile("rb") as stream:
-        header = stream.read(wire.HEADER)
-        if len(header) < wire.HEADER:
+        header = stream.read(channel.HEADER)
+        if len(header) < channel.HEADER:
             return None
-        return wire.decode_request(stream.read(wire.body_length(header)))
+        return channel.decode_request(stream.read(channel.body_length(header)))
 
 
 def _enter(place: Place, scratch: str, control_fd: int) -> None:

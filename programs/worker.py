@@ -22,7 +22,7 @@ import socket
 import sys
 from typing import BinaryIO, NoReturn
 
-from programs import confine, runproc, wire
+from programs import channel, confine, runproc
 
 PR_SET_PDEATHSIG = 1
 
@@ -38,12 +38,12 @@ def mark(marker: bytes) -> None:
             view = view[os.write(fd, view) :]
 
 
-def read_request(stream: BinaryIO) -> wire.Request | None:
-    header = stream.read(wire.HEADER)
-    if len(header) < wire.HEADER:
+def read_request(stream: BinaryIO) -> channel.Request | None:
+    header = stream.read(channel.HEADER)
+    if len(header) < channel.HEADER:
         return None
-    body = stream.read(wire.body_length(header))
-    return wire.decode_request(body)
+    body = stream.read(channel.body_length(header))
+    return channel.decode_request(body)
 
 
 def serve(sock: socket.socket, place: runproc.Place) -> None:
@@ -51,14 +51,14 @@ def serve(sock: socket.socket, place: runproc.Place) -> None:
     spare = runproc.Spare.fork(place, fd)
     try:
         containment = confine.containment(place.plan)
-        sock.sendall(wire.frame(wire.Ready(pid=os.getpid(), containment=containment)))
+        sock.sendall(channel.frame(channel.Ready(pid=os.getpid(), containment=containment)))
         while (request := read_request(stream)) is not None:
             if not spare.waiting:  # ended while idle: a new one, on the fire path this once
                 spare.discard(place)
                 spare = runproc.Spare.fork(place, fd)
             reply = spare.run(request, place, fd)
             mark(request.marker)
-            sock.sendall(wire.frame(reply))
+            sock.sendall(channel.frame(reply))
             spare = runproc.Spare.fork(place, fd)  # while the executor takes the reply
     finally:
         spare.discard(place)

@@ -21,7 +21,6 @@ trigger's rollup (`programs.rollup.conversation_started`).
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import secrets
 from collections import deque
@@ -31,6 +30,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from core.vocab import TurnOutcome
 from runtime.clock import Clock, SystemClock
 from runtime.responders import Message, Responder, ResponderUnavailable, check_reply
 
@@ -45,13 +45,6 @@ RecordTurn = Callable[[dict[str, Any]], Awaitable[Any]]
 AGENT_NAME = "chat-watch"
 NUDGE_PREFIX = "trigger:"
 DEFAULT_APOLOGY = "Sorry, I could not answer that just now."
-
-
-class TurnOutcome(enum.StrEnum):
-    ok = "ok"
-    error = "error"
-    timeout = "timeout"
-    cancelled = "cancelled"
 
 
 class AgentTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -137,10 +130,10 @@ class _Turn:
         self.calls = self.replies = 0
         self.posted = False  # the current call has put words in the chat
         self.growing: tuple[Message, str] | None = None  # a streamed reply not yet ended
-        self.outcome, self.error = TurnOutcome.ok, ""
+        self.outcome, self.error = TurnOutcome.OK, ""
 
     def fail(self, outcome: TurnOutcome, error: str) -> None:
-        if self.outcome is TurnOutcome.ok:  # the first failure is the one that counts
+        if self.outcome is TurnOutcome.OK:  # the first failure is the one that counts
             self.outcome, self.error = outcome, error
 
     def entry(self) -> AgentTurn:
@@ -302,16 +295,16 @@ class ChatWatch:
             try:
                 await self._converse(turn)
             except _Deferred as deferred:
-                turn.fail(TurnOutcome.error, f"responder unavailable, messages wait: {deferred}")
+                turn.fail(TurnOutcome.ERROR, f"responder unavailable, messages wait: {deferred}")
                 self._counters.failed += 1
             except Exception as exc:
                 timed_out = isinstance(exc, TimeoutError)
-                turn.fail(TurnOutcome.timeout if timed_out else TurnOutcome.error, _reason(exc))
+                turn.fail(TurnOutcome.TIMEOUT if timed_out else TurnOutcome.ERROR, _reason(exc))
                 self._counters.failed += 1
                 await self._end_growing(turn)
                 await self._apologise(chat)
         except asyncio.CancelledError:
-            turn.fail(TurnOutcome.cancelled, "chat-watch closed during the turn")
+            turn.fail(TurnOutcome.CANCELLED, "chat-watch closed during the turn")
             await self._finish(turn)
             raise
         await self._finish(turn)

@@ -1,7 +1,7 @@
 """The async `any@v1` client for the daemon and the CLI.
 
 Owns talking to a space over HTTP with aiohttp: one method per route of
-`programs.routes.ROUTES` (same name), each a thin call of `call(name, …)`, which
+`core.routes.ROUTES` (same name), each a thin call of `call(name, …)`, which
 builds the request from the route table and turns a refusal into `ApiError`
 (status, code, detail; status 0 `unreachable` when there was no answer). The two
 stream routes return a `Subscription` (runtime.subscribe) sharing one stream
@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from programs.routes import ROUTES, ApiError, error_from, headers, path_params, target
+from core.routes import ROUTES, ApiError, error_from, headers, path_params, target
 from runtime.clock import Clock, SystemClock
 from runtime.subscribe import Subscription, sse_session
 

@@ -19,6 +19,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from core.vocab import iso as iso  # the one wire format, taken here with the Clock
+
 
 class Clock(Protocol):
     def wall(self) -> datetime:
@@ -43,11 +45,6 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
-
-
-def iso(when: datetime) -> str:
-    """An instant on the wire: RFC 3339 in UTC with milliseconds, `2026-12-01T09:00:00.000Z`."""
-    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 async def sleep_or_wake(clock: Clock, seconds: float, wake: asyncio.Event) -> bool:

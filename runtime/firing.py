@@ -39,20 +39,21 @@ from typing import Any
 
 import msgspec
 
+from core.vocab import Overlap, RunReason, RunStatus
 from programs import admission, breaker
 from programs.context import RunContext
 from programs.executor import Executor, ExecutorClosed
 from programs.job import Job
 from programs.loader import InvalidProgram, LoadedProgram, ProgramCache, UnknownProgram
-from programs.outcome import Outcome, RunStatus
 from programs.refs import InvalidRef
+from programs.result import Outcome
 from runtime import outcomes
 from runtime.chatwatch import ChatWatch
 from runtime.client import ApiError, SpaceClient
 from runtime.clock import Clock
 from runtime.dispatch import FireRequest, named
 from runtime.outcomes import Book, Fire
-from triggers.records import RESERVED_CHAT_WATCH, Overlap, Trigger, TriggerId
+from triggers.records import RESERVED_CHAT_WATCH, Trigger, TriggerId
 from triggers.registry import Diff
 
 log = logging.getLogger("baton.firing")
@@ -229,12 +230,12 @@ class Firing:
         self._count(exc.code)
         if exc.code == "already_claimed":
             log.debug("fire %s@%s already claimed", tid, key)
-        elif exc.code == outcomes.STALE_TERM:
+        elif exc.code == RunReason.STALE_TERM:
             log.warning("fire %s@%s refused: stale term %d", tid, key, term)
-            await self._unstamped(request, term, RunStatus.rejected, outcomes.STALE_TERM)
-        elif exc.code in (outcomes.PAUSED, outcomes.BEFORE_ACTIVE):  # news not here yet
+            await self._unstamped(request, term, RunStatus.REJECTED, RunReason.STALE_TERM)
+        elif exc.code in (RunReason.PAUSED, RunReason.BEFORE_ACTIVE):  # news not here yet
             log.info("fire %s@%s refused: %s", tid, key, exc.code)
-            await self._unstamped(request, term, RunStatus.skipped, exc.code)
+            await self._unstamped(request, term, RunStatus.SKIPPED, exc.code)
         else:
             log.warning("fire %s@%s not claimed: %s", tid, key, exc)
 
@@ -273,10 +274,10 @@ class Firing:
             case admission.Verdict.QUEUED:
                 slot.waiting.append((request, term, claimed))
             case admission.Verdict.SKIPPED:
-                self._spawn(self._not_run(request, term, RunStatus.skipped, decision.reason,
+                self._spawn(self._not_run(request, term, RunStatus.SKIPPED, decision.reason,
                                           claimed.run_id), request)  # fmt: skip
             case admission.Verdict.REJECTED:
-                self._spawn(self._not_run(request, term, RunStatus.rejected, decision.reason,
+                self._spawn(self._not_run(request, term, RunStatus.REJECTED, decision.reason,
                                           claimed.run_id), request)  # fmt: skip
 
     async def _run_admitted(self, request: FireRequest, term: int, claimed: Claimed) -> None:
@@ -286,15 +287,15 @@ class Firing:
             return
         try:
             program = await self._load(request.trigger.program)
-            if isinstance(program, tuple) and program[1] == outcomes.UNKNOWN_PROGRAM:
-                await self._not_run(request, term, RunStatus.skipped, outcomes.UNKNOWN_PROGRAM,
+            if isinstance(program, tuple) and program[1] == RunReason.UNKNOWN_PROGRAM:
+                await self._not_run(request, term, RunStatus.SKIPPED, RunReason.UNKNOWN_PROGRAM,
                                     claimed.run_id)  # fmt: skip
                 return
             admitted, slot.book = self._breaker_admit(slot.book)
             if admitted:
                 await self._run(request, term, program, claimed)
             else:
-                await self._not_run(request, term, RunStatus.skipped, outcomes.BREAKER_OPEN,
+                await self._not_run(request, term, RunStatus.SKIPPED, RunReason.BREAKER_OPEN,
                                     claimed.run_id)  # fmt: skip
         finally:
             slot.catchups -= request.catchup
@@ -341,7 +342,7 @@ class Firing:
         if token is None:  # waited too long since the claim (or the space gave none)
             token = await self._run_token(fire, record.limits.timeout_seconds)
         if isinstance(token, Outcome):
-            return token, outcomes.RUN_TOKEN
+            return token, RunReason.RUN_TOKEN
         args = dict(record.args) if event is None else {**record.args, "event": event}
         job = Job(source=program.source, ref=record.program, args=args,
                   context=self._context(fire, token), timeout_seconds=record.limits.timeout_seconds,
@@ -352,9 +353,9 @@ class Firing:
         try:
             return await self._programs.get(ref)
         except (UnknownProgram, InvalidRef) as exc:
-            return outcomes.failed_before_run(str(exc)), outcomes.UNKNOWN_PROGRAM
+            return outcomes.failed_before_run(str(exc)), RunReason.UNKNOWN_PROGRAM
         except InvalidProgram as exc:
-            return outcomes.failed_before_run(str(exc)), outcomes.INVALID_PROGRAM
+            return outcomes.failed_before_run(str(exc)), RunReason.INVALID_PROGRAM
         except ApiError as exc:
             return outcomes.failed_before_run(f"program {ref}: {exc}"), exc.code
 
@@ -382,7 +383,7 @@ class Firing:
         await self._finish(request, fire, outcomes.not_run(status, why), why, admitted=False)
 
     async def _withdrawn(self, request: FireRequest, term: int, run_id: str) -> None:
-        await self._unstamped(request, term, RunStatus.skipped, outcomes.WITHDRAWN, run_id)
+        await self._unstamped(request, term, RunStatus.SKIPPED, RunReason.WITHDRAWN, run_id)
 
     async def _unstamped(
         self, request: FireRequest, term: int, status: RunStatus, why: str, run_id: str = ""
@@ -477,7 +478,7 @@ async def run_job(executor: Executor, job: Job) -> tuple[Outcome, str]:
     try:
         return await executor.run(job), ""
     except ExecutorClosed:
-        return outcomes.not_run(RunStatus.rejected, outcomes.SHUTDOWN), outcomes.SHUTDOWN
+        return outcomes.not_run(RunStatus.REJECTED, RunReason.SHUTDOWN), RunReason.SHUTDOWN
     except ValueError as exc:  # args that cannot be sent to a worker
         return outcomes.failed_before_run(str(exc)), "invalid_args"
 

@@ -19,10 +19,11 @@ from typing import Any
 
 import msgspec
 
+from core.vocab import RunReason
 from programs.context import RunContext
 from programs.executor import Executor
 from programs.job import Job
-from programs.outcome import Outcome
+from programs.result import Outcome
 from runtime import outcomes
 from runtime.client import ApiError, SpaceClient
 from runtime.clock import Clock, SystemClock
@@ -65,10 +66,10 @@ async def _execute(client: SpaceClient, space: str, url: str, fire: outcomes.Fir
     except ApiError as exc:
         if exc.status != 404:
             raise
-        return outcomes.failed_before_run(exc.detail), outcomes.UNKNOWN_PROGRAM
+        return outcomes.failed_before_run(exc.detail), RunReason.UNKNOWN_PROGRAM
     token = await run_token(client, space, fire, manual.timeout_seconds, clock)
     if isinstance(token, Outcome):
-        return token, outcomes.RUN_TOKEN
+        return token, RunReason.RUN_TOKEN
     context = RunContext(run_id=fire.run_id, trigger_id=fire.trigger_id, program=fire.program,
                          peer=fire.peer, space=space, url=url, token=token,
                          key=fire.key)  # fmt: skip

@@ -26,28 +26,15 @@ from typing import Annotated, Any
 
 import msgspec
 
+from core.vocab import NOT_RAN, RAN, HealthReason, RunReason, RunStatus, iso
 from programs import breaker, rollup
 from programs.breaker import BreakerState
-from programs.outcome import Outcome, RunStatus
+from programs.result import Outcome
 from programs.rollup import Rollup
-from runtime.clock import iso
-from triggers.health import Reason, breaker_detail, done_detail, unknown_program_detail
+from triggers.health import breaker_detail, done_detail, unknown_program_detail
 from triggers.records import Loaded, OnceTrigger, Salvaged, Trigger
 
 DETAIL_CHARS = 200
-
-# Reasons a run record may carry.
-OVERLAP = "overlap"
-QUEUE_FULL = "queue_full"
-BREAKER_OPEN = "breaker_open"
-STALE_TERM = "stale_term"
-PAUSED = "paused"  # the space refused the claim: the trigger is paused
-BEFORE_ACTIVE = "before_active"  # the space refused the claim: before the record's activeSince
-UNKNOWN_PROGRAM = "unknown_program"
-INVALID_PROGRAM = "invalid_program"
-RUN_TOKEN = "run_token"
-WITHDRAWN = "withdrawn"
-SHUTDOWN = "shutdown"
 
 
 class Fire(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,14 +64,14 @@ def book_of(record: Trigger) -> Book:
 
 def not_run(status: RunStatus, reason: str) -> Outcome:
     """A fire that never ran its program: `skipped` or `rejected`."""
-    if status not in (RunStatus.skipped, RunStatus.rejected):
+    if status not in NOT_RAN:
         raise ValueError(f"status: a fire that did not run is skipped or rejected, got {status}")
     return Outcome(status=status)
 
 
 def failed_before_run(error: str) -> Outcome:
     """A fire whose program could not be started (unknown program, no run token, …)."""
-    return Outcome(status=RunStatus.error, error=error)
+    return Outcome(status=RunStatus.ERROR, error=error)
 
 
 def late_ms(fire: Fire) -> float | None:
@@ -97,7 +84,7 @@ def run_record(
     fire: Fire, outcome: Outcome, *, finished_at: datetime, reason: str = ""
 ) -> dict[str, Any]:
     """The run record body for `…/runs`."""
-    ran = outcome.status not in (RunStatus.skipped, RunStatus.rejected)
+    ran = outcome.status in RAN
     return {
         "runId": fire.run_id,
         "triggerId": fire.trigger_id,
@@ -136,7 +123,7 @@ def settle(
     state = book.breaker
     if admitted:
         state = breaker.on_status(state, outcome.status, finished_at)
-    duration = outcome.duration_ms if _ran(outcome.status) else None
+    duration = outcome.duration_ms if outcome.status in RAN else None
     roll = rollup.add(book.rollup, outcome.status, duration, fire.started_at, reason=reason)
     after = Book(breaker=state, rollup=roll)
     return after, stamps(after, record, fire, outcome, reason=reason, now=finished_at)
@@ -162,13 +149,13 @@ def last_status(
     once whose run succeeded (a failed one shows its failure), `unknown_program` for a
     fire skipped because its program is not published, `breaker_open` while the breaker
     is open, else the run's status."""
-    if isinstance(record, OnceTrigger) and outcome.status is RunStatus.ok:
-        return Reason.DONE.value, done_detail(record.spec.at_utc)
-    if outcome.status is RunStatus.skipped and reason == UNKNOWN_PROGRAM:
-        return Reason.UNKNOWN_PROGRAM.value, unknown_program_detail(record.program)
+    if isinstance(record, OnceTrigger) and outcome.status is RunStatus.OK:
+        return HealthReason.DONE.value, done_detail(record.spec.at_utc)
+    if outcome.status is RunStatus.SKIPPED and reason == RunReason.UNKNOWN_PROGRAM:
+        return HealthReason.UNKNOWN_PROGRAM.value, unknown_program_detail(record.program)
     until = breaker.until(book.breaker)
     if until is not None and until > now:
-        return Reason.BREAKER_OPEN.value, breaker_detail(until)
+        return HealthReason.BREAKER_OPEN.value, breaker_detail(until)
     return outcome.status.value, reason or headline(outcome.error)
 
 
@@ -179,10 +166,6 @@ def headline(error: str) -> str:
         return ""
     line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
     return line if len(line) <= DETAIL_CHARS else line[: DETAIL_CHARS - 1] + "…"
-
-
-def _ran(status: RunStatus) -> bool:
-    return status not in (RunStatus.skipped, RunStatus.rejected)
 
 
 # --- chat-watch: a turn is a conversation start, not a run ---------------------------

@@ -31,7 +31,7 @@ import msgspec
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp_sse_client import client as sse_client
 
-from programs.routes import ApiError, error_from
+from core.routes import ApiError, error_from
 from runtime.clock import Clock
 from runtime.sse import SseEvent
 

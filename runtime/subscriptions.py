@@ -34,7 +34,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from programs.routes import ApiError
+from core.routes import ApiError
 from runtime.client import SpaceClient
 from runtime.clock import Clock
 from runtime.dispatch import Dispatcher, FireRequest, named

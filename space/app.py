@@ -73,18 +73,22 @@ def create_app(
     app[CLOCK] = clock
     app[ROUTE_DOCS] = []
     metrics.setup(app)  # first: the claim and run routes feed it
-    app[DB] = open_db(db_path)
-    app.on_cleanup.append(_close_db)
-    token_store.ensure_schema(app[DB])
-    token_file = Path(admin_token_file or default_admin_token_file(db_path))
-    token_store.ensure_admin_token(app[DB], token_file, clock().timestamp())
-    app[ADMIN_TOKEN_PATH] = token_file
+    _open_store(app, db_path, Path(admin_token_file or default_admin_token_file(db_path)))
     for area in _AREAS:
         area.setup(app)
     chats.setup(app)
     openapi.setup(app)
     dashboard.setup(app)
     return app
+
+
+def _open_store(app: web.Application, db_path: str | Path, token_file: Path) -> None:
+    """The database, closed at cleanup, and the admin token in `token_file`."""
+    app[DB] = open_db(db_path)
+    app.on_cleanup.append(_close_db)
+    token_store.ensure_schema(app[DB])
+    token_store.ensure_admin_token(app[DB], token_file, app[CLOCK]().timestamp())
+    app[ADMIN_TOKEN_PATH] = token_file
 
 
 async def _close_db(app: web.Application) -> None:

@@ -32,7 +32,7 @@ from aiohttp import web
 from space import token_store
 from space.appstate import CLOCK
 from space.db import DB
-from space.http import ApiError, Handler
+from space.http import Handler, Refusal
 from space.sse import STREAMS, EventStream
 from space.token_store import Principal, Role, mint_token, token_hash
 
@@ -65,9 +65,9 @@ def bearer(request: web.Request) -> str:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(401, "unauthorized", "missing `Authorization: Bearer <token>` header")
+        raise Refusal(401, "unauthorized", "missing `Authorization: Bearer <token>` header")
     if not header.isascii() or not header.isprintable():  # no token we mint is anything else
-        raise ApiError(401, "unauthorized", "the bearer token is not printable ASCII")
+        raise Refusal(401, "unauthorized", "the bearer token is not printable ASCII")
     return token.strip()
 
 
@@ -97,24 +97,24 @@ def authorize(request: web.Request, who: Principal) -> None:
     if who.role is Role.ADMIN or key in ANY_TOKEN:
         return
     if key in ADMIN_ONLY:
-        raise ApiError(403, "forbidden", f"{request.method} {canonical} needs the admin token")
+        raise Refusal(403, "forbidden", f"{request.method} {canonical} needs the admin token")
     if who.role is Role.RUN and not run_may(request.method, canonical):
-        raise ApiError(403, "forbidden", f"a run token may not use {request.method} {canonical}")
+        raise Refusal(403, "forbidden", f"a run token may not use {request.method} {canonical}")
     if who.role is Role.DEVICE and key in DEVICE_LISTS:
         return
     _own_space(request, who, canonical)
     tid = request.match_info.get("triggerId")
     if who.role is Role.RUN and "/state/" in canonical and tid != who.trigger_id:
-        raise ApiError(403, "forbidden", f"this run token may use state of {who.trigger_id!r} only")
+        raise Refusal(403, "forbidden", f"this run token may use state of {who.trigger_id!r} only")
 
 
 def _own_space(request: web.Request, who: Principal, canonical: str) -> None:
     space = request.match_info.get("space")
     if space is None or not canonical.startswith(SPACE_PREFIX):
-        raise ApiError(403, "forbidden", f"a {who.role} token may not use {canonical}")
+        raise Refusal(403, "forbidden", f"a {who.role} token may not use {canonical}")
     if space != who.space:
         bound = f"space {who.space!r}" if who.space else "no space (mint a new one)"
-        raise ApiError(403, "forbidden", f"this {who.role} token is bound to {bound}")
+        raise Refusal(403, "forbidden", f"this {who.role} token is bound to {bound}")
 
 
 def principal(request: web.Request) -> Principal:
@@ -129,7 +129,7 @@ def require_peer(request: web.Request, peer: str, field: str = "peer") -> None:
     if who.role is Role.DEVICE and who.peer == peer:
         return
     detail = f"this token is for peer {who.peer!r}, it may not act as {peer!r} - at `$.{field}`"
-    raise ApiError(403, "forbidden", detail)
+    raise Refusal(403, "forbidden", detail)
 
 
 def limit_patch(request: web.Request, changes: dict[str, Any]) -> None:
@@ -142,7 +142,7 @@ def limit_patch(request: web.Request, changes: dict[str, Any]) -> None:
                 f"a run token may change only `owner` and `enabled`; `{name}` needs a "
                 f"device or admin token - at `$.{name}`"
             )
-            raise ApiError(403, "forbidden", detail)
+            raise Refusal(403, "forbidden", detail)
 
 
 def end_streams(app: web.Application, which: Callable[[Principal], bool]) -> int:
@@ -166,7 +166,7 @@ def identify(request: web.Request) -> Principal:
     try:
         return token_store.lookup(request.app[DB], bearer(request), now)
     except token_store.TokenError as exc:
-        raise ApiError(401, exc.code, exc.detail) from None
+        raise Refusal(401, exc.code, exc.detail) from None
 
 
 @web.middleware

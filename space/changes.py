@@ -14,10 +14,9 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from space import sse
-from space import trigger_store as store
+from space import sse, trigger_store
 from space.db import DB
-from space.http import ApiError, add_route, answer, int64, int_query
+from space.http import Refusal, add_route, answer, int64, int_query
 from space.spaces import require_space
 
 FANOUT = web.AppKey("change_fanout", sse.Fanout[str])
@@ -54,7 +53,7 @@ def cursor(request: web.Request) -> int:
     seq = int64(resume)
     if seq is None:
         detail = f"Last-Event-ID {resume[:40]!r}… is beyond 64 bits"
-        raise ApiError(400, "invalid_header", detail)
+        raise Refusal(400, "invalid_header", detail)
     return seq
 
 
@@ -64,7 +63,7 @@ async def get_changes(request: web.Request) -> web.StreamResponse:
     space = require_space(request)
     since = int_query(request, "since", 0)
     limit = int_query(request, "limit", PAGE_DEFAULT, low=1, high=PAGE_MAX)
-    page = store.changes_since(request.app[DB], space, since, limit + 1)
+    page = trigger_store.changes_since(request.app[DB], space, since, limit + 1)
     more = len(page) > limit
     page = page[:limit]
     return answer({"changes": page, "next": page[-1]["seq"] if page else since, "more": more})
@@ -89,7 +88,7 @@ async def stream_changes(request: web.Request) -> web.StreamResponse:
 
 async def _send_since(request: web.Request, stream: sse.EventStream, space: str, since: int) -> int:
     while not stream.closed:
-        page = store.changes_since(request.app[DB], space, since, PAGE_DEFAULT)
+        page = trigger_store.changes_since(request.app[DB], space, since, PAGE_DEFAULT)
         for change in page:
             await stream.send(json.dumps(change), id=change["seq"], event="change")
             since = change["seq"]
@@ -103,8 +102,7 @@ def setup(app: web.Application) -> None:
     app[FANOUT] = sse.Fanout()
     add_route(
         app,
-        "GET",
-        "/v1/spaces/{space}/changes",
+        "changes",
         get_changes,
         "Change feed page: changes with seq > since, oldest first "
         "(SSE with `Accept: text/event-stream`)",
@@ -112,8 +110,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "GET",
-        "/v1/spaces/{space}/changes/stream",
+        "changes_stream",
         stream_changes,
         "Change feed as SSE: `hello`, then `id: <seq>` `event: change`",
     )

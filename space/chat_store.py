@@ -18,6 +18,7 @@ from typing import Annotated
 import msgspec
 import sqlite_utils
 
+from core.wire import NAME_MAX, Message, MessageEdit, MessageIn
 from space.clock import iso
 from space.db import transaction
 
@@ -40,30 +41,8 @@ CREATE TABLE IF NOT EXISTS chat_messages (
 ) WITHOUT ROWID;
 """
 
-NAME_MAX = 200
-
-
 class UnknownChat(LookupError):
     """No chat with this objectId in this space."""
-
-
-class Agent(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
-):
-    name: Annotated[str, msgspec.Meta(min_length=1, max_length=NAME_MAX)]
-    done: bool | None = None
-
-
-class MessageIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    text: str
-    agent: Agent | None = None
-
-
-class MessageEdit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A change to an agent message still being written: its whole new `text`, and `done`."""
-
-    text: str | None = None
-    done: bool | None = None
 
 
 class NotEditable(ValueError):
@@ -72,15 +51,6 @@ class NotEditable(ValueError):
 
 class ChatIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: Annotated[str, msgspec.Meta(max_length=NAME_MAX)] = ""
-
-
-class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
-    message_id: str
-    seq: int
-    object_id: str
-    text: str
-    created_at: str
-    agent: Agent | None = None
 
 
 _encode = msgspec.json.Encoder().encode

@@ -14,32 +14,21 @@ when unset) and the app's server clock `app[CLOCK]`.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import msgspec
-import sqlite_utils
 from aiohttp import web
 
+from core.wire import NAME_MAX, Agent, Message, MessageEdit, MessageIn
 from space import (
     auth,
     chat_store,
     chat_stream,
-    spaces,  # module import: `spaces` imports this module too
     trigger_store,
 )
-from space.chat_store import (
-    NAME_MAX,
-    Agent,
-    ChatIn,
-    Message,
-    MessageEdit,
-    MessageIn,
-    NotEditable,
-    UnknownChat,
-)
+from space.chat_store import ChatIn, NotEditable, UnknownChat
 from space.clock import epoch
 from space.db import DB
-from space.http import ApiError, add_route, answer, decode, int_query, now_of, raw_body
+from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
+from space.spaces import require_space
 from space.sse import EventStream, install
 
 
@@ -73,7 +62,6 @@ class MessagePage(msgspec.Struct, frozen=True, kw_only=True):
 
 CHAT_SETTINGS = web.AppKey("chat_settings", ChatSettings)
 TOPICS = web.AppKey("chat_topics", chat_stream.Topics)
-_CHAT = "/v1/spaces/{space}/chats/{objectId}"
 
 
 def setup(app: web.Application) -> None:
@@ -81,13 +69,11 @@ def setup(app: web.Application) -> None:
     install(app)
     app[TOPICS] = chat_stream.Topics()
     chat_store.ensure_schema(app[DB])
-    chats = "/v1/spaces/{space}/chats"
-    add_route(app, "POST", chats, post_chat, "Create a chat", body=ChatIn, answer=Chat)
-    add_route(app, "GET", chats, get_chats, "List the space's chats", answer=ChatList)
+    add_route(app, "chat_create", post_chat, "Create a chat", body=ChatIn, answer=Chat)
+    add_route(app, "chats", get_chats, "List the space's chats", answer=ChatList)
     add_route(
         app,
-        "POST",
-        f"{_CHAT}/messages",
+        "chat_send",
         post_message,
         "Send a message",
         body=MessageIn,
@@ -95,8 +81,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "PATCH",
-        f"{_CHAT}/messages/{{messageId}}",
+        "chat_edit",
         patch_message,
         "Edit an agent message still being written: `{text?, done?}` (the whole new text); "
         "streams see `event: update`; a person's message or a done one is 409",
@@ -105,8 +90,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "GET",
-        f"{_CHAT}/messages",
+        "chat_messages",
         get_messages,
         "History page: `?after=<seq>&limit=`, oldest first; `&latest=1`: the newest "
         "`limit` (`more`: older ones exist)",
@@ -114,19 +98,10 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "GET",
-        f"{_CHAT}/stream",
+        "chat_stream",
         get_stream,
         "SSE: `hello`, then `message` events (`id` = seq); honours `Last-Event-ID`",
     )
-
-
-def create_chat(db: sqlite_utils.Database, space: str, name: str, *, now: datetime) -> dict:
-    """Create a chat in `space` (e.g. a new space's general chat); its wire object.
-
-    The tables exist once `setup(app)` has run.
-    """
-    return chat_store.create_chat(db, space, name, now=epoch(now))
 
 
 def settings(app: web.Application) -> ChatSettings:
@@ -135,22 +110,23 @@ def settings(app: web.Application) -> ChatSettings:
 
 def _chat_cursor(request: web.Request) -> tuple[str, str, int]:
     """`(space, objectId, latest seq)` of the route's chat; 404 if either is unknown."""
-    space, object_id = spaces.require_space(request), request.match_info["objectId"]
+    space, object_id = require_space(request), request.match_info["objectId"]
     try:
         return space, object_id, chat_store.last_seq(request.app[DB], space, object_id)
     except UnknownChat:
         detail = f"no chat with objectId {object_id!r} in space {space!r}"
-        raise ApiError(404, "unknown_chat", detail) from None
+        raise Refusal(404, "unknown_chat", detail) from None
 
 
 async def post_chat(request: web.Request) -> web.Response:
-    space = spaces.require_space(request)
+    space = require_space(request)
     body = decode(await raw_body(request) or b"{}", ChatIn)
-    return answer(create_chat(request.app[DB], space, body.name, now=now_of(request)), status=201)
+    chat = chat_store.create_chat(request.app[DB], space, body.name, now=epoch(now_of(request)))
+    return answer(chat, status=201)
 
 
 async def get_chats(request: web.Request) -> web.Response:
-    return answer({"chats": chat_store.list_chats(request.app[DB], spaces.require_space(request))})
+    return answer({"chats": chat_store.list_chats(request.app[DB], require_space(request))})
 
 
 async def post_message(request: web.Request) -> web.Response:
@@ -175,9 +151,9 @@ async def patch_message(request: web.Request) -> web.Response:
         message, body = chat_store.edit_message(request.app[DB], object_id, message_id, edit)
     except UnknownChat:
         detail = f"no message {message_id!r} in chat {object_id!r}"
-        raise ApiError(404, "unknown_message", detail) from None
+        raise Refusal(404, "unknown_message", detail) from None
     except NotEditable as exc:
-        raise ApiError(409, "not_editable", f"message {message_id!r}: {exc}") from None
+        raise Refusal(409, "not_editable", f"message {message_id!r}: {exc}") from None
     request.app[TOPICS].publish(object_id, (message.seq, body.decode(), chat_stream.UPDATE))
     return web.Response(body=body, content_type="application/json")
 
@@ -192,7 +168,7 @@ def _signed(request: web.Request, msg: MessageIn) -> MessageIn:
     try:
         _, record = trigger_store.current(request.app[DB], str(who.space), name)
         name = str(record.get("program") or name)
-    except ApiError:
+    except Refusal:
         pass  # the trigger was deleted meanwhile: its id still says who wrote
     return msgspec.structs.replace(msg, agent=Agent(name=name[:NAME_MAX]))
 
@@ -201,7 +177,7 @@ def _check_text(text: str, limit: int) -> None:
     size = len(text.encode())
     if size > limit:
         detail = f"`text` is {size} bytes, over the limit of {limit} - at `$.text`"
-        raise ApiError(413, "text_too_large", detail)
+        raise Refusal(413, "text_too_large", detail)
 
 
 async def get_messages(request: web.Request) -> web.Response:

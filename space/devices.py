@@ -14,17 +14,18 @@ it is not, its subscriptions no longer show `live`. Must not touch the lease.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 import sqlite_utils
 from aiohttp import web
 
+from core.wire import DeviceList, DeviceOut, HeartbeatIn
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso
 from space.db import DB, transaction
-from space.http import ApiError, add_route, answer, decode, now_of, raw_body
+from space.http import Refusal, add_route, answer, decode, now_of, raw_body
 from space.spaces import require_space
 
 PEER_MAX = 200  # characters of a peer name
@@ -35,30 +36,6 @@ CREATE TABLE IF NOT EXISTS devices (space TEXT NOT NULL, peer TEXT NOT NULL, nam
   status TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (space, peer));
 """
 ADDED_COLUMNS = {"instance": "TEXT NOT NULL DEFAULT ''", "stopped": "INTEGER NOT NULL DEFAULT 0"}
-Short = Annotated[str, msgspec.Meta(max_length=200)]
-
-
-class HeartbeatIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    name: Short | None = None
-    priority: int | None = None
-    status: dict[str, Any] | None = None  # what the device reports of itself, for `baton status`
-    instance: Short | None = None  # one per process run (and per wake): a new one restarts upSince
-    stopped: bool = False  # a clean stop: not live from now on, until the next heartbeat
-
-
-class DeviceOut(msgspec.Struct, frozen=True, kw_only=True):
-    peer: str
-    name: str
-    priority: int
-    lastSeen: str
-    upSince: str
-    live: bool
-    stopped: bool = False
-    status: dict[str, Any] = {}
-
-
-class DeviceList(msgspec.Struct, frozen=True, kw_only=True):
-    devices: list[DeviceOut]
 
 
 def ensure_schema(db: sqlite_utils.Database) -> None:
@@ -123,7 +100,7 @@ async def put_device(request: web.Request) -> web.Response:
     space = require_space(request)
     peer = request.match_info["peer"]
     if not 1 <= len(peer) <= PEER_MAX:
-        raise ApiError(400, "invalid_peer", f"peer must be 1 to {PEER_MAX} characters")
+        raise Refusal(400, "invalid_peer", f"peer must be 1 to {PEER_MAX} characters")
     require_peer(request, peer)
     data = await raw_body(request)
     body = decode(data, HeartbeatIn) if data.strip() else HeartbeatIn()  # empty: a bare beat
@@ -144,11 +121,9 @@ async def list_devices(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     ensure_schema(app[DB])
-    base = "/v1/spaces/{space}/devices"
     add_route(
         app,
-        "PUT",
-        base + "/{peer}",
+        "device_put",
         put_device,
         "Heartbeat (`name`, `priority`, `status`, `instance`, `stopped` optional)",
         body=HeartbeatIn,
@@ -156,8 +131,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "GET",
-        base,
+        "devices",
         list_devices,
         "Devices with `lastSeen`, `upSince` and `live`",
         answer=DeviceList,

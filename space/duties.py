@@ -15,13 +15,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from space import election, fires
-from space import trigger_store as records
+from core.vocab import RAN
+from space import election, fires, trigger_store
 from space.auth import Principal, Role, principal
 from space.db import DB
-from space.http import ApiError, now_of
-
-RAN = frozenset({"ok", "error", "timeout", "crashed"})
+from space.http import Refusal, now_of
 
 
 def device(request: web.Request) -> Principal | None:
@@ -38,7 +36,7 @@ def own_peer(request: web.Request, written: str, field: str = "peer") -> str:
     if not written:
         return str(who.peer)
     detail = f"this token is for peer {who.peer!r}, not {written!r} - at `$.{field}`"
-    raise ApiError(403, "forbidden", detail)
+    raise Refusal(403, "forbidden", detail)
 
 
 def require_claimed(
@@ -51,7 +49,7 @@ def require_claimed(
     if fires.claim_of(request.app[DB], space, tid, key) != (peer, term):
         detail = (f"{tid}@{key} was not claimed by {peer!r} at term {term}; a device "
                   "records runs of its own fires - at `$.key`")  # fmt: skip
-        raise ApiError(403, "not_claimed", detail)
+        raise Refusal(403, "not_claimed", detail)
 
 
 def require_stamper(request: web.Request, space: str, tid: str) -> None:
@@ -60,7 +58,7 @@ def require_stamper(request: web.Request, space: str, tid: str) -> None:
     if who is None:
         return
     db = request.app[DB]
-    _, record = records.current(db, space, tid)
+    _, record = trigger_store.current(db, space, tid)
     if record.get("owner") == who.peer:
         return
     lease = election.load(db, space)
@@ -71,4 +69,4 @@ def require_stamper(request: web.Request, space: str, tid: str) -> None:
     owner = record.get("owner") or "floating"
     detail = (f"peer {who.peer!r} does not answer for trigger {tid!r} ({owner}, lease held "
               f"by {lease.active!r}): stamps come from its owner or the active device")  # fmt: skip
-    raise ApiError(403, "forbidden", detail)
+    raise Refusal(403, "forbidden", detail)

@@ -13,21 +13,18 @@ routes only load, decide and store. Must not know fires or devices.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
 
 import msgspec
 import sqlite_utils
 from aiohttp import web
 
+from core.wire import ClaimIn, HandoverIn, LeaseOut, WantIn
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso
 from space.db import DB, transaction
-from space.http import ApiError, add_route, answer, now_of, read_body
+from space.http import Refusal, add_route, answer, now_of, read_body
 from space.spaces import require_space
-
-Peer = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-Term = Annotated[int, msgspec.Meta(ge=0)]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS leases (space TEXT PRIMARY KEY, active TEXT, term INTEGER NOT NULL,
@@ -43,30 +40,6 @@ class Lease(msgspec.Struct, frozen=True, kw_only=True):
 
     def lapsed(self, now: datetime) -> bool:
         return self.active is None or self.expires_at is None or now >= self.expires_at
-
-
-class ClaimIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    peer: Peer
-    term: Term
-
-
-class HandoverIn(ClaimIn, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    to: Peer
-
-
-class WantIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    peer: Peer
-    want: bool = True
-
-
-class LeaseOut(msgspec.Struct, frozen=True, kw_only=True):
-    active: str | None
-    term: int
-    expiresAt: str | None
-    expiresInMs: int | None
-    want: str | None
-    serverTime: str
-    leaseSeconds: float
 
 
 class Conflict(Exception):
@@ -161,7 +134,7 @@ def _change(request: web.Request, space: str, step: object) -> web.Response:
         else:
             store(db, space, new)
     if new is None:
-        raise ApiError(
+        raise Refusal(
             409, "lease_conflict", _conflict_detail(lease, now), **wire(lease, now, length)
         )
     return answer(wire(new, now, length))
@@ -211,12 +184,10 @@ async def post_want(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     ensure_schema(app[DB])
-    base = "/v1/spaces/{space}/election"
-    add_route(app, "GET", base, get_election, "The lease: who is active", answer=LeaseOut)
+    add_route(app, "election", get_election, "The lease: who is active", answer=LeaseOut)
     add_route(
         app,
-        "POST",
-        base + "/claim",
+        "election_claim",
         post_claim,
         "Renew (holder at term) or acquire (free or lapsed, term current) the lease",
         body=ClaimIn,
@@ -224,8 +195,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "POST",
-        base + "/release",
+        "election_release",
         post_release,
         "Free the lease (holder at term)",
         body=ClaimIn,
@@ -233,8 +203,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "POST",
-        base + "/handover",
+        "election_handover",
         post_handover,
         "Holder at term gives the lease to `to` directly (term + 1)",
         body=HandoverIn,
@@ -242,8 +211,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "POST",
-        base + "/want",
+        "election_want",
         post_want,
         "Ask for the lease (`want: true`) or withdraw the request",
         body=WantIn,

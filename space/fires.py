@@ -17,23 +17,20 @@ too); a refused claim mints nothing. Must not change the lease or the records.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Annotated, Any
+from typing import Any
 
-import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from space import chat_store, election, metrics, token_store
-from space import trigger_store as records
+from core.wire import FireIn, FireList, FireOut
+from space import fence, metrics, record_view, token_store
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso
 from space.db import DB, transaction
-from space.http import ApiError, add_route, answer, int_query, now_of, read_body
+from space.http import Refusal, add_route, answer, int_query, now_of, read_body
 from space.spaces import require_space
 
-Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 DEFAULT_TIMEOUT_S = 60.0  # a record without `limits.timeoutSeconds`
 
 SCHEMA = """
@@ -44,117 +41,20 @@ CREATE TABLE IF NOT EXISTS fires (space TEXT NOT NULL, trigger_id TEXT NOT NULL,
 CLAIM_ID_COLUMN = "ALTER TABLE fires ADD COLUMN claim_id TEXT NOT NULL DEFAULT ''"
 
 
-class RunAsk(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The run a claim asks a token for: the token is scoped to it and dies with it."""
-
-    runId: Name
-    ttlSeconds: Annotated[float, msgspec.Meta(gt=0)] = 3600.0  # capped at timeout + margin
-
-
-class FireIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    triggerId: Text
-    key: Text
-    term: Annotated[int, msgspec.Meta(ge=0)]
-    peer: Text
-    claimId: Text | None = None  # one per fire attempt: a retry of the same claim is no conflict
-    run: RunAsk | None = None  # answer the run's token with the claim
-
-
-class FireOut(msgspec.Struct, frozen=True, kw_only=True):
-    triggerId: str
-    key: str
-    term: int
-    peer: str
-    claimedAt: str
-    token: str | None = None  # the run's token, when the claim asked for it (`run`)
-    expiresAt: str | None = None
-
-
-class FireResult(msgspec.Struct, frozen=True, kw_only=True):
-    triggerId: str
-    key: str
-    status: int
-    error: str | None = None
-    detail: str | None = None
-    claimedAt: str | None = None
-    token: str | None = None
-    expiresAt: str | None = None
-
-
-class FireResults(msgspec.Struct, frozen=True, kw_only=True):
-    claims: list[FireResult]
-
-
-class FireList(msgspec.Struct, frozen=True, kw_only=True):
-    fires: list[FireOut]
-
-
 def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
     if "claim_id" not in {column.name for column in db["fires"].columns}:
         db.execute(CLAIM_ID_COLUMN)  # a store written by an older build
 
 
-def _fence(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> dict[str, Any]:
-    """The record of the fire, if `fire` may be claimed now; `ApiError` if not."""
-    _, record = records.current(db, space, fire.triggerId)
-    _active(db, record, fire)
-    owner = record.get("owner", "")
-    if isinstance(owner, str) and owner:
-        if fire.peer != owner:
-            raise ApiError(409, "not_owner", f"trigger {fire.triggerId!r} is pinned to {owner!r}")
-        return record
-    lease = election.load(db, space)
-    if lease.lapsed(now) or lease.active != fire.peer or lease.term != fire.term:
-        holder = lease.active if not lease.lapsed(now) else None
-        raise ApiError(
-            409,
-            "stale_term",
-            f"term {fire.term} by {fire.peer!r} is not the current "
-            f"lease (held by {holder!r} at term {lease.term})",
-            term=lease.term,
-        )
-    return record
-
-
-def _active(db: sqlite_utils.Database, record: dict[str, Any], fire: FireIn) -> None:
-    """Refuse a fire of a paused record, or for an instant before its `activeSince`."""
-    tid = fire.triggerId
-    if record.get("enabled") is False:
-        raise ApiError(409, "paused", f"trigger {tid!r} is paused")
-    since = record.get("activeSince")
-    if not isinstance(since, str):
-        return
-    kind = record.get("kind")
-    if kind == "event":
-        accepted = chat_store.created_at(db, fire.key)
-        if accepted is not None and accepted <= since:  # both in the one wire format
-            raise ApiError(409, "before_active", f"message {fire.key!r} came before {since}")
-    elif kind == "cron" and _before(_instant(fire.key), _instant(since)):
-        raise ApiError(409, "before_active", f"slot {fire.key} is before {since}")
-
-
-def _before(slot: datetime | None, start: datetime | None) -> bool:
-    """A slot strictly before the start (a slot at `activeSince` itself may fire)."""
-    return slot is not None and start is not None and slot < start
-
-
-def _instant(text: str) -> datetime | None:
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else None
-
-
 def claim_one(
     db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime, margin: float
 ) -> dict[str, Any]:
-    """Check the fence and claim; raise `ApiError` (404/409) if refused. Inside a transaction.
+    """Check the fence and claim; raise `Refusal` (404/409) if refused. Inside a transaction.
 
     With `run`, the answer carries the run's token, living at most the record's timeout
     plus `margin` seconds."""
-    record = _fence(db, space, fire, now)
+    record = fence.record_to_claim(db, space, fire, now)
     claimed = _insert(db, space, fire, now)
     if fire.run is None:
         return claimed
@@ -170,7 +70,7 @@ def _insert(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) 
     if row is not None and fire.claimId and row[3] == fire.claimId:
         return {**_out(fire), "claimedAt": row[2]}  # this very claim, sent again
     if row is not None:
-        raise ApiError(
+        raise Refusal(
             409,
             "already_claimed",
             f"{fire.triggerId}@{fire.key} was claimed by {row[1]!r} at term {row[0]}",
@@ -205,7 +105,7 @@ def _run_token(
 
 def run_timeout(record: dict[str, Any]) -> float:
     """The record's `limits.timeoutSeconds` (defaults filled in): how long its run may take."""
-    limits = records.complete(record).get("limits")
+    limits = record_view.complete(record).get("limits")
     value = limits.get("timeoutSeconds") if isinstance(limits, dict) else None
     return float(value) if isinstance(value, int | float) else DEFAULT_TIMEOUT_S
 
@@ -238,7 +138,7 @@ def _result(
     base = {"triggerId": fire.triggerId, "key": fire.key}
     try:
         claimed = claim_one(db, space, fire, now, margin)
-    except ApiError as exc:
+    except Refusal as exc:
         return {**base, "status": exc.status, "error": exc.code, "detail": exc.detail}
     minted = {name: claimed[name] for name in ("token", "expiresAt") if name in claimed}
     return {**base, "status": 201, "claimedAt": claimed["claimedAt"], **minted}
@@ -261,7 +161,7 @@ async def post_fires(request: web.Request) -> web.Response:
     try:
         with transaction(db):
             claimed = claim_one(db, space, body, now, margin)
-    except ApiError as exc:
+    except Refusal as exc:
         metrics.claim_seen(request.app, space, body.key, exc.code, now)
         raise
     metrics.claim_seen(request.app, space, body.key, "claimed", now)
@@ -285,8 +185,7 @@ def setup(app: web.Application) -> None:
     ensure_schema(app[DB])
     add_route(
         app,
-        "POST",
-        "/v1/spaces/{space}/fires",
+        "fires_claim",
         post_fires,
         "Claim a fire (201) or a list of fires (200, one result each); `run` asks for the "
         "run's token with it",
@@ -295,8 +194,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "GET",
-        "/v1/spaces/{space}/fires",
+        "fires",
         get_fires,
         "Recent claims, oldest first: `?trigger=&limit=`",
         answer=FireList,

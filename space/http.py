@@ -1,12 +1,13 @@
 """Request/answer plumbing of the space API: refusals as exceptions, bodies decoded by msgspec.
 
-Owns `ApiError` (a refusal that becomes the house error body), `read_body`
+Owns `Refusal` (a refusal that becomes the house error body), `read_body`
 (size-limited JSON decoded into a msgspec type, the path of a bad field in
 `detail`), the bounds every request is held to whatever its bytes (JSON nested
 at most `MAX_DEPTH` deep, integers within 64 bits in bodies, query strings and
 headers: `int64`, `check_tree`), integer query parameters (`int_query`), route
-registration with its documentation, and the middleware that turns every
-refusal — ours and aiohttp's (404, 405, 413) — into `{"error", "detail"}`.
+registration by its name in `core.routes` with its documentation, and the
+middleware that turns every refusal — ours and aiohttp's (404, 405, 413) —
+into `{"error", "detail"}`.
 Must not know any table.
 """
 
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
+from core.routes import PREFIX, ROUTES
 from space.appstate import CLOCK, ROUTE_DOCS, SETTINGS, RouteDoc
 from space.errors import error_response
 
@@ -35,7 +37,7 @@ MAX_DEPTH = 64
 _INT64_DIGITS = len(str(INT64_MAX))
 
 
-class ApiError(Exception):
+class Refusal(Exception):
     """A refusal: HTTP `status` with the error body; `extra` adds fields (e.g. the `rev`)."""
 
     def __init__(self, status: int, code: str, detail: str, **extra: object) -> None:
@@ -94,7 +96,7 @@ def int_query(
         return max(low, value if high is None else min(value, high))
     bound = f"between {low} and {high}" if high is not None else f"at least {low}"
     detail = f"query `{name}` must be an integer {bound}, got {raw!r}"
-    raise ApiError(400, "invalid_query", detail)
+    raise Refusal(400, "invalid_query", detail)
 
 
 async def raw_body(request: web.Request) -> bytes:
@@ -102,7 +104,7 @@ async def raw_body(request: web.Request) -> bytes:
         return await request.read()
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[SETTINGS].max_body_bytes
-        raise ApiError(413, "body_too_large", f"request body over {limit} bytes") from None
+        raise Refusal(413, "body_too_large", f"request body over {limit} bytes") from None
 
 
 def check_tree(obj: Any, code: str = "invalid_body") -> None:
@@ -115,25 +117,25 @@ def check_tree(obj: Any, code: str = "invalid_body") -> None:
         if isinstance(node, dict | list):
             if depth >= MAX_DEPTH:
                 detail = f"JSON nested deeper than {MAX_DEPTH} levels - at `{path}`"
-                raise ApiError(400, code, detail)
+                raise Refusal(400, code, detail)
             items = node.items() if isinstance(node, dict) else enumerate(node)
             for key, value in items:
                 sub = f"{path}.{key}" if isinstance(node, dict) else f"{path}[{key}]"
                 stack.append((value, sub, depth + 1))
         elif type(node) is int and not INT64_MIN <= node <= INT64_MAX:
-            raise ApiError(400, code, f"integer beyond 64 bits - at `{path}`")
+            raise Refusal(400, code, f"integer beyond 64 bits - at `{path}`")
 
 
 def parse_json(data: bytes, code: str = "invalid_body") -> Any:
     """`data` as JSON within the bounds of `check_tree`; 400 `code` otherwise."""
     if not data.strip():
-        raise ApiError(400, code, "request body is empty, expected JSON")
+        raise Refusal(400, code, "request body is empty, expected JSON")
     try:
         tree = msgspec.json.decode(data)
     except RecursionError:
-        raise ApiError(400, code, f"JSON nested deeper than {MAX_DEPTH} levels") from None
+        raise Refusal(400, code, f"JSON nested deeper than {MAX_DEPTH} levels") from None
     except msgspec.DecodeError as exc:
-        raise ApiError(400, code, f"not JSON: {exc}") from None
+        raise Refusal(400, code, f"not JSON: {exc}") from None
     check_tree(tree, code)
     return tree
 
@@ -144,18 +146,19 @@ def decode(data: bytes, typ: type[T], *, code: str = "invalid_body") -> T:
     try:
         return msgspec.json.decode(data, type=typ)
     except msgspec.ValidationError as exc:
-        raise ApiError(400, code, str(exc)) from None
+        raise Refusal(400, code, str(exc)) from None
     except msgspec.DecodeError as exc:
-        raise ApiError(400, code, f"not JSON: {exc}") from None
+        raise Refusal(400, code, f"not JSON: {exc}") from None
 
 
 async def read_body(request: web.Request, typ: type[T], *, code: str = "invalid_body") -> T:
     return decode(await raw_body(request), typ, code=code)
 
 
-def add_route(
-    app: web.Application, method: str, path: str, handler: Handler, summary: str, **doc: Any
-) -> None:
+def add_route(app: web.Application, name: str, handler: Handler, summary: str, **doc: Any) -> None:
+    """Serve route `name` of the one route table (`core.routes`) with `handler`, documented."""
+    route = ROUTES[name]
+    method, path = route.method, PREFIX + route.path
     app.router.add_route(method, path, handler)
     app[ROUTE_DOCS].append(RouteDoc(method=method, path=path, summary=summary, **doc))
 
@@ -167,7 +170,7 @@ _AIOHTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_la
 async def refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except ApiError as exc:
+    except Refusal as exc:
         return exc.response()
     except web.HTTPException as exc:
         if exc.status < 400 or exc.content_type == "application/json":

@@ -15,9 +15,9 @@ from typing import Any
 import msgspec
 import sqlite_utils
 
+from core.wire import Aware
 from space.appstate import RunRetention
-from space.clock import Aware
-from space.http import ApiError
+from space.http import Refusal
 
 
 def prune(
@@ -75,6 +75,6 @@ def instant(text: str) -> float:
     try:
         return msgspec.convert(text, Aware).timestamp()
     except msgspec.ValidationError:
-        raise ApiError(
+        raise Refusal(
             400, "invalid_query", f"`since` must be an RFC 3339 instant with offset, got {text!r}"
         ) from None

@@ -26,7 +26,7 @@ from aiohttp import web
 from space import auth, chat_store
 from space.appstate import CLOCK
 from space.db import DB
-from space.http import ApiError, answer
+from space.http import Refusal, answer
 from space.sse import STREAMS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -170,7 +170,7 @@ async def get_metrics(request: web.Request) -> web.Response:
     now = request.app[CLOCK]()
     who = auth.identify(request)
     if who.role is auth.Role.RUN:
-        raise ApiError(403, "forbidden", "a run token may not read /metrics")
+        raise Refusal(403, "forbidden", "a run token may not read /metrics")
     body = render(request.app, now).encode()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 

@@ -102,8 +102,7 @@ async def get_openapi(request: web.Request) -> web.Response:
 def setup(app: web.Application) -> None:
     add_route(
         app,
-        "GET",
-        "/v1/openapi.json",
+        "openapi",
         get_openapi,
         "This document",
     )

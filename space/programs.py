@@ -21,7 +21,7 @@ from programs.loader import ProgramMeta
 from space.appstate import SETTINGS
 from space.clock import iso
 from space.db import DB, transaction
-from space.http import ApiError, add_route, answer, now_of, read_body
+from space.http import Refusal, add_route, answer, now_of, read_body
 from space.spaces import require_space
 
 SCHEMA = """
@@ -58,12 +58,12 @@ def parse_ref(text: str) -> tuple[str, int]:
     try:
         ref = refs.parse_ref(text)
     except refs.InvalidRef as exc:
-        raise ApiError(
+        raise Refusal(
             400, "invalid_program_ref", f"program {text!r} is not `name@vN`: {exc}"
         ) from None
     if ref.internal or ref.version is None:
         detail = f"program {text!r} is not `name@vN`: `internal:` refs are not published"
-        raise ApiError(400, "invalid_program_ref", detail)
+        raise Refusal(400, "invalid_program_ref", detail)
     return ref.name, ref.version
 
 
@@ -72,7 +72,7 @@ def inspect_source(source: str) -> ProgramMeta:
     try:
         return loader.inspect_source(source)
     except loader.InvalidProgram as exc:
-        raise ApiError(400, "invalid_program", f"{exc} - at `$.source`") from None
+        raise Refusal(400, "invalid_program", f"{exc} - at `$.source`") from None
 
 
 def _out(row: dict[str, Any], with_source: bool) -> dict[str, Any]:
@@ -103,7 +103,7 @@ async def put_program(request: web.Request) -> web.Response:
     body = await read_body(request, ProgramIn)
     limit = request.app[SETTINGS].max_program_bytes
     if len(body.source.encode()) > limit:
-        raise ApiError(413, "program_too_large", f"source over {limit} bytes - at `$.source`")
+        raise Refusal(413, "program_too_large", f"source over {limit} bytes - at `$.source`")
     meta = inspect_source(body.source)
     any_tool, digest = meta.any_tool, meta.sha256
     db = request.app[DB]
@@ -115,7 +115,7 @@ async def put_program(request: web.Request) -> web.Response:
                 [space, name, version, body.source, digest, any_tool, iso(now_of(request))],
             )
     if existing is not None and existing["sha256"] != digest:
-        raise ApiError(
+        raise Refusal(
             409,
             "program_exists",
             f"{name}@v{version} exists with other source; publish a new version",
@@ -130,7 +130,7 @@ async def get_program(request: web.Request) -> web.Response:
     name, version = parse_ref(request.match_info["ref"])
     row = _find(request.app[DB], space, name, version)
     if row is None:
-        raise ApiError(404, "unknown_program", f"no program {name}@v{version} in space {space!r}")
+        raise Refusal(404, "unknown_program", f"no program {name}@v{version} in space {space!r}")
     return answer(_out(row, True))
 
 
@@ -144,11 +144,9 @@ async def list_programs(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     ensure_schema(app[DB])
-    base = "/v1/spaces/{space}/programs"
     add_route(
         app,
-        "PUT",
-        base + "/{ref}",
+        "program_put",
         put_program,
         "Publish `name@vN` (immutable: same source is a no-op, other source 409)",
         body=ProgramIn,
@@ -156,10 +154,9 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "GET",
-        base + "/{ref}",
+        "program_get",
         get_program,
         "One program with its source",
         answer=ProgramOut,
     )
-    add_route(app, "GET", base, list_programs, "List programs (without source)", answer=ProgramList)
+    add_route(app, "programs", list_programs, "List programs (without source)", answer=ProgramList)

@@ -13,68 +13,21 @@ not touch records or claims.
 
 from __future__ import annotations
 
-import enum
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 import sqlite_utils
 from aiohttp import web
 
+from core.vocab import KEPT_LONGER, RunStatus
+from core.wire import RollupList, RunIn, RunList
 from space import auth, duties, logtable, metrics, token_store
 from space.appstate import SETTINGS, RunRetention
-from space.clock import Aware, iso
+from space.clock import iso
 from space.db import DB, transaction
-from space.http import ApiError, add_route, answer, decode, int_query, now_of, raw_body
+from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.spaces import require_space
-
-Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
-
-
-class RunStatus(enum.StrEnum):
-    OK = "ok"
-    ERROR = "error"
-    TIMEOUT = "timeout"
-    CRASHED = "crashed"
-    REJECTED = "rejected"
-    SKIPPED = "skipped"
-
-
-FAILURES = frozenset({RunStatus.ERROR, RunStatus.TIMEOUT, RunStatus.CRASHED, RunStatus.REJECTED})
-
-
-class RunIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    runId: Text
-    triggerId: Text
-    program: str = ""
-    peer: str = ""
-    term: Annotated[int, msgspec.Meta(ge=0)] = 0
-    key: str = ""
-    startedAt: Aware
-    finishedAt: Aware | None = None
-    durationMs: Annotated[float, msgspec.Meta(ge=0)] | None = None
-    status: RunStatus
-    result: Any = None
-    error: str = ""
-    stderrTail: str = ""
-    lateMs: float | None = None
-    reason: str = ""
-
-
-class Rollup(msgspec.Struct, frozen=True, kw_only=True):
-    triggerId: str
-    runs: int
-    counts: dict[str, int]
-    lastRunAt: str | None
-
-
-class RollupList(msgspec.Struct, frozen=True, kw_only=True):
-    rollups: list[Rollup]
-
-
-class RunList(msgspec.Struct, frozen=True, kw_only=True):
-    runs: list[RunIn]
-
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (seq INTEGER PRIMARY KEY AUTOINCREMENT, space TEXT NOT NULL,
@@ -105,9 +58,9 @@ def add_run(
         ).fetchone()
         if row is not None:
             if row[0] != body:
-                raise ApiError(409, "run_exists", f"run {run.runId!r} exists with other content")
+                raise Refusal(409, "run_exists", f"run {run.runId!r} exists with other content")
             return False
-        failure = run.status in FAILURES
+        failure = run.status in KEPT_LONGER  # the column `failure`: kept longer
         db.execute(
             "INSERT INTO runs (space, run_id, trigger_id, status, started_at, failure, "
             "body) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -164,7 +117,7 @@ def _status(text: str) -> str:
     try:
         return RunStatus(text).value
     except ValueError:
-        raise ApiError(
+        raise Refusal(
             400,
             "invalid_query",
             f"`status` must be one of {', '.join(s.value for s in RunStatus)}, got {text!r}",
@@ -216,11 +169,9 @@ async def get_rollups(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     ensure_schema(app[DB])
-    base = "/v1/spaces/{space}/runs"
     add_route(
         app,
-        "POST",
-        base,
+        "run_create",
         post_run,
         "Record a run (idempotent by `runId`)",
         body=RunIn,
@@ -228,16 +179,14 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "GET",
-        base,
+        "runs",
         get_runs,
         "Runs oldest first: `?trigger=&status=&since=<RFC 3339>&limit=`",
         answer=RunList,
     )
     add_route(
         app,
-        "GET",
-        base + "/rollup",
+        "runs_rollup",
         get_rollups,
         "Per-trigger counts by status, never pruned: `?trigger=`",
         answer=RollupList,

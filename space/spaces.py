@@ -1,8 +1,8 @@
 """Spaces: create (with the general chat) and list; `require_space` for every space route.
 
 Owns the `spaces` table; a device token lists its own space alone. A space's
-general chat is created through `space.chats.create_chat`; this module must not
-know chat tables.
+general chat is created through `space.chat_store.create_chat`; this module must not
+know chat tables, nor import `space.chats` (which imports this module).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from space import auth, chats
-from space.clock import iso
+from space import auth, chat_store
+from space.clock import epoch, iso
 from space.db import DB, transaction
-from space.http import ApiError, add_route, answer, now_of, read_body
+from space.http import Refusal, add_route, answer, now_of, read_body
 
 SPACE_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 GENERAL_CHAT_NAME = "general"
@@ -67,21 +67,21 @@ def require_space(request: web.Request) -> str:
     """The `{space}` of the route; 404 `unknown_space` if there is no such space."""
     space = request.match_info["space"]
     if not space_exists(request.app[DB], space):
-        raise ApiError(404, "unknown_space", f"no space {space!r}")
+        raise Refusal(404, "unknown_space", f"no space {space!r}")
     return space
 
 
 def create_space(db: sqlite_utils.Database, body: SpaceIn, now: datetime) -> dict[str, Any]:
     if not SPACE_ID.fullmatch(body.id):
-        raise ApiError(
+        raise Refusal(
             400,
             "invalid_body",
             f"space id {body.id!r} must match [a-z0-9][a-z0-9_-]{{0,63}} - at `$.id`",
         )
     with transaction(db):  # the space and its general chat, all or nothing
         if space_exists(db, body.id):
-            raise ApiError(409, "space_exists", f"space {body.id!r} already exists")
-        chat = chats.create_chat(db, body.id, GENERAL_CHAT_NAME, now=now)["objectId"]
+            raise Refusal(409, "space_exists", f"space {body.id!r} already exists")
+        chat = chat_store.create_chat(db, body.id, GENERAL_CHAT_NAME, now=epoch(now))["objectId"]
         db.execute(
             "INSERT INTO spaces VALUES (?, ?, ?, ?)",
             [body.id, body.name or body.id, chat, iso(now)],
@@ -111,12 +111,11 @@ def setup(app: web.Application) -> None:
     ensure_schema(app[DB])
     add_route(
         app,
-        "POST",
-        "/v1/spaces",
+        "space_create",
         post_space,
         "Create a space with its general chat",
         body=SpaceIn,
         answer=Space,
     )
-    add_route(app, "GET", "/v1/spaces", list_spaces, "List spaces", answer=SpaceList)
-    add_route(app, "GET", "/v1/spaces/{space}", get_space, "One space", answer=Space)
+    add_route(app, "spaces", list_spaces, "List spaces", answer=SpaceList)
+    add_route(app, "space_get", get_space, "One space", answer=Space)

@@ -7,15 +7,14 @@ state (checked by the auth middleware). Must not know records.
 from __future__ import annotations
 
 import json
-from typing import Any
 
-import msgspec
 import sqlite_utils
 from aiohttp import web
 
+from core.wire import StateIn, StateOut
 from space.clock import iso
 from space.db import DB, transaction
-from space.http import ApiError, add_route, answer, now_of, read_body
+from space.http import Refusal, add_route, answer, now_of, read_body
 from space.spaces import require_space
 
 MAX_KEY = 200
@@ -27,17 +26,6 @@ CREATE TABLE IF NOT EXISTS state (space TEXT NOT NULL, trigger_id TEXT NOT NULL,
 """
 
 
-class StateIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    value: Any
-
-
-class StateOut(msgspec.Struct, frozen=True, kw_only=True):
-    triggerId: str
-    key: str
-    value: Any
-    updatedAt: str
-
-
 def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
 
@@ -45,7 +33,7 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
 def _names(request: web.Request) -> tuple[str, str]:
     tid, key = request.match_info["triggerId"], request.match_info["key"]
     if len(key) > MAX_KEY or len(tid) > MAX_KEY:
-        raise ApiError(400, "invalid_key", f"trigger id and key are at most {MAX_KEY} characters")
+        raise Refusal(400, "invalid_key", f"trigger id and key are at most {MAX_KEY} characters")
     return tid, key
 
 
@@ -61,7 +49,7 @@ async def get_state(request: web.Request) -> web.Response:
         .fetchone()
     )
     if row is None:
-        raise ApiError(404, "unknown_state", f"no state {key!r} for trigger {tid!r}")
+        raise Refusal(404, "unknown_state", f"no state {key!r} for trigger {tid!r}")
     return answer({"triggerId": tid, "key": key, "value": json.loads(row[0]), "updatedAt": row[1]})
 
 
@@ -80,12 +68,10 @@ async def put_state(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     ensure_schema(app[DB])
-    path = "/v1/spaces/{space}/state/{triggerId}/{key}"
-    add_route(app, "GET", path, get_state, "A trigger's state value", answer=StateOut)
+    add_route(app, "state_get", get_state, "A trigger's state value", answer=StateOut)
     add_route(
         app,
-        "PUT",
-        path,
+        "state_put",
         put_state,
         "Set a trigger's state value",
         body=StateIn,

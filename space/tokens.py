@@ -14,40 +14,24 @@ route scopes itself.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 from aiohttp import web
 
-from space import fires, token_store
-from space import trigger_store as records
+from core.wire import Name, RunTokenIn, TokenOut
+from space import fires, token_store, trigger_store
 from space.appstate import ADMIN_TOKEN_PATH, SETTINGS
 from space.auth import Principal, Role, end_streams, principal
 from space.clock import iso
 from space.db import DB, transaction
-from space.http import ApiError, add_route, answer, now_of, read_body
+from space.http import Refusal, add_route, answer, now_of, read_body
 from space.spaces import SPACE_ID, require_space
-
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
 
 
 class DeviceTokenIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     peer: Name
     space: Name
-
-
-class RunTokenIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    triggerId: Name
-    runId: Name
-    key: Text | None = None  # the fire this run is for: required with a device token
-    ttlSeconds: Annotated[float, msgspec.Meta(gt=0)] = 3600.0
-
-
-class TokenOut(msgspec.Struct, frozen=True, kw_only=True):
-    token: str
-    id: str
-    expiresAt: str | None = None
 
 
 class TokenInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,7 +56,7 @@ async def post_device_token(request: web.Request) -> web.Response:
     body = await read_body(request, DeviceTokenIn)
     db = request.app[DB]
     if not SPACE_ID.fullmatch(body.space):  # one that does not exist yet may: its device waits
-        raise ApiError(400, "invalid_body", f"space id {body.space!r} must match "
+        raise Refusal(400, "invalid_body", f"space id {body.space!r} must match "
                        "[a-z0-9][a-z0-9_-]{0,63} - at `$.space`")  # fmt: skip
     who = Principal(role=Role.DEVICE, peer=body.peer, space=body.space)
     token = token_store.mint_token(db, who, now_of(request).timestamp())
@@ -100,15 +84,15 @@ def _allowed_ttl(request: web.Request, space: str, body: RunTokenIn) -> float:
     if who.role is Role.ADMIN:
         return settings.max_run_token_seconds
     if body.key is None:
-        raise ApiError(400, "invalid_body", "a device mints a run token for a fire: `key` "
+        raise Refusal(400, "invalid_body", "a device mints a run token for a fire: `key` "
                        "is required - at `$.key`")  # fmt: skip
     db = request.app[DB]
     claim = fires.claim_of(db, space, body.triggerId, body.key)
     if claim is None or claim[0] != who.peer:
         detail = (f"{body.triggerId}@{body.key} was not claimed by {who.peer!r}; a device "
                   "mints run tokens only for its own fires - at `$.key`")  # fmt: skip
-        raise ApiError(403, "not_claimed", detail)
-    _, record = records.current(db, space, body.triggerId)
+        raise Refusal(403, "not_claimed", detail)
+    _, record = trigger_store.current(db, space, body.triggerId)
     return fires.run_timeout(record) + settings.run_token_margin_seconds
 
 
@@ -136,11 +120,11 @@ async def delete_token(request: web.Request) -> web.Response:
         found = token_store.listing(db, now, everything=True, id_=tid)
         last = found and found[0]["state"] == "live" and token_store.live_admins(db) <= 1
         if last and found[0]["role"] == Role.ADMIN:
-            raise ApiError(409, "last_admin_token", "this is the only admin token; "
+            raise Refusal(409, "last_admin_token", "this is the only admin token; "
                                "rotate it instead (POST /v1/tokens/admin/rotate)")  # fmt: skip
         revoked = token_store.revoke(db, tid, now)
     if revoked is None:
-        raise ApiError(404, "unknown_token", f"no token with id {tid!r}")
+        raise Refusal(404, "unknown_token", f"no token with id {tid!r}")
     end_streams(request.app, lambda who: who.id == tid)
     return answer(_wire({**revoked, "state": "revoked", "revokedAt": revoked["revokedAt"] or now}))
 
@@ -158,19 +142,19 @@ async def post_rotate_admin(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     doc = {"answer": TokenOut}
-    add_route(app, "POST", "/v1/tokens/device", post_device_token,
+    add_route(app, "token_device", post_device_token,
               "Mint a device token bound to one space and one peer (shown once)",
               body=DeviceTokenIn, **doc)  # fmt: skip
-    add_route(app, "POST", "/v1/spaces/{space}/tokens/run", post_run_token,
+    add_route(app, "token_run", post_run_token,
               "Mint a run token for one trigger and run (a device: only for a fire it claimed; "
               "a claim can also answer one, `run` on POST …/fires)",
               body=RunTokenIn, **doc)  # fmt: skip
-    add_route(app, "GET", "/v1/tokens", list_tokens,
+    add_route(app, "tokens", list_tokens,
               "Tokens without their secrets; `?all=1` adds revoked and expired ones",
               answer=TokenList)  # fmt: skip
-    add_route(app, "DELETE", "/v1/tokens/{id}", delete_token,
+    add_route(app, "token_revoke", delete_token,
               "Revoke a token by its id (the only admin token cannot be revoked: rotate it)",
               answer=TokenInfo)  # fmt: skip
-    add_route(app, "POST", "/v1/tokens/admin/rotate", post_rotate_admin,
+    add_route(app, "token_rotate_admin", post_rotate_admin,
               "A new admin token; every other admin token is revoked, the token file rewritten",
               **doc)  # fmt: skip

@@ -4,12 +4,13 @@ Owns the `triggers`, `trigger_ids` (every id ever minted, so a deleted id is
 never minted again) and `changes` (a monotonically increasing `seq` over
 create, update, stamp and delete) tables. Records are stored as the raw JSON
 object: fields this build does not know survive every write. User input is
-checked with `triggers.records.validate_input`; stamps touch only stamp fields.
+checked by `record_input`; stamps touch only stamp fields; a record is read as
+answered by `record_view`.
 `activeSince` (SPEC "Active since") is the server's instant at which a record's
 firing regime began: its creation, its last resume, the last change of its
 `kind` or `spec`.
 Callers hold no transaction: each write here is its own. Must not know HTTP
-beyond raising `ApiError`.
+beyond raising `Refusal`.
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ from typing import Any
 import msgspec
 import sqlite_utils
 
+from space import record_input, record_view
 from space.db import transaction
-from space.http import ApiError
+from space.http import Refusal
 from triggers import records
 
-SERVER_FIELDS = ("id", "rev", "createdAt", "updatedAt", "activeSince")
-STAMP_FIELDS = ("lastStatus", "lastStatusDetail", "lastRunAt", "nextFireAt", "breaker", "rollup")
 RESERVED_IDS = frozenset({records.RESERVED_CHAT_WATCH})
 ID_PREFIX = "trg_"
 
@@ -55,60 +55,20 @@ def _mint_id(db: sqlite_utils.Database, space: str) -> str:
             return tid
 
 
-def _check_user_input(body: Record, tid: str = "") -> None:
-    """A valid record (`records.validate_input`), server and stamp fields refused, and the
-    reserved rules: chat-watch keeps its kind and program; `internal:` is for it alone."""
-    for name in (*SERVER_FIELDS, *STAMP_FIELDS):
-        if name in body:
-            raise ApiError(
-                400, "invalid_record", f"`{name}` is written by the server - at `$.{name}`"
-            )
-    try:
-        records.validate_input(body)
-    except records.InvalidRecord as exc:
-        raise ApiError(400, "invalid_record", str(exc)) from None
-    _check_reserved(body, tid)
-
-
-_CHAT_WATCH_FIXED = {"kind": "event", "program": records.CHAT_WATCH_PROGRAM}
-
-
-def _check_reserved(body: Record, tid: str) -> None:
-    if tid == records.RESERVED_CHAT_WATCH:
-        for name, fixed in _CHAT_WATCH_FIXED.items():
-            if body.get(name) != fixed:
-                detail = f"chat-watch's `{name}` is {fixed!r} and cannot change - at `$.{name}`"
-                raise ApiError(400, "invalid_record", detail)
-    elif str(body.get("program", "")).startswith(records.INTERNAL_PREFIX):
-        detail = (
-            f"program {body['program']!r}: `internal:` programs are reserved for the "
-            "runtime's own records (chat-watch) - at `$.program`"
-        )
-        raise ApiError(400, "invalid_record", detail)
-
-
 def _row(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, str] | None:
     rows = db.execute("SELECT rev, body FROM triggers WHERE space = ? AND id = ?", [space, tid])
     row = rows.fetchone()
     return (row[0], row[1]) if row else None
 
 
-def _parse(text: str) -> Record | None:
-    try:
-        obj = json.loads(text)
-    except (ValueError, RecursionError):  # a body written past the API: read, never raised
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
 def current(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, Record]:
     """The stored record (rev, raw object); 404 `unknown_trigger` if absent."""
     row = _row(db, space, tid)
     if row is None:
-        raise ApiError(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
-    record = _parse(row[1])
+        raise Refusal(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
+    record = record_view.parse(row[1])
     if record is None:
-        raise ApiError(
+        raise Refusal(
             409,
             "undecodable_record",
             f"trigger {tid!r} is not a JSON object as stored; it can only be read or deleted",
@@ -120,13 +80,13 @@ def get_one(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, Recor
     """The stored record as listed (undecodable ones flagged); 404 if absent."""
     row = _row(db, space, tid)
     if row is None:
-        raise ApiError(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
-    return row[0], flagged(tid, row[1])
+        raise Refusal(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
+    return row[0], record_view.flagged(tid, row[1])
 
 
 def _check_rev(rev: int, if_match: int | None) -> None:
     if if_match is not None and if_match != rev:
-        raise ApiError(
+        raise Refusal(
             409, "rev_mismatch", f"If-Match rev {if_match} but the record is at {rev}", rev=rev
         )
 
@@ -146,7 +106,7 @@ def _write(db: sqlite_utils.Database, space: str, record: Record, op: str, now: 
 
 def create(db: sqlite_utils.Database, space: str, body: Record, now: str) -> Record:
     """Store a new record under a freshly minted `id`."""
-    _check_user_input(body)
+    record_input.check(body)
     with transaction(db):
         tid = _mint_id(db, space)
         record = _new(tid, body, now)
@@ -174,18 +134,18 @@ def create_reserved(
 ) -> tuple[Record, bool]:
     """Create-if-absent for a reserved id; an existing record is returned untouched."""
     if tid not in RESERVED_IDS:
-        raise ApiError(
+        raise Refusal(
             400,
             "not_reserved",
             f"id {tid!r} is not reserved; reserved ids: "
             + ", ".join(sorted(RESERVED_IDS))
             + "; other ids are minted by POST",
         )
-    _check_user_input(body, tid)
+    record_input.check(body, tid)
     with transaction(db):
         row = _row(db, space, tid)
         if row is not None:
-            return _parse(row[1]) or {"id": tid}, False
+            return record_view.parse(row[1]) or {"id": tid}, False
         record = _new(tid, body, now)
         _write(db, space, record, "create", now)
     return record, True
@@ -204,7 +164,7 @@ def patch(
         rev, record = current(db, space, tid)
         _check_rev(rev, if_match)
         user = {k: v for k, v in record.items() if k in records.USER_FIELDS}
-        _check_user_input({**user, **changes}, tid)
+        record_input.check({**user, **changes}, tid)
         merged = {**record, **changes, "id": tid, "rev": rev + 1, "updatedAt": now}
         since = _active_since(record, merged, now)
         record = merged if since is None else {**merged, "activeSince": since}
@@ -242,7 +202,7 @@ def delete(
     with transaction(db):
         row = _row(db, space, tid)
         if row is None:
-            raise ApiError(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
+            raise Refusal(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
         rev = row[0]
         _check_rev(rev, if_match)
         db.execute("DELETE FROM triggers WHERE space = ? AND id = ?", [space, tid])
@@ -253,39 +213,11 @@ def delete(
         )
 
 
-def flagged(tid: str, body: str) -> Record:
-    """A stored record as read (one or listed): its defaults filled in (`enabled`, `limits`,
-    `owner` …) over its raw fields, so fields this build does not know survive; an
-    undecodable one as stored, flagged (never written back)."""
-    loaded = records.load(body.encode())
-    if not isinstance(loaded, records.Salvaged):
-        return _with_defaults(records.to_builtins(loaded), json.loads(body))
-    obj = _parse(body) or {"id": tid, "raw": body}
-    return {**obj, "undecodable": True, "decodeError": loaded.error}
-
-
-def complete(record: Record) -> Record:
-    """A record as answered: its defaults filled in when it decodes, else as it is."""
-    loaded = records.load(record)
-    if isinstance(loaded, records.Salvaged):
-        return record
-    return _with_defaults(records.to_builtins(loaded), record)
-
-
-def _with_defaults(full: Record, raw: Record) -> Record:
-    """`raw` over the decoded record's fields, one level deep into `spec` and `limits`."""
-    merged = {**full, **raw}
-    for name in ("spec", "limits"):
-        if isinstance(full.get(name), dict) and isinstance(raw.get(name), dict):
-            merged[name] = {**full[name], **raw[name]}
-    return merged
-
-
 def listing(
     db: sqlite_utils.Database, space: str, after: str = "", limit: int = -1
 ) -> list[Record]:
     """Records by id after `after` (at most `limit`, -1: all), defaults filled in."""
-    return [flagged(tid, body) for tid, body in _rows(db, space, after, limit)]
+    return [record_view.flagged(tid, body) for tid, body in _rows(db, space, after, limit)]
 
 
 def listing_page(
@@ -295,7 +227,7 @@ def listing_page(
     the end). `stored`: each record as stored (no defaults filled in), spliced into the
     answer without a parse; a body that is not a JSON object is flagged as in `listing`."""
     rows = _rows(db, space, after, limit)
-    read = _as_stored if stored else flagged
+    read = record_view.as_stored if stored else record_view.flagged
     last = rows[-1][0] if len(rows) == limit else None
     return [read(tid, body) for tid, body in rows], last
 
@@ -306,16 +238,6 @@ def _rows(db: sqlite_utils.Database, space: str, after: str, limit: int) -> list
         [space, after, limit],
     )
     return rows.fetchall()
-
-
-def _as_stored(tid: str, body: str) -> Record | msgspec.Raw:
-    data = body.encode()
-    try:
-        if body.lstrip().startswith("{"):
-            return msgspec.json.decode(data, type=msgspec.Raw)  # checks it is JSON
-    except (msgspec.DecodeError, RecursionError):
-        pass
-    return flagged(tid, body)
 
 
 def latest_seq(db: sqlite_utils.Database, space: str) -> int:
@@ -336,7 +258,7 @@ def changes_since(db: sqlite_utils.Database, space: str, since: int, limit: int)
             "op": op,
             "rev": rev,
             "at": at,
-            "record": None if body is None else (_parse(body) or {"id": tid, "raw": body}),
+            "record": None if body is None else record_view.parse(body) or {"id": tid, "raw": body},
         }
         for seq, tid, op, rev, body, at in rows.fetchall()
     ]

@@ -14,26 +14,15 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import web
 
-from space import duties
-from space import trigger_store as store
+from core.wire import Stamps
+from space import duties, record_view, trigger_store
 from space.auth import limit_patch
 from space.changes import notify
-from space.clock import Aware, iso
+from space.clock import iso
 from space.db import DB
-from space.http import ApiError, add_route, answer, decode, int64, int_query, now_of, raw_body
+from space.http import Refusal, add_route, answer, decode, int64, int_query, now_of, raw_body
 from space.spaces import require_space
 from triggers import records
-
-
-class Stamps(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """`POST …/status`: runtime stamps only; absent fields are left as they are."""
-
-    lastStatus: str | msgspec.UnsetType = msgspec.UNSET
-    lastStatusDetail: str | msgspec.UnsetType = msgspec.UNSET
-    lastRunAt: Aware | msgspec.UnsetType | None = msgspec.UNSET
-    nextFireAt: Aware | msgspec.UnsetType | None = msgspec.UNSET
-    breaker: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
-    rollup: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class TriggerPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -68,7 +57,7 @@ def if_match(request: web.Request) -> int | None:
     rev = int64(value.strip().removeprefix("W/").strip('"'))
     if rev is None:
         detail = f"If-Match must be a record rev (an integer within 64 bits), got {value[:40]!r}"
-        raise ApiError(400, "invalid_header", detail)
+        raise Refusal(400, "invalid_header", detail)
     return rev
 
 
@@ -78,7 +67,7 @@ async def object_body(request: web.Request, code: str = "invalid_record") -> dic
 
 def _one(record: dict[str, Any], status: int = 200) -> web.Response:
     """One record, its defaults filled in (`enabled`, `limits` …), its rev as the ETag."""
-    full = store.complete(record)
+    full = record_view.complete(record)
     return answer(full, status=status, headers={"ETag": f'"{record.get("rev", 0)}"'})
 
 
@@ -86,20 +75,20 @@ async def list_triggers(request: web.Request) -> web.Response:
     """All records; with `limit`, a page by id (`after`, `next`); `stored=1`: as stored."""
     space = require_space(request)
     db = request.app[DB]
-    seq = store.latest_seq(db, space)  # before the rows: the feed from here covers them
+    seq = trigger_store.latest_seq(db, space)  # before the rows: the feed from here covers them
     stored = request.query.get("stored") in ("1", "true")
     if "limit" not in request.query and not stored:
-        return answer({"triggers": store.listing(db, space), "seq": seq})
+        return answer({"triggers": trigger_store.listing(db, space), "seq": seq})
     limit = int_query(request, "limit", PAGE_MAX, low=1, high=PAGE_MAX)
     after = request.query.get("after", "")
-    page, last = store.listing_page(db, space, after, limit, stored=stored)
+    page, last = trigger_store.listing_page(db, space, after, limit, stored=stored)
     return answer({"triggers": page, "seq": seq, "next": last})
 
 
 async def create_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     body = await object_body(request)
-    record = store.create(request.app[DB], space, body, iso(now_of(request)))
+    record = trigger_store.create(request.app[DB], space, body, iso(now_of(request)))
     notify(request.app, space)
     return _one(record, 201)
 
@@ -108,7 +97,8 @@ async def put_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     body = await object_body(request)
     tid = request.match_info["id"]
-    record, created = store.create_reserved(request.app[DB], space, tid, body, iso(now_of(request)))
+    at = iso(now_of(request))
+    record, created = trigger_store.create_reserved(request.app[DB], space, tid, body, at)
     if created:
         notify(request.app, space)
     return _one(record, 201 if created else 200)
@@ -116,7 +106,7 @@ async def put_trigger(request: web.Request) -> web.Response:
 
 async def get_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
-    _, record = store.get_one(request.app[DB], space, request.match_info["id"])
+    _, record = trigger_store.get_one(request.app[DB], space, request.match_info["id"])
     return _one(record)
 
 
@@ -124,7 +114,7 @@ async def patch_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     changes = await object_body(request)
     limit_patch(request, changes)
-    record = store.patch(
+    record = trigger_store.patch(
         request.app[DB],
         space,
         request.match_info["id"],
@@ -139,7 +129,7 @@ async def patch_trigger(request: web.Request) -> web.Response:
 async def delete_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     tid = request.match_info["id"]
-    store.delete(request.app[DB], space, tid, iso(now_of(request)), if_match(request))
+    trigger_store.delete(request.app[DB], space, tid, iso(now_of(request)), if_match(request))
     notify(request.app, space)
     return answer({"id": tid, "deleted": True})
 
@@ -150,7 +140,7 @@ async def post_status(request: web.Request) -> web.Response:
     decode(data, Stamps, code="invalid_status")
     stamps = decode(data, dict[str, Any], code="invalid_status")
     duties.require_stamper(request, space, request.match_info["id"])
-    record, written = store.stamp(
+    record, written = trigger_store.stamp(
         request.app[DB],
         space,
         request.match_info["id"],
@@ -164,12 +154,10 @@ async def post_status(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    store.ensure_schema(app[DB])
-    base = "/v1/spaces/{space}/triggers"
+    trigger_store.ensure_schema(app[DB])
     add_route(
         app,
-        "GET",
-        base,
+        "triggers",
         list_triggers,
         "List raw records, undecodable ones flagged; `?limit=N&after=<id>` pages by id "
         "(`next`), `&stored=1` answers them as stored",
@@ -177,30 +165,25 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "POST",
-        base,
+        "trigger_create",
         create_trigger,
         "Create a record; the server mints `id`",
         body=records.TriggerInput,
     )
-    add_route(app, "GET", base + "/{id}", get_trigger, "One record")
+    add_route(app, "trigger_get", get_trigger, "One record")
     add_route(
         app,
-        "PUT",
-        base + "/{id}",
+        "trigger_put",
         put_trigger,
         "Create-if-absent a record with a reserved id (`chat-watch`)",
         body=records.TriggerInput,
     )
     add_route(
         app,
-        "PATCH",
-        base + "/{id}",
+        "trigger_patch",
         patch_trigger,
         "Partial update of user fields; `If-Match: <rev>` compare-and-set",
         body=TriggerPatch,
     )
-    add_route(app, "DELETE", base + "/{id}", delete_trigger, "Delete a record (its id stays used)")
-    add_route(
-        app, "POST", base + "/{id}/status", post_status, "Write runtime stamps only", body=Stamps
-    )
+    add_route(app, "trigger_delete", delete_trigger, "Delete a record (its id stays used)")
+    add_route(app, "trigger_status", post_status, "Write runtime stamps only", body=Stamps)

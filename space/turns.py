@@ -11,50 +11,20 @@ records, runs or chats.
 
 from __future__ import annotations
 
-import enum
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 import sqlite_utils
 from aiohttp import web
 
+from core.vocab import TurnOutcome
+from core.wire import TurnIn, TurnList
 from space import duties, logtable
 from space.appstate import SETTINGS, RunRetention
-from space.clock import Aware
 from space.db import DB, transaction
-from space.http import ApiError, add_route, answer, decode, int_query, now_of, raw_body
+from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.spaces import require_space
-
-Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
-Count = Annotated[int, msgspec.Meta(ge=0)]
-
-
-class TurnOutcome(enum.StrEnum):
-    OK = "ok"
-    ERROR = "error"
-    TIMEOUT = "timeout"
-    CANCELLED = "cancelled"
-
-
-class TurnIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    turnId: Text
-    space: Text
-    objectId: Text
-    messageIds: Annotated[list[Text], msgspec.Meta(max_length=1000)]
-    calls: Count
-    replies: Count
-    startedAt: Aware
-    finishedAt: Aware
-    durationMs: Annotated[float, msgspec.Meta(ge=0)]
-    outcome: TurnOutcome
-    error: str = ""
-    peer: str = ""  # the device that took the turn: its token's peer, filled in when absent
-
-
-class TurnList(msgspec.Struct, frozen=True, kw_only=True):
-    turns: list[TurnIn]
-
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agent_turns (seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -74,7 +44,7 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
 
 def check_space(space: str, turn: TurnIn) -> None:
     if turn.space != space:
-        raise ApiError(
+        raise Refusal(
             400,
             "invalid_turn",
             f"`space` must be the space of the path {space!r}, got {turn.space!r}",
@@ -92,9 +62,7 @@ def add_turn(
         ).fetchone()
         if row is not None:
             if row[0] != body:
-                raise ApiError(
-                    409, "turn_exists", f"turn {turn.turnId!r} exists with other content"
-                )
+                raise Refusal(409, "turn_exists", f"turn {turn.turnId!r} exists with other content")
             return False
         failure = turn.outcome is not TurnOutcome.OK
         db.execute(
@@ -132,11 +100,9 @@ async def get_turns(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     ensure_schema(app[DB])
-    base = "/v1/spaces/{space}/turns"
     add_route(
         app,
-        "POST",
-        base,
+        "turn_create",
         post_turn,
         "Record a chat-watch turn (`agent_turns`, idempotent by `turnId`)",
         body=TurnIn,
@@ -144,8 +110,7 @@ def setup(app: web.Application) -> None:
     )
     add_route(
         app,
-        "GET",
-        base,
+        "turns",
         get_turns,
         "Turns oldest first: `?chat=<objectId>&since=<RFC 3339>&limit=`",
         answer=TurnList,

@@ -36,12 +36,12 @@ pinned to a peer that is not live, which their owner cannot stamp).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import msgspec
 
+from core.vocab import HealthReason, detail_instant
 from triggers.records import (
     CHAT_DATASET,
     EventTrigger,
@@ -57,25 +57,11 @@ TICK_SECONDS = 30.0
 MIN_OVERDUE_MARGIN = timedelta(seconds=60)
 
 
-class Reason(enum.StrEnum):
-    UNSUPPORTED_KIND = "unsupported_kind"
-    INVALID_SPEC = "invalid_spec"
-    INVALID_RECORD = "invalid_record"
-    UNSUPPORTED_SOURCE = "unsupported_source"
-    UNKNOWN_PROGRAM = "unknown_program"
-    SOURCE_NOT_FOUND = "source_not_found"
-    OWNER_OFFLINE = "owner_offline"
-    MISSED = "missed"
-    DONE = "done"
-    BREAKER_OPEN = "breaker_open"
-    OVERDUE = "overdue"
-
-
-REASONS = frozenset(r.value for r in Reason)
+REASONS = frozenset(r.value for r in HealthReason)
 
 
 class Verdict(msgspec.Struct, frozen=True, kw_only=True):
-    reason: Reason | None = None  # None: healthy
+    reason: HealthReason | None = None  # None: healthy
     detail: str = ""
 
     @property
@@ -111,18 +97,14 @@ class Stamp(msgspec.Struct, frozen=True, kw_only=True):
     detail: str
 
 
-def utc(at: datetime) -> str:
-    return at.astimezone(UTC).isoformat()
-
-
 def done_detail(at: datetime) -> str:
     """The detail of a fired once; the fire pipeline stamps the very same words."""
-    return f"fired for {utc(at)}"
+    return f"fired for {detail_instant(at)}"
 
 
 def breaker_detail(until: datetime) -> str:
     """The detail of an open breaker; the fire pipeline stamps the very same words."""
-    return f"until {utc(until)}"
+    return f"until {detail_instant(until)}"
 
 
 def verdict(record: Loaded, inputs: HealthInputs) -> Verdict:
@@ -138,10 +120,10 @@ def verdict(record: Loaded, inputs: HealthInputs) -> Verdict:
 def _undecodable(record: Salvaged) -> Verdict:
     path = record.error_path
     if path == "$.kind":
-        return Verdict(reason=Reason.UNSUPPORTED_KIND, detail=f"kind {record.kind!r}")
+        return Verdict(reason=HealthReason.UNSUPPORTED_KIND, detail=f"kind {record.kind!r}")
     if path == "$.spec" or path.startswith(("$.spec.", "$.spec[")):
-        return Verdict(reason=Reason.INVALID_SPEC, detail=record.error)
-    return Verdict(reason=Reason.INVALID_RECORD, detail=record.error)
+        return Verdict(reason=HealthReason.INVALID_SPEC, detail=record.error)
+    return Verdict(reason=HealthReason.INVALID_RECORD, detail=record.error)
 
 
 def _source(record: Trigger, inputs: HealthInputs) -> Verdict | None:
@@ -150,12 +132,12 @@ def _source(record: Trigger, inputs: HealthInputs) -> Verdict | None:
     spec = record.spec
     if spec.dataset != CHAT_DATASET:
         detail = f"dataset {spec.dataset!r} is not {CHAT_DATASET!r}"
-        return Verdict(reason=Reason.UNSUPPORTED_SOURCE, detail=detail)
+        return Verdict(reason=HealthReason.UNSUPPORTED_SOURCE, detail=detail)
     if not spec.object_id:
-        return Verdict(reason=Reason.SOURCE_NOT_FOUND, detail="no objectId given")
+        return Verdict(reason=HealthReason.SOURCE_NOT_FOUND, detail="no objectId given")
     if spec.object_id in inputs.missing_chats:
         detail = f"chat {spec.object_id} does not exist"
-        return Verdict(reason=Reason.SOURCE_NOT_FOUND, detail=detail)
+        return Verdict(reason=HealthReason.SOURCE_NOT_FOUND, detail=detail)
     return None
 
 
@@ -167,7 +149,8 @@ def unknown_program_detail(ref: str) -> str:
 def _program(record: Trigger, inputs: HealthInputs) -> Verdict | None:
     if record.program in inputs.programs:
         return None
-    return Verdict(reason=Reason.UNKNOWN_PROGRAM, detail=unknown_program_detail(record.program))
+    detail = unknown_program_detail(record.program)
+    return Verdict(reason=HealthReason.UNKNOWN_PROGRAM, detail=detail)
 
 
 def _once(record: Trigger, inputs: HealthInputs) -> Verdict | None:
@@ -177,11 +160,11 @@ def _once(record: Trigger, inputs: HealthInputs) -> Verdict | None:
     if record.last_run_at is not None and record.last_run_at >= at:  # its fire ran for this `at`
         if inputs.last_run_status.get(record.id, "ok") != "ok":
             return None  # its one run failed: the run's own stamp shows that, not `done`
-        return Verdict(reason=Reason.DONE, detail=done_detail(at))
+        return Verdict(reason=HealthReason.DONE, detail=done_detail(at))
     grace = timedelta(seconds=record.spec.grace_seconds)
     if inputs.now - at > grace:  # not `at + grace`: an `at` near 9999 would overflow
-        detail = f"{utc(at)} passed its {record.spec.grace_seconds:g} s grace unfired"
-        return Verdict(reason=Reason.MISSED, detail=detail)
+        detail = f"{detail_instant(at)} passed its {record.spec.grace_seconds:g} s grace unfired"
+        return Verdict(reason=HealthReason.MISSED, detail=detail)
     return None
 
 
@@ -189,14 +172,14 @@ def _owner(record: Trigger, inputs: HealthInputs) -> Verdict | None:
     if record.owner == "" or record.owner in inputs.live:
         return None
     detail = f"pinned to {record.owner}, which is not live"
-    return Verdict(reason=Reason.OWNER_OFFLINE, detail=detail)
+    return Verdict(reason=HealthReason.OWNER_OFFLINE, detail=detail)
 
 
 def _breaker(record: Trigger, inputs: HealthInputs) -> Verdict | None:
     until = inputs.breaker_until.get(record.id)
     if until is None or until <= inputs.now:
         return None
-    return Verdict(reason=Reason.BREAKER_OPEN, detail=breaker_detail(until))
+    return Verdict(reason=HealthReason.BREAKER_OPEN, detail=breaker_detail(until))
 
 
 def _overdue(record: Trigger, inputs: HealthInputs) -> Verdict | None:
@@ -207,7 +190,7 @@ def _overdue(record: Trigger, inputs: HealthInputs) -> Verdict | None:
         return None  # nobody is meant to run it right now
     if record.last_run_at is not None and record.last_run_at >= due:
         return None
-    return Verdict(reason=Reason.OVERDUE, detail=f"due {utc(due)}, no run since")
+    return Verdict(reason=HealthReason.OVERDUE, detail=f"due {detail_instant(due)}, no run since")
 
 
 def owner_of(record: Loaded) -> str:
@@ -272,4 +255,4 @@ def safe_verdict(record: Loaded, inputs: HealthInputs) -> Verdict:
     try:
         return verdict(record, inputs)
     except Exception as exc:
-        return Verdict(reason=Reason.INVALID_RECORD, detail=f"{type(exc).__name__}: {exc}")
+        return Verdict(reason=HealthReason.INVALID_RECORD, detail=f"{type(exc).__name__}: {exc}")

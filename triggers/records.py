@@ -29,6 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
+from core.vocab import Overlap
 from triggers import cronwall
 
 TriggerId = NewType("TriggerId", str)
@@ -57,12 +58,6 @@ class InvalidRecord(ValueError):
 class Catchup(enum.StrEnum):
     NONE = "none"
     LATEST = "latest"
-
-
-class Overlap(enum.StrEnum):
-    SKIP = "skip"
-    QUEUE = "queue"
-    PARALLEL = "parallel"
 
 
 # Marker types: checked by `_dec_hook`, so a bad value fails with the field's own path.

@@ -18,10 +18,11 @@ Cron instant math (the DST rule) lives in cron.py. Must not read the clock or do
 from __future__ import annotations
 
 import enum
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import msgspec
 
+from core.vocab import key_instant
 from triggers import cron
 from triggers.records import Catchup, CronSpec, FireKey, OnceSpec
 
@@ -136,21 +137,12 @@ def once_due(spec: OnceSpec, now: datetime, fired_key: FireKey | None) -> OnceSt
 # --- fire keys -----------------------------------------------------------------------
 
 
-def rfc3339_utc(t: datetime) -> str:
-    """`2026-12-01T08:00:00Z`; a fraction of a second is kept when there is one."""
-    u = t.astimezone(UTC)
-    text = u.strftime("%Y-%m-%dT%H:%M:%S")
-    if u.microsecond:
-        text += f".{u.microsecond:06d}".rstrip("0")
-    return text + "Z"
-
-
 def fire_key_cron(slot: datetime) -> FireKey:
-    return FireKey(rfc3339_utc(slot))
+    return FireKey(key_instant(slot))
 
 
 def fire_key_once(spec: OnceSpec) -> FireKey:
-    return FireKey(rfc3339_utc(spec.at_utc))
+    return FireKey(key_instant(spec.at_utc))
 
 
 def fire_key_event(message_id: str) -> FireKey:

@@ -19,6 +19,7 @@ from datetime import UTC, date, datetime, tzinfo
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from core.vocab import key_instant
 from runtime.cli import UsageError
 from runtime.clock import Clock, SystemClock
 from runtime.table import align
@@ -33,7 +34,7 @@ from triggers.records import (
     TimeZoneName,
     load,
 )
-from triggers.schedule import DstNote, Fire, rfc3339_utc, upcoming
+from triggers.schedule import DstNote, Fire, upcoming
 
 MAX_COUNT = 10_000
 YEARS = (1900, 9000)
@@ -188,17 +189,17 @@ def _local(fire: Fire, zone: tzinfo) -> datetime:
 
 def render_json(fires: list[Fire], zone: tzinfo) -> str:
     rows = [
-        {"at": rfc3339_utc(f.at), "local": _local(f, zone).isoformat(), "dst": f.dst} for f in fires
+        {"at": key_instant(f.at), "local": _local(f, zone).isoformat(), "dst": f.dst} for f in fires
     ]
     return json.dumps({"fires": rows})
 
 
 def render_table(fires: list[Fire], zone: tzinfo, start: datetime) -> str:
     if not fires:
-        return f"no fires at or after {rfc3339_utc(start)}"
+        return f"no fires at or after {key_instant(start)}"
     rows = [("UTC", f"LOCAL ({_zone_label(zone)})", "DST")]
     rows += [
-        (rfc3339_utc(f.at), _local(f, zone).strftime("%Y-%m-%d %H:%M:%S %z"), f.dst or "")
+        (key_instant(f.at), _local(f, zone).strftime("%Y-%m-%d %H:%M:%S %z"), f.dst or "")
         for f in fires
     ]
     lines = align(rows)

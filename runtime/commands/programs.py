@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any, TypeVar
 
+from core.vocab import RunStatus
 from programs.loader import InvalidProgram, inspect_source
-from programs.outcome import RunStatus
 from programs.refs import InvalidRef, ProgramRef, parse_ref
 from runtime.cli import UsageError
 from runtime.client import ApiError, SpaceClient
@@ -207,7 +207,7 @@ async def run_manual(client: SpaceClient, where: Target, ref: ProgramRef, limits
                     timeout_seconds=limits.timeout, memory_mb=limits.memory_mb)  # fmt: skip
     stored, outcome = await run_by_hand(client, where.space, where.url, manual)
     print(json.dumps(stored) if as_json else render_run(stored, outcome.stdout_tail))
-    return 0 if outcome.status is RunStatus.ok else 1
+    return 0 if outcome.status is RunStatus.OK else 1
 
 
 def render_run(record: dict[str, Any], stdout: str) -> str:

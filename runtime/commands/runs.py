@@ -19,6 +19,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from core.vocab import RAN, RunStatus
 from runtime.cli import UsageError
 from runtime.client import SpaceClient
 from runtime.clock import Clock, SystemClock, iso
@@ -26,7 +27,7 @@ from runtime.commands.common import Target, add_space_options, until_signalled
 from runtime.commands.next import instant
 from runtime.commands.talk import emit, talk
 
-STATUSES = ("ok", "error", "timeout", "crashed", "rejected", "skipped")
+STATUSES = tuple(s.value for s in RunStatus)
 HEADERS = ("STARTED", "RUN", "TRIGGER", "STATUS", "DURATION", "LATE", "PROGRAM", "REASON")
 WIDTHS = (24, 20, 20, 8, 10, 10, 16, 0)  # followed lines line up without knowing what comes
 POLL_S = 1.0
@@ -169,7 +170,7 @@ def _filtered(query: dict[str, Any]) -> bool:
 
 
 def run_row(run: dict[str, Any]) -> tuple[str, ...]:
-    ran = run["status"] not in ("skipped", "rejected")
+    ran = run["status"] in RAN
     late = run.get("lateMs")
     return (shown(run["startedAt"]), run["runId"], run["triggerId"], run["status"],
             f"{run.get('durationMs') or 0:.0f} ms" if ran else "-",

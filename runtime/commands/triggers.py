@@ -24,7 +24,7 @@ import argparse
 import json
 from typing import Any
 
-from programs.outcome import RunStatus
+from core.vocab import RunStatus
 from runtime.cli import UsageError
 from runtime.client import SpaceClient
 from runtime.clock import SystemClock
@@ -222,7 +222,7 @@ async def run_now(client: SpaceClient, where: Target, tid: str, as_json: bool) -
                     memory_mb=record.limits.memory_mb)  # fmt: skip
     stored, outcome = await run_by_hand(client, where.space, where.url, manual)
     print(json.dumps(stored) if as_json else render_run(stored, outcome.stdout_tail))
-    return 0 if outcome.status is RunStatus.ok else 1
+    return 0 if outcome.status is RunStatus.OK else 1
 
 
 # --- checks ----------------------------------------------------------------------------------

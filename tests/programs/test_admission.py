@@ -1,9 +1,9 @@
 import pytest
 
+from core.vocab import Overlap
 from programs.admission import (
     IDLE,
     Decision,
-    Policy,
     Slots,
     Verdict,
     admit,
@@ -121,11 +121,11 @@ def test_burst_then_drain(
 def test_policy_accepts_enum_values() -> None:
     import enum
 
-    class Overlap(enum.StrEnum):  # the record's own enum has these values
+    class Other(enum.StrEnum):  # another enum with the same values
         QUEUE = "queue"
 
-    assert as_policy(Overlap.QUEUE) is Policy.QUEUE
-    assert as_policy("parallel") is Policy.PARALLEL
+    assert as_policy(Other.QUEUE) is Overlap.QUEUE
+    assert as_policy("parallel") is Overlap.PARALLEL
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from core.routes import ROUTES
 from programs.anyv1 import AnyV1, ApiError
 from programs.context import RunContext
-from programs.routes import ROUTES
 from programs.use import make_use
 from runtime.client import SpaceClient
 from space.app import create_app, default_admin_token_file

@@ -3,6 +3,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from msgspec.structs import replace
 
+from core.vocab import RunStatus
 from programs.breaker import (
     CLOSED,
     BreakerPolicy,
@@ -240,6 +241,6 @@ def test_unknown_fields_are_ignored() -> None:
 
 
 def test_agrees_with_run_statuses() -> None:
-    outcome = pytest.importorskip("programs.outcome")
-    for status in outcome.RunStatus:
-        assert is_failure(status) is outcome.Outcome(status=status).failed, status
+    result = pytest.importorskip("programs.result")
+    for status in RunStatus:
+        assert is_failure(status) is result.Outcome(status=status).failed, status

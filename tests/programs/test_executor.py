@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from core.vocab import RunStatus
 from programs.context import RunContext
 from programs.executor import Executor, ExecutorClosed, Job
-from programs.outcome import Outcome, RunStatus
 from programs.process import StartFailed
+from programs.result import Outcome
 from programs.tail import LIMIT
 
 OK = "def main(args):\n    return {'ok': True, 'args': args}\n"
@@ -36,7 +37,7 @@ async def pool():
 
 async def next_run_ok(pool: Executor) -> Outcome:
     outcome = await pool.run(job(OK, args={"n": 1}))
-    assert outcome.status is RunStatus.ok, outcome
+    assert outcome.status is RunStatus.OK, outcome
     assert outcome.result == {"ok": True, "args": {"n": 1}}
     return outcome
 
@@ -56,12 +57,12 @@ async def test_async_main_runs_in_its_own_loop(pool: Executor) -> None:
             return {"doubled": args["x"] * 2}
     """
     outcome = await pool.run(job(source, args={"x": 21}))
-    assert (outcome.status, outcome.result) == (RunStatus.ok, {"doubled": 42})
+    assert (outcome.status, outcome.result) == (RunStatus.OK, {"doubled": 42})
 
 
 async def test_each_run_is_a_fresh_process_with_a_fresh_namespace(pool: Executor) -> None:
     first = "leftover = 1\ndef main(args):\n    return 0\n"
-    assert (await pool.run(job(first))).status is RunStatus.ok
+    assert (await pool.run(job(first))).status is RunStatus.OK
     probe = """
         import builtins, os
         runs = globals().setdefault("runs", []); runs.append(1)
@@ -89,7 +90,7 @@ async def test_an_exception_is_an_error_with_the_program_traceback(pool: Executo
             helper(args["x"])
     """
     outcome = await pool.run(job(source, ref="triage@v1", args={"x": 7}))
-    assert outcome.status is RunStatus.error
+    assert outcome.status is RunStatus.ERROR
     assert 'File "triage@v1", line 5, in main' in outcome.error
     assert 'File "triage@v1", line 3, in helper' in outcome.error
     assert 'raise ValueError(f"boom {x}")' in outcome.error
@@ -108,7 +109,7 @@ async def test_an_exception_is_an_error_with_the_program_traceback(pool: Executo
 )
 async def test_broken_programs_are_errors(pool: Executor, source: str, reason: str) -> None:
     outcome = await pool.run(job(source))
-    assert outcome.status is RunStatus.error
+    assert outcome.status is RunStatus.ERROR
     assert reason in outcome.error
     await next_run_ok(pool)
 
@@ -124,7 +125,7 @@ async def test_broken_programs_are_errors(pool: Executor, source: str, reason: s
 )
 async def test_exits_and_crashes_cost_the_run_only(pool: Executor, body: str, reason: str) -> None:
     outcome = await pool.run(job(f"def main(args):\n    {body}\n"))
-    assert (outcome.status, outcome.error) == (RunStatus.crashed, reason)
+    assert (outcome.status, outcome.error) == (RunStatus.CRASHED, reason)
     await next_run_ok(pool)
     stats = await pool.settled()
     assert (stats.alive, stats.idle) == (2, 2)
@@ -133,13 +134,13 @@ async def test_exits_and_crashes_cost_the_run_only(pool: Executor, body: str, re
 async def test_a_segfault_leaves_the_program_traceback_on_stderr(pool: Executor) -> None:
     source = "import ctypes\ndef main(args):\n    ctypes.string_at(0)\n"
     outcome = await pool.run(job(source, ref="seg@v1"))
-    assert outcome.status is RunStatus.crashed
+    assert outcome.status is RunStatus.CRASHED
     assert 'File "seg@v1", line 3 in main' in outcome.stderr_tail
 
 
 async def test_an_endless_loop_times_out_and_the_worker_ends_it(pool: Executor) -> None:
     outcome = await pool.run(job(LOOP, timeout_seconds=0.5))
-    assert (outcome.status, outcome.error) == (RunStatus.timeout, "exceeded the timeout of 0.5 s")
+    assert (outcome.status, outcome.error) == (RunStatus.TIMEOUT, "exceeded the timeout of 0.5 s")
     stats = await pool.settled()
     assert (stats.alive, stats.idle, stats.spawned) == (2, 2, 2)  # the run died, not the worker
     await next_run_ok(pool)
@@ -148,7 +149,7 @@ async def test_an_endless_loop_times_out_and_the_worker_ends_it(pool: Executor) 
 async def test_a_memory_blowup_is_an_error_naming_the_limit(pool: Executor) -> None:
     source = "def main(args):\n    return len(bytearray(1024 * 1024 * 1024))\n"
     outcome = await pool.run(job(source, memory_mb=64))
-    assert outcome.status is RunStatus.error
+    assert outcome.status is RunStatus.ERROR
     assert outcome.error.startswith("memory limit of 64 MB exceeded")
     assert "MemoryError" in outcome.error
     await next_run_ok(pool)
@@ -157,7 +158,7 @@ async def test_a_memory_blowup_is_an_error_naming_the_limit(pool: Executor) -> N
 async def test_memory_within_the_limit_is_fine(pool: Executor) -> None:
     source = "def main(args):\n    return len(bytearray(32 * 1024 * 1024))\n"
     outcome = await pool.run(job(source, memory_mb=64))
-    assert (outcome.status, outcome.result) == (RunStatus.ok, 32 * 1024 * 1024)
+    assert (outcome.status, outcome.result) == (RunStatus.OK, 32 * 1024 * 1024)
 
 
 async def test_an_output_flood_is_drained_and_kept_to_its_tail(pool: Executor) -> None:
@@ -173,7 +174,7 @@ async def test_an_output_flood_is_drained_and_kept_to_its_tail(pool: Executor) -
             return "done"
     """
     outcome = await pool.run(job(source, timeout_seconds=30))
-    assert (outcome.status, outcome.result) == (RunStatus.ok, "done")
+    assert (outcome.status, outcome.result) == (RunStatus.OK, "done")
     for text, last in ((outcome.stdout_tail, "last out\n"), (outcome.stderr_tail, "last err\n")):
         assert text.startswith("…[truncated ")
         assert text.endswith(last)
@@ -186,12 +187,12 @@ async def test_an_output_flood_is_drained_and_kept_to_its_tail(pool: Executor) -
 async def test_output_of_a_killed_run_is_kept(pool: Executor) -> None:
     source = "def main(args):\n    print('before')\n    while True:\n        pass\n"
     outcome = await pool.run(job(source, timeout_seconds=0.5))
-    assert (outcome.status, outcome.stdout_tail) == (RunStatus.timeout, "before\n")
+    assert (outcome.status, outcome.stdout_tail) == (RunStatus.TIMEOUT, "before\n")
 
 
 async def test_an_oversized_result_is_an_error_with_its_start_kept(pool: Executor) -> None:
     outcome = await pool.run(job("def main(args):\n    return ['x' * 100] * 1000\n"))
-    assert outcome.status is RunStatus.error
+    assert outcome.status is RunStatus.ERROR
     assert outcome.error.startswith("result too large: 103001 bytes of JSON")
     assert outcome.result.startswith('["xxx')
     assert outcome.result.endswith(f"…[truncated {103001 - LIMIT} bytes]")
@@ -200,7 +201,7 @@ async def test_an_oversized_result_is_an_error_with_its_start_kept(pool: Executo
 
 async def test_an_unserialisable_result_is_an_error(pool: Executor) -> None:
     outcome = await pool.run(job("def main(args):\n    return {'when': object()}\n"))
-    assert outcome.status is RunStatus.error
+    assert outcome.status is RunStatus.ERROR
     assert outcome.error.startswith("result is not JSON-serialisable: ")
     assert "object" in outcome.error
     await next_run_ok(pool)
@@ -211,7 +212,7 @@ async def test_workers_see_a_filtered_environment(monkeypatch: pytest.MonkeyPatc
     async with Executor(size=2, env={"BATON_EXTRA": "yes"}) as executor:
         source = "import os\ndef main(args):\n    return dict(os.environ)\n"
         outcome = await executor.run(job(source))
-    assert outcome.status is RunStatus.ok
+    assert outcome.status is RunStatus.OK
     assert "BATON_FAKE_SECRET" not in outcome.result
     assert "hunter2" not in str(outcome.result)
     assert outcome.result["BATON_EXTRA"] == "yes"
@@ -222,7 +223,7 @@ async def test_workers_see_a_filtered_environment(monkeypatch: pytest.MonkeyPatc
 
 async def test_use_without_a_context_names_the_missing_capabilities(pool: Executor) -> None:
     outcome = await pool.run(job("def main(args):\n    use('any@v1')\n"))
-    assert outcome.status is RunStatus.error
+    assert outcome.status is RunStatus.ERROR
     assert "LookupError: no capabilities: this run has no context; cannot use 'any@v1'" in (
         outcome.error
     )
@@ -233,7 +234,7 @@ async def test_use_with_a_context_comes_from_the_capability_registry(pool: Execu
                          space="bao", url="http://127.0.0.1:9", token="tok")  # fmt: skip
     source = "def main(args):\n    return [callable(use), type(use).__module__]\n"
     outcome = await pool.run(job(source, context=context))
-    assert (outcome.status, outcome.result) == (RunStatus.ok, [True, "programs.use"])
+    assert (outcome.status, outcome.result) == (RunStatus.OK, [True, "programs.use"])
 
 
 async def test_args_that_cannot_be_sent_are_refused_naming_the_field(pool: Executor) -> None:
@@ -276,7 +277,7 @@ async def test_garbage_on_the_control_channel_costs_the_run_only(
     source = FIND_CONTROL + f"    def main(args):\n        os.write(control_fd(), {write!r})\n"
     source += "        time.sleep(30)\n"
     outcome = await pool.run(job(source))
-    assert outcome.status is RunStatus.crashed
+    assert outcome.status is RunStatus.CRASHED
     assert outcome.error.startswith(reason)
     await next_run_ok(pool)
 
@@ -286,7 +287,7 @@ async def test_a_worker_that_stalls_mid_frame_times_out(pool: Executor) -> None:
     source = FIND_CONTROL + f"    def main(args):\n        os.write(control_fd(), {stall!r})\n"
     source += "        time.sleep(30)\n"
     outcome = await pool.run(job(source, timeout_seconds=0.5))
-    assert outcome.status is RunStatus.timeout
+    assert outcome.status is RunStatus.TIMEOUT
     await next_run_ok(pool)
 
 
@@ -294,7 +295,7 @@ async def test_more_runs_than_workers_wait_their_turn(pool: Executor) -> None:
     source = "import time\ndef main(args):\n    time.sleep(0.05)\n    return args['i']\n"
     outcomes = await asyncio.gather(*(pool.run(job(source, args={"i": i})) for i in range(5)))
     assert [o.result for o in outcomes] == list(range(5))
-    assert {o.status for o in outcomes} == {RunStatus.ok}
+    assert {o.status for o in outcomes} == {RunStatus.OK}
 
 
 async def test_a_cancelled_run_kills_its_worker_and_the_pool_recovers(pool: Executor) -> None:
@@ -341,7 +342,7 @@ async def test_close_ends_runs_in_flight_and_reaps_every_worker() -> None:
     pids.add(await a_busy_run_process(executor))
     await executor.close()
     outcome = await in_flight
-    assert (outcome.status, outcome.error) == (RunStatus.crashed, "executor closed")
+    assert (outcome.status, outcome.error) == (RunStatus.CRASHED, "executor closed")
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # killed and reaped: not even a zombie
@@ -354,7 +355,7 @@ async def test_a_pool_whose_workers_cannot_start_says_why() -> None:
     with pytest.raises(StartFailed, match="worker ended before reporting ready"):
         await executor.start()
     outcome = await executor.run(job(OK))
-    assert outcome.status is RunStatus.crashed
+    assert outcome.status is RunStatus.CRASHED
     assert "PYTHONHOME" in outcome.error or "encodings" in outcome.error
     await executor.close()
 
@@ -369,7 +370,7 @@ async def test_threads_a_program_leaves_end_with_its_run(pool: Executor, daemon:
             return "left a thread"
     """
     outcome = await pool.run(job(source))
-    assert (outcome.status, outcome.result) == (RunStatus.ok, "left a thread")
+    assert (outcome.status, outcome.result) == (RunStatus.OK, "left a thread")
     stats = await pool.settled()
     assert (stats.alive, stats.idle, stats.spawned) == (2, 2, 2)
     async with asyncio.timeout(5):  # the run and its thread are gone: only the workers' spares
@@ -412,7 +413,7 @@ async def test_a_forked_child_of_a_program_does_not_answer_for_it(pool: Executor
             return "parent"
     """
     outcome = await pool.run(job(source))
-    assert (outcome.status, outcome.result) == (RunStatus.ok, "parent")
+    assert (outcome.status, outcome.result) == (RunStatus.OK, "parent")
     for _ in range(3):
         await next_run_ok(pool)
 

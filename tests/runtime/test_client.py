@@ -12,7 +12,7 @@ import json
 import pytest
 from aiohttp import web
 
-from programs.routes import ROUTES, ApiError, path_params
+from core.routes import ROUTES, ApiError, path_params
 from runtime.client import SpaceClient
 from runtime.clock import FakeClock
 from runtime.subscribe import Permanent

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from programs.routes import PREFIX, ROUTES, ApiError
+from core.routes import PREFIX, ROUTES, ApiError
 from runtime.client import SpaceClient
 from runtime.clock import FakeClock
 from runtime.subscribe import ConnectionState, Permanent
@@ -86,7 +86,7 @@ async def test_every_route_of_the_table_is_served(space):
 async def test_every_served_route_is_in_the_table(space):
     admin, _ = space
     missing = await served(admin) - OURS
-    assert missing == set(), "add them to programs/routes.py and a SpaceClient method"
+    assert missing == set(), "add them to core/routes.py and a SpaceClient method"
 
 
 async def test_spaces_create_list_get(space):

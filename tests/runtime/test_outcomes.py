@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from msgspec.structs import replace
 
+from core.vocab import RunReason, RunStatus
 from programs import breaker, rollup
-from programs.outcome import Outcome, RunStatus
+from programs.result import Outcome
 from runtime import outcomes
 from runtime.outcomes import Book, Fire
 from triggers.records import Salvaged, Trigger, load
@@ -36,15 +37,15 @@ TRACEBACK = 'Traceback (most recent call last):\n  File "triage@v1", line 3\nVal
 @pytest.mark.parametrize(
     ("outcome", "reason", "expect"),
     [
-        (Outcome(status=RunStatus.ok, result={"ok": True}, duration_ms=40.04),
+        (Outcome(status=RunStatus.OK, result={"ok": True}, duration_ms=40.04),
          "", {"status": "ok", "result": {"ok": True}, "durationMs": 40.0, "error": ""}),
-        (Outcome(status=RunStatus.error, error=TRACEBACK, stderr_tail="oops\n", duration_ms=7),
+        (Outcome(status=RunStatus.ERROR, error=TRACEBACK, stderr_tail="oops\n", duration_ms=7),
          "", {"status": "error", "error": TRACEBACK, "stderrTail": "oops\n", "durationMs": 7}),
-        (Outcome(status=RunStatus.timeout, error="timed out after 60 s", duration_ms=60000),
+        (Outcome(status=RunStatus.TIMEOUT, error="timed out after 60 s", duration_ms=60000),
          "", {"status": "timeout", "durationMs": 60000}),
-        (outcomes.not_run(RunStatus.skipped, "overlap"),
+        (outcomes.not_run(RunStatus.SKIPPED, "overlap"),
          "overlap", {"status": "skipped", "reason": "overlap", "durationMs": 0.0}),
-        (outcomes.not_run(RunStatus.rejected, "queue_full"),
+        (outcomes.not_run(RunStatus.REJECTED, "queue_full"),
          "queue_full", {"status": "rejected", "reason": "queue_full", "result": None}),
         (outcomes.failed_before_run("program ghost@v1 is not published"),
          "unknown_program", {"status": "error", "reason": "unknown_program"}),
@@ -77,7 +78,7 @@ def test_late_ms_is_started_minus_due(due_at: datetime | None, late: float | Non
 def failing(n: int) -> Book:
     book = Book()
     for _ in range(n):
-        book, _ = outcomes.settle(book, record(CRON), FIRE, Outcome(status=RunStatus.error,
+        book, _ = outcomes.settle(book, record(CRON), FIRE, Outcome(status=RunStatus.ERROR,
                                   error="x"), finished_at=FINISHED, admitted=True)  # fmt: skip
     return book
 
@@ -85,29 +86,29 @@ def failing(n: int) -> Book:
 @pytest.mark.parametrize(
     ("raw", "book", "outcome", "reason", "status", "detail"),
     [
-        (CRON, Book(), Outcome(status=RunStatus.ok), "", "ok", ""),
-        (CRON, Book(), Outcome(status=RunStatus.error, error=TRACEBACK), "",
+        (CRON, Book(), Outcome(status=RunStatus.OK), "", "ok", ""),
+        (CRON, Book(), Outcome(status=RunStatus.ERROR, error=TRACEBACK), "",
          "error", "ValueError: boom"),
-        (CRON, Book(), Outcome(status=RunStatus.crashed, error="worker killed by SIGKILL\nmore"),
+        (CRON, Book(), Outcome(status=RunStatus.CRASHED, error="worker killed by SIGKILL\nmore"),
          "", "crashed", "worker killed by SIGKILL"),
-        (CRON, Book(), outcomes.not_run(RunStatus.skipped, "overlap"), "overlap",
+        (CRON, Book(), outcomes.not_run(RunStatus.SKIPPED, "overlap"), "overlap",
          "skipped", "overlap"),
         (CRON, Book(), outcomes.failed_before_run("gone"), "unknown_program",
          "error", "unknown_program"),
-        (CRON, failing(2), Outcome(status=RunStatus.error, error="x"), "",
+        (CRON, failing(2), Outcome(status=RunStatus.ERROR, error="x"), "",
          "breaker_open", "until 2026-12-01T09:05:01.290000+00:00"),
-        (ONCE, Book(), Outcome(status=RunStatus.ok), "",
+        (ONCE, Book(), Outcome(status=RunStatus.OK), "",
          "done", "fired for 2026-12-01T09:00:00+00:00"),
-        (ONCE, Book(), Outcome(status=RunStatus.error, error="x"), "",
+        (ONCE, Book(), Outcome(status=RunStatus.ERROR, error="x"), "",
          "error", "x"),  # a once whose only run failed shows that failure
-        (CRON, Book(), outcomes.not_run(RunStatus.skipped, "unknown_program"), "unknown_program",
+        (CRON, Book(), outcomes.not_run(RunStatus.SKIPPED, "unknown_program"), "unknown_program",
          "unknown_program", "program 'triage@v1' is not published"),
     ],
 )  # fmt: skip
 def test_last_status_stamps(
     raw: dict, book: Book, outcome: Outcome, reason: str, status: str, detail: str
 ) -> None:
-    ran = outcome.status not in (RunStatus.skipped, RunStatus.rejected)
+    ran = outcome.status not in (RunStatus.SKIPPED, RunStatus.REJECTED)
     _, stamps = outcomes.settle(book, record(raw), FIRE, outcome, finished_at=FINISHED,
                                 reason=reason, admitted=ran)  # fmt: skip
     assert (stamps["lastStatus"], stamps["lastStatusDetail"]) == (status, detail)
@@ -116,7 +117,7 @@ def test_last_status_stamps(
 
 def test_settle_counts_the_run_in_the_rollup_and_moves_the_breaker() -> None:
     book, stamps = outcomes.settle(failing(2), record(CRON), FIRE,
-                                   Outcome(status=RunStatus.timeout, duration_ms=60000),
+                                   Outcome(status=RunStatus.TIMEOUT, duration_ms=60000),
                                    finished_at=FINISHED, admitted=True)  # fmt: skip
     assert book.breaker.phase is breaker.Phase.OPEN
     assert (book.rollup.runs, book.rollup.errors, book.rollup.timeouts) == (3, 2, 1)
@@ -131,8 +132,8 @@ def test_a_fire_refused_by_the_breaker_is_suppressed_not_a_failure() -> None:
     admitted, state = breaker.admit(opened.breaker, FINISHED)
     assert not admitted
     book, _ = outcomes.settle(Book(breaker=state, rollup=opened.rollup), record(CRON), FIRE,
-                              outcomes.not_run(RunStatus.skipped, outcomes.BREAKER_OPEN),
-                              finished_at=FINISHED, reason=outcomes.BREAKER_OPEN,
+                              outcomes.not_run(RunStatus.SKIPPED, RunReason.BREAKER_OPEN),
+                              finished_at=FINISHED, reason=RunReason.BREAKER_OPEN,
                               admitted=False)  # fmt: skip
     assert (book.rollup.skipped, book.rollup.suppressed) == (1, 1)
     assert book.rollup.consecutive_failures == 3
@@ -143,8 +144,8 @@ def test_a_skip_while_a_trial_runs_leaves_the_trial_alone() -> None:
     opened = failing(3).breaker
     _, trial = breaker.admit(opened, opened.open_until or FINISHED)
     book, _ = outcomes.settle(Book(breaker=trial), record(CRON), FIRE,
-                              outcomes.not_run(RunStatus.skipped, outcomes.OVERLAP),
-                              finished_at=FINISHED, reason=outcomes.OVERLAP,
+                              outcomes.not_run(RunStatus.SKIPPED, RunReason.OVERLAP),
+                              finished_at=FINISHED, reason=RunReason.OVERLAP,
                               admitted=False)  # fmt: skip
     assert book.breaker.phase is breaker.Phase.HALF_OPEN
 
@@ -153,8 +154,8 @@ def test_a_trial_the_executor_never_ran_hands_the_trial_on() -> None:
     opened = failing(3).breaker
     _, trial = breaker.admit(opened, opened.open_until or FINISHED)
     book, _ = outcomes.settle(Book(breaker=trial), record(CRON), FIRE,
-                              outcomes.not_run(RunStatus.rejected, outcomes.SHUTDOWN),
-                              finished_at=FINISHED, reason=outcomes.SHUTDOWN,
+                              outcomes.not_run(RunStatus.REJECTED, RunReason.SHUTDOWN),
+                              finished_at=FINISHED, reason=RunReason.SHUTDOWN,
                               admitted=True)  # fmt: skip
     assert book.breaker.phase is breaker.Phase.OPEN  # the next fire is the trial
 
@@ -176,7 +177,7 @@ def test_the_book_is_seeded_from_the_record_stamps(stamps: dict, phase: str, run
 
 def test_not_run_refuses_a_status_that_ran() -> None:
     with pytest.raises(ValueError, match=r"^status:"):
-        outcomes.not_run(RunStatus.ok, "overlap")
+        outcomes.not_run(RunStatus.OK, "overlap")
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,10 @@ from typing import Any
 
 import pytest
 
+from core.vocab import HealthReason
 from triggers.health import (
     HEALTHY,
     HealthInputs,
-    Reason,
     Stamp,
     Verdict,
     due,
@@ -59,45 +59,50 @@ AT_UTC = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 @pytest.mark.parametrize(
     ("raw", "over", "reason", "detail_has"),
     [
-        ({**CRON, "kind": "webhook"}, {}, Reason.UNSUPPORTED_KIND, "webhook"),
-        ({**CRON, "spec": {"expr": "61 * * * *"}}, {}, Reason.INVALID_SPEC, "$.spec.expr"),
+        ({**CRON, "kind": "webhook"}, {}, HealthReason.UNSUPPORTED_KIND, "webhook"),
+        ({**CRON, "spec": {"expr": "61 * * * *"}}, {}, HealthReason.INVALID_SPEC, "$.spec.expr"),
         (
             {**CRON, "spec": {"expr": "* * * * *", "tz": "Mars/Base"}},
             {},
-            Reason.INVALID_SPEC,
+            HealthReason.INVALID_SPEC,
             "Mars",
         ),
-        ({**EVENT, "spec": {}}, {}, Reason.INVALID_SPEC, "dataset"),
-        ({**CRON, "enabled": "yes"}, {}, Reason.INVALID_RECORD, "$.enabled"),
-        ({"id": "trg_x"}, {}, Reason.INVALID_RECORD, "kind"),
+        ({**EVENT, "spec": {}}, {}, HealthReason.INVALID_SPEC, "dataset"),
+        ({**CRON, "enabled": "yes"}, {}, HealthReason.INVALID_RECORD, "$.enabled"),
+        ({"id": "trg_x"}, {}, HealthReason.INVALID_RECORD, "kind"),
         (
             {**EVENT, "spec": {"dataset": "emails", "objectId": "x"}},
             {},
-            Reason.UNSUPPORTED_SOURCE,
+            HealthReason.UNSUPPORTED_SOURCE,
             "emails",
         ),
-        ({**CRON, "program": "nope@v1"}, {}, Reason.UNKNOWN_PROGRAM, "nope@v1"),
-        ({**CRON, "program": "internal:other"}, {}, Reason.UNKNOWN_PROGRAM, "internal:other"),
-        (EVENT, {"missing_chats": frozenset({"chat_1"})}, Reason.SOURCE_NOT_FOUND, "chat_1"),
-        ({**EVENT, "spec": {"dataset": "chat_messages"}}, {}, Reason.SOURCE_NOT_FOUND, "objectId"),
-        ({**CRON, "owner": PHONE}, {}, Reason.OWNER_OFFLINE, "phone"),
-        ({**ONCE, "lastRunAt": AT}, {}, Reason.DONE, "09:00"),
+        ({**CRON, "program": "nope@v1"}, {}, HealthReason.UNKNOWN_PROGRAM, "nope@v1"),
+        ({**CRON, "program": "internal:other"}, {}, HealthReason.UNKNOWN_PROGRAM, "internal:other"),
+        (EVENT, {"missing_chats": frozenset({"chat_1"})}, HealthReason.SOURCE_NOT_FOUND, "chat_1"),
+        (
+            {**EVENT, "spec": {"dataset": "chat_messages"}},
+            {},
+            HealthReason.SOURCE_NOT_FOUND,
+            "objectId",
+        ),
+        ({**CRON, "owner": PHONE}, {}, HealthReason.OWNER_OFFLINE, "phone"),
+        ({**ONCE, "lastRunAt": AT}, {}, HealthReason.DONE, "09:00"),
         (
             {**ONCE, "spec": {"at": AT, "graceSeconds": 60}, "lastRunAt": AT},
             {},
-            Reason.DONE,
+            HealthReason.DONE,
             "09:00",
         ),
-        ({**ONCE, "spec": {"at": AT, "graceSeconds": 60}}, {}, Reason.MISSED, "60 s"),
+        ({**ONCE, "spec": {"at": AT, "graceSeconds": 60}}, {}, HealthReason.MISSED, "60 s"),
         (
             CRON,
             {"breaker_until": {TriggerId("trg_c"): NOW + timedelta(minutes=5)}},
-            Reason.BREAKER_OPEN,
+            HealthReason.BREAKER_OPEN,
             "09:35",
         ),
-        ({**CRON, "nextFireAt": ago(2)}, {}, Reason.OVERDUE, "09:28"),
-        ({**CRON, "nextFireAt": ago(2), "lastRunAt": ago(3)}, {}, Reason.OVERDUE, "09:28"),
-        ({**CRON, "owner": BOX, "nextFireAt": ago(2)}, {}, Reason.OVERDUE, "09:28"),
+        ({**CRON, "nextFireAt": ago(2)}, {}, HealthReason.OVERDUE, "09:28"),
+        ({**CRON, "nextFireAt": ago(2), "lastRunAt": ago(3)}, {}, HealthReason.OVERDUE, "09:28"),
+        ({**CRON, "owner": BOX, "nextFireAt": ago(2)}, {}, HealthReason.OVERDUE, "09:28"),
     ],
 )
 def test_verdict(raw, over, reason, detail_has):
@@ -134,11 +139,11 @@ def test_healthy(raw, over):
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [
-        ({**CRON, "enabled": False, "program": "nope@v1"}, Reason.UNKNOWN_PROGRAM),
-        ({**ONCE, "enabled": False, "spec": {"at": AT, "graceSeconds": 0}}, Reason.MISSED),
-        ({**CRON, "program": "nope@v1", "owner": PHONE}, Reason.UNKNOWN_PROGRAM),
-        ({**ONCE, "owner": PHONE, "spec": {"at": AT, "graceSeconds": 0}}, Reason.MISSED),
-        ({**CRON, "owner": PHONE, "nextFireAt": ago(60)}, Reason.OWNER_OFFLINE),
+        ({**CRON, "enabled": False, "program": "nope@v1"}, HealthReason.UNKNOWN_PROGRAM),
+        ({**ONCE, "enabled": False, "spec": {"at": AT, "graceSeconds": 0}}, HealthReason.MISSED),
+        ({**CRON, "program": "nope@v1", "owner": PHONE}, HealthReason.UNKNOWN_PROGRAM),
+        ({**ONCE, "owner": PHONE, "spec": {"at": AT, "graceSeconds": 0}}, HealthReason.MISSED),
+        ({**CRON, "owner": PHONE, "nextFireAt": ago(60)}, HealthReason.OWNER_OFFLINE),
     ],
 )
 def test_the_more_lasting_cause_wins(raw, reason):
@@ -148,7 +153,7 @@ def test_the_more_lasting_cause_wins(raw, reason):
 def test_breaker_outranks_overdue():
     record = load({**CRON, "nextFireAt": ago(10)})
     until = {TriggerId("trg_c"): NOW + timedelta(minutes=1)}
-    assert verdict(record, inputs(breaker_until=until)).reason is Reason.BREAKER_OPEN
+    assert verdict(record, inputs(breaker_until=until)).reason is HealthReason.BREAKER_OPEN
 
 
 @pytest.mark.parametrize(
@@ -179,7 +184,7 @@ def stamped(raw: dict[str, Any], status: str, detail: str = "") -> Loaded:
     return load({**raw, "lastStatus": status, "lastStatusDetail": detail})
 
 
-OFFLINE = Verdict(reason=Reason.OWNER_OFFLINE, detail="pinned to phone, which is not live")
+OFFLINE = Verdict(reason=HealthReason.OWNER_OFFLINE, detail="pinned to phone, which is not live")
 
 
 @pytest.mark.parametrize(

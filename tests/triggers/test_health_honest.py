@@ -4,7 +4,8 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from triggers.health import HEALTHY, HealthInputs, Reason, due, verdict
+from core.vocab import HealthReason
+from triggers.health import HEALTHY, HealthInputs, due, verdict
 from triggers.records import OnceTrigger, PeerId, TriggerId, load
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -19,7 +20,7 @@ def inputs(status: str) -> HealthInputs:
 
 def test_a_once_whose_only_run_failed_is_not_done_nor_missed() -> None:
     record = load(ONCE)
-    assert verdict(record, inputs("ok")).reason is Reason.DONE
+    assert verdict(record, inputs("ok")).reason is HealthReason.DONE
     assert verdict(record, inputs("error")) == HEALTHY  # the run's own `error` stamp stands
 
 

@@ -1,12 +1,13 @@
-"""The `any@v1` route table: the one description both space clients are driven by.
+"""The `any@v1` route table: every path of the space API, written once.
 
 Owns, per route: its name, method, path template, whether it takes a JSON body,
 which query parameters and headers it accepts, and whether it answers with an
-SSE stream. Also owns the error every client raises (`ApiError`, built from the
-house error body) and the pure helpers that turn a route and its parameters into
-a request target. It does no I/O: the synchronous client for programs
-(`programs.anyv1`) and the async client for the daemon and CLI
-(`runtime.client`) both read it, so they cannot drift from each other.
+SSE stream. The server registers its handlers by route name (`space.http.add_route`),
+and both clients, the synchronous one for programs (`programs.anyv1`) and the async
+one for the daemon and CLI (`runtime.client`), build their requests from it, so
+neither side can drift. Also owns what a client raises on a refusal (`ApiError`,
+built from the house error body) and the pure helpers that turn a route and its
+parameters into a request target. No I/O; imports nothing of ours.
 """
 
 from __future__ import annotations
@@ -73,9 +74,7 @@ ROUTES: dict[str, Route] = {
         Route(name="chat_create", method="POST", path=_S + "/chats", body=True),
         Route(name="chats", method="GET", path=_S + "/chats"),
         Route(name="chat_send", method="POST", path=_CHAT + "/messages", body=True),
-        Route(
-            name="chat_edit", method="PATCH", path=_CHAT + "/messages/{messageId}", body=True
-        ),
+        Route(name="chat_edit", method="PATCH", path=_CHAT + "/messages/{messageId}", body=True),
         Route(
             name="chat_messages",
             method="GET",

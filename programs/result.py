@@ -1,25 +1,18 @@
 """What a run of a program came to: the `Outcome` the executor hands back.
 
-Plain data. Owns the run statuses (their `str` values are the wire values of run
-records) and the outcome's shape; must not know how a run is performed or recorded.
+Plain data. Owns the outcome's shape and the words for how a worker process
+ended; the statuses are `core.vocab.RunStatus`. Must not know how a run is
+performed or recorded.
 """
 
 from __future__ import annotations
 
-import enum
 import signal
 from typing import Any
 
 import msgspec
 
-
-class RunStatus(enum.StrEnum):
-    ok = "ok"
-    error = "error"
-    timeout = "timeout"
-    crashed = "crashed"
-    rejected = "rejected"
-    skipped = "skipped"
+from core.vocab import FAILED, RunStatus
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -41,10 +34,7 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def failed(self) -> bool:
-        return self.status in _FAILURES
-
-
-_FAILURES = frozenset({RunStatus.error, RunStatus.timeout, RunStatus.crashed})
+        return self.status in FAILED
 
 
 def exit_reason(returncode: int | None) -> str:

@@ -12,9 +12,9 @@ from typing import Any
 
 import msgspec
 
+from core.vocab import RunStatus
 from programs.confine import Containment
 from programs.context import RunContext
-from programs.outcome import RunStatus
 
 MAX_FRAME = 1 << 20
 HEADER = 4

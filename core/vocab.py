@@ -1,0 +1,103 @@
+"""The words every package of baton speaks: statuses, their sets, reasons, policies, instants.
+
+Owns the run statuses and which of them failed, ran or did not run; the reasons
+a run record or a stamp carries; the outcomes of a chat-watch turn; the overlap
+policies of a record; and how an instant is written as text. Their `str`
+values are the wire values (SPEC). Imports nothing of ours (stdlib only), so
+`triggers/`, `programs/`, `runtime/` and `space/` all may import it; must not
+grow behaviour beyond words and the sets made of them.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+
+# Enums here carry comments, not docstrings: a docstring would enter the API's OpenAPI schema.
+
+
+class RunStatus(enum.StrEnum):  # how a run record ended (`status`)
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    REJECTED = "rejected"  # never ran: refused (a full queue, a stale term, shutdown)
+    SKIPPED = "skipped"  # never ran: not to run (overlap, open breaker, unknown program, …)
+
+
+RAN = frozenset({RunStatus.OK, RunStatus.ERROR, RunStatus.TIMEOUT, RunStatus.CRASHED})
+"""The program ran: a record of one of these is of a fire its device claimed."""
+NOT_RAN = frozenset({RunStatus.REJECTED, RunStatus.SKIPPED})
+FAILED = frozenset({RunStatus.ERROR, RunStatus.TIMEOUT, RunStatus.CRASHED})
+"""The program ran and failed: what counts against the breaker and the failure streak."""
+KEPT_LONGER = FAILED | {RunStatus.REJECTED}
+"""Run records the space keeps past the ordinary retention: failures, and fires refused."""
+
+
+class RunReason(enum.StrEnum):
+    # Why a run record ended as it did (its `reason`), also its stamp's detail.
+    # `STALE_TERM`, `PAUSED` and `BEFORE_ACTIVE` are also the codes of the space's
+    # refusal of a claim: the device records the refusal under the same word.
+    OVERLAP = "overlap"
+    QUEUE_FULL = "queue_full"
+    BREAKER_OPEN = "breaker_open"
+    STALE_TERM = "stale_term"
+    PAUSED = "paused"  # the space refused the claim: the trigger is paused
+    BEFORE_ACTIVE = "before_active"  # the space refused the claim: before the record's activeSince
+    UNKNOWN_PROGRAM = "unknown_program"
+    INVALID_PROGRAM = "invalid_program"
+    RUN_TOKEN = "run_token"
+    WITHDRAWN = "withdrawn"
+    SHUTDOWN = "shutdown"
+
+
+class HealthReason(enum.StrEnum):  # a verdict of the health pass, stamped as `lastStatus`
+    UNSUPPORTED_KIND = "unsupported_kind"
+    INVALID_SPEC = "invalid_spec"
+    INVALID_RECORD = "invalid_record"
+    UNSUPPORTED_SOURCE = "unsupported_source"
+    UNKNOWN_PROGRAM = "unknown_program"
+    SOURCE_NOT_FOUND = "source_not_found"
+    OWNER_OFFLINE = "owner_offline"
+    MISSED = "missed"
+    DONE = "done"
+    BREAKER_OPEN = "breaker_open"
+    OVERDUE = "overdue"
+
+
+class TurnOutcome(enum.StrEnum):  # how a chat-watch turn ended; a turn is not a run
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+
+
+class Overlap(enum.StrEnum):  # `limits.overlap`: a fire while an earlier one still runs
+    SKIP = "skip"
+    QUEUE = "queue"
+    PARALLEL = "parallel"
+
+
+# --- instants as text ------------------------------------------------------------------
+# One format for instants on the wire (`iso`). Two other texts hold an instant and are
+# kept byte for byte because their bytes are stored: a fire key (claims are keyed on it)
+# and a stamp's detail (the health pass compares the stamped words with its own).
+
+
+def iso(when: datetime) -> str:
+    """An instant on the wire: RFC 3339 in UTC with milliseconds, `2026-12-01T09:00:00.000Z`."""
+    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def key_instant(when: datetime) -> str:
+    """An instant in a fire key: `2026-12-01T08:00:00Z`, a fraction only when there is one."""
+    u = when.astimezone(UTC)
+    text = u.strftime("%Y-%m-%dT%H:%M:%S")
+    if u.microsecond:
+        text += f".{u.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
+def detail_instant(when: datetime) -> str:
+    """An instant in a stamp's detail words: `2026-12-01T09:00:00+00:00`."""
+    return when.astimezone(UTC).isoformat()

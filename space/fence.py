@@ -1,0 +1,76 @@
+"""The fence of a fire claim: whether a fire may be claimed now, and the refusal if not.
+
+A claim for a floating trigger is refused (`stale_term`) unless the claimer holds
+the current lease at that term; one for a pinned trigger is refused
+(`not_owner`) from any peer but its owner. A paused record is refused
+(`paused`), and so is a fire for an instant before the record's `activeSince`
+(`before_active`: a message accepted before it, a cron slot before it). The
+refusal codes are the reasons the device records (`core.vocab.RunReason`).
+Reads only, inside the caller's transaction; must not write.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlite_utils
+
+from core.vocab import RunReason
+from core.wire import FireIn
+from space import chat_store, election, trigger_store
+from space.http import Refusal
+
+
+def record_to_claim(
+    db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime
+) -> dict[str, Any]:
+    """The record of the fire, if `fire` may be claimed now; `Refusal` if not."""
+    _, record = trigger_store.current(db, space, fire.triggerId)
+    _active(db, record, fire)
+    owner = record.get("owner", "")
+    if isinstance(owner, str) and owner:
+        if fire.peer != owner:
+            raise Refusal(409, "not_owner", f"trigger {fire.triggerId!r} is pinned to {owner!r}")
+        return record
+    lease = election.load(db, space)
+    if lease.lapsed(now) or lease.active != fire.peer or lease.term != fire.term:
+        holder = lease.active if not lease.lapsed(now) else None
+        raise Refusal(
+            409,
+            RunReason.STALE_TERM,
+            f"term {fire.term} by {fire.peer!r} is not the current "
+            f"lease (held by {holder!r} at term {lease.term})",
+            term=lease.term,
+        )
+    return record
+
+
+def _active(db: sqlite_utils.Database, record: dict[str, Any], fire: FireIn) -> None:
+    """Refuse a fire of a paused record, or for an instant before its `activeSince`."""
+    tid = fire.triggerId
+    if record.get("enabled") is False:
+        raise Refusal(409, RunReason.PAUSED, f"trigger {tid!r} is paused")
+    since = record.get("activeSince")
+    if not isinstance(since, str):
+        return
+    kind = record.get("kind")
+    if kind == "event":
+        accepted = chat_store.created_at(db, fire.key)
+        if accepted is not None and accepted <= since:  # both in the one wire format
+            raise Refusal(409, RunReason.BEFORE_ACTIVE, f"message {fire.key!r} came before {since}")
+    elif kind == "cron" and _before(_instant(fire.key), _instant(since)):
+        raise Refusal(409, RunReason.BEFORE_ACTIVE, f"slot {fire.key} is before {since}")
+
+
+def _before(slot: datetime | None, start: datetime | None) -> bool:
+    """A slot strictly before the start (a slot at `activeSince` itself may fire)."""
+    return slot is not None and start is not None and slot < start
+
+
+def _instant(text: str) -> datetime | None:
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
