@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from core.clock import Clock, SystemClock, iso
 from programs.executor import Executor
 from programs.loader import ProgramCache
 from programs.refs import ProgramRef
@@ -30,7 +31,6 @@ from programs.rollup import Rollup
 from runtime import outcomes
 from runtime.chatwatch import ChatWatch
 from runtime.client import ApiError, SpaceClient
-from runtime.clock import Clock, SystemClock, iso
 from runtime.election import Elector
 from runtime.firing import Firing
 from runtime.healthpass import HealthPass

@@ -39,6 +39,7 @@ from typing import Any
 
 import msgspec
 
+from core.clock import Clock
 from programs import admission, breaker
 from programs.context import RunContext
 from programs.executor import Executor, ExecutorClosed
@@ -49,7 +50,6 @@ from programs.refs import InvalidRef
 from runtime import outcomes
 from runtime.chatwatch import ChatWatch
 from runtime.client import ApiError, SpaceClient
-from runtime.clock import Clock
 from runtime.dispatch import FireRequest, named
 from runtime.outcomes import Book, Fire
 from triggers.records import RESERVED_CHAT_WATCH, Overlap, Trigger, TriggerId

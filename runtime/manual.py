@@ -19,13 +19,13 @@ from typing import Any
 
 import msgspec
 
+from core.clock import Clock, SystemClock
 from programs.context import RunContext
 from programs.executor import Executor
 from programs.job import Job
 from programs.outcome import Outcome
 from runtime import outcomes
 from runtime.client import ApiError, SpaceClient
-from runtime.clock import Clock, SystemClock
 from runtime.firing import new_run_id, run_job, run_token
 
 KEY_PREFIX = "manual:"
