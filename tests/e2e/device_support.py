@@ -21,7 +21,7 @@ from aiohttp import web
 
 from core.clock import FakeClock
 from runtime.client import SpaceClient
-from runtime.device import Device
+from runtime.device import Device, Settings
 from space.app import create_app, default_admin_token_file
 from space.clock import system_clock
 from space.sse import STREAMS
@@ -250,8 +250,8 @@ async def make_device(spaces: Spaces) -> AsyncIterator[MakeDevice]:
     """`await make_device(**overrides)`: a Device running as a task, stopped at teardown.
 
     Overrides: `space` (a `Space`; default the test's real-time one), `space_id` (default
-    SPACE), `peer` (default
-    `dev1`, `dev2`, …) and any keyword of `Device` (`clock`, `executor_size`, …).
+    SPACE), `peer` (default `dev1`, `dev2`, …), `clock`, `responder` and any field of
+    `Settings` (`executor_size`, `lease`, …).
     """
     running: list[Running] = []
 
@@ -260,8 +260,10 @@ async def make_device(spaces: Spaces) -> AsyncIterator[MakeDevice]:
         peer = overrides.pop("peer", f"dev{len(running) + 1}")
         space_id = overrides.pop("space_id", SPACE)
         token = overrides.pop("token", None) or await space.device_token(peer, space_id)
+        parts = {k: overrides.pop(k) for k in ("clock", "responder") if k in overrides}
         options: dict[str, Any] = {"executor_size": 2, **overrides}
-        device = Device(url=space.url, token=token, space=space_id, peer=peer, **options)
+        settings = Settings(url=space.url, token=token, space=space_id, peer=peer, **options)
+        device = Device(settings, **parts)
         task = asyncio.create_task(device.run(), name=f"device {peer} {secrets.token_hex(2)}")
         run = Running(device, task, space)
         running.append(run)

@@ -18,6 +18,7 @@ import pytest
 from core.clock import FakeClock
 from runtime.client import SpaceClient
 from runtime.election import Elector
+from runtime.events import RoleChanged
 from runtime.lease import Config
 from space.app import create_app, default_admin_token_file
 
@@ -33,7 +34,9 @@ class Device:
         self.world, self.peer, self.elector, self.client = world, peer, elector, client
         self.edges: list[tuple[float, bool]] = []
         self.task: asyncio.Task[None] | None = None
-        elector.on_change(lambda on: self.edges.append((world.clock.monotonic(), on)))
+        elector.bus.subscribe(
+            RoleChanged, lambda e: self.edges.append((world.clock.monotonic(), e.active))
+        )
 
     def fires(self) -> bool:
         return self.elector.may_fire()
