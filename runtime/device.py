@@ -87,7 +87,7 @@ class Device:
             self.client, s.space, s.peer, name=s.name or s.peer, priority=s.priority,
             clock=self.clock, config=s.lease, report=self._report, sleepwatch=self.sleepwatch,
         )  # fmt: skip
-        self.elector.instance = _instance()
+        self.elector.heartbeat.instance = _instance()
         self.takeover = Takeover(
             self.client, s.space, s.peer, clock=self.clock,
             window=timedelta(seconds=s.bridge_seconds),
@@ -223,7 +223,8 @@ class Device:
         """The elector already stopped acting (it hears `Slept` first)."""
         log.warning("the machine slept or its clock jumped: distrusting the lease and streams")
         self.up_since = self.clock.wall()
-        self.elector.instance = _instance()  # the space's upSince restarts: nothing of the sleep
+        # a new instance: the space's upSince restarts, nothing of the sleep counts as up
+        self.elector.heartbeat.instance = _instance()
         self.ticker.slept(self.up_since)
         self.subscriptions.slept(self.up_since)
 

@@ -1,20 +1,16 @@
 """The election loop: keeps this device's standing in the floating-trigger lease.
 
-Owns talking to the space about the lease (SPEC "Who runs what" → Election):
-heartbeats (`device_put` with name, priority and, given `report`, the device's
-own status for `baton status`) every renew interval, reads of
-the lease (`election`) and the live devices (`devices`), and carrying out what
-`runtime.lease.decide` says (claim, renew, hand over, want). The space answers
-`expiresInMs`, which becomes a local monotonic deadline at read time; no wall
-clock is compared with another device's. The space's `leaseSeconds` wins over the
+Owns the loop (SPEC "Who runs what" → Election): a heartbeat every renew interval
+(runtime.heartbeat), a read of the lease, and doing what `lease.decide` says through
+the election routes (runtime.leasecalls). The space's `leaseSeconds` wins over the
 configured lease length: the timings stretch to it (`lease.scaled`).
 
 `may_fire()` is the gate for floating triggers. It is false unless a claim or
 renewal succeeded less than `lease_s - margin_s` ago, so a device cut off from
 the space fails closed; and it turns false at once on a conflict, on reading
-another holder, on `slept()` or when it sees the wall clock run away from the
-monotonic clock since its last renewal. Listeners given to `on_change` hear
-each edge of `may_fire()` (True: gained, False: lost) as the loop sees it.
+another holder, or on `slept()`, which hears the device's one sleep detector
+(runtime.sleepwatch, asked again inside `may_fire()`). Each edge of `may_fire()`
+(True: gained, False: lost) is published as `RoleChanged` on the bus as seen.
 
 Must not decide anything itself (that is `runtime.lease`), and must not die of
 the space or a peer: errors are logged once per change, backed off, retried.
@@ -34,15 +30,15 @@ import msgspec
 from core.aio import Backoff, sleep_until
 from core.clock import Clock, iso
 from runtime import lease
-from runtime.client import ApiError, SpaceClient
+from runtime.client import SpaceClient
 from runtime.events import Bus, RoleChanged, Slept
 from runtime.heartbeat import Heartbeat
+from runtime.leasecalls import LeaseCalls, view_of
 from runtime.sleepwatch import SleepWatch
 
 log = logging.getLogger(__name__)
 
 BACKOFF_BASE = 0.25
-DEFAULT_CONFIG = lease.Config()
 
 
 class Elector:
@@ -57,13 +53,13 @@ class Elector:
         name: str,
         priority: int = 0,
         clock: Clock,
-        config: lease.Config = DEFAULT_CONFIG,
+        config: lease.Config = lease.DEFAULTS,
         report: Callable[[], dict[str, Any]] | None = None,
         sleepwatch: SleepWatch | None = None,
     ) -> None:
-        self._client, self._space, self._peer = client, space, peer
-        self._clock, self._cfg = clock, config
-        self._heart = Heartbeat(client, space, peer, name=name, clock=clock, report=report)
+        self._peer, self._clock, self._cfg = peer, clock, config
+        self._calls = LeaseCalls(client, space, peer)
+        self.heartbeat = Heartbeat(client, space, peer, name, clock=clock, report=report)
         self._state = lease.State(me=peer, priority=priority)
         self._view: lease.LeaseView | None = None
         self._reported = False
@@ -76,15 +72,6 @@ class Elector:
         self._sleep = sleepwatch or SleepWatch(clock, Bus())
         self.bus = self._sleep.bus  # RoleChanged is published here
         self.bus.subscribe(Slept, lambda _: self.slept())
-
-    @property
-    def instance(self) -> str:
-        """Sent with each heartbeat: a new one restarts the space's upSince."""
-        return self._heart.instance
-
-    @instance.setter
-    def instance(self, value: str) -> None:
-        self._heart.instance = value
 
     # --- what others read -------------------------------------------------------------------
 
@@ -121,11 +108,7 @@ class Elector:
 
     @property
     def live(self) -> frozenset[str]:
-        return self._heart.live
-
-    @property
-    def priorities(self) -> dict[str, int]:
-        return dict(self._heart.priorities)
+        return self.heartbeat.live
 
     def status(self) -> dict[str, Any]:
         now, state = self._clock.monotonic(), self._state
@@ -140,7 +123,7 @@ class Elector:
             "mayFire": lease.may_fire(state, now),
             "actsUntil": iso(acts) if acts else None,
             "priority": state.priority,
-            "live": sorted(self._heart.live),
+            "live": sorted(self.heartbeat.live),
             "want": self._view.want if self._view else None,
             "partsDown": sorted(self._down),
             "lastError": self._error,
@@ -152,7 +135,7 @@ class Elector:
         """The machine slept or its clock jumped: stop acting until a renewal succeeds,
         and heartbeat (with the device's new instance) before claiming again."""
         self._state = lease.on_slept(self._state, self._clock.monotonic())
-        self._heart.beat_now()
+        self.heartbeat.beat_now()
         self._edges()
         self._wake.set()
 
@@ -170,22 +153,15 @@ class Elector:
 
     async def sign_off(self) -> None:
         """Tell the space this device stopped cleanly: it is not live from now on."""
-        await self._heart.sign_off()
+        await self.heartbeat.sign_off()
 
     async def release(self) -> None:
         """Free the lease if this device holds it (a clean stop); cancel `run()` first."""
         state = self._state
         self._state = lease.on_lost(state)
         self._edges()
-        if not state.holding:
-            return
-        try:
-            await self._client.election_release(
-                self._space, {"peer": self._peer, "term": state.term}
-            )
-            log.info("election: released the lease at term %d", state.term)
-        except Exception as exc:
-            log.warning("election: could not release the lease at term %d: %s", state.term, exc)
+        if state.holding:
+            await self._calls.release(state.term)
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -204,7 +180,7 @@ class Elector:
 
     async def _round(self) -> float:
         """One pass; returns the monotonic time to look again."""
-        if self._clock.monotonic() >= self._heart.due:
+        if self._clock.monotonic() >= self.heartbeat.due:
             await self._beat()
         view = await self._read()
         self._state = lease.observe(self._state, view)
@@ -213,31 +189,22 @@ class Elector:
             if self._state.holding:
                 await self.release()
             return now + self._cfg.poll_s
-        step = lease.decide(self._state, view, self._cfg, now, self._heart.priorities)
+        step = lease.decide(self._state, view, self._cfg, now, self.heartbeat.priorities)
         return await self._act(step, now)
 
     async def _beat(self) -> None:
         sent = self._clock.monotonic()
-        await self._heart.beat(self._state.priority, self._cfg.renew_s)
+        await self.heartbeat.beat(self._state.priority, self._cfg.renew_s)
         if not self._healthy:
             self._healthy = True
             self._state = msgspec.structs.replace(self._state, live_since=sent)
 
     async def _read(self) -> lease.LeaseView:
-        answer = await self._client.election(self._space)
-        return self._fold(answer)
+        return self._fold(await self._calls.read())
 
     def _fold(self, answer: dict[str, Any]) -> lease.LeaseView:
-        """A lease answer as a view anchored to local monotonic time."""
-        expires_in = answer.get("expiresInMs")
-        expires = float("-inf") if expires_in is None else expires_in / 1000.0
         self._follow(answer.get("leaseSeconds"))
-        self._view = lease.LeaseView(
-            active=answer.get("active"),
-            term=int(answer["term"]),
-            expires_at_mono=self._clock.monotonic() + expires,
-            want=answer.get("want"),
-        )
+        self._view = view_of(answer, self._clock.monotonic())
         return self._view
 
     def _follow(self, seconds: object) -> None:
@@ -247,9 +214,9 @@ class Elector:
         if seconds == self._cfg.lease_s:
             return
         log.info("election: the space's lease is %g s; timings follow it", seconds)
-        self._heart.due -= self._cfg.renew_s  # the next heartbeat follows the new interval too
+        self.heartbeat.due -= self._cfg.renew_s  # the next heartbeat follows the new interval too
         self._cfg = lease.scaled(float(seconds), like=self._cfg)
-        self._heart.due += self._cfg.renew_s
+        self.heartbeat.due += self._cfg.renew_s
         self._retry.backoff = self._backoff()
         if self._state.holding:  # may act only as long as the space's lease allows
             state = self._state
@@ -264,19 +231,14 @@ class Elector:
             case lease.Act.HANDOVER:
                 return await self._handover(step.term, step.to or "")
             case lease.Act.WANT:
-                await self._client.election_want(self._space, {"peer": self._peer, "want": True})
-                log.info("election: asked for the lease (priority %d)", self._state.priority)
+                await self._calls.want(self._state.priority)
                 return now + self._cfg.poll_s
 
     async def _claim(self, term: int) -> float:
         sent = self._clock.monotonic()
-        body = {"peer": self._peer, "term": term}
-        try:
-            answer = await self._client.election_claim(self._space, body)
-        except ApiError as exc:
-            if exc.status == 409:
-                return self._conflict(term)
-            raise
+        answer = await self._calls.claim(term)
+        if answer is None:
+            return self._conflict(term)
         self._fold(answer)
         if answer.get("active") != self._peer:
             return self._conflict(term)
@@ -293,22 +255,12 @@ class Elector:
         return self._clock.monotonic() + self._cfg.poll_s
 
     async def _handover(self, term: int, to: str) -> float:
-        body = {"peer": self._peer, "term": term, "to": to}
         self._state = lease.on_lost(self._state)  # stop acting before the lease moves
         self._edges()
-        try:
-            await self._client.election_handover(self._space, body)
-            log.info("election: handed the lease over to %s at term %d", to, term + 1)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
-            log.warning("election: hand-over to %s refused: %s", to, exc)
+        await self._calls.handover(term, to)
         return self._clock.monotonic() + self._cfg.poll_s
 
-    # --- errors, edges and sleeping -----------------------------------------------------------
-
-    def _backoff(self) -> Backoff:
-        """Retries double from `BACKOFF_BASE` up to the poll interval, without jitter."""
+    def _backoff(self) -> Backoff:  # doubling up to the poll interval, without jitter
         return Backoff(base=BACKOFF_BASE, cap=max(BACKOFF_BASE, self._cfg.poll_s), jitter=False)
 
     def _failed(self, exc: Exception) -> float:
@@ -327,7 +279,7 @@ class Elector:
         self._error = None
 
     def _edges(self) -> None:
-        """Tell listeners when `may_fire()` turned."""
+        """Publish `RoleChanged` when `may_fire()` turned."""
         now = self._allowed()
         if now == self._reported:
             return

@@ -25,15 +25,9 @@ class Heartbeat:
     """One device's heartbeats in one space."""
 
     def __init__(
-        self,
-        client: SpaceClient,
-        space: str,
-        peer: str,
-        *,
-        name: str,
-        clock: Clock,
+        self, client: SpaceClient, space: str, peer: str, name: str, *, clock: Clock,
         report: Callable[[], dict[str, Any]] | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self._client, self._space, self._peer = client, space, peer
         self._name, self._clock, self._report = name, clock, report
         self.due = float("-inf")  # monotonic: when the next beat is due

@@ -4,17 +4,15 @@ Owns which chats this device follows (SPEC "When triggers fire" → event). From
 registry `Diff` it keeps ONE `Subscription` per distinct chat across the armed event
 triggers on `chat_messages`: opened with the chat's first trigger, closed with its
 last; an `update` or `rearm` on the same chat keeps the subscription and swaps the
-record. Each `message` fires every armed trigger of its chat once through the
-`Dispatcher`: key `messageId`, due at `createdAt`, `event = {space, objectId,
-messageId, text, agent?}`. An agent's message fires only triggers of the reserved
-program `internal:chat-watch` (chat-watch filters nudges itself).
+record. Each `message` fires every armed trigger of its chat that wants it
+(runtime.chatfeed: `wants`, `active_for`) once through the `Dispatcher`: key
+`messageId`, due at `createdAt`, `event = {space, objectId, messageId, text, agent?}`.
 
 Live-only: a fresh subscription has no `last_id`, so the server's `hello` is where it
 starts; resuming after brief drops is the `Subscription`'s job; `slept()` drops every
-cursor and subscribes afresh. A message accepted before a trigger's `activeSince` never
-fires it. On takeover (`bridge(since)`) the floating triggers also get the chat's
-messages accepted since `since` up to where the stream began or stands (read from the
-history pages); the fire claims dedupe what the previous holder already ran.
+cursor and subscribes afresh. On takeover (`bridge(since)`) the floating triggers also
+get the chat's messages accepted since `since` up to where the stream began or stands;
+the fire claims dedupe what the previous holder already ran.
 
 One chat's failure is its own: a 404 puts it in `missing` (health: `source_not_found`),
 another refusal marks it `failed`; both are re-probed every `reprobe_s`. A malformed
@@ -34,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from core.aio import TaskSet, sleep_until
+from core.aio import Backoff, TaskSet, sleep_until
 from core.clock import Clock
 from programs.routes import ApiError
 from runtime.chatfeed import (
@@ -52,13 +50,7 @@ from runtime.chatfeed import (
 from runtime.client import SpaceClient
 from runtime.dispatch import Dispatcher, FireRequest, named
 from runtime.sse import SseEvent
-from runtime.subscribe import (
-    DEFAULT_BACKOFF,
-    Backoff,
-    ConnectionState,
-    Permanent,
-    SubscriptionStatus,
-)
+from runtime.subscribe import DEFAULT_BACKOFF, ConnectionState, Permanent, SubscriptionStatus
 from triggers.records import EventTrigger, Trigger, TriggerId
 from triggers.registry import Diff
 from triggers.schedule import fire_key_event

@@ -22,6 +22,7 @@ from aiohttp import web
 from core.clock import FakeClock
 from runtime.client import SpaceClient
 from runtime.device import Device, Settings
+from runtime.events import RoleChanged
 from space.app import create_app, default_admin_token_file
 from space.clock import system_clock
 from space.sse import STREAMS
@@ -188,9 +189,13 @@ class Running:
         await asyncio.gather(self.task, return_exceptions=True)
 
     async def active(self) -> None:
-        """Wait until this device holds the lease and its first sync is done."""
+        """Wait until its first sync is done and this device holds the lease (as its bus
+        announces: `may_fire()` reports the turn it sees)."""
         d = self.device
-        await eventually(lambda: d.elector.may_fire() and d.reconciler.ready.is_set())
+        async with asyncio.timeout(DEADLINE):
+            await d.reconciler.ready.wait()
+            while not d.elector.may_fire():
+                await d.bus.next(RoleChanged, lambda e: e.active)
 
     def chat_state(self, chat: str) -> dict[str, Any] | None:
         return next((c for c in self.device.subscriptions.status() if c["chat"] == chat), None)

@@ -139,7 +139,7 @@ async def test_the_first_device_claims_renews_and_a_peer_never_preempts(world: W
     lease = await world.lease()
     assert (lease["active"], lease["term"], lease["want"]) == ("a", 1, None)
     assert a.elector.live == {"a", "b"} and b.elector.active == "a"
-    assert b.elector.priorities == {"a": 0, "b": 0}
+    assert b.elector.heartbeat.priorities == {"a": 0, "b": 0}
     devices = {d["peer"]: d for d in (await world.admin.devices(SPACE))["devices"]}
     assert devices["a"]["name"] == "A" and devices["b"]["live"]
     status = a.elector.status()
