@@ -86,13 +86,16 @@ class TaskSet:
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def cancel(self) -> None:
+        """Cancel every running task now and refuse new ones (`close()` also waits)."""
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+
     async def close(self) -> None:
         """Cancel every running task and wait for all of them; re-raise a fatal failure."""
-        self._closed = True
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        self.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         failure, self._failure = self._failure, None
         if failure is not None:
             raise failure

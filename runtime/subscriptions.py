@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -168,16 +167,14 @@ class Subscriptions:
 
     def _open(self, object_id: str, triggers: dict[TriggerId, EventTrigger]) -> Chat:
         chat = Chat(object_id, triggers)
-        self._spawn(chat, self._follow(chat))
+        chat.tasks.spawn(self._follow(chat), name=f"chat {object_id}")
         log.info("chat %s: subscribing for %s", object_id, ", ".join(sorted(triggers)) or "-")
         return chat
 
     def _close_chat(self, chat: Chat) -> None:
+        chat.tasks.cancel()  # at once: no event of the old stream is taken after this
         self._closing.spawn(chat.tasks.close(), name=f"close {chat.object_id}")
         log.info("chat %s: subscription closed", chat.object_id)
-
-    def _spawn(self, chat: Chat, work: Coroutine[Any, Any, None]) -> None:
-        chat.tasks.spawn(work, name=f"chat {chat.object_id}")
 
     # -- one chat's stream
 
@@ -277,7 +274,8 @@ class Subscriptions:
         if chat.last_seq is None:
             chat.pending.append(bridge)
         else:
-            self._spawn(chat, self._bridge_locked(chat, bridge, chat.last_seq))
+            work = self._bridge_locked(chat, bridge, chat.last_seq)
+            chat.tasks.spawn(work, name=f"chat {chat.object_id} bridge")
 
     async def _bridge_locked(self, chat: Chat, bridge: Bridge, upto: int) -> None:
         async with chat.lock:

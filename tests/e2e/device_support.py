@@ -226,7 +226,8 @@ def runtime_tasks() -> list[asyncio.Task[Any]]:
     for task in asyncio.all_tasks():
         code = getattr(task.get_coro(), "cr_code", None)
         where = code.co_filename if code is not None else ""
-        ours = ("/runtime/" in where or "/programs/" in where) and "/space/" not in where
+        ours = any(f"/{p}/" in where for p in ("runtime", "programs", "core"))  # core: TaskSet
+        ours = ours and "/space/" not in where
         if task is not me and not task.done() and ours:
             left.append(task)
     return left
