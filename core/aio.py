@@ -44,7 +44,8 @@ class TaskSet:
     is awaited by its owner, not spawned. After `close()`, `spawn()` refuses.
 
     A task's exception is logged with its name and does not touch the other tasks;
-    with `fatal=True` it is kept and re-raised by the next `close()` instead.
+    a task spawned with `fatal=True` that fails also cancels the others (and refuses new
+    ones), and its exception is re-raised by `close()`.
     """
 
     def __init__(self, label: str = "task") -> None:
@@ -72,9 +73,10 @@ class TaskSet:
             raise
         except Exception as exc:
             name = asyncio.current_task().get_name()  # type: ignore[union-attr]
+            log.exception("%s %s failed", self._label, name)
             if fatal:
                 self._failure = self._failure or exc
-            log.exception("%s %s failed", self._label, name)
+                self.cancel()
 
     def __len__(self) -> int:
         return len(self._tasks)

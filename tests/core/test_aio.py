@@ -63,14 +63,18 @@ async def test_work_cancelled_before_it_began_leaves_no_unawaited_coroutine():
     assert began == []
 
 
-async def test_a_fatal_failure_is_raised_by_close():
+async def test_a_fatal_failure_cancels_the_others_and_is_raised_by_close():
     tasks = TaskSet()
 
     async def boom() -> None:
+        await asyncio.sleep(0)
         raise ValueError("bad")
 
+    other = tasks.spawn(asyncio.Event().wait())
     tasks.spawn(boom(), fatal=True)
-    await tasks.wait()
+    async with asyncio.timeout(5):
+        await tasks.wait()
+    assert other.cancelled()
     with pytest.raises(ValueError, match="bad"):
         await tasks.close()
 
