@@ -1,1 +1,2 @@
-"""The bottom of baton: the one vocabulary, route table and wire shapes every package may import."""
+"""The bottom layer every package may import: the clock, the async kit, the vocabulary,
+the route table and the wire shapes."""

@@ -30,8 +30,9 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from core.aio import within
+from core.clock import Clock, SystemClock
 from core.vocab import TurnOutcome
-from runtime.clock import Clock, SystemClock
 from runtime.responders import Message, Responder, ResponderUnavailable, check_reply
 
 log = logging.getLogger(__name__)
@@ -447,17 +448,7 @@ class ChatWatch:
 
     async def _within(self, work: Awaitable[T], seconds: float, what: str) -> T:
         """`work`'s result, or TimeoutError once `seconds` pass on the Clock (work cancelled)."""
-        task = asyncio.ensure_future(work)
-        timer = asyncio.ensure_future(self._clock.sleep(seconds))
-        try:
-            done, _ = await asyncio.wait((task, timer), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for pending in (task, timer):
-                pending.cancel()
-            await asyncio.gather(task, timer, return_exceptions=True)
-        if task not in done:
-            raise TimeoutError(f"{what} timed out after {seconds:g} s")
-        return task.result()
+        return await within(self._clock, seconds, work, what)
 
     # ------------------------------------------------------------ shutdown
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import msgspec
 
+from core.clock import Clock
 from core.vocab import Overlap, RunReason, RunStatus
 from programs import admission, breaker
 from programs.context import RunContext
@@ -50,7 +51,6 @@ from programs.result import Outcome
 from runtime import outcomes
 from runtime.chatwatch import ChatWatch
 from runtime.client import ApiError, SpaceClient
-from runtime.clock import Clock
 from runtime.dispatch import FireRequest, named
 from runtime.outcomes import Book, Fire
 from triggers.records import RESERVED_CHAT_WATCH, Trigger, TriggerId

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from core.clock import Clock, SystemClock
 from core.vocab import RunReason
 from programs.context import RunContext
 from programs.executor import Executor
@@ -26,7 +27,6 @@ from programs.job import Job
 from programs.result import Outcome
 from runtime import outcomes
 from runtime.client import ApiError, SpaceClient
-from runtime.clock import Clock, SystemClock
 from runtime.firing import new_run_id, run_job, run_token
 
 KEY_PREFIX = "manual:"

@@ -1,7 +1,7 @@
 """The space server's notion of time: one injectable function, and how instants go on the wire.
 
 Owns `ServerClock` (a zero-argument function returning an aware UTC datetime),
-the system clock used by default (the runtime's `SystemClock`), and hands on
+the system clock used by default (`core.clock.SystemClock`), and hands on
 the one wire format of instants (`core.vocab.iso`). Handlers ask the app's
 clock, never the machine, so tests control it.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from core.clock import SystemClock
 from core.vocab import iso
-from runtime.clock import SystemClock
 
 __all__ = ["ServerClock", "epoch", "iso", "system_clock"]
 

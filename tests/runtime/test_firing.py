@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
+from core.clock import FakeClock
 from programs.executor import Executor
 from programs.loader import ProgramCache
 from programs.refs import ProgramRef
 from runtime.chatwatch import ChatWatch
 from runtime.client import ApiError, SpaceClient
-from runtime.clock import FakeClock
 from runtime.dispatch import FireRequest
 from runtime.firing import Firing
 from space.app import create_app, default_admin_token_file

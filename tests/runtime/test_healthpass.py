@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from core.clock import FakeClock, iso
 from programs import breaker, rollup
 from runtime.client import SpaceClient
-from runtime.clock import FakeClock, iso
 from runtime.election import Elector
 from runtime.healthpass import HealthPass
 from space.app import create_app, default_admin_token_file
@@ -283,7 +283,7 @@ async def test_a_settled_pass_judges_nothing_until_something_it_reads_changes(
 
 
 def test_a_settled_pass_wakes_when_a_stamped_fire_comes_due() -> None:
-    from runtime.healthpass import FULL_PASS, turns_at
+    from runtime.healthstamps import FULL_PASS, turns_at
     from triggers import health as verdicts
 
     due = START + timedelta(minutes=3)
