@@ -19,7 +19,7 @@ from programs.routes import ROUTES, ApiError, error_from, headers, path_params, 
 from runtime.clock import Clock, SystemClock
 from runtime.subscribe import Subscription, sse_session
 
-__all__ = ["ApiError", "SpaceClient", "TriggerPage"]
+__all__ = ["ApiError", "SpaceClient", "TriggerPage", "transient"]
 
 JSON = Any
 
@@ -271,3 +271,8 @@ class SpaceClient:
 
     async def state_put(self, space: str, trigger_id: str, key: str, body: JSON) -> JSON:
         return await self.call("state_put", body, space=space, triggerId=trigger_id, key=key)
+
+
+def transient(exc: ApiError) -> bool:
+    """A refusal worth retrying: no answer at all, or the space failed (5xx)."""
+    return exc.status == 0 or exc.status >= 500

@@ -25,18 +25,17 @@ import msgspec
 
 from programs.executor import Executor
 from programs.loader import ProgramCache
-from programs.refs import ProgramRef
-from programs.rollup import Rollup
-from runtime import outcomes
 from runtime.chatwatch import ChatWatch
 from runtime.client import ApiError, SpaceClient
 from runtime.clock import Clock, SystemClock, iso
 from runtime.election import Elector
+from runtime.execute import Execute, program_fetch
 from runtime.firing import Firing
 from runtime.healthpass import HealthPass
 from runtime.lease import Config as LeaseConfig
 from runtime.readiness import Readiness
 from runtime.reconciler import Reconciler
+from runtime.recorder import Recorder
 from runtime.responders import Responder, load_responder
 from runtime.sleepwatch import SleepWatch
 from runtime.subscriptions import Subscriptions
@@ -76,10 +75,9 @@ class Device:
         self.clock = clock or SystemClock()
         self.client = SpaceClient(url, token, clock=self.clock)
         self.executor = Executor(size=executor_size)
-        self.programs = ProgramCache(self._fetch_program)
+        self.programs = ProgramCache(program_fetch(self.client, space))
         self.up_since: datetime = self.clock.wall()
         self._background: set[asyncio.Task[None]] = set()  # resyncs and re-seeds in flight
-        self._turns_rollup: Rollup | None = None  # chat-watch's, as this device last stamped it
         self.elector = Elector(
             self.client,
             space,
@@ -95,11 +93,18 @@ class Device:
             self.client, space, peer, clock=self.clock, window=timedelta(seconds=bridge_seconds)
         )
         self.responder = responder or load_responder("builtin", now=self.clock.wall)
+        self.recorder = Recorder(
+            self.client,
+            space,
+            clock=self.clock,
+            next_fire=lambda tid: self.ticker.next_fire(tid),
+            chat_watch=lambda: self.reconciler.records.get(RESERVED_CHAT_WATCH),
+        )
         self.chatwatch = ChatWatch(
             self.responder,
             self._chat_send,
             self._chat_history,
-            record_turn=self._record_turn,
+            record_turn=self.recorder.turn,
             clock=self.clock,
             edit=self.client.chat_edit,
         )
@@ -108,14 +113,19 @@ class Device:
             self.client,
             space,
             peer,
-            url=url,
-            executor=self.executor,
-            programs=self.programs,
+            execute=Execute(
+                self.client,
+                space,
+                url,
+                executor=self.executor,
+                programs=self.programs,
+                clock=self.clock,
+            ),
+            recorder=self.recorder,
             clock=self.clock,
             term=lambda: self.elector.term,
             may_fire_floating=self.elector.may_fire,
             chatwatch=self.chatwatch,
-            next_fire=lambda tid: self.ticker.next_fire(tid),
         )
         self.ticker = Ticker(self.firing, clock=self.clock)
         self.subscriptions = Subscriptions(self.client, space, self.firing, clock=self.clock)
@@ -269,15 +279,6 @@ class Device:
             return False
         return True
 
-    async def _fetch_program(self, ref: ProgramRef) -> str | None:
-        try:
-            found = await self.client.program_get(self.space, str(ref))
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return found["source"]
-
     async def _chat_send(
         self, space: str, object_id: str, text: str, agent: dict[str, Any]
     ) -> dict[str, Any]:
@@ -287,27 +288,6 @@ class Device:
         """The chat's most recent `limit` messages, oldest first (never its oldest ones)."""
         page = await self.client.chat_messages(space, object_id, limit=limit, latest=True)
         return page["messages"]
-
-    async def _record_turn(self, turn: dict[str, Any]) -> None:
-        """Log the turn in `agent_turns` and stamp chat-watch's record; never raises."""
-        tid = turn.get("turnId")
-        log.info("chat-watch turn %s: %s", tid, turn.get("outcome"))
-        try:
-            await self.client.turn_create(self.space, turn)
-        except ApiError as exc:
-            log.warning("chat-watch turn %s not recorded: %s", tid, exc)
-        try:
-            self._turns_rollup, stamps = outcomes.turn_stamps(self._chat_watch_rollup(), turn)
-            await self.client.trigger_status(self.space, RESERVED_CHAT_WATCH, stamps)
-        except (ApiError, ValueError) as exc:
-            log.warning("chat-watch turn %s not stamped: %s", tid, exc)
-
-    def _chat_watch_rollup(self) -> Rollup:
-        """The rollup to add the next start to: the record's stamp when it has seen more
-        starts than this device (another device answered meanwhile), else this device's."""
-        stamped = outcomes.stamped_rollup(self.reconciler.records.get(RESERVED_CHAT_WATCH))
-        mine = self._turns_rollup
-        return stamped if mine is None or stamped.starts > mine.starts else mine
 
     def _report(self) -> dict[str, Any]:
         """What this device says of itself in its heartbeat, for `baton status`."""

@@ -1,30 +1,31 @@
-"""The fire pipeline: what happens to a fire once the ticker or a chat decided it.
+"""Firing: what happens to a fire once the ticker or a chat decided it, up to its run.
 
-Owns `Firing`, the `Dispatcher` of the daemon (SPEC "Who runs what", "Runs"):
+Owns `Firing`, the `Dispatcher` of the daemon (SPEC "Who runs what", "Runs"): the claim
+and the admission of each fire, and the order of the steps.
 
     floating and not allowed now → dropped (logged)
     claim (triggerId, key, term, peer, run) ── already_claimed / not_owner → nothing
                                              └─ stale_term → a `rejected` run
     chat-watch (by its reserved id) → the ChatWatch (no run record: its turns are logged)
     admission (overlap policy) ── skip → `skipped` overlap; full queue → `rejected` queue_full
-    program (ProgramCache) ── not published → `skipped` unknown_program (the breaker
+    program (runtime.execute) ── not published → `skipped` unknown_program (the breaker
                               never sees it, and the next fire after publishing runs)
     breaker ── open → `skipped` breaker_open
-    the run's token (answered with the claim) → executor → run record (ends it) → stamps
+    run (runtime.execute, under the claim's token) → record and stamps (runtime.recorder)
 
 The run id is chosen before the claim, and the claim asks the space for the run's
 token in the same request, so a fire costs no request of its own for a token; every
 record of the fire (run or not) carries that run id, so posting it ends the token. A
-fire that waited in its queue longer than `TOKEN_FRESH_S` mints a fresh token instead
-(`POST …/tokens/run`), so its token still outlives the run's timeout.
+fire that waited in its queue longer than `TOKEN_FRESH_S` has a fresh token minted
+instead, so its token still outlives the run's timeout.
 
 Per trigger it keeps the admission slots, the fires waiting in its queue and its
 `Book` (breaker, rollup), seeded from the record's stamps and re-seeded when the
-record shows runs this device did not make (another device ran it meanwhile).
-The translation of an ending into a run record and stamps is `runtime.outcomes`;
-this module only sequences the steps and talks to the space. It never raises into
-its caller and never dies of a fire: each fire is its own task, and an unexpected
-failure is logged with the trigger id and key.
+record shows runs this device did not make (another device ran it meanwhile). How a
+program runs is `runtime.execute`; what an ending records is `runtime.outcomes`, and
+the writing is `runtime.recorder`'s. It never raises into its caller and never dies of
+a fire: each fire is its own task, and an unexpected failure is logged with the
+trigger id and key.
 """
 
 from __future__ import annotations
@@ -34,32 +35,27 @@ import logging
 import secrets
 from collections import deque
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from programs import admission, breaker
-from programs.context import RunContext
-from programs.executor import Executor, ExecutorClosed
-from programs.job import Job
-from programs.loader import InvalidProgram, LoadedProgram, ProgramCache, UnknownProgram
+from programs.loader import LoadedProgram
 from programs.outcome import Outcome, RunStatus
-from programs.refs import InvalidRef
 from runtime import outcomes
 from runtime.chatwatch import ChatWatch
-from runtime.client import ApiError, SpaceClient
+from runtime.client import ApiError, SpaceClient, transient
 from runtime.clock import Clock
 from runtime.dispatch import FireRequest, named
+from runtime.execute import TOKEN_FRESH_S, TOKEN_MARGIN_S, Ending, Execute, Work, new_run_id
 from runtime.outcomes import Book, Fire
+from runtime.recorder import Recorder
 from triggers.records import RESERVED_CHAT_WATCH, Overlap, Trigger, TriggerId
 from triggers.registry import Diff
 
 log = logging.getLogger("baton.firing")
 
-TOKEN_MARGIN_S = 30.0  # a run token outlives the run's timeout by this much at most
-TOKEN_FRESH_S = TOKEN_MARGIN_S / 2  # a claim's token is used by a run starting this soon
-WRITE_TRIES = 3
+CLAIM_TRIES = 3
 
 
 class _Slot:
@@ -70,8 +66,6 @@ class _Slot:
         self.waiting: deque[tuple[FireRequest, int, Claimed]] = deque()
         self.book = outcomes.book_of(record)
         self.runs_seen = self.book.rollup.runs
-        self.latest: dict[str, Any] | None = None  # stamps not yet written
-        self.writing = asyncio.Lock()
         self.catchups = 0  # catch-up fires admitted and not yet finished
 
 
@@ -85,10 +79,6 @@ def _policy(request: FireRequest, slot: _Slot) -> Overlap:
     if request.catchup or slot.catchups > 0:
         return Overlap.QUEUE
     return request.trigger.effective_overlap
-
-
-def new_run_id() -> str:
-    return "run_" + secrets.token_hex(8)
 
 
 class Claimed(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,19 +99,16 @@ class Firing:
         space: str,
         peer: str,
         *,
-        url: str,
-        executor: Executor,
-        programs: ProgramCache,
+        execute: Execute,
+        recorder: Recorder,
         clock: Clock,
         term: Callable[[], int],
         may_fire_floating: Callable[[], bool],
         chatwatch: ChatWatch | None = None,
-        next_fire: Callable[[TriggerId], datetime | None] | None = None,
     ) -> None:
-        self._client, self._space, self._peer, self._url = client, space, peer, url
-        self._executor, self._programs, self._clock = executor, programs, clock
+        self._client, self._space, self._peer, self._clock = client, space, peer, clock
+        self._execute, self._recorder = execute, recorder
         self._term, self._may_fire_floating, self._chatwatch = term, may_fire_floating, chatwatch
-        self._next_fire = next_fire
         self._slots: dict[TriggerId, _Slot] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.counts: dict[str, int] = {}
@@ -210,14 +197,14 @@ class Firing:
         if run:
             ttl = request.trigger.limits.timeout_seconds + TOKEN_MARGIN_S
             body["run"] = {"runId": run_id, "ttlSeconds": ttl}
-        for attempt in range(WRITE_TRIES):
+        for attempt in range(CLAIM_TRIES):
             try:
                 answer = await self._client.fires_claim(self._space, body)
                 token = answer.get("token") if isinstance(answer, dict) else None
                 return Claimed(run_id=run_id, token=token if isinstance(token, str) else None,
                                at=self._clock.monotonic())  # fmt: skip
             except ApiError as exc:
-                if _transient(exc) and attempt < WRITE_TRIES - 1:
+                if transient(exc) and attempt < CLAIM_TRIES - 1:
                     await self._clock.sleep(0.5 * 2**attempt)
                     continue
                 await self._refused(request, term, exc)
@@ -261,7 +248,7 @@ class Firing:
         record = request.trigger
         slot = self._slot(record)
         policy, max_queue = _policy(request, slot), record.limits.max_queue
-        decision, slot.slots = admission.admit(slot.slots, policy, max_queue, self._executor.size)
+        decision, slot.slots = admission.admit(slot.slots, policy, max_queue, self._execute.size)
         if request.catchup and decision.verdict in (
             admission.Verdict.START,
             admission.Verdict.QUEUED,
@@ -285,7 +272,7 @@ class Firing:
             await self._withdrawn(request, term, claimed.run_id)
             return
         try:
-            program = await self._load(request.trigger.program)
+            program = await self._execute.load(request.trigger.program)
             if isinstance(program, tuple) and program[1] == outcomes.UNKNOWN_PROGRAM:
                 await self._not_run(request, term, RunStatus.skipped, outcomes.UNKNOWN_PROGRAM,
                                     claimed.run_id)  # fmt: skip
@@ -312,65 +299,22 @@ class Firing:
             request, term, claimed = slot.waiting.popleft()
             self._spawn(self._run_admitted(request, term, claimed), request)
 
-    async def _run(
-        self,
-        request: FireRequest,
-        term: int,
-        program: LoadedProgram | tuple[Outcome, str],
-        claimed: Claimed,
-    ) -> None:
+    async def _run(self, request: FireRequest, term: int, program: LoadedProgram | Ending,
+                   claimed: Claimed) -> None:  # fmt: skip
         record = request.trigger
         fire = self._fire_of(request, term, claimed.run_id)
         log.info("fire %s@%s → %s", named(record), request.key, record.program)
         token = self._fresh_token(claimed)
-        outcome, reason = await self._execute(record, fire, request.event, program, token)
+        outcome, reason = await self._execute.run(fire, program, _work(request), token)
         log.info("fire %s@%s ← %s %.0f ms%s", named(record), request.key, outcome.status.value,
                  outcome.duration_ms, f": {reason}" if reason else "")  # fmt: skip
-        await self._finish(request, fire, outcome, reason, admitted=True)
-
-    async def _execute(
-        self,
-        record: Trigger,
-        fire: Fire,
-        event: dict[str, Any] | None,
-        program: LoadedProgram | tuple[Outcome, str],
-        token: str | None,
-    ) -> tuple[Outcome, str]:
-        if not isinstance(program, LoadedProgram):
-            return program
-        if token is None:  # waited too long since the claim (or the space gave none)
-            token = await self._run_token(fire, record.limits.timeout_seconds)
-        if isinstance(token, Outcome):
-            return token, outcomes.RUN_TOKEN
-        args = dict(record.args) if event is None else {**record.args, "event": event}
-        job = Job(source=program.source, ref=record.program, args=args,
-                  context=self._context(fire, token), timeout_seconds=record.limits.timeout_seconds,
-                  memory_mb=record.limits.memory_mb)  # fmt: skip
-        return await run_job(self._executor, job)
-
-    async def _load(self, ref: str) -> LoadedProgram | tuple[Outcome, str]:
-        try:
-            return await self._programs.get(ref)
-        except (UnknownProgram, InvalidRef) as exc:
-            return outcomes.failed_before_run(str(exc)), outcomes.UNKNOWN_PROGRAM
-        except InvalidProgram as exc:
-            return outcomes.failed_before_run(str(exc)), outcomes.INVALID_PROGRAM
-        except ApiError as exc:
-            return outcomes.failed_before_run(f"program {ref}: {exc}"), exc.code
+        self._finish(request, fire, outcome, reason, admitted=True)
 
     def _fresh_token(self, claimed: Claimed) -> str | None:
         """The claim's token, if the run starts soon enough for it to outlive the run."""
         if claimed.token is None or self._clock.monotonic() - claimed.at > TOKEN_FRESH_S:
             return None
         return claimed.token
-
-    async def _run_token(self, fire: Fire, timeout_s: float) -> str | Outcome:
-        return await run_token(self._client, self._space, fire, timeout_s, self._clock)
-
-    def _context(self, fire: Fire, token: str) -> RunContext:
-        return RunContext(run_id=fire.run_id, trigger_id=fire.trigger_id, program=fire.program,
-                          peer=self._peer, space=self._space, url=self._url, token=token,
-                          term=fire.term, key=fire.key)  # fmt: skip
 
     # --- recording -------------------------------------------------------------------------
 
@@ -379,7 +323,7 @@ class Firing:
     ) -> None:
         fire = self._fire_of(request, term, run_id)
         log.info("fire %s@%s ← %s: %s", named(request.trigger), request.key, status.value, why)
-        await self._finish(request, fire, outcomes.not_run(status, why), why, admitted=False)
+        self._finish(request, fire, outcomes.not_run(status, why), why, admitted=False)
 
     async def _withdrawn(self, request: FireRequest, term: int, run_id: str) -> None:
         await self._unstamped(request, term, RunStatus.skipped, outcomes.WITHDRAWN, run_id)
@@ -390,11 +334,11 @@ class Firing:
         """A non-run of a trigger this device does not (or no longer) hold: no stamps."""
         fire = self._fire_of(request, term, run_id or new_run_id())
         self._count(status.value)
-        ending = outcomes.not_run(status, why)
-        await self._post_run(outcomes.run_record(fire, ending, finished_at=fire.started_at,
-                                                 reason=why))  # fmt: skip
+        run = outcomes.run_record(fire, outcomes.not_run(status, why), finished_at=fire.started_at,
+                                  reason=why)  # fmt: skip
+        await self._recorder.ended(request.trigger, run, None)
 
-    async def _finish(
+    def _finish(
         self, request: FireRequest, fire: Fire, outcome: Outcome, why: str, *, admitted: bool
     ) -> None:
         """Settle the book now (the breaker sees this outcome before the next fire starts),
@@ -403,49 +347,13 @@ class Firing:
         self._count(outcome.status.value)
         now = self._clock.wall()
         run = outcomes.run_record(fire, outcome, finished_at=now, reason=why)
-        slot = self._slots.get(request.trigger.id)
+        slot, stamps = self._slots.get(request.trigger.id), None
         if slot is not None:  # else withdrawn meanwhile: it is no longer ours to stamp
-            slot.book, slot.latest = outcomes.settle(
-                slot.book,
-                request.trigger,
-                fire,
-                outcome,
-                finished_at=now,
-                reason=why,
-                admitted=admitted,
-            )
-            if self._next_fire is not None and request.trigger.kind != "event":
-                upcoming = self._next_fire(request.trigger.id)  # stamped with the run
-                slot.latest["nextFireAt"] = outcomes.iso(upcoming) if upcoming else None
+            slot.book, stamps = outcomes.settle(slot.book, request.trigger, fire, outcome,
+                                                finished_at=now, reason=why,
+                                                admitted=admitted)  # fmt: skip
             slot.runs_seen = slot.book.rollup.runs
-        self._spawn(self._record(request.trigger.id, run, slot), request)
-
-    async def _record(self, tid: TriggerId, run: dict[str, Any], slot: _Slot | None) -> None:
-        await self._post_run(run)
-        if slot is not None:
-            await self._write_stamps(tid, slot)
-
-    async def _write_stamps(self, tid: TriggerId, slot: _Slot) -> None:
-        """Stamps of one trigger are written in order; a newer set replaces a waiting one."""
-        async with slot.writing:
-            stamps, slot.latest = slot.latest, None
-            if stamps is not None:
-                await self._write("stamps", tid, self._client.trigger_status, self._space, tid,
-                                  stamps)  # fmt: skip
-
-    async def _post_run(self, record: dict[str, Any]) -> None:
-        await self._write("run", record["triggerId"], self._client.run_create, self._space, record)
-
-    async def _write(self, what: str, tid: str, call: Callable[..., Any], *args: Any) -> None:
-        for attempt in range(WRITE_TRIES):
-            try:
-                await call(*args)
-                return
-            except ApiError as exc:
-                if not _transient(exc) or attempt == WRITE_TRIES - 1:
-                    log.warning("fire %s: %s not written: %s", tid, what, exc)
-                    return
-            await self._clock.sleep(0.5 * 2**attempt)
+        self._spawn(self._recorder.ended(request.trigger, run, stamps), request)
 
     def _fire_of(self, request: FireRequest, term: int, run_id: str) -> Fire:
         record = request.trigger
@@ -454,33 +362,9 @@ class Firing:
                     due_at=request.due_at)  # fmt: skip
 
 
-async def run_token(
-    client: SpaceClient, space: str, fire: Fire, timeout_s: float, clock: Clock
-) -> str | Outcome:
-    """A token for this run, living as long as it may; transient refusals are retried.
-    What cannot be had is an ending (`error`, no run token), never an exception."""
-    body = {"triggerId": fire.trigger_id, "runId": fire.run_id, "key": fire.key,
-            "ttlSeconds": timeout_s + TOKEN_MARGIN_S}  # fmt: skip
-    for attempt in range(WRITE_TRIES):
-        try:
-            return (await client.token_run(space, body))["token"]
-        except ApiError as exc:
-            error = exc
-            if not _transient(exc) or attempt == WRITE_TRIES - 1:
-                break
-        await clock.sleep(0.5 * 2**attempt)
-    return outcomes.failed_before_run(f"no run token: {error}")
-
-
-async def run_job(executor: Executor, job: Job) -> tuple[Outcome, str]:
-    """Run `job`; what the executor refuses is an ending too, never an exception."""
-    try:
-        return await executor.run(job), ""
-    except ExecutorClosed:
-        return outcomes.not_run(RunStatus.rejected, outcomes.SHUTDOWN), outcomes.SHUTDOWN
-    except ValueError as exc:  # args that cannot be sent to a worker
-        return outcomes.failed_before_run(str(exc)), "invalid_args"
-
-
-def _transient(exc: ApiError) -> bool:
-    return exc.status == 0 or exc.status >= 500
+def _work(request: FireRequest) -> Work:
+    """What a fire hands its program: the record's args (and the event), its limits."""
+    record, event = request.trigger, request.event
+    args = dict(record.args) if event is None else {**record.args, "event": event}
+    limits = record.limits
+    return Work(args=args, timeout_seconds=limits.timeout_seconds, memory_mb=limits.memory_mb)

@@ -17,12 +17,13 @@ import pytest
 
 from programs.executor import Executor
 from programs.loader import ProgramCache
-from programs.refs import ProgramRef
 from runtime.chatwatch import ChatWatch
-from runtime.client import ApiError, SpaceClient
+from runtime.client import SpaceClient
 from runtime.clock import FakeClock
 from runtime.dispatch import FireRequest
+from runtime.execute import Execute, program_fetch
 from runtime.firing import Firing
+from runtime.recorder import Recorder
 from space.app import create_app, default_admin_token_file
 from triggers import schedule
 from triggers.records import CHAT_WATCH_PROGRAM, RESERVED_CHAT_WATCH, FireKey, Trigger, load
@@ -153,18 +154,13 @@ async def executor():
 
 
 def make_firing(w: World, executor: Executor, **kw: Any) -> Firing:
-    async def fetch(ref: ProgramRef) -> str | None:
-        try:
-            return (await w.device.program_get(SPACE, str(ref)))["source"]
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-
     options: dict[str, Any] = {"term": lambda: 0, "may_fire_floating": lambda: True}
     options.update(kw)
-    w.firing = Firing(w.device, SPACE, PEER, url=w.url, executor=executor,
-                      programs=ProgramCache(fetch), clock=w.clock, **options)  # fmt: skip
+    recorder = Recorder(w.device, SPACE, clock=w.clock, next_fire=options.pop("next_fire", None))
+    programs = ProgramCache(program_fetch(w.device, SPACE))
+    execute = Execute(w.device, SPACE, w.url, executor=executor, programs=programs, clock=w.clock)
+    w.firing = Firing(w.device, SPACE, PEER, execute=execute, recorder=recorder, clock=w.clock,
+                      **options)  # fmt: skip
     return w.firing
 
 
