@@ -24,8 +24,8 @@ from serving import ROOT, start_server, stop_server
 
 
 async def resyncs(count: int, times: int = 6) -> None:
+    from core.clock import SystemClock
     from runtime.client import SpaceClient
-    from runtime.clock import SystemClock
     from runtime.reconciler import Reconciler
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from runtime.clock import Clock, SystemClock
+from core.clock import Clock, SystemClock
 from runtime.responders import Message, Responder, ResponderUnavailable, check_reply
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from typing import Any
 import aiohttp
 import msgspec
 
+from core.clock import Clock, SystemClock
 from programs.routes import ROUTES, ApiError, error_from, headers, path_params, target
-from runtime.clock import Clock, SystemClock
 from runtime.subscribe import Subscription, sse_session
 
 __all__ = ["ApiError", "SpaceClient", "TriggerPage", "transient"]

@@ -23,11 +23,11 @@ from typing import Any
 
 import msgspec
 
+from core.clock import Clock, SystemClock, iso
 from programs.executor import Executor
 from programs.loader import ProgramCache
 from runtime.chatwatch import ChatWatch
 from runtime.client import ApiError, SpaceClient
-from runtime.clock import Clock, SystemClock, iso
 from runtime.election import Elector
 from runtime.execute import Execute, program_fetch
 from runtime.firing import Firing

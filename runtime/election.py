@@ -31,9 +31,9 @@ from typing import Any
 
 import msgspec
 
+from core.clock import Clock, iso, sleep_or_wake
 from runtime import lease
 from runtime.client import ApiError, SpaceClient
-from runtime.clock import Clock, iso, sleep_or_wake
 
 log = logging.getLogger(__name__)
 

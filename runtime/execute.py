@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from core.clock import Clock
 from programs.context import RunContext
 from programs.executor import Executor, ExecutorClosed
 from programs.job import Job
@@ -31,7 +32,6 @@ from programs.outcome import Outcome, RunStatus
 from programs.refs import InvalidRef, ProgramRef
 from runtime import outcomes
 from runtime.client import ApiError, SpaceClient, transient
-from runtime.clock import Clock
 from runtime.outcomes import Fire
 
 TOKEN_MARGIN_S = 30.0  # a run token outlives the run's timeout by this much at most

@@ -39,13 +39,13 @@ from typing import Any
 
 import msgspec
 
+from core.clock import Clock
 from programs import admission, breaker
 from programs.loader import LoadedProgram
 from programs.outcome import Outcome, RunStatus
 from runtime import outcomes
 from runtime.chatwatch import ChatWatch
 from runtime.client import ApiError, SpaceClient, transient
-from runtime.clock import Clock
 from runtime.dispatch import FireRequest, named
 from runtime.execute import TOKEN_FRESH_S, TOKEN_MARGIN_S, Ending, Execute, Work, new_run_id
 from runtime.outcomes import Book, Fire

@@ -41,9 +41,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from core.clock import Clock, iso, sleep_or_wake
 from programs import breaker, rollup
 from runtime.client import ApiError, SpaceClient
-from runtime.clock import Clock, iso, sleep_or_wake
 from runtime.election import Elector
 from triggers import health
 from triggers.records import (

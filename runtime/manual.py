@@ -19,12 +19,12 @@ from typing import Any
 
 import msgspec
 
+from core.clock import Clock, SystemClock
 from programs.executor import Executor
 from programs.loader import ProgramCache
 from programs.outcome import Outcome
 from runtime import outcomes
 from runtime.client import SpaceClient
-from runtime.clock import Clock, SystemClock
 from runtime.execute import Execute, Work, new_run_id, program_fetch
 from runtime.recorder import Recorder
 

@@ -26,11 +26,11 @@ from typing import Annotated, Any
 
 import msgspec
 
+from core.clock import iso
 from programs import breaker, rollup
 from programs.breaker import BreakerState
 from programs.outcome import Outcome, RunStatus
 from programs.rollup import Rollup
-from runtime.clock import iso
 from triggers.health import Reason, breaker_detail, done_detail, unknown_program_detail
 from triggers.records import Loaded, OnceTrigger, Salvaged, Trigger
 

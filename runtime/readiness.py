@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from core.clock import Clock, sleep_or_wake
 from runtime.chatwatch import ChatWatch
-from runtime.clock import Clock, sleep_or_wake
 from runtime.responders import Responder
 
 log = logging.getLogger("baton.device")

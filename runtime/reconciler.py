@@ -36,8 +36,8 @@ from typing import Any
 
 import msgspec
 
+from core.clock import Clock, iso, sleep_or_wake
 from runtime.client import SpaceClient
-from runtime.clock import Clock, iso, sleep_or_wake
 from runtime.sse import SseEvent
 from runtime.subscribe import Subscription
 from triggers import registry as reg

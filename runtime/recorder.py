@@ -24,10 +24,10 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+from core.clock import Clock, iso
 from programs.rollup import Rollup
 from runtime import outcomes
 from runtime.client import ApiError, SpaceClient, transient
-from runtime.clock import Clock, iso
 from triggers.records import RESERVED_CHAT_WATCH, Loaded, Trigger, TriggerId
 
 log = logging.getLogger("baton.recorder")

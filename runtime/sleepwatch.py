@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from runtime.clock import Clock
+from core.clock import Clock
 
 log = logging.getLogger(__name__)
 

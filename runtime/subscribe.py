@@ -31,8 +31,8 @@ import msgspec
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp_sse_client import client as sse_client
 
+from core.clock import Clock
 from programs.routes import ApiError, error_from
-from runtime.clock import Clock
 from runtime.sse import SseEvent
 
 OnEvent = Callable[[SseEvent], Awaitable[None]]

@@ -34,9 +34,9 @@ from typing import Annotated, Any
 
 import msgspec
 
+from core.clock import Clock
 from programs.routes import ApiError
 from runtime.client import SpaceClient
-from runtime.clock import Clock
 from runtime.dispatch import Dispatcher, FireRequest, named
 from runtime.sse import SseEvent
 from runtime.subscribe import (

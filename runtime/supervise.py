@@ -18,7 +18,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 
-from runtime.clock import Clock
+from core.clock import Clock
 
 log = logging.getLogger("baton.device")
 

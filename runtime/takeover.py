@@ -26,8 +26,8 @@ from typing import Annotated, Any
 
 import msgspec
 
+from core.clock import Clock
 from runtime.client import SpaceClient
-from runtime.clock import Clock
 
 Aware = Annotated[datetime, msgspec.Meta(tz=True)]
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from runtime.clock import Clock, iso, sleep_or_wake
+from core.clock import Clock, iso, sleep_or_wake
 from runtime.dispatch import Dispatcher, FireRequest, named
 from triggers import schedule
 from triggers.records import Catchup, CronTrigger, FireKey, OnceTrigger, TriggerId

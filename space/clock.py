@@ -1,7 +1,7 @@
 """The space server's notion of time: one injectable function, and how instants go on the wire.
 
 Owns `ServerClock` (a zero-argument function returning an aware UTC datetime),
-the system clock used by default (the runtime's `SystemClock`), and RFC 3339
+the system clock used by default (`core.clock.SystemClock`), and RFC 3339
 formatting. Handlers ask the app's clock, never the machine, so tests control it.
 """
 
@@ -13,7 +13,7 @@ from typing import Annotated
 
 import msgspec
 
-from runtime.clock import SystemClock, iso
+from core.clock import SystemClock, iso
 
 __all__ = ["Aware", "ServerClock", "epoch", "iso", "system_clock"]
 

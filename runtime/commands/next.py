@@ -19,8 +19,8 @@ from datetime import UTC, date, datetime, tzinfo
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from core.clock import Clock, SystemClock
 from runtime.cli import UsageError
-from runtime.clock import Clock, SystemClock
 from runtime.table import align
 from triggers import cron
 from triggers.records import (

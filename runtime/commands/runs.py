@@ -19,9 +19,9 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from core.clock import Clock, SystemClock, iso
 from runtime.cli import UsageError
 from runtime.client import SpaceClient
-from runtime.clock import Clock, SystemClock, iso
 from runtime.commands.common import Target, add_space_options, until_signalled
 from runtime.commands.next import instant
 from runtime.commands.talk import emit, talk

@@ -15,7 +15,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from runtime.clock import iso
+from core.clock import iso
 from runtime.commands.next import LEGEND
 from runtime.commands.runs import HEADERS, line, run_row
 from runtime.table import align, render

@@ -24,10 +24,10 @@ import argparse
 import json
 from typing import Any
 
+from core.clock import SystemClock
 from programs.outcome import RunStatus
 from runtime.cli import UsageError
 from runtime.client import SpaceClient
-from runtime.clock import SystemClock
 from runtime.commands import trigger_flags as flags
 from runtime.commands import trigger_views as views
 from runtime.commands.common import Target, add_space_options

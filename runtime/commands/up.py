@@ -39,10 +39,10 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from core.clock import SystemClock
 from runtime import demo, lease, responder_config
 from runtime.cli import UsageError
 from runtime.client import ApiError, SpaceClient
-from runtime.clock import SystemClock
 from runtime.commands.common import (
     ADMIN_TOKEN_FILE,
     DEFAULT_PORT,

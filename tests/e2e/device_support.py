@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from core.clock import FakeClock
 from runtime.client import SpaceClient
-from runtime.clock import FakeClock
 from runtime.device import Device
 from space.app import create_app, default_admin_token_file
 from space.clock import system_clock

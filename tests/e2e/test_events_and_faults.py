@@ -32,9 +32,9 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
     spaces,
 )
 
+from core.clock import FakeClock
 from runtime.cli import main
 from runtime.client import ApiError
-from runtime.clock import FakeClock
 from runtime.lease import Config as LeaseConfig
 from space.app import default_admin_token_file
 from triggers.records import RESERVED_CHAT_WATCH as CHAT_WATCH

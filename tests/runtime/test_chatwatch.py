@@ -13,8 +13,8 @@ from collections.abc import Callable
 import msgspec
 import pytest
 
+from core.clock import FakeClock
 from runtime.chatwatch import ChatWatch
-from runtime.clock import FakeClock
 from runtime.responders import CommandResponder, ResponderUnavailable
 
 SPACE = "home"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from core.clock import FakeClock
 from runtime.cli import build_parser, main
-from runtime.clock import FakeClock
 from runtime.commands.next import run
 
 BERLIN = ["--cron", "30 2 * * *", "--tz", "Europe/Berlin"]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from clikit import SPACE, Cli, Follower, World
 
-from runtime.clock import iso
+from core.clock import iso
 from runtime.commands.runs import Seen
 
 

@@ -12,9 +12,9 @@ import json
 import pytest
 from aiohttp import web
 
+from core.clock import FakeClock
 from programs.routes import ROUTES, ApiError, path_params
 from runtime.client import SpaceClient
-from runtime.clock import FakeClock
 from runtime.subscribe import Permanent
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from core.clock import FakeClock
 from programs.routes import PREFIX, ROUTES, ApiError
 from runtime.client import SpaceClient
-from runtime.clock import FakeClock
 from runtime.subscribe import ConnectionState, Permanent
 from space.app import create_app, default_admin_token_file
 

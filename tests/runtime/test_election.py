@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from core.clock import FakeClock
 from runtime.client import SpaceClient
-from runtime.clock import FakeClock
 from runtime.election import Elector
 from runtime.lease import Config
 from space.app import create_app, default_admin_token_file

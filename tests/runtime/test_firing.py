@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from core.clock import FakeClock
 from programs.executor import Executor
 from programs.loader import ProgramCache
 from runtime.chatwatch import ChatWatch
 from runtime.client import SpaceClient
-from runtime.clock import FakeClock
 from runtime.dispatch import FireRequest
 from runtime.execute import Execute, program_fetch
 from runtime.firing import Firing

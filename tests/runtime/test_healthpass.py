@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from core.clock import FakeClock, iso
 from programs import breaker, rollup
 from runtime.client import SpaceClient
-from runtime.clock import FakeClock, iso
 from runtime.election import Elector
 from runtime.healthpass import HealthPass
 from space.app import create_app, default_admin_token_file

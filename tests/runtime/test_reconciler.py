@@ -17,8 +17,8 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
+from core.clock import Clock, FakeClock, SystemClock
 from runtime.client import SpaceClient
-from runtime.clock import Clock, FakeClock, SystemClock
 from runtime.reconciler import Reconciler
 from runtime.subscribe import Backoff
 from space import trigger_store

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from runtime.clock import FakeClock
+from core.clock import FakeClock
 from runtime.sse import SseEvent
 from runtime.subscribe import Backoff, ConnectionState, Permanent, Subscription, sse_session
 

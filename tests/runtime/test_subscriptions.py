@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from core.clock import FakeClock
 from runtime.client import SpaceClient
-from runtime.clock import FakeClock
 from runtime.dispatch import FireRequest
 from runtime.subscriptions import ChatMessage, Subscriptions, active_for
 from space.app import create_app, default_admin_token_file

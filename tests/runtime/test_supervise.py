@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from runtime.clock import FakeClock
+from core.clock import FakeClock
 from runtime.supervise import PartFailed, Supervisor
 
 

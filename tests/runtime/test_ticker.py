@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from runtime.clock import FakeClock
+from core.clock import FakeClock
 from runtime.dispatch import FireRequest
 from runtime.ticker import Ticker, arm, restart, take
 from triggers import schedule

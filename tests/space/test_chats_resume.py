@@ -8,7 +8,7 @@ from typing import Any
 
 from chats_support import FakeClock, start_space
 
-from runtime.clock import SystemClock
+from core.clock import SystemClock
 from runtime.sse import SseEvent
 from runtime.subscribe import Subscription
 from space.sse import STREAMS

@@ -3,7 +3,7 @@
 `Clock` is what the runtime depends on: the wall clock (aware UTC), a monotonic
 clock and an async sleep. `SystemClock` is the real one; `FakeClock` is for
 tests, where time moves only when the test calls `advance()`, which wakes every
-sleeper whose deadline has come. Nothing else in `runtime/` may call
+sleeper whose deadline has come. Nothing else in `runtime/` or `space/` may call
 `datetime.now`, `time.monotonic` or `asyncio.sleep` for waiting on time.
 
 `sleep_or_wake(clock, seconds, wake)` is how a loop waits for its next deadline

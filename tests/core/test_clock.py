@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runtime.clock import Clock, FakeClock, SystemClock, sleep_or_wake
+from core.clock import Clock, FakeClock, SystemClock, sleep_or_wake
 
 START = datetime(2026, 3, 29, 0, 30, tzinfo=UTC)
 
