@@ -31,12 +31,11 @@ from programs.loader import InvalidProgram, LoadedProgram, ProgramCache, Unknown
 from programs.outcome import Outcome, RunStatus
 from programs.refs import InvalidRef, ProgramRef
 from runtime import outcomes
-from runtime.client import ApiError, SpaceClient, transient
+from runtime.client import ApiError, SpaceClient, retried
 from runtime.outcomes import Fire
 
 TOKEN_MARGIN_S = 30.0  # a run token outlives the run's timeout by this much at most
 TOKEN_FRESH_S = TOKEN_MARGIN_S / 2  # a claim's token is used by a run starting this soon
-TOKEN_TRIES = 3
 
 Ending = tuple[Outcome, str]  # how a fire ended, and why (the run record's `reason`)
 
@@ -126,15 +125,11 @@ class Execute:
         What cannot be had is an ending (`error`, no run token), never an exception."""
         body = {"triggerId": fire.trigger_id, "runId": fire.run_id, "key": fire.key,
                 "ttlSeconds": timeout_s + TOKEN_MARGIN_S}  # fmt: skip
-        for attempt in range(TOKEN_TRIES):
-            try:
-                return (await self._client.token_run(self._space, body))["token"]
-            except ApiError as exc:
-                error = exc
-                if not transient(exc) or attempt == TOKEN_TRIES - 1:
-                    break
-            await self._clock.sleep(0.5 * 2**attempt)
-        return outcomes.failed_before_run(f"no run token: {error}")
+        try:
+            answer = await retried(lambda: self._client.token_run(self._space, body), self._clock)
+        except ApiError as exc:
+            return outcomes.failed_before_run(f"no run token: {exc}")
+        return answer["token"]
 
 
 async def run_job(executor: Executor, job: Job) -> Ending:

@@ -45,7 +45,7 @@ from programs.loader import LoadedProgram
 from programs.outcome import Outcome, RunStatus
 from runtime import outcomes
 from runtime.chatwatch import ChatWatch
-from runtime.client import ApiError, SpaceClient, transient
+from runtime.client import ApiError, SpaceClient, retried
 from runtime.dispatch import FireRequest, named
 from runtime.execute import TOKEN_FRESH_S, TOKEN_MARGIN_S, Ending, Execute, Work, new_run_id
 from runtime.outcomes import Book, Fire
@@ -54,8 +54,6 @@ from triggers.records import RESERVED_CHAT_WATCH, Overlap, Trigger, TriggerId
 from triggers.registry import Diff
 
 log = logging.getLogger("baton.firing")
-
-CLAIM_TRIES = 3
 
 
 class _Slot:
@@ -197,19 +195,14 @@ class Firing:
         if run:
             ttl = request.trigger.limits.timeout_seconds + TOKEN_MARGIN_S
             body["run"] = {"runId": run_id, "ttlSeconds": ttl}
-        for attempt in range(CLAIM_TRIES):
-            try:
-                answer = await self._client.fires_claim(self._space, body)
-                token = answer.get("token") if isinstance(answer, dict) else None
-                return Claimed(run_id=run_id, token=token if isinstance(token, str) else None,
-                               at=self._clock.monotonic())  # fmt: skip
-            except ApiError as exc:
-                if transient(exc) and attempt < CLAIM_TRIES - 1:
-                    await self._clock.sleep(0.5 * 2**attempt)
-                    continue
-                await self._refused(request, term, exc)
-                return None
-        raise AssertionError("unreachable: the last try returns or refuses")
+        try:
+            answer = await retried(lambda: self._client.fires_claim(self._space, body), self._clock)
+        except ApiError as exc:
+            await self._refused(request, term, exc)
+            return None
+        token = answer.get("token") if isinstance(answer, dict) else None
+        return Claimed(run_id=run_id, token=token if isinstance(token, str) else None,
+                       at=self._clock.monotonic())  # fmt: skip
 
     async def _refused(self, request: FireRequest, term: int, exc: ApiError) -> None:
         tid, key = named(request.trigger), request.key

@@ -20,19 +20,17 @@ whether a fire runs, nor how a program is run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from core.clock import Clock, iso
 from programs.rollup import Rollup
 from runtime import outcomes
-from runtime.client import ApiError, SpaceClient, transient
+from runtime.client import ApiError, SpaceClient, retried
 from triggers.records import RESERVED_CHAT_WATCH, Loaded, Trigger, TriggerId
 
 log = logging.getLogger("baton.recorder")
-
-WRITE_TRIES = 3
 
 NextFire = Callable[[TriggerId], datetime | None]
 ChatWatchRecord = Callable[[], Loaded | None]
@@ -87,26 +85,19 @@ class Recorder:
         self._writing.add(tid)
         try:
             while (stamps := self._latest.pop(tid, None)) is not None:
-                try:
-                    await self._retrying(self._client.trigger_status, self._space, tid, stamps)
-                except ApiError as exc:
-                    log.warning("fire %s: stamps not written: %s", tid, exc)
+                await self._stamp(tid, stamps)
         finally:
             self._writing.discard(tid)
 
+    async def _stamp(self, tid: TriggerId, body: dict[str, Any]) -> None:
+        try:
+            await retried(lambda: self._client.trigger_status(self._space, tid, body), self._clock)
+        except ApiError as exc:
+            log.warning("fire %s: stamps not written: %s", tid, exc)
+
     async def post_run(self, run: dict[str, Any]) -> dict[str, Any]:
         """Post a run record; the record as stored. Raises the last `ApiError`."""
-        return await self._retrying(self._client.run_create, self._space, run)
-
-    async def _retrying(self, call: Callable[..., Awaitable[Any]], *args: Any) -> Any:
-        for attempt in range(WRITE_TRIES):
-            try:
-                return await call(*args)
-            except ApiError as exc:
-                if not transient(exc) or attempt == WRITE_TRIES - 1:
-                    raise
-            await self._clock.sleep(0.5 * 2**attempt)
-        raise AssertionError("unreachable: the last try returns or raises")
+        return await retried(lambda: self._client.run_create(self._space, run), self._clock)
 
     # --- chat-watch's turns ----------------------------------------------------------------
 
