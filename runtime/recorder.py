@@ -12,6 +12,9 @@ Owns every write of what happened to the space (SPEC "Runs", "chat-watch"):
   reserved record's rollup (counted from the record's stamp when another device has
   answered meanwhile, else from this device's own count).
 
+Once a fire's run and stamps are written (or given up), it publishes `RunFinished` on
+the device's bus (runtime.events).
+
 A transient refusal (no answer, a 5xx) is retried a few times. What the record and the
 stamps say is `runtime.outcomes`' (pure); this module only writes it. Must not decide
 whether a fire runs, nor how a program is run.
@@ -28,6 +31,7 @@ from core.clock import Clock, iso
 from programs.rollup import Rollup
 from runtime import outcomes
 from runtime.client import ApiError, SpaceClient, retried
+from runtime.events import Bus, RunFinished
 from triggers.records import RESERVED_CHAT_WATCH, Loaded, Trigger, TriggerId
 
 log = logging.getLogger("baton.recorder")
@@ -47,9 +51,10 @@ class Recorder:
         clock: Clock,
         next_fire: NextFire | None = None,
         chat_watch: ChatWatchRecord | None = None,
+        bus: Bus | None = None,
     ) -> None:
         self._client, self._space, self._clock = client, space, clock
-        self._next_fire, self._chat_watch = next_fire, chat_watch
+        self._next_fire, self._chat_watch, self._bus = next_fire, chat_watch, bus
         self._latest: dict[TriggerId, dict[str, Any]] = {}  # stamps not yet written
         self._writing: set[TriggerId] = set()  # triggers whose stamps are being written
         self._turns_rollup: Rollup | None = None  # chat-watch's, as this device last stamped it
@@ -59,9 +64,8 @@ class Recorder:
     async def ended(
         self, record: Trigger, run: dict[str, Any], stamps: dict[str, Any] | None
     ) -> None:
-        """Write a fire's run record, then its stamps (None: not this device's to stamp).
-
-        Never raises: a write that fails for good is logged."""
+        """Write a fire's run record, then its stamps (None: not this device's to stamp);
+        then publish `RunFinished`. Never raises: a write that fails for good is logged."""
         if stamps is not None:
             self._latest[record.id] = self._with_next_fire(record, stamps)
         try:
@@ -70,6 +74,9 @@ class Recorder:
             log.warning("fire %s: run not written: %s", record.id, exc)
         if stamps is not None:
             await self._write_stamps(record.id)
+        if self._bus is not None:
+            self._bus.publish(RunFinished(trigger_id=record.id, run_id=run["runId"],
+                                          status=run["status"], reason=run["reason"]))  # fmt: skip
 
     def _with_next_fire(self, record: Trigger, stamps: dict[str, Any]) -> dict[str, Any]:
         if self._next_fire is None or record.kind == "event":

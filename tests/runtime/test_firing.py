@@ -21,6 +21,7 @@ from programs.loader import ProgramCache
 from runtime.chatwatch import ChatWatch
 from runtime.client import SpaceClient
 from runtime.dispatch import FireRequest
+from runtime.events import Bus, RunFinished
 from runtime.execute import Execute, program_fetch
 from runtime.firing import Firing
 from runtime.recorder import Recorder
@@ -156,7 +157,8 @@ async def executor():
 def make_firing(w: World, executor: Executor, **kw: Any) -> Firing:
     options: dict[str, Any] = {"term": lambda: 0, "may_fire_floating": lambda: True}
     options.update(kw)
-    recorder = Recorder(w.device, SPACE, clock=w.clock, next_fire=options.pop("next_fire", None))
+    recorder = Recorder(w.device, SPACE, clock=w.clock, next_fire=options.pop("next_fire", None),
+                        bus=options.pop("bus", None))  # fmt: skip
     programs = ProgramCache(program_fetch(w.device, SPACE))
     execute = Execute(w.device, SPACE, w.url, executor=executor, programs=programs, clock=w.clock)
     w.firing = Firing(w.device, SPACE, PEER, execute=execute, recorder=recorder, clock=w.clock,
@@ -204,6 +206,25 @@ async def test_a_run_stamps_the_next_fire_the_ticker_has_armed(world: World, exe
     finally:
         await firing.close()
     assert instant((await world.stamped(record))["nextFireAt"]) == upcoming
+
+
+async def test_a_fire_is_announced_once_its_run_and_stamps_are_written(
+    world: World, executor: Executor
+):
+    bus = Bus()
+    firing = make_firing(world, executor, bus=bus)
+    try:
+        await world.publish("tick@v1", OK)
+        record = await world.trigger("tick@v1")
+        finished = asyncio.ensure_future(bus.next(RunFinished, lambda e: e.trigger_id == record.id))
+        await firing.fire(world.request(record, "k"))
+        async with asyncio.timeout(15):
+            event = await finished
+        [run] = await world.runs(record)  # written before the announcement: no wait
+        assert (event.run_id, event.status, event.reason) == (run["runId"], "ok", "")
+        assert (await world.stamped(record))["lastStatus"] == "ok"
+    finally:
+        await firing.close()
 
 
 async def test_three_failures_open_the_breaker_and_the_fourth_fire_is_skipped(w: World):
