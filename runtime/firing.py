@@ -19,13 +19,11 @@ record of the fire (run or not) carries that run id, so posting it ends the toke
 fire that waited in its queue longer than `TOKEN_FRESH_S` has a fresh token minted
 instead, so its token still outlives the run's timeout.
 
-Per trigger it keeps the admission slots, the fires waiting in its queue and its
-`Book` (breaker, rollup), seeded from the record's stamps and re-seeded when the
-record shows runs this device did not make (another device ran it meanwhile). How a
-program runs is `runtime.execute`; what an ending records is `runtime.outcomes`, and
-the writing is `runtime.recorder`'s. It never raises into its caller and never dies of
-a fire: each fire is its own task, and an unexpected failure is logged with the
-trigger id and key.
+Per trigger, the admission slots, the fires waiting in its queue and its `Book`
+(breaker, rollup) are its lane (runtime.lanes). How a program runs is
+`runtime.execute`; what an ending records is `runtime.outcomes`, and the writing is
+`runtime.recorder`'s. It never raises into its caller and never dies of a fire: each
+fire is its own task, and an unexpected failure is logged with the trigger id and key.
 """
 
 from __future__ import annotations
@@ -33,14 +31,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from core.clock import Clock
-from programs import admission, breaker
+from programs import admission
 from programs.loader import LoadedProgram
 from programs.outcome import Outcome, RunStatus
 from runtime import outcomes
@@ -48,44 +43,13 @@ from runtime.chatwatch import ChatWatch
 from runtime.client import ApiError, SpaceClient, retried
 from runtime.dispatch import FireRequest, named
 from runtime.execute import TOKEN_FRESH_S, TOKEN_MARGIN_S, Ending, Execute, Work, new_run_id
-from runtime.outcomes import Book, Fire
+from runtime.lanes import Claimed, Lanes, Queued
+from runtime.outcomes import Fire
 from runtime.recorder import Recorder
-from triggers.records import RESERVED_CHAT_WATCH, Overlap, Trigger, TriggerId
+from triggers.records import RESERVED_CHAT_WATCH
 from triggers.registry import Diff
 
 log = logging.getLogger("baton.firing")
-
-
-class _Slot:
-    """One trigger's fires on this device: admission slots, waiting fires, its book."""
-
-    def __init__(self, record: Trigger) -> None:
-        self.slots = admission.IDLE
-        self.waiting: deque[tuple[FireRequest, int, Claimed]] = deque()
-        self.book = outcomes.book_of(record)
-        self.runs_seen = self.book.rollup.runs
-        self.catchups = 0  # catch-up fires admitted and not yet finished
-
-
-def _policy(request: FireRequest, slot: _Slot) -> Overlap:
-    """The overlap policy for this fire.
-
-    Catch-up fires (slots bridged on a takeover) queue: each is a slot that would
-    otherwise be lost. A live fire that meets only catch-up fires queues behind
-    them too, rather than being skipped for a backlog that is not its overlap.
-    """
-    if request.catchup or slot.catchups > 0:
-        return Overlap.QUEUE
-    return request.trigger.effective_overlap
-
-
-class Claimed(msgspec.Struct, frozen=True, kw_only=True):
-    """A fire this device claimed: the run id chosen before the claim, the run's token
-    the claim answered (None if it asked for none) and when the answer came (monotonic)."""
-
-    run_id: str
-    token: str | None = None
-    at: float = 0.0
 
 
 class Firing:
@@ -107,7 +71,7 @@ class Firing:
         self._client, self._space, self._peer, self._clock = client, space, peer, clock
         self._execute, self._recorder = execute, recorder
         self._term, self._may_fire_floating, self._chatwatch = term, may_fire_floating, chatwatch
-        self._slots: dict[TriggerId, _Slot] = {}
+        self._lanes = Lanes(execute.size)
         self._tasks: set[asyncio.Task[None]] = set()
         self.counts: dict[str, int] = {}
 
@@ -120,19 +84,11 @@ class Firing:
     def apply(self, diff: Diff) -> None:
         """Forget removed triggers; their waiting fires are recorded `skipped` withdrawn."""
         for tid in diff.remove:
-            slot = self._slots.pop(tid, None)
-            if slot is None:
-                continue
-            while slot.waiting:
-                request, term, claimed = slot.waiting.popleft()
-                self._spawn(self._withdrawn(request, term, claimed.run_id), request)
+            for queued in self._lanes.remove(tid):
+                self._spawn(self._withdrawn(queued), queued.request)
 
     def status(self) -> dict[str, Any]:
-        busy = {
-            tid: {"running": s.slots.running, "queued": len(s.waiting)}
-            for tid, s in sorted(self._slots.items())
-            if s.slots.running or s.waiting
-        }
+        busy = self._lanes.status()
         return {"inFlight": len(self._tasks), "triggers": busy, "counts": dict(self.counts)}
 
     async def settled(self) -> None:
@@ -173,15 +129,15 @@ class Firing:
             return
         term = self._term()
         watch = record.id == RESERVED_CHAT_WATCH  # by its reserved id, whatever it says
-        claimed = await self._claim(request, term, run=not watch)
-        if claimed is None:
+        queued = await self._claim(request, term, run=not watch)
+        if queued is None:
             return
         if watch:
             await self._offer(request)
             return
-        self._admit(request, term, claimed)
+        self._admit(queued)
 
-    async def _claim(self, request: FireRequest, term: int, *, run: bool) -> Claimed | None:
+    async def _claim(self, request: FireRequest, term: int, *, run: bool) -> Queued | None:
         """Claim the fire (with `run`, asking for its run's token too); None if refused. A
         transient failure is retried, so a space restart loses nothing.
 
@@ -198,23 +154,26 @@ class Firing:
         try:
             answer = await retried(lambda: self._client.fires_claim(self._space, body), self._clock)
         except ApiError as exc:
-            await self._refused(request, term, exc)
+            await self._refused(Queued(request=request, term=term, claimed=Claimed(run_id=run_id)),
+                                exc)  # fmt: skip
             return None
         token = answer.get("token") if isinstance(answer, dict) else None
-        return Claimed(run_id=run_id, token=token if isinstance(token, str) else None,
-                       at=self._clock.monotonic())  # fmt: skip
+        claimed = Claimed(run_id=run_id, token=token if isinstance(token, str) else None,
+                          at=self._clock.monotonic())  # fmt: skip
+        return Queued(request=request, term=term, claimed=claimed)
 
-    async def _refused(self, request: FireRequest, term: int, exc: ApiError) -> None:
-        tid, key = named(request.trigger), request.key
+    async def _refused(self, queued: Queued, exc: ApiError) -> None:
+        """A claim the space refused: a stale term or news not here yet is recorded."""
+        tid, key, term = named(queued.request.trigger), queued.request.key, queued.term
         self._count(exc.code)
         if exc.code == "already_claimed":
             log.debug("fire %s@%s already claimed", tid, key)
         elif exc.code == outcomes.STALE_TERM:
             log.warning("fire %s@%s refused: stale term %d", tid, key, term)
-            await self._unstamped(request, term, RunStatus.rejected, outcomes.STALE_TERM)
+            await self._unstamped(queued, RunStatus.rejected, outcomes.STALE_TERM)
         elif exc.code in (outcomes.PAUSED, outcomes.BEFORE_ACTIVE):  # news not here yet
             log.info("fire %s@%s refused: %s", tid, key, exc.code)
-            await self._unstamped(request, term, RunStatus.skipped, exc.code)
+            await self._unstamped(queued, RunStatus.skipped, exc.code)
         else:
             log.warning("fire %s@%s not claimed: %s", tid, key, exc)
 
@@ -226,78 +185,42 @@ class Firing:
 
     # --- admission, breaker, run ----------------------------------------------------------
 
-    def _slot(self, record: Trigger) -> _Slot:
-        slot = self._slots.get(record.id)
-        if slot is None:
-            slot = self._slots[record.id] = _Slot(record)
-            return slot
-        stamped = record.rollup.get("runs") if record.rollup else None
-        if isinstance(stamped, int) and stamped > slot.runs_seen:  # another device ran it
-            slot.book = outcomes.book_of(record)
-            slot.runs_seen = slot.book.rollup.runs
-        return slot
-
-    def _admit(self, request: FireRequest, term: int, claimed: Claimed) -> None:
-        record = request.trigger
-        slot = self._slot(record)
-        policy, max_queue = _policy(request, slot), record.limits.max_queue
-        decision, slot.slots = admission.admit(slot.slots, policy, max_queue, self._execute.size)
-        if request.catchup and decision.verdict in (
-            admission.Verdict.START,
-            admission.Verdict.QUEUED,
-        ):
-            slot.catchups += 1
+    def _admit(self, queued: Queued) -> None:
+        decision = self._lanes.admit(queued)
         match decision.verdict:
             case admission.Verdict.START:
-                self._spawn(self._run_admitted(request, term, claimed), request)
-            case admission.Verdict.QUEUED:
-                slot.waiting.append((request, term, claimed))
+                self._spawn(self._run_admitted(queued), queued.request)
             case admission.Verdict.SKIPPED:
-                self._spawn(self._not_run(request, term, RunStatus.skipped, decision.reason,
-                                          claimed.run_id), request)  # fmt: skip
+                self._spawn(self._not_run(queued, RunStatus.skipped, decision.reason),
+                            queued.request)  # fmt: skip
             case admission.Verdict.REJECTED:
-                self._spawn(self._not_run(request, term, RunStatus.rejected, decision.reason,
-                                          claimed.run_id), request)  # fmt: skip
+                self._spawn(self._not_run(queued, RunStatus.rejected, decision.reason),
+                            queued.request)  # fmt: skip
 
-    async def _run_admitted(self, request: FireRequest, term: int, claimed: Claimed) -> None:
-        slot = self._slots.get(request.trigger.id)
-        if slot is None:
-            await self._withdrawn(request, term, claimed.run_id)
+    async def _run_admitted(self, queued: Queued) -> None:
+        request = queued.request
+        lane = self._lanes.get(request.trigger.id)
+        if lane is None:
+            await self._withdrawn(queued)
             return
         try:
             program = await self._execute.load(request.trigger.program)
             if isinstance(program, tuple) and program[1] == outcomes.UNKNOWN_PROGRAM:
-                await self._not_run(request, term, RunStatus.skipped, outcomes.UNKNOWN_PROGRAM,
-                                    claimed.run_id)  # fmt: skip
-                return
-            admitted, slot.book = self._breaker_admit(slot.book)
-            if admitted:
-                await self._run(request, term, program, claimed)
+                await self._not_run(queued, RunStatus.skipped, outcomes.UNKNOWN_PROGRAM)
+            elif self._lanes.breaker_admits(lane, self._clock.wall()):
+                await self._run(queued, program)
             else:
-                await self._not_run(request, term, RunStatus.skipped, outcomes.BREAKER_OPEN,
-                                    claimed.run_id)  # fmt: skip
+                await self._not_run(queued, RunStatus.skipped, outcomes.BREAKER_OPEN)
         finally:
-            slot.catchups -= request.catchup
-            self._next(request.trigger.id, slot)
+            after = self._lanes.finished(request.trigger.id, lane, request.catchup)
+            if after is not None:
+                self._spawn(self._run_admitted(after), after.request)
 
-    def _breaker_admit(self, book: Book) -> tuple[bool, Book]:
-        admitted, state = breaker.admit(book.breaker, self._clock.wall())
-        return admitted, Book(breaker=state, rollup=book.rollup)
-
-    def _next(self, tid: TriggerId, slot: _Slot) -> None:
-        if self._slots.get(tid) is not slot or slot.slots.running <= 0:
-            return  # withdrawn meanwhile: its waiting fires are recorded by apply()
-        start, slot.slots = admission.finished(slot.slots)
-        if start and slot.waiting:
-            request, term, claimed = slot.waiting.popleft()
-            self._spawn(self._run_admitted(request, term, claimed), request)
-
-    async def _run(self, request: FireRequest, term: int, program: LoadedProgram | Ending,
-                   claimed: Claimed) -> None:  # fmt: skip
-        record = request.trigger
-        fire = self._fire_of(request, term, claimed.run_id)
+    async def _run(self, queued: Queued, program: LoadedProgram | Ending) -> None:
+        request, record = queued.request, queued.request.trigger
+        fire = self._fire_of(queued)
         log.info("fire %s@%s → %s", named(record), request.key, record.program)
-        token = self._fresh_token(claimed)
+        token = self._fresh_token(queued.claimed)
         outcome, reason = await self._execute.run(fire, program, _work(request), token)
         log.info("fire %s@%s ← %s %.0f ms%s", named(record), request.key, outcome.status.value,
                  outcome.duration_ms, f": {reason}" if reason else "")  # fmt: skip
@@ -311,48 +234,39 @@ class Firing:
 
     # --- recording -------------------------------------------------------------------------
 
-    async def _not_run(
-        self, request: FireRequest, term: int, status: RunStatus, why: str, run_id: str
-    ) -> None:
-        fire = self._fire_of(request, term, run_id)
+    async def _not_run(self, queued: Queued, status: RunStatus, why: str) -> None:
+        request, fire = queued.request, self._fire_of(queued)
         log.info("fire %s@%s ← %s: %s", named(request.trigger), request.key, status.value, why)
         self._finish(request, fire, outcomes.not_run(status, why), why, admitted=False)
 
-    async def _withdrawn(self, request: FireRequest, term: int, run_id: str) -> None:
-        await self._unstamped(request, term, RunStatus.skipped, outcomes.WITHDRAWN, run_id)
+    async def _withdrawn(self, queued: Queued) -> None:
+        await self._unstamped(queued, RunStatus.skipped, outcomes.WITHDRAWN)
 
-    async def _unstamped(
-        self, request: FireRequest, term: int, status: RunStatus, why: str, run_id: str = ""
-    ) -> None:
+    async def _unstamped(self, queued: Queued, status: RunStatus, why: str) -> None:
         """A non-run of a trigger this device does not (or no longer) hold: no stamps."""
-        fire = self._fire_of(request, term, run_id or new_run_id())
+        fire = self._fire_of(queued)
         self._count(status.value)
         run = outcomes.run_record(fire, outcomes.not_run(status, why), finished_at=fire.started_at,
                                   reason=why)  # fmt: skip
-        await self._recorder.ended(request.trigger, run, None)
+        await self._recorder.ended(queued.request.trigger, run, None)
 
     def _finish(
         self, request: FireRequest, fire: Fire, outcome: Outcome, why: str, *, admitted: bool
     ) -> None:
         """Settle the book now (the breaker sees this outcome before the next fire starts),
-        then record the run and its stamps in the background, so the trigger's slot is
+        then record the run and its stamps in the background, so the trigger's lane is
         free for its next fire while the space is written."""
         self._count(outcome.status.value)
         now = self._clock.wall()
         run = outcomes.run_record(fire, outcome, finished_at=now, reason=why)
-        slot, stamps = self._slots.get(request.trigger.id), None
-        if slot is not None:  # else withdrawn meanwhile: it is no longer ours to stamp
-            slot.book, stamps = outcomes.settle(slot.book, request.trigger, fire, outcome,
-                                                finished_at=now, reason=why,
-                                                admitted=admitted)  # fmt: skip
-            slot.runs_seen = slot.book.rollup.runs
+        stamps = self._lanes.settle(request.trigger, fire, outcome, why, now=now, admitted=admitted)
         self._spawn(self._recorder.ended(request.trigger, run, stamps), request)
 
-    def _fire_of(self, request: FireRequest, term: int, run_id: str) -> Fire:
-        record = request.trigger
-        return Fire(run_id=run_id, trigger_id=record.id, program=record.program, peer=self._peer,
-                    term=term, key=request.key, started_at=self._clock.wall(),
-                    due_at=request.due_at)  # fmt: skip
+    def _fire_of(self, queued: Queued) -> Fire:
+        record, request = queued.request.trigger, queued.request
+        return Fire(run_id=queued.claimed.run_id, trigger_id=record.id, program=record.program,
+                    peer=self._peer, term=queued.term, key=request.key,
+                    started_at=self._clock.wall(), due_at=request.due_at)  # fmt: skip
 
 
 def _work(request: FireRequest) -> Work:
