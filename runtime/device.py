@@ -40,14 +40,13 @@ from runtime.responders import Responder, load_responder
 from runtime.sleepwatch import SleepWatch
 from runtime.subscriptions import Subscriptions
 from runtime.supervise import Supervisor
-from runtime.takeover import Takeover
+from runtime.takeover import BRIDGE_WINDOW, Takeover
 from runtime.ticker import Ticker
 from triggers.records import CHAT_WATCH_PROGRAM, RESERVED_CHAT_WATCH, PeerId
 from triggers.registry import Diff
 
 log = logging.getLogger("baton.device")
 
-BRIDGE_SECONDS = 120.0
 CHAT_WATCH_NAME = "Chat responder"
 SEED_RETRY_MIN, SEED_RETRY_MAX = 1.0, 30.0
 
@@ -68,7 +67,7 @@ class Device:
         executor_size: int | None = None,
         responder: Responder | None = None,
         lease: LeaseConfig | None = None,
-        bridge_seconds: float = BRIDGE_SECONDS,
+        bridge_seconds: float = BRIDGE_WINDOW.total_seconds(),
         health_interval: float = 30.0,
     ) -> None:
         self.space, self.peer = space, PeerId(peer)

@@ -60,8 +60,6 @@ from triggers.registry import Armed, Diff
 
 log = logging.getLogger(__name__)
 
-MAX_BRIDGE_SLOTS = 1000
-"""At most this many slots of one trigger are bridged (a `* * * * * *` job has 120)."""
 EPSILON = timedelta(microseconds=1)
 ARM_CHUNK = 500
 """At most this many entries are armed between two yields to the loop (≈ 25–100 ms)."""
@@ -114,8 +112,11 @@ def start_cursor(record: Timed, now: datetime, up_since: datetime) -> datetime:
 
 
 def slots_between(record: CronTrigger, start: datetime, end: datetime) -> list[datetime]:
-    """Every slot in `(start, end]` at or after the record's `activeSince`, oldest first,
-    at most `MAX_BRIDGE_SLOTS` (the newest kept)."""
+    """Every slot in `(start, end]` at or after the record's `activeSince`, oldest first.
+
+    As many as the span holds: a bridge's start is never more than the bridge window
+    back (runtime.takeover.BRIDGE_WINDOW, the one clamp), and a late wake's slots are
+    within the trigger's tolerance (`schedule.due_slots`)."""
     since = record.fires_from
     if since is not None:
         start = max(start, since - EPSILON)
@@ -124,7 +125,7 @@ def slots_between(record: CronTrigger, start: datetime, end: datetime) -> list[d
     while slot is not None and slot <= end:
         slots.append(slot)
         slot = schedule.next_fire(record.spec, slot)
-    return slots[-MAX_BRIDGE_SLOTS:]
+    return slots
 
 
 def _aware(when: datetime | None) -> datetime | None:
@@ -162,7 +163,7 @@ def add_bridge(entry: Entry, start: datetime) -> int:
         return 0
     slots = set(entry.bridge) | set(slots_between(rec, start, entry.cursor))
     added = len(slots) - len(entry.bridge)
-    entry.bridge = sorted(slots)[-MAX_BRIDGE_SLOTS:]
+    entry.bridge = sorted(slots)
     entry.refresh()
     return added
 
@@ -179,7 +180,7 @@ def take(entry: Entry, now: datetime) -> list[tuple[FireKey, datetime, bool]]:
     else:
         fires = [(schedule.fire_key_cron(s), s, True) for s in entry.bridge]
         entry.bridge = ()
-        slots = schedule.due_slots(rec.spec, entry.cursor, now)[-MAX_BRIDGE_SLOTS:]
+        slots = schedule.due_slots(rec.spec, entry.cursor, now)
         fires += [(schedule.fire_key_cron(s), s, s != slots[-1]) for s in slots]
         entry.cursor = max(entry.cursor, now)
     entry.refresh()
