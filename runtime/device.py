@@ -36,7 +36,7 @@ from runtime.lease import Config as LeaseConfig
 from runtime.readiness import Readiness
 from runtime.reconciler import Reconciler
 from runtime.recorder import Recorder
-from runtime.responders import Responder, load_responder
+from runtime.responders import BuiltinResponder, Responder
 from runtime.sleepwatch import SleepWatch
 from runtime.subscriptions import Subscriptions
 from runtime.supervise import Supervisor
@@ -91,7 +91,7 @@ class Device:
         self.takeover = Takeover(
             self.client, space, peer, clock=self.clock, window=timedelta(seconds=bridge_seconds)
         )
-        self.responder = responder or load_responder("builtin", now=self.clock.wall)
+        self.responder = responder or BuiltinResponder(self.clock.wall)
         self.recorder = Recorder(
             self.client,
             space,
