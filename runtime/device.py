@@ -142,6 +142,7 @@ class Device:
             space,
             peer,
             clock=self.clock,
+            recorder=self.recorder,
             records=lambda: self.reconciler.records,
             elector=self.elector,
             missing_chats=lambda: self.subscriptions.missing,

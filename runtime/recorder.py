@@ -7,6 +7,8 @@ Owns every write of what happened to the space (SPEC "Runs", "chat-watch"):
   lastRunAt, breaker, rollup, and `nextFireAt`, the next fire the ticker has armed,
   asked of `next_fire` when the run ends). A trigger's stamps are written in order, and
   a newer set replaces one still waiting, so a burst of fires costs one write;
+- the health pass's stamps (runtime.healthpass: a verdict's lastStatus and
+  lastStatusDetail, and `nextFireAt` between runs), written once as it decided them;
 - a run made by hand (runtime.manual), whose stored record is the answer;
 - chat-watch's turns: the `agent_turns` entry, then one more conversation start on the
   reserved record's rollup (counted from the record's stamp when another device has
@@ -101,6 +103,11 @@ class Recorder:
             await retried(lambda: self._client.trigger_status(self._space, tid, body), self._clock)
         except ApiError as exc:
             log.warning("fire %s: stamps not written: %s", tid, exc)
+
+    async def stamp(self, tid: TriggerId, body: dict[str, Any]) -> None:
+        """Write stamps the health pass decided (a verdict, `nextFireAt`), once: a refusal
+        is raised, for the pass to judge (it tries again on its next pass)."""
+        await self._client.trigger_status(self._space, tid, body)
 
     async def post_run(self, run: dict[str, Any]) -> dict[str, Any]:
         """Post a run record; the record as stored. Raises the last `ApiError`."""
