@@ -28,12 +28,12 @@ fire is its own task, and an unexpected failure is logged with the trigger id an
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+from core.aio import TaskSet
 from core.clock import Clock
 from programs import admission
 from programs.loader import LoadedProgram
@@ -72,7 +72,8 @@ class Firing:
         self._execute, self._recorder = execute, recorder
         self._term, self._may_fire_floating, self._chatwatch = term, may_fire_floating, chatwatch
         self._lanes = Lanes(execute.size)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("fire")
+        self._closed = False
         self.counts: dict[str, int] = {}
 
     # --- the Dispatcher side ------------------------------------------------------------
@@ -93,28 +94,18 @@ class Firing:
 
     async def settled(self) -> None:
         """Wait until every fire taken so far is recorded (tests, clean stops)."""
-        while self._tasks:
-            await asyncio.wait(set(self._tasks))
+        await self._tasks.wait()
 
     async def close(self) -> None:
-        """Cancel fires in flight and wait for them to unwind."""
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        """Cancel fires in flight and wait for them to unwind; later fires are dropped."""
+        self._closed = True
+        await self._tasks.close()
 
-    def _spawn(self, work: Any, request: FireRequest) -> None:
-        task = asyncio.ensure_future(self._guarded(work, request))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _guarded(self, work: Any, request: FireRequest) -> None:
-        try:
-            await work
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("fire %s@%s failed unexpectedly", named(request.trigger), request.key)
+    def _spawn(self, work: Coroutine[Any, Any, None], request: FireRequest) -> None:
+        if self._closed:  # a fire unwinding from `close` starts nothing new
+            work.close()
+            return
+        self._tasks.spawn(work, name=f"{named(request.trigger)}@{request.key}")
 
     def _count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
