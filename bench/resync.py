@@ -26,6 +26,7 @@ from serving import ROOT, start_server, stop_server
 async def resyncs(count: int, times: int = 6) -> None:
     from core.clock import SystemClock
     from runtime.client import SpaceClient
+    from runtime.events import Bus
     from runtime.reconciler import Reconciler
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -36,7 +37,7 @@ async def resyncs(count: int, times: int = 6) -> None:
             seed(Path(tmp) / "space.db", count)
             async with SpaceClient(base, h["Authorization"].split()[1]) as client:
                 rec = Reconciler(client, SPACE, PEER, clock=SystemClock(),
-                                 is_active=lambda: True, on_diff=lambda d: None)  # fmt: skip
+                                 is_active=lambda: True, bus=Bus())  # fmt: skip
                 for i in range(times):
                     t0 = time.perf_counter()
                     await rec.sync()

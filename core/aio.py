@@ -5,7 +5,8 @@ Owns the four ways the daemon waits or keeps work alive, each written once:
   tasks go on) and cancelled together on `close()`.
 - `Backoff` (capped exponential, full jitter or none) with its per-loop counter `Streak`,
   and `retry()` built on them.
-- `sleep_until(clock, deadline, wake)`: the one capped sleep (`MAX_SLEEP` at once).
+- `sleep_until(clock, deadline, wake)`: the one capped sleep (`MAX_SLEEP` at once), and
+  `within(clock, seconds, work)`: a timeout on the Clock (not on the loop's clock).
 - `SleepDetector`: the one comparison of the wall clock against the monotonic clock.
 
 Time only through the injected `Clock`, so a `FakeClock` drives every wait here. Must not
@@ -85,13 +86,16 @@ class TaskSet:
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def cancel(self) -> None:
+        """Cancel every running task now and refuse new ones (`close()` also waits)."""
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+
     async def close(self) -> None:
         """Cancel every running task and wait for all of them; re-raise a fatal failure."""
-        self._closed = True
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        self.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         failure, self._failure = self._failure, None
         if failure is not None:
             raise failure
@@ -189,6 +193,21 @@ async def sleep_until(clock: Clock, deadline: float, wake: asyncio.Event | None 
             await clock.sleep(step)
         elif await sleep_or_wake(clock, step, wake):
             return True
+
+
+async def within(clock: Clock, seconds: float, work: Awaitable[T], what: str = "work") -> T:
+    """`work`'s result, or TimeoutError once `seconds` pass on `clock` (`work` is cancelled)."""
+    task = asyncio.ensure_future(work)
+    timer = asyncio.ensure_future(clock.sleep(seconds))
+    try:
+        done, _ = await asyncio.wait((task, timer), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (task, timer):
+            pending.cancel()
+        await asyncio.gather(task, timer, return_exceptions=True)
+    if task not in done:
+        raise TimeoutError(f"{what} timed out after {seconds:g} s")
+    return task.result()
 
 
 class SleepDetector:

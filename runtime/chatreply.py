@@ -5,8 +5,8 @@ streamed (posted at its first words with `done` false, then edited in place as i
 grows, at most every `stream_interval` seconds, and `done` at its end); a reply cut
 short by a failure keeps the words written so far and ends; a failed turn's apology.
 Also what a turn and its chat share: the chat (`Chat`: its inbox, its live turn), the
-edges the daemon binds to the space (`Edges`), the settings (`TurnSettings`), the
-counters, and `within`, the one bound on a call, timed on the Clock.
+edges the daemon binds to the space (`Edges`), the settings (`TurnSettings`) and the
+counters. Every call is bounded on the Clock (`core.aio.within`).
 
 Must not call the responder nor decide what a turn answers (runtime.chatturn).
 """
@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from core.aio import within
 from core.clock import Clock
 from runtime.responders import Message
 
@@ -96,21 +97,6 @@ def reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-async def within(clock: Clock, work: Awaitable[T], seconds: float, what: str) -> T:
-    """`work`'s result, or TimeoutError once `seconds` pass on the Clock (work cancelled)."""
-    task = asyncio.ensure_future(work)
-    timer = asyncio.ensure_future(clock.sleep(seconds))
-    try:
-        done, _ = await asyncio.wait((task, timer), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for pending in (task, timer):
-            pending.cancel()
-        await asyncio.gather(task, timer, return_exceptions=True)
-    if task not in done:
-        raise TimeoutError(f"{what} timed out after {seconds:g} s")
-    return task.result()
-
-
 class Replies:
     """Posts a turn's replies through the edges; `more()` says whether more will follow."""
 
@@ -128,7 +114,7 @@ class Replies:
 
     async def io(self, work: Awaitable[T], what: str) -> T:
         """`work` bounded by the settings' `io_timeout`."""
-        return await within(self._clock, work, self._settings.io_timeout, what)
+        return await within(self._clock, self._settings.io_timeout, work, what)
 
     async def reply(self, post: Post, text: str, done: bool | None = None) -> Message:
         """Post `text` whole; `done` unless more messages wait (or as told)."""

@@ -22,6 +22,7 @@ from datetime import datetime
 
 import msgspec
 
+from core.aio import within
 from core.clock import Clock
 from runtime.chatreply import (
     Chat,
@@ -31,7 +32,6 @@ from runtime.chatreply import (
     Replies,
     TurnSettings,
     reason,
-    within,
 )
 from runtime.responders import Message, Responder, ResponderUnavailable, check_reply
 
@@ -146,8 +146,8 @@ class Turns:
             context = [m for m in view if m.get("messageId") not in ids]
             turn.post.posted = False
             try:
-                reply = await within(self._clock, self._answer(turn, context, pending),
-                                     self._settings.reply_timeout, "responder")  # fmt: skip
+                reply = await within(self._clock, self._settings.reply_timeout,
+                                     self._answer(turn, context, pending), "responder")  # fmt: skip
             except ResponderUnavailable as exc:
                 if turn.post.posted:
                     raise

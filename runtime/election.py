@@ -1,20 +1,16 @@
 """The election loop: keeps this device's standing in the floating-trigger lease.
 
-Owns talking to the space about the lease (SPEC "Who runs what" → Election):
-heartbeats (`device_put` with name, priority and, given `report`, the device's
-own status for `baton status`) every renew interval, reads of
-the lease (`election`) and the live devices (`devices`), and carrying out what
-`runtime.lease.decide` says (claim, renew, hand over, want). The space answers
-`expiresInMs`, which becomes a local monotonic deadline at read time; no wall
-clock is compared with another device's. The space's `leaseSeconds` wins over the
+Owns the loop (SPEC "Who runs what" → Election): a heartbeat every renew interval
+(runtime.heartbeat), a read of the lease, and doing what `lease.decide` says through
+the election routes (runtime.leasecalls). The space's `leaseSeconds` wins over the
 configured lease length: the timings stretch to it (`lease.scaled`).
 
 `may_fire()` is the gate for floating triggers. It is false unless a claim or
 renewal succeeded less than `lease_s - margin_s` ago, so a device cut off from
 the space fails closed; and it turns false at once on a conflict, on reading
-another holder, on `slept()` or when it sees the wall clock run away from the
-monotonic clock since its last renewal. Listeners given to `on_change` hear
-each edge of `may_fire()` (True: gained, False: lost) as the loop sees it.
+another holder, or on `slept()`, which hears the device's one sleep detector
+(runtime.sleepwatch, asked again inside `may_fire()`). Each edge of `may_fire()`
+(True: gained, False: lost) is published as `RoleChanged` on the bus as seen.
 
 Must not decide anything itself (that is `runtime.lease`), and must not die of
 the space or a peer: errors are logged once per change, backed off, retried.
@@ -31,18 +27,18 @@ from typing import Any
 
 import msgspec
 
-from core.clock import Clock, iso, sleep_or_wake
+from core.aio import Backoff, sleep_until
+from core.clock import Clock, iso
 from runtime import lease
-from runtime.client import ApiError, SpaceClient
+from runtime.client import SpaceClient
+from runtime.events import Bus, RoleChanged, Slept
+from runtime.heartbeat import Heartbeat
+from runtime.leasecalls import LeaseCalls, view_of
+from runtime.sleepwatch import SleepWatch
 
 log = logging.getLogger(__name__)
 
-MAX_SLEEP = 30.0
 BACKOFF_BASE = 0.25
-DEFAULT_CONFIG = lease.Config()
-DRIFT_LIMIT = 3.0  # wall vs monotonic divergence that means "the machine slept"
-
-Listener = Callable[[bool], object]
 
 
 class Elector:
@@ -57,26 +53,25 @@ class Elector:
         name: str,
         priority: int = 0,
         clock: Clock,
-        config: lease.Config = DEFAULT_CONFIG,
+        config: lease.Config = lease.DEFAULTS,
         report: Callable[[], dict[str, Any]] | None = None,
+        sleepwatch: SleepWatch | None = None,
     ) -> None:
-        self._client, self._space, self._peer = client, space, peer
-        self._report = report  # the device's own status, sent with each heartbeat
-        self._name, self._clock, self._cfg = name, clock, config
+        self._peer, self._clock, self._cfg = peer, clock, config
+        self._calls = LeaseCalls(client, space, peer)
+        self.heartbeat = Heartbeat(client, space, peer, name, clock=clock, report=report)
         self._state = lease.State(me=peer, priority=priority)
         self._view: lease.LeaseView | None = None
-        self._live: frozenset[str] = frozenset()
-        self._priorities: dict[str, int] = {}
-        self._listeners: list[Listener] = []
         self._reported = False
         self._wake = asyncio.Event()
-        self._beat_due = float("-inf")
         self._healthy = False
-        self._failures = 0
+        self._retry = self._backoff().streak()
         self._error: str | None = None
-        self._anchor: tuple[float, float] | None = None  # (wall epoch, monotonic) at renewal
-        self.instance = ""  # sent with each heartbeat: a new one restarts the space's upSince
         self._down: set[str] = set()  # device parts that are down: hold no lease meanwhile
+        # one sleep detector for the device; alone (in tests) the elector has its own
+        self._sleep = sleepwatch or SleepWatch(clock, Bus())
+        self.bus = self._sleep.bus  # RoleChanged is published here
+        self.bus.subscribe(Slept, lambda _: self.slept())
 
     # --- what others read -------------------------------------------------------------------
 
@@ -86,8 +81,7 @@ class Elector:
         A turn seen here between two rounds of the loop is reported at once: a holder
         whose acting deadline passed before its renewal came back has dropped fires, and
         only a reported False-then-True makes the device bridge them (runtime.takeover)."""
-        if self._state.holding and self._drifted():
-            self.slept()
+        self._sleep.check()  # a sleep seen here stops the acting before it is reported
         allowed = self._allowed()
         if allowed != self._reported:
             self._edges()
@@ -114,14 +108,7 @@ class Elector:
 
     @property
     def live(self) -> frozenset[str]:
-        return self._live
-
-    @property
-    def priorities(self) -> dict[str, int]:
-        return dict(self._priorities)
-
-    def on_change(self, callback: Listener) -> None:
-        self._listeners.append(callback)
+        return self.heartbeat.live
 
     def status(self) -> dict[str, Any]:
         now, state = self._clock.monotonic(), self._state
@@ -136,7 +123,7 @@ class Elector:
             "mayFire": lease.may_fire(state, now),
             "actsUntil": iso(acts) if acts else None,
             "priority": state.priority,
-            "live": sorted(self._live),
+            "live": sorted(self.heartbeat.live),
             "want": self._view.want if self._view else None,
             "partsDown": sorted(self._down),
             "lastError": self._error,
@@ -148,8 +135,7 @@ class Elector:
         """The machine slept or its clock jumped: stop acting until a renewal succeeds,
         and heartbeat (with the device's new instance) before claiming again."""
         self._state = lease.on_slept(self._state, self._clock.monotonic())
-        self._anchor = None
-        self._beat_due = float("-inf")
+        self.heartbeat.beat_now()
         self._edges()
         self._wake.set()
 
@@ -167,25 +153,15 @@ class Elector:
 
     async def sign_off(self) -> None:
         """Tell the space this device stopped cleanly: it is not live from now on."""
-        try:
-            await self._client.device_put(self._space, self._peer, {"stopped": True})
-        except Exception as exc:
-            log.warning("election: could not sign off: %s", exc)
+        await self.heartbeat.sign_off()
 
     async def release(self) -> None:
         """Free the lease if this device holds it (a clean stop); cancel `run()` first."""
         state = self._state
         self._state = lease.on_lost(state)
         self._edges()
-        if not state.holding:
-            return
-        try:
-            await self._client.election_release(
-                self._space, {"peer": self._peer, "term": state.term}
-            )
-            log.info("election: released the lease at term %d", state.term)
-        except Exception as exc:
-            log.warning("election: could not release the lease at term %d: %s", state.term, exc)
+        if state.holding:
+            await self._calls.release(state.term)
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -204,7 +180,7 @@ class Elector:
 
     async def _round(self) -> float:
         """One pass; returns the monotonic time to look again."""
-        if self._clock.monotonic() >= self._beat_due:
+        if self._clock.monotonic() >= self.heartbeat.due:
             await self._beat()
         view = await self._read()
         self._state = lease.observe(self._state, view)
@@ -213,48 +189,22 @@ class Elector:
             if self._state.holding:
                 await self.release()
             return now + self._cfg.poll_s
-        step = lease.decide(self._state, view, self._cfg, now, self._priorities)
+        step = lease.decide(self._state, view, self._cfg, now, self.heartbeat.priorities)
         return await self._act(step, now)
 
     async def _beat(self) -> None:
         sent = self._clock.monotonic()
-        body: dict[str, Any] = {"name": self._name, "priority": self._state.priority}
-        if self.instance:
-            body["instance"] = self.instance
-        if self._report is not None:
-            body["status"] = self._status_report()
-        await self._client.device_put(self._space, self._peer, body)
+        await self.heartbeat.beat(self._state.priority, self._cfg.renew_s)
         if not self._healthy:
             self._healthy = True
             self._state = msgspec.structs.replace(self._state, live_since=sent)
-        self._beat_due = sent + self._cfg.renew_s
-        listing = await self._client.devices(self._space)
-        live = [d for d in listing["devices"] if d.get("live")]
-        self._live = frozenset(d["peer"] for d in live)
-        self._priorities = {d["peer"]: int(d.get("priority", 0)) for d in live}
-
-    def _status_report(self) -> dict[str, Any]:
-        try:
-            return msgspec.to_builtins(self._report())  # type: ignore[misc]
-        except Exception as exc:
-            log.warning("election: the status report failed: %s", exc)
-            return {"error": f"{type(exc).__name__}: {exc}"}
 
     async def _read(self) -> lease.LeaseView:
-        answer = await self._client.election(self._space)
-        return self._fold(answer)
+        return self._fold(await self._calls.read())
 
     def _fold(self, answer: dict[str, Any]) -> lease.LeaseView:
-        """A lease answer as a view anchored to local monotonic time."""
-        expires_in = answer.get("expiresInMs")
-        expires = float("-inf") if expires_in is None else expires_in / 1000.0
         self._follow(answer.get("leaseSeconds"))
-        self._view = lease.LeaseView(
-            active=answer.get("active"),
-            term=int(answer["term"]),
-            expires_at_mono=self._clock.monotonic() + expires,
-            want=answer.get("want"),
-        )
+        self._view = view_of(answer, self._clock.monotonic())
         return self._view
 
     def _follow(self, seconds: object) -> None:
@@ -264,9 +214,10 @@ class Elector:
         if seconds == self._cfg.lease_s:
             return
         log.info("election: the space's lease is %g s; timings follow it", seconds)
-        self._beat_due -= self._cfg.renew_s  # the next heartbeat follows the new interval too
+        self.heartbeat.due -= self._cfg.renew_s  # the next heartbeat follows the new interval too
         self._cfg = lease.scaled(float(seconds), like=self._cfg)
-        self._beat_due += self._cfg.renew_s
+        self.heartbeat.due += self._cfg.renew_s
+        self._retry.backoff = self._backoff()
         if self._state.holding:  # may act only as long as the space's lease allows
             state = self._state
             self._state = lease.on_renewed(state, self._cfg, state.term, state.last_renew_sent)
@@ -280,25 +231,19 @@ class Elector:
             case lease.Act.HANDOVER:
                 return await self._handover(step.term, step.to or "")
             case lease.Act.WANT:
-                await self._client.election_want(self._space, {"peer": self._peer, "want": True})
-                log.info("election: asked for the lease (priority %d)", self._state.priority)
+                await self._calls.want(self._state.priority)
                 return now + self._cfg.poll_s
 
     async def _claim(self, term: int) -> float:
-        sent, wall = self._clock.monotonic(), self._clock.wall().timestamp()
-        body = {"peer": self._peer, "term": term}
-        try:
-            answer = await self._client.election_claim(self._space, body)
-        except ApiError as exc:
-            if exc.status == 409:
-                return self._conflict(term)
-            raise
+        sent = self._clock.monotonic()
+        answer = await self._calls.claim(term)
+        if answer is None:
+            return self._conflict(term)
         self._fold(answer)
         if answer.get("active") != self._peer:
             return self._conflict(term)
         gained = not self._state.holding or int(answer["term"]) != self._state.term
         self._state = lease.on_renewed(self._state, self._cfg, int(answer["term"]), sent)
-        self._anchor = (wall, sent)
         if gained:
             log.info("election: holding the lease at term %d", self._state.term)
         return sent + self._cfg.renew_s
@@ -310,54 +255,37 @@ class Elector:
         return self._clock.monotonic() + self._cfg.poll_s
 
     async def _handover(self, term: int, to: str) -> float:
-        body = {"peer": self._peer, "term": term, "to": to}
         self._state = lease.on_lost(self._state)  # stop acting before the lease moves
         self._edges()
-        try:
-            await self._client.election_handover(self._space, body)
-            log.info("election: handed the lease over to %s at term %d", to, term + 1)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
-            log.warning("election: hand-over to %s refused: %s", to, exc)
+        await self._calls.handover(term, to)
         return self._clock.monotonic() + self._cfg.poll_s
 
-    # --- errors, edges and sleeping -----------------------------------------------------------
+    def _backoff(self) -> Backoff:  # doubling up to the poll interval, without jitter
+        return Backoff(base=BACKOFF_BASE, cap=max(BACKOFF_BASE, self._cfg.poll_s), jitter=False)
 
     def _failed(self, exc: Exception) -> float:
-        self._failures += 1
+        delay = self._retry.failed()
         self._healthy = False
         message = f"{type(exc).__name__}: {exc}"
         if message != self._error:
             log.warning("election: %s (retrying)", message)
         self._error = message
-        delay = min(self._cfg.poll_s, BACKOFF_BASE * 2 ** (self._failures - 1))
         return self._clock.monotonic() + delay
 
     def _recovered(self) -> None:
-        if self._failures:
+        if self._retry.failures:
             log.info("election: the space answers again")
-        self._failures = 0
+        self._retry.reset()
         self._error = None
 
-    def _drifted(self) -> bool:
-        if self._anchor is None:
-            return False
-        wall = self._clock.wall().timestamp() - self._anchor[0]
-        return abs(wall - (self._clock.monotonic() - self._anchor[1])) > DRIFT_LIMIT
-
     def _edges(self) -> None:
-        """Tell listeners when `may_fire()` turned."""
+        """Publish `RoleChanged` when `may_fire()` turned."""
         now = self._allowed()
         if now == self._reported:
             return
         self._reported = now
         log.info("election: %s", "may fire floating triggers" if now else "stopped acting")
-        for listener in list(self._listeners):
-            try:
-                listener(now)
-            except Exception:
-                log.exception("election: a change listener failed")
+        self.bus.publish(RoleChanged(active=now, term=self._state.term))
 
     def _until(self, wake: float) -> float:
         """Wake no later than the moment this device must stop acting."""
@@ -366,7 +294,6 @@ class Elector:
         return wake
 
     async def _nap(self, until: float) -> None:
-        """Sleep until `until` (at most 30 s) or until `slept()` asks for a round now."""
-        seconds = min(MAX_SLEEP, max(0.0, until - self._clock.monotonic()))
-        await sleep_or_wake(self._clock, seconds, self._wake)
+        """Sleep until `until` or until `slept()` asks for a round now."""
+        await sleep_until(self._clock, until, self._wake)
         self._wake.clear()

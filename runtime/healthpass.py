@@ -38,11 +38,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from core.clock import Clock, iso, sleep_or_wake
-from programs import breaker, rollup
+from core.aio import sleep_until
+from core.clock import Clock, iso
+from runtime import healthstamps as stamps
 from runtime.client import ApiError, SpaceClient
 from runtime.election import Elector
 from runtime.recorder import Recorder
@@ -50,21 +51,16 @@ from triggers import health
 from triggers.records import (
     CHAT_WATCH_PROGRAM,
     Loaded,
-    OnceTrigger,
     PeerId,
     Salvaged,
-    Trigger,
     TriggerId,
 )
 
 log = logging.getLogger(__name__)
 
 INTERNAL_PROGRAMS = frozenset({CHAT_WATCH_PROGRAM})
-MAX_SLEEP = 30.0
 RETRY_S = 5.0
-NEXT_FIRE_HORIZON = timedelta(hours=24)
 PASS_CHUNK = 2000  # records judged between two yields to the loop
-FULL_PASS = timedelta(minutes=10)  # a settled device still judges every record this often
 
 Records = Callable[[], Mapping[TriggerId, Loaded]]
 NextFires = Callable[[], Mapping[TriggerId, datetime]]
@@ -142,7 +138,8 @@ class HealthPass:
         written = await self._judge(current, inputs)
         armed = self._next_fires() if self._next_fires else {}
         self._settled = key if written == 0 else None
-        self._until = turns_at(current.values(), armed, inputs) if written == 0 else inputs.now
+        settled = written == 0
+        self._until = stamps.turns_at(current.values(), armed, inputs) if settled else inputs.now
         self.passes += 1
         self.stamped += written
         self._last_pass = inputs.now
@@ -152,7 +149,7 @@ class HealthPass:
         written = 0
         for chunk in _chunks(list(current.values())):
             for stamp in health.due(chunk, self._peer, inputs):
-                written += await self._write(stamp, _shown(current.get(stamp.id)))
+                written += await self._write(stamp, stamps.shown(current.get(stamp.id)))
             await asyncio.sleep(0)  # 100,000 records: the loop is never held for the pass
         if self._next_fires is not None:
             written += await self._stamp_next_fires(current.values(), inputs)
@@ -166,11 +163,11 @@ class HealthPass:
         return health.HealthInputs(
             now=self._clock.wall(),
             programs=programs,
-            active_peer=_peer_or_none(self._elector.active),
+            active_peer=stamps.peer_or_none(self._elector.active),
             live=frozenset(PeerId(p) for p in self._elector.live),
             missing_chats=self._missing(),
-            breaker_until=_open_breakers(records),
-            last_run_status=_last_statuses(records),
+            breaker_until=stamps.open_breakers(records),
+            last_run_status=stamps.last_statuses(records),
         )
 
     async def _programs(self) -> frozenset[str]:
@@ -207,9 +204,10 @@ class HealthPass:
             ):
                 continue
             want = armed.get(record.id)
-            if _same_instant(record.next_fire_at, want) or _not_near(record, want, inputs.now):
+            same = stamps.same_instant(record.next_fire_at, want)
+            if same or stamps.not_near(record, want, inputs.now):
                 continue
-            if want is not None and _awaits_run(record, inputs.now):
+            if want is not None and stamps.awaits_run(record, inputs.now):
                 continue  # a fire due with no run yet: moving it on would hide an `overdue`
             body = {"nextFireAt": iso(want) if want else None}
             try:
@@ -228,94 +226,10 @@ class HealthPass:
         self._error = message
 
     async def _nap(self, seconds: float) -> None:
-        """Sleep `seconds` (at most 30 at once) or until `kick()`."""
-        deadline = self._clock.monotonic() + seconds
-        while not self._wake.is_set():
-            left = deadline - self._clock.monotonic()
-            if left <= 0:
-                return
-            await sleep_or_wake(self._clock, min(MAX_SLEEP, left), self._wake)
-        self._wake.clear()
-
-
-def turns_at(
-    records: Iterable[Loaded], armed: Mapping[TriggerId, datetime], inputs: health.HealthInputs
-) -> datetime:
-    """The first instant at which a pass over the same records could judge otherwise by the
-    clock alone: a stamped `nextFireAt` coming due, a breaker closing, a `once` passing its
-    `at` or its grace, an armed fire coming within the horizon; at most `FULL_PASS` away."""
-    soon = [inputs.now + FULL_PASS, *inputs.breaker_until.values()]
-    for record in records:
-        if isinstance(record, Salvaged):
-            continue
-        if record.next_fire_at is not None:
-            soon.append(record.next_fire_at)
-        elif (want := armed.get(record.id)) is not None:
-            soon.append(want - NEXT_FIRE_HORIZON)
-        if isinstance(record, OnceTrigger):
-            soon += [record.spec.at_utc, record.spec.at_utc + timedelta(
-                seconds=record.spec.grace_seconds)]  # fmt: skip
-    return min(soon)
+        """Sleep `seconds` or until `kick()`."""
+        if await sleep_until(self._clock, self._clock.monotonic() + seconds, self._wake):
+            self._wake.clear()
 
 
 def _chunks(items: list[Loaded]) -> Iterable[list[Loaded]]:
     return (items[i : i + PASS_CHUNK] for i in range(0, len(items), PASS_CHUNK))
-
-
-def _peer_or_none(peer: str | None) -> PeerId | None:
-    return PeerId(peer) if peer else None
-
-
-def _shown(record: Loaded | None) -> tuple[str, str]:
-    """The stamp the record shows now (stamps keep `rev`, so the stamp itself is the version)."""
-    return ("", "") if record is None else health.current_stamp(record)
-
-
-def _open_breakers(records: Iterable[Loaded]) -> dict[TriggerId, datetime]:
-    found = {}
-    for record in records:
-        if isinstance(record, Salvaged) or not record.breaker:
-            continue
-        try:
-            until = breaker.until(breaker.from_dict(record.breaker))
-        except Exception as exc:  # a stamp written by hand: that record's breaker alone
-            log.warning("health %s: breaker stamp unreadable: %r", record.id, exc)
-            continue
-        if until is not None:
-            found[record.id] = until
-    return found
-
-
-def _last_statuses(records: Iterable[Loaded]) -> dict[TriggerId, str]:
-    found = {}
-    for record in records:
-        if isinstance(record, Salvaged) or not record.rollup:
-            continue
-        try:
-            last = rollup.from_dict(record.rollup).last_status
-        except Exception as exc:
-            log.warning("health %s: rollup stamp unreadable: %r", record.id, exc)
-            continue
-        if last:
-            found[record.id] = last
-    return found
-
-
-def _awaits_run(record: Trigger, now: datetime) -> bool:
-    """The stamped `nextFireAt` is due and no run came since: it stays until one does."""
-    due = record.next_fire_at
-    if due is None or due > now:
-        return False
-    return record.last_run_at is None or record.last_run_at < due
-
-
-def _not_near(record: Trigger, want: datetime | None, now: datetime) -> bool:
-    """A first stamp for a fire beyond the horizon: not worth a write yet."""
-    return record.next_fire_at is None and want is not None and want - now > NEXT_FIRE_HORIZON
-
-
-def _same_instant(a: datetime | None, b: datetime | None) -> bool:
-    """Equal to the second: stamps travel as RFC 3339 and may lose a fraction."""
-    if a is None or b is None:
-        return a is b
-    return int(a.timestamp()) == int(b.timestamp())

@@ -35,6 +35,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True):
     settle_s: float = 10.0
 
 
+DEFAULTS = Config()
+
+
 def scaled(lease_s: float, like: Config | None = None) -> Config:
     """`like`'s timings (default: the defaults, 15 s → 5, 5, 2, 10) stretched to `lease_s`."""
     base = like or Config()

@@ -14,12 +14,12 @@ status) and `registry` (the ones this device arms), kept current by (SPEC
 
 A `stamp` change (the runtime's own writes: `nextFireAt`, `lastStatus` …, never
 `rev` nor `updatedAt`) is not work: it replaces the record's stamps in `records`
-and in the armed entry in O(1), with no diff, no `on_edit` and no registry copy
+and in the armed entry in O(1), with no diff, no `RecordEdited` and no registry copy
 (`_restamped`). A full sync keeps the record objects it already holds when the
 listed record is equal, so a resync allocates nothing for what did not change.
 
-Each non-empty diff goes to `on_diff` (stamp-only writes make none), and
-`on_edit` hears of every feed change to a record's user fields, armed here or
+Each non-empty diff is published as `DiffApplied` (stamp-only writes make none), and
+`RecordEdited` tells of every feed change to a record's user fields, armed here or
 not (a repin between two other devices still changes who stamps it). Skipped
 records are logged once per version. Never dies of a record, a callback or the
 network: it logs one line, backs off through the Clock and goes on. Must not
@@ -34,25 +34,19 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-import msgspec
-
-from core.clock import Clock, iso, sleep_or_wake
+from core.aio import Backoff, sleep_until
+from core.clock import Clock, iso
+from runtime import feedpages as feed
 from runtime.client import SpaceClient
+from runtime.events import Bus, DiffApplied, RecordEdited
 from runtime.sse import SseEvent
 from runtime.subscribe import Subscription
 from triggers import registry as reg
-from triggers.records import Loaded, PeerId, Salvaged, TriggerId, load
+from triggers.records import Loaded, PeerId, Salvaged, TriggerId
 
 log = logging.getLogger(__name__)
 
-MAX_SLEEP = 30.0
-RETRY_MIN, RETRY_MAX = 1.0, 30.0
-LIST_PAGE = 2000  # records per listing page
-_NOT_USER = frozenset(
-    {"rev", "createdAt", "updatedAt", "undecodable", "decodeError", "lastStatus",
-     "lastStatusDetail", "lastRunAt", "nextFireAt", "breaker", "rollup"}
-)  # fmt: skip
-_fingerprint = msgspec.json.Encoder(order="sorted")
+RETRY = Backoff(base=1.0, cap=30.0, jitter=False)  # a failed sync; the feed retries at the cap
 
 
 class Reconciler:
@@ -66,16 +60,14 @@ class Reconciler:
         *,
         clock: Clock,
         is_active: Callable[[], bool],
-        on_diff: Callable[[reg.Diff], None],
-        on_edit: Callable[[], None] | None = None,
+        bus: Bus,
         resync_s: float = 300.0,
         stream_options: dict[str, Any] | None = None,
     ) -> None:
         self._client, self._space, self._peer = client, space, PeerId(peer)
         self._clock = clock
         self._is_active = is_active
-        self._on_diff = on_diff
-        self._on_edit = on_edit
+        self._bus = bus
         self._resync_s = resync_s
         self._stream_options = stream_options or {}
         self.records: dict[TriggerId, Loaded] = {}
@@ -86,7 +78,8 @@ class Reconciler:
         self._warned: dict[TriggerId, bytes] = {}
         self._sync_lock = asyncio.Lock()
         self._resync_now = asyncio.Event()
-        self._failures = 0
+        self._retry = RETRY.streak()
+        self._wait = 0.0  # the backoff after the latest failure
         self._error = ""
         self._synced_at: datetime | None = None
         self._sub: Subscription | None = None
@@ -96,7 +89,7 @@ class Reconciler:
     async def run(self) -> None:
         """First sync (retried until it succeeds), then the feed and the slow resync."""
         while not await self._sync_safely():
-            await self._clock.sleep(self._retry_delay())
+            await self._clock.sleep(self._wait)
         self.ready.set()
         async with asyncio.TaskGroup() as group:
             group.create_task(self._follow())
@@ -111,14 +104,14 @@ class Reconciler:
             self._failed("resync", exc)
             self._resync_now.set()
             return local
-        return _merge(local, fetched)
+        return feed.merge(local, fetched)
 
     async def sync(self) -> reg.Diff:
         """One full sync from the space: listing, folded with changes past its `seq`."""
         async with self._sync_lock:
-            loaded, seq = await self._listing()
+            loaded, seq = await feed.listing(self._client, self._space, self._kept)
             while seq < self.seq:  # the feed already applied changes newer than the listing
-                folded = await self._fold_pages(loaded, seq)
+                folded = await feed.fold_pages(self._client, self._space, loaded, seq)
                 if folded == seq:  # the space's feed is behind ours (a restored store)
                     log.warning("reconcile: the space's feed is at %d, ours at %d", seq, self.seq)
                     self.seq = seq
@@ -128,27 +121,14 @@ class Reconciler:
             self._synced_at = self._clock.wall()
             return diff
 
-    async def _listing(self) -> tuple[dict[TriggerId, Loaded], int]:
-        """Every record, fetched in pages and decoded page by page from the raw bytes;
-        the `seq` of the first page (later writes come in through the fold)."""
-        loaded: dict[TriggerId, Loaded] = {}
-        page = await self._client.trigger_page(self._space, limit=LIST_PAGE)
-        seq = page.seq
-        while True:
-            for raw in page.triggers:
-                record = self._kept(load(bytes(raw)))
-                loaded[record.id] = record
-            if not page.next:
-                return loaded, seq
-            page = await self._client.trigger_page(self._space, after=page.next, limit=LIST_PAGE)
-
     async def _sync_safely(self) -> bool:
         try:
             await self.sync()
         except Exception as exc:  # ApiError, or a body that is not what the API promises
             self._failed("full sync", exc)
             return False
-        self._failures, self._error = 0, ""
+        self._retry.reset()
+        self._error = ""
         return True
 
     async def _resync_loop(self) -> None:
@@ -156,16 +136,11 @@ class Reconciler:
             await self._wait_resync()
             self._resync_now.clear()
             if not await self._sync_safely():
-                await self._clock.sleep(self._retry_delay())
+                await self._clock.sleep(self._wait)
                 self._resync_now.set()  # try again after the backoff
 
     async def _wait_resync(self) -> None:
-        start = self._clock.monotonic()
-        while not self._resync_now.is_set():
-            left = self._resync_s - (self._clock.monotonic() - start)
-            if left <= 0:
-                return
-            await sleep_or_wake(self._clock, min(MAX_SLEEP, left), self._resync_now)
+        await sleep_until(self._clock, self._clock.monotonic() + self._resync_s, self._resync_now)
 
     # --- the change feed -----------------------------------------------------------------
 
@@ -179,13 +154,13 @@ class Reconciler:
             except Exception as exc:  # Permanent (401, 404 …): retry slowly, resync meanwhile
                 self._failed("change feed", exc)
             self._resync_now.set()
-            await self._clock.sleep(RETRY_MAX)
+            await self._clock.sleep(RETRY.cap)
 
     async def _on_event(self, event: SseEvent) -> None:
         try:
             if event.event == "change":
                 self._apply_changes([event.json()])
-            elif event.event == "gap" or (event.event == "hello" and _cursor(event) > self.seq):
+            elif event.event == "gap" or (event.event == "hello" and feed.cursor(event) > self.seq):
                 await self._fill_gap()
         except Exception as exc:  # a bad event must not end the stream
             log.warning("change feed: event %s not applied: %r", event.seq, exc)
@@ -210,7 +185,7 @@ class Reconciler:
             return
         self.seq = int(fresh[-1]["seq"])
         self.version += 1
-        items = [item for item in map(_item, fresh) if not self._restamped(item)]
+        items = [item for item in map(feed.item, fresh) if not self._restamped(item)]
         if items:
             self._apply_items(items)
 
@@ -237,7 +212,7 @@ class Reconciler:
     def _apply_items(self, items: list[Loaded | reg.Deleted]) -> None:
         edited = False
         for item in items:
-            edited = edited or _edited(self.records.get(item.id), item)
+            edited = edited or feed.edited(self.records.get(item.id), item)
             if isinstance(item, reg.Deleted):
                 self.records.pop(item.id, None)
                 self._warned.pop(item.id, None)
@@ -246,22 +221,8 @@ class Reconciler:
         active = self._is_active()
         diff = reg.reconcile_changes(self.registry, items, self._peer, active)
         self._publish(diff)
-        if edited and self._on_edit is not None:
-            self._on_edit()
-
-    async def _fold_pages(self, loaded: dict[TriggerId, Loaded], since: int) -> int:
-        """Bring a listing taken at `since` forward with the feed pages after it."""
-        while True:
-            page = await self._client.changes(self._space, since=since)
-            for change in page["changes"]:
-                item = _item(change)
-                if isinstance(item, reg.Deleted):
-                    loaded.pop(item.id, None)
-                else:
-                    loaded[item.id] = item
-                since = int(change["seq"])
-            if not (page.get("more") and page["changes"]):
-                return max(since, int(page.get("next") or since))
+        if edited:
+            self._bus.publish(RecordEdited())
 
     # --- applying ------------------------------------------------------------------------
 
@@ -280,15 +241,12 @@ class Reconciler:
         if diff.empty:
             return
         log.info("reconcile: %s", diff.summary)
-        try:
-            self._on_diff(diff)
-        except Exception:
-            log.exception("reconcile: applying the diff failed (%s)", diff.summary)
+        self._bus.publish(DiffApplied(diff))
 
     def _warn_once(self, skip: reg.Skipped) -> None:
         record = self.records.get(skip.id)
         raw = record.raw if isinstance(record, Salvaged) else {}
-        mark = _fingerprint.encode({k: v for k, v in raw.items() if k not in _NOT_USER})
+        mark = feed.fingerprint(raw)
         if self._warned.get(skip.id) != mark:
             self._warned[skip.id] = mark
             log.warning(skip.warning)
@@ -296,12 +254,9 @@ class Reconciler:
     # --- failures and status -------------------------------------------------------------
 
     def _failed(self, what: str, exc: Exception) -> None:
-        self._failures += 1
+        self._wait = self._retry.failed()
         self._error = f"{what}: {exc}"
-        log.warning("reconcile: %s failed (attempt %d): %s", what, self._failures, exc)
-
-    def _retry_delay(self) -> float:
-        return min(RETRY_MAX, RETRY_MIN * 2 ** max(0, self._failures - 1))
+        log.warning("reconcile: %s failed (attempt %d): %s", what, self._retry.failures, exc)
 
     def status(self) -> dict[str, Any]:
         stream = self._sub.status if self._sub is not None else None
@@ -316,45 +271,3 @@ class Reconciler:
             "feedConnections": stream.connections if stream is not None else 0,
             "error": self._error,
         }
-
-
-def _item(change: dict[str, Any]) -> Loaded | reg.Deleted:
-    """One feed entry as the registry takes it."""
-    tid = TriggerId(change["triggerId"])
-    record = change.get("record")
-    if change.get("op") == "delete" or record is None:
-        return reg.Deleted(id=tid)
-    loaded = load(record)
-    if isinstance(loaded, Salvaged) and loaded.id != tid:
-        loaded = msgspec.structs.replace(loaded, id=tid)
-    return loaded
-
-
-def _cursor(event: SseEvent) -> int:
-    try:
-        cursor = event.json().get("cursor")
-    except (ValueError, AttributeError):
-        return 0
-    return cursor if isinstance(cursor, int) else 0
-
-
-def _merge(first: reg.Diff, second: reg.Diff) -> reg.Diff:
-    """Both diffs as one summary (each was already published on its own)."""
-    fields = first.__struct_fields__
-    return reg.Diff(**{f: getattr(first, f) + getattr(second, f) for f in fields})
-
-
-def _edited(prev: Loaded | None, item: Loaded | reg.Deleted) -> bool:
-    """Whether a feed change touched user fields (not only stamps or server fields)."""
-    if prev is None or isinstance(item, reg.Deleted):
-        return True
-    if isinstance(prev, Salvaged) or isinstance(item, Salvaged):
-        return not (
-            isinstance(prev, Salvaged) and isinstance(item, Salvaged) and prev.raw == item.raw
-        )
-    return reg.change(reg.arm(prev), item) is not reg.Change.NONE
-
-
-def _user_part(record: Loaded) -> dict[str, Any]:
-    raw = record.raw if isinstance(record, Salvaged) else msgspec.to_builtins(record)
-    return {k: v for k, v in raw.items() if k not in _NOT_USER}

@@ -4,17 +4,15 @@ Owns which chats this device follows (SPEC "When triggers fire" → event). From
 registry `Diff` it keeps ONE `Subscription` per distinct chat across the armed event
 triggers on `chat_messages`: opened with the chat's first trigger, closed with its
 last; an `update` or `rearm` on the same chat keeps the subscription and swaps the
-record. Each `message` fires every armed trigger of its chat once through the
-`Dispatcher`: key `messageId`, due at `createdAt`, `event = {space, objectId,
-messageId, text, agent?}`. An agent's message fires only triggers of the reserved
-program `internal:chat-watch` (chat-watch filters nudges itself).
+record. Each `message` fires every armed trigger of its chat that wants it
+(runtime.chatfeed: `wants`, `active_for`) once through the `Dispatcher`: key
+`messageId`, due at `createdAt`, `event = {space, objectId, messageId, text, agent?}`.
 
 Live-only: a fresh subscription has no `last_id`, so the server's `hello` is where it
 starts; resuming after brief drops is the `Subscription`'s job; `slept()` drops every
-cursor and subscribes afresh. A message accepted before a trigger's `activeSince` never
-fires it. On takeover (`bridge(since)`) the floating triggers also get the chat's
-messages accepted since `since` up to where the stream began or stands (read from the
-history pages); the fire claims dedupe what the previous holder already ran.
+cursor and subscribes afresh. On takeover (`bridge(since)`) the floating triggers also
+get the chat's messages accepted since `since` up to where the stream began or stands;
+the fire claims dedupe what the previous holder already ran.
 
 One chat's failure is its own: a 404 puts it in `missing` (health: `source_not_found`),
 another refusal marks it `failed`; both are re-probed every `reprobe_s`. A malformed
@@ -27,123 +25,36 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Coroutine
 from datetime import datetime
 from functools import partial
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 
+from core.aio import Backoff, TaskSet, sleep_until
 from core.clock import Clock
 from programs.routes import ApiError
+from runtime.chatfeed import (
+    MESSAGE,
+    Bridge,
+    Chat,
+    ChatMessage,
+    active_for,
+    bridge_start,
+    chat_of,
+    history,
+    wants,
+    written_at,
+)
 from runtime.client import SpaceClient
 from runtime.dispatch import Dispatcher, FireRequest, named
 from runtime.sse import SseEvent
-from runtime.subscribe import (
-    DEFAULT_BACKOFF,
-    Backoff,
-    ConnectionState,
-    Permanent,
-    Subscription,
-    SubscriptionStatus,
-)
-from triggers.records import CHAT_DATASET, RESERVED_CHAT_WATCH, EventTrigger, Trigger, TriggerId
+from runtime.subscribe import DEFAULT_BACKOFF, ConnectionState, Permanent, SubscriptionStatus
+from triggers.records import EventTrigger, Trigger, TriggerId
 from triggers.registry import Diff
 from triggers.schedule import fire_key_event
 
 log = logging.getLogger(__name__)
-
-MAX_SLEEP = 30.0  # the daemon never sleeps longer at once
-HISTORY_PAGE = 500
-GALLOP_FIRST = 64  # how far back the bridge first looks for its start, in seqs
-
-
-class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """The fields of a chat message a fire needs; others are ignored."""
-
-    message_id: Annotated[str, msgspec.Meta(min_length=1)]
-    seq: int
-    text: str
-    created_at: Annotated[datetime, msgspec.Meta(tz=True)]
-    agent: dict[str, Any] | None = None
-
-    def event(self, space: str, object_id: str) -> dict[str, Any]:
-        body = {"space": space, "objectId": object_id, "messageId": self.message_id}
-        body["text"] = self.text
-        if self.agent is not None:
-            body["agent"] = self.agent
-        return body
-
-
-_message = msgspec.json.Decoder(ChatMessage)
-
-
-class _Bridge(msgspec.Struct, frozen=True, kw_only=True):
-    ids: frozenset[TriggerId]
-    since: datetime
-
-
-class _Chat:
-    """One followed chat: its armed triggers, its stream, where its fires stand."""
-
-    def __init__(self, object_id: str, triggers: dict[TriggerId, EventTrigger]) -> None:
-        self.object_id = object_id
-        self.triggers = triggers
-        self.sub: Subscription | None = None
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.lock = asyncio.Lock()  # one message or bridge at a time, in seq order
-        self.last_seq: int | None = None  # the last seq whose fire targets were chosen
-        self.pending: list[_Bridge] = []  # bridges waiting for the stream's `hello`
-        self.refusal: Permanent | None = None
-        self.error = ""
-        self.gaps = 0
-
-    @property
-    def state(self) -> str:
-        if self.refusal is not None:
-            return "missing" if self.refusal.status == 404 else "failed"
-        return self.sub.status.state.value if self.sub is not None else "starting"
-
-    def status(self) -> dict[str, Any]:
-        sub = self.sub.status if self.sub is not None else None
-        return {
-            "chat": self.object_id,
-            "state": self.state,
-            "triggers": sorted(self.triggers),
-            "lastId": self.last_seq,
-            "error": self.error or (sub.last_error if sub else ""),
-            "connections": sub.connections if sub else 0,
-            "gaps": self.gaps,
-        }
-
-
-def chat_of(record: Trigger) -> str | None:
-    """The chat an armed record follows, or None when it is not a chat event trigger."""
-    if isinstance(record, EventTrigger) and record.spec.dataset == CHAT_DATASET:
-        return record.spec.object_id or None
-    return None
-
-
-def wants(trigger: Trigger, message: ChatMessage) -> bool:
-    """People's messages fire every trigger; the agent's only chat-watch."""
-    return message.agent is None or trigger.id == RESERVED_CHAT_WATCH
-
-
-def _written(record: Trigger) -> datetime | None:
-    """The record's last write that moved where or whether it fires, by the space's clock."""
-    since = record.fires_from
-    updated = record.updated_at if record.updated_at and record.updated_at.tzinfo else None
-    return max(since, updated) if since and updated else since or updated
-
-
-def active_for(trigger: Trigger, message: ChatMessage) -> bool:
-    """A message accepted before the trigger's `activeSince` never fires it (both are
-    the space's instants): not while paused, not before it existed or moved here.
-
-    Both travel in milliseconds: a message stamped in the very millisecond of a resume
-    may have come just before it, so it does not fire (never a paused message)."""
-    since = trigger.fires_from
-    return since is None or message.created_at > since
 
 
 class Subscriptions:
@@ -166,10 +77,10 @@ class Subscriptions:
         self._clock = clock
         self._reprobe_s = reprobe_s
         self._stream_options = {"read_timeout": read_timeout, "backoff": backoff}
-        self._chats: dict[str, _Chat] = {}
+        self._chats: dict[str, Chat] = {}
         self._where: dict[TriggerId, str] = {}
         self.up_since = clock.wall()  # this device's start (or its last wake from sleep)
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing = TaskSet("closing")  # chats being closed: their tasks end
 
     # -- what the daemon calls
 
@@ -183,7 +94,7 @@ class Subscriptions:
             self._detach(tid)
         for armed in (*diff.add, *diff.rearm, *diff.update):
             record = armed.record
-            if self._place(record) and (written := _written(record)) and written > self.up_since:
+            if self._place(record) and (written := written_at(record)) and written > self.up_since:
                 self._bridge_later(self._chats[self._where[record.id]], frozenset({record.id}),
                                    written)  # fmt: skip
         for object_id in [o for o, c in self._chats.items() if not c.triggers]:
@@ -229,8 +140,7 @@ class Subscriptions:
             self._close_chat(chat)
         self._chats.clear()
         self._where.clear()
-        while self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        await self._closing.wait()
 
     # -- which chat each trigger follows
 
@@ -255,28 +165,20 @@ class Subscriptions:
         if object_id is not None and object_id in self._chats:
             self._chats[object_id].triggers.pop(tid, None)
 
-    def _open(self, object_id: str, triggers: dict[TriggerId, EventTrigger]) -> _Chat:
-        chat = _Chat(object_id, triggers)
-        self._spawn(chat, self._follow(chat))
+    def _open(self, object_id: str, triggers: dict[TriggerId, EventTrigger]) -> Chat:
+        chat = Chat(object_id, triggers)
+        chat.tasks.spawn(self._follow(chat), name=f"chat {object_id}")
         log.info("chat %s: subscribing for %s", object_id, ", ".join(sorted(triggers)) or "-")
         return chat
 
-    def _close_chat(self, chat: _Chat) -> None:
-        for task in chat.tasks:
-            task.cancel()
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
-        chat.tasks.clear()
+    def _close_chat(self, chat: Chat) -> None:
+        chat.tasks.cancel()  # at once: no event of the old stream is taken after this
+        self._closing.spawn(chat.tasks.close(), name=f"close {chat.object_id}")
         log.info("chat %s: subscription closed", chat.object_id)
-
-    def _spawn(self, chat: _Chat, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work, name=f"chat {chat.object_id}")
-        chat.tasks.add(task)
-        task.add_done_callback(chat.tasks.discard)
 
     # -- one chat's stream
 
-    async def _follow(self, chat: _Chat) -> None:
+    async def _follow(self, chat: Chat) -> None:
         """Subscribe; when refused for good, say so and re-probe every `reprobe_s`."""
         while True:
             chat.last_seq = None  # a new subscription starts live-only
@@ -293,26 +195,21 @@ class Subscriptions:
             except Exception as exc:  # a defect of ours: log it, keep the chat alive
                 log.exception("chat %s: subscription failed", chat.object_id)
                 chat.error = f"{type(exc).__name__}: {exc}"
-            await self._sleep(self._reprobe_s)
+            await sleep_until(self._clock, self._clock.monotonic() + self._reprobe_s)
 
-    def _refused(self, chat: _Chat, exc: Permanent) -> None:
+    def _refused(self, chat: Chat, exc: Permanent) -> None:
         if chat.refusal is None or chat.refusal.status != exc.status:
             every = self._reprobe_s
             log.warning("chat %s: refused (%s); re-probing every %gs", chat.object_id, exc, every)
         chat.refusal, chat.error, chat.last_seq = exc, str(exc), None
 
-    def _on_status(self, chat: _Chat, status: SubscriptionStatus) -> None:
+    def _on_status(self, chat: Chat, status: SubscriptionStatus) -> None:
         if status.state is ConnectionState.LIVE and (status.connections == 1 or status.attempt):
             log.info("chat %s: live (connection %d)", chat.object_id, status.connections)
         elif status.state is ConnectionState.BACKOFF and status.attempt == 1:
             log.warning("chat %s: stream dropped (%s); resuming", chat.object_id, status.last_error)
 
-    async def _sleep(self, seconds: float) -> None:
-        end = self._clock.monotonic() + seconds
-        while (left := end - self._clock.monotonic()) > 0:
-            await self._clock.sleep(min(left, MAX_SLEEP))
-
-    async def _on_event(self, chat: _Chat, event: SseEvent) -> None:
+    async def _on_event(self, chat: Chat, event: SseEvent) -> None:
         """Never raises: a bad event is logged and skipped, the stream goes on."""
         try:
             if event.event == "hello":
@@ -324,7 +221,7 @@ class Subscriptions:
         except Exception:
             log.exception("chat %s: event %s id %s skipped", chat.object_id, event.event, event.id)
 
-    async def _hello(self, chat: _Chat, event: SseEvent) -> None:
+    async def _hello(self, chat: Chat, event: SseEvent) -> None:
         if chat.refusal is not None:
             log.info("chat %s: found again", chat.object_id)
         chat.refusal, chat.error = None, ""
@@ -335,25 +232,25 @@ class Subscriptions:
             for bridge in pending:
                 await self._bridge(chat, bridge, start or 0)
 
-    async def _message(self, chat: _Chat, event: SseEvent) -> None:
+    async def _message(self, chat: Chat, event: SseEvent) -> None:
         async with chat.lock:
             targets = list(chat.triggers.values())  # chosen with the seq, no await between
             chat.last_seq = event.seq if event.seq is not None else chat.last_seq
             try:
-                message = _message.decode(event.data)
+                message = MESSAGE.decode(event.data)
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                 log.warning("chat %s: message id %s skipped: %s", chat.object_id, event.id, exc)
                 return
             for trigger in targets:
                 await self._fire(chat, trigger, message)
 
-    def _gap(self, chat: _Chat, event: SseEvent) -> None:
+    def _gap(self, chat: Chat, event: SseEvent) -> None:
         chat.gaps += 1
         chat.last_seq = event.seq if event.seq is not None else chat.last_seq
         log.warning("chat %s: gap, these never fire: %s", chat.object_id, event.data)
 
     async def _fire(
-        self, chat: _Chat, trigger: Trigger, message: ChatMessage, *, catchup: bool = False
+        self, chat: Chat, trigger: Trigger, message: ChatMessage, *, catchup: bool = False
     ) -> None:
         if not wants(trigger, message) or not active_for(trigger, message):
             return
@@ -371,24 +268,27 @@ class Subscriptions:
 
     # -- takeover: the messages since `bridge_from`, from the history pages
 
-    def _bridge_later(self, chat: _Chat, ids: frozenset[TriggerId], since: datetime) -> None:
+    def _bridge_later(self, chat: Chat, ids: frozenset[TriggerId], since: datetime) -> None:
         """Bridge up to where the stream stands now, or up to its `hello` if not yet there."""
-        bridge = _Bridge(ids=ids, since=since)
+        bridge = Bridge(ids=ids, since=since)
         if chat.last_seq is None:
             chat.pending.append(bridge)
         else:
-            self._spawn(chat, self._bridge_locked(chat, bridge, chat.last_seq))
+            work = self._bridge_locked(chat, bridge, chat.last_seq)
+            chat.tasks.spawn(work, name=f"chat {chat.object_id} bridge")
 
-    async def _bridge_locked(self, chat: _Chat, bridge: _Bridge, upto: int) -> None:
+    async def _bridge_locked(self, chat: Chat, bridge: Bridge, upto: int) -> None:
         async with chat.lock:
             await self._bridge(chat, bridge, upto)
 
-    async def _bridge(self, chat: _Chat, bridge: _Bridge, upto: int) -> None:
+    async def _bridge(self, chat: Chat, bridge: Bridge, upto: int) -> None:
         """Fire messages `seq <= upto` created at or after `since`, to the bridged triggers."""
         fired = 0
         try:
-            after = await self._bridge_start(chat.object_id, bridge.since, upto)
-            async for message in self._history(chat.object_id, after, upto):
+            after = await bridge_start(
+                self._client, self._space, chat.object_id, bridge.since, upto
+            )
+            async for message in history(self._client, self._space, chat.object_id, after, upto):
                 if message.created_at >= bridge.since:
                     fired += 1
                     for tid in sorted(bridge.ids & chat.triggers.keys()):  # still armed here
@@ -396,38 +296,3 @@ class Subscriptions:
         except ApiError as exc:
             log.warning("chat %s: bridge from %s failed: %s", chat.object_id, bridge.since, exc)
         log.info("chat %s: bridged %d messages since %s", chat.object_id, fired, bridge.since)
-
-    async def _bridge_start(self, object_id: str, since: datetime, upto: int) -> int:
-        """A seq before the first message created at or after `since`: look back, widening."""
-        step = GALLOP_FIRST
-        while (after := max(0, upto - step)) > 0:
-            page = await self._client.chat_messages(self._space, object_id, after=after, limit=1)
-            first = _decode_all(page.get("messages", [])[:1], object_id)
-            if not first or first[0].created_at < since:
-                return after
-            step *= 4
-        return 0
-
-    async def _history(self, object_id: str, after: int, upto: int) -> AsyncIterator[ChatMessage]:
-        """The chat's messages in `(after, upto]`, oldest first, malformed ones skipped."""
-        while after < upto:
-            page = await self._client.chat_messages(
-                self._space, object_id, after=after, limit=HISTORY_PAGE
-            )
-            for message in _decode_all(page.get("messages", []), object_id):
-                if message.seq <= upto:
-                    yield message
-            nxt = page.get("next", after)
-            if not page.get("more") or not isinstance(nxt, int) or nxt <= after:
-                return
-            after = nxt
-
-
-def _decode_all(raws: list[Any], object_id: str) -> list[ChatMessage]:
-    out = []
-    for raw in raws:
-        try:
-            out.append(msgspec.convert(raw, ChatMessage))
-        except msgspec.ValidationError as exc:
-            log.warning("chat %s: history message skipped: %s", object_id, exc)
-    return out

@@ -18,6 +18,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 
+from core.aio import Backoff
 from core.clock import Clock
 
 log = logging.getLogger("baton.device")
@@ -43,7 +44,9 @@ class Supervisor:
         backoff: float = 0.5,
     ) -> None:
         self._clock, self._on_down, self._on_up = clock, on_down, on_up
-        self._max_restarts, self._within, self._backoff = max_restarts, within, backoff
+        self._max_restarts, self._within = max_restarts, within
+        # doubling per recent death; the cap is never reached before max_restarts stops it
+        self._backoff = Backoff(base=backoff, cap=backoff * 2**max_restarts, jitter=False)
         self.restarts: dict[str, int] = {}
 
     async def run(self, parts: Mapping[str, Part]) -> None:
@@ -73,7 +76,7 @@ class Supervisor:
             if len(deaths) >= self._max_restarts:
                 raise PartFailed(f"device part {name} died {len(deaths)} times: {error}")
             self._notify(self._on_down, name)
-            await self._clock.sleep(self._backoff * 2 ** (len(deaths) - 1))
+            await self._clock.sleep(self._backoff.delay(len(deaths)))
             self.restarts[name] = self.restarts.get(name, 0) + 1
             log.warning("device part %s restarted (%s)", name, error)
             self._notify(self._on_up, name)

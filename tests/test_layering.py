@@ -2,6 +2,7 @@
 
 - `triggers/` imports nothing from `programs/` or `runtime/`, does no I/O and reads no clock.
 - `programs/` imports nothing from `runtime/` or `triggers/`.
+- `core/` (the clock and the async kit) imports none of the packages.
 """
 
 import ast
@@ -31,6 +32,7 @@ FORBIDDEN_IMPORTS = {
         "random",
     },
     "programs": {"runtime", "triggers"},
+    "core": {"triggers", "programs", "runtime", "space"},  # the bottom: imports no package
 }
 # Calls that read a clock or touch files, whatever module they come through.
 FORBIDDEN_CALLS = {"now", "utcnow", "today", "time", "monotonic", "perf_counter", "open", "sleep"}

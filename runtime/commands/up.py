@@ -59,7 +59,7 @@ from runtime.commands.common import (
     until_signalled,
     write_local_settings,
 )
-from runtime.device import Device
+from runtime.device import Device, Settings
 from runtime.responders import Responder
 from runtime.supervise import PartFailed
 from space.token_store import TokenFileError, token_id, write_private
@@ -251,7 +251,7 @@ def _device(
     args: argparse.Namespace, where: Target, peer: str, responder: Responder
 ) -> Awaitable[None]:
     """The device the flags describe, running."""
-    device = Device(
+    settings = Settings(
         url=where.url,
         token=where.token,
         space=where.space,
@@ -261,6 +261,6 @@ def _device(
         executor_size=args.workers,
         lease=lease.scaled(args.lease_seconds),
         health_interval=args.health_seconds,
-        responder=responder,
     )
+    device = Device(settings, responder=responder)
     return device.run()

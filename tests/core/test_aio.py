@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from core.aio import MAX_SLEEP, Backoff, SleepDetector, TaskSet, retry, sleep_until
+from core.aio import MAX_SLEEP, Backoff, SleepDetector, TaskSet, retry, sleep_until, within
 from core.clock import FakeClock
 from runtime.events import Bus, RoleChanged, Slept
 
@@ -146,6 +146,22 @@ async def test_sleep_until_returns_true_when_woken_and_at_once_when_due():
     wake.clear()
     assert await sleep_until(clock, -1.0, wake) is False
     assert clock.slept == [10.0]
+
+
+async def test_within_times_out_on_the_clock_and_cancels_the_work():
+    clock, never = FakeClock(), asyncio.Event()
+    waiting = asyncio.create_task(within(clock, 5.0, never.wait(), "the reply"))
+    async with asyncio.timeout(5):
+        await clock.wait_for_sleepers()
+        clock.advance(5.0)
+        with pytest.raises(TimeoutError, match="the reply timed out after 5 s"):
+            await waiting
+    assert clock.sleepers == 0
+
+    async def quick() -> int:
+        return 7
+
+    assert await within(clock, 5.0, quick()) == 7
 
 
 # --- SleepDetector ---------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from aiohttp import web
 
 from core.clock import FakeClock
 from runtime.client import SpaceClient
-from runtime.device import Device
+from runtime.device import Device, Settings
+from runtime.events import RoleChanged
 from space.app import create_app, default_admin_token_file
 from space.clock import system_clock
 from space.sse import STREAMS
@@ -188,9 +189,13 @@ class Running:
         await asyncio.gather(self.task, return_exceptions=True)
 
     async def active(self) -> None:
-        """Wait until this device holds the lease and its first sync is done."""
+        """Wait until its first sync is done and this device holds the lease (as its bus
+        announces: `may_fire()` reports the turn it sees)."""
         d = self.device
-        await eventually(lambda: d.elector.may_fire() and d.reconciler.ready.is_set())
+        async with asyncio.timeout(DEADLINE):
+            await d.reconciler.ready.wait()
+            while not d.elector.may_fire():
+                await d.bus.next(RoleChanged, lambda e: e.active)
 
     def chat_state(self, chat: str) -> dict[str, Any] | None:
         return next((c for c in self.device.subscriptions.status() if c["chat"] == chat), None)
@@ -221,7 +226,8 @@ def runtime_tasks() -> list[asyncio.Task[Any]]:
     for task in asyncio.all_tasks():
         code = getattr(task.get_coro(), "cr_code", None)
         where = code.co_filename if code is not None else ""
-        ours = ("/runtime/" in where or "/programs/" in where) and "/space/" not in where
+        ours = any(f"/{p}/" in where for p in ("runtime", "programs", "core"))  # core: TaskSet
+        ours = ours and "/space/" not in where
         if task is not me and not task.done() and ours:
             left.append(task)
     return left
@@ -250,8 +256,8 @@ async def make_device(spaces: Spaces) -> AsyncIterator[MakeDevice]:
     """`await make_device(**overrides)`: a Device running as a task, stopped at teardown.
 
     Overrides: `space` (a `Space`; default the test's real-time one), `space_id` (default
-    SPACE), `peer` (default
-    `dev1`, `dev2`, …) and any keyword of `Device` (`clock`, `executor_size`, …).
+    SPACE), `peer` (default `dev1`, `dev2`, …), `clock`, `responder` and any field of
+    `Settings` (`executor_size`, `lease`, …).
     """
     running: list[Running] = []
 
@@ -260,8 +266,10 @@ async def make_device(spaces: Spaces) -> AsyncIterator[MakeDevice]:
         peer = overrides.pop("peer", f"dev{len(running) + 1}")
         space_id = overrides.pop("space_id", SPACE)
         token = overrides.pop("token", None) or await space.device_token(peer, space_id)
+        parts = {k: overrides.pop(k) for k in ("clock", "responder") if k in overrides}
         options: dict[str, Any] = {"executor_size": 2, **overrides}
-        device = Device(url=space.url, token=token, space=space_id, peer=peer, **options)
+        settings = Settings(url=space.url, token=token, space=space_id, peer=peer, **options)
+        device = Device(settings, **parts)
         task = asyncio.create_task(device.run(), name=f"device {peer} {secrets.token_hex(2)}")
         run = Running(device, task, space)
         running.append(run)

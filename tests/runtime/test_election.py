@@ -18,6 +18,7 @@ import pytest
 from core.clock import FakeClock
 from runtime.client import SpaceClient
 from runtime.election import Elector
+from runtime.events import RoleChanged
 from runtime.lease import Config
 from space.app import create_app, default_admin_token_file
 
@@ -33,7 +34,9 @@ class Device:
         self.world, self.peer, self.elector, self.client = world, peer, elector, client
         self.edges: list[tuple[float, bool]] = []
         self.task: asyncio.Task[None] | None = None
-        elector.on_change(lambda on: self.edges.append((world.clock.monotonic(), on)))
+        elector.bus.subscribe(
+            RoleChanged, lambda e: self.edges.append((world.clock.monotonic(), e.active))
+        )
 
     def fires(self) -> bool:
         return self.elector.may_fire()
@@ -136,7 +139,7 @@ async def test_the_first_device_claims_renews_and_a_peer_never_preempts(world: W
     lease = await world.lease()
     assert (lease["active"], lease["term"], lease["want"]) == ("a", 1, None)
     assert a.elector.live == {"a", "b"} and b.elector.active == "a"
-    assert b.elector.priorities == {"a": 0, "b": 0}
+    assert b.elector.heartbeat.priorities == {"a": 0, "b": 0}
     devices = {d["peer"]: d for d in (await world.admin.devices(SPACE))["devices"]}
     assert devices["a"]["name"] == "A" and devices["b"]["live"]
     status = a.elector.status()

@@ -287,7 +287,7 @@ async def test_a_settled_pass_judges_nothing_until_something_it_reads_changes(
 
 
 def test_a_settled_pass_wakes_when_a_stamped_fire_comes_due() -> None:
-    from runtime.healthpass import FULL_PASS, turns_at
+    from runtime.healthstamps import FULL_PASS, turns_at
     from triggers import health as verdicts
 
     due = START + timedelta(minutes=3)

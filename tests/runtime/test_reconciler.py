@@ -17,10 +17,11 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
+from core.aio import Backoff
 from core.clock import Clock, FakeClock, SystemClock
 from runtime.client import SpaceClient
+from runtime.events import Bus, DiffApplied, RecordEdited
 from runtime.reconciler import Reconciler
-from runtime.subscribe import Backoff
 from space import trigger_store
 from space.app import create_app, default_admin_token_file
 from space.db import DB, open_db
@@ -121,14 +122,12 @@ async def start(space: Space) -> AsyncIterator[Callable[..., Any]]:
         clients.append(client)
         run = Run(reconciler=None)  # type: ignore[arg-type]
         kw.setdefault("stream_options", FAST)
+        bus, on_diff, on_edit = Bus(), wrap(run.on_diff), kw.pop("on_edit", None)
+        bus.subscribe(DiffApplied, lambda event: on_diff(event.diff))
+        if on_edit is not None:
+            bus.subscribe(RecordEdited, lambda _: on_edit())
         run.reconciler = Reconciler(
-            client,
-            SPACE,
-            ME,
-            clock=clock,
-            is_active=lambda: run.active,
-            on_diff=wrap(run.on_diff),
-            **kw,
+            client, SPACE, ME, clock=clock, is_active=lambda: run.active, bus=bus, **kw
         )
         tasks.append(asyncio.create_task(run.reconciler.run()))
         return run

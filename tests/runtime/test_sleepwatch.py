@@ -1,10 +1,11 @@
-"""SleepWatch on a fake clock: listeners hear each suspend or wall jump once, not normal ticks."""
+"""SleepWatch on a fake clock: each suspend or wall jump is published once, not normal ticks."""
 
 import asyncio
 
 import pytest
 
 from core.clock import FakeClock
+from runtime.events import Slept
 from runtime.sleepwatch import SleepWatch
 
 
@@ -20,7 +21,7 @@ async def watched():
     clock = FakeClock()
     watch = SleepWatch(clock, threshold=3.0, period=1.0)
     heard: list[float] = []
-    watch.add_listener(lambda: heard.append(clock.monotonic()))
+    watch.bus.subscribe(Slept, lambda _: heard.append(clock.monotonic()))
     task = asyncio.create_task(watch.run())
     async with asyncio.timeout(5):
         await clock.wait_for_sleepers(1)
@@ -63,12 +64,12 @@ async def test_a_backward_step_and_a_second_sleep_are_each_heard(watched) -> Non
 async def test_a_failing_listener_does_not_silence_the_others(watched) -> None:
     clock, watch, heard = watched
 
-    def broken() -> None:
+    def broken(_: Slept) -> None:
         raise RuntimeError("boom")
 
-    watch.add_listener(broken)
+    watch.bus.subscribe(Slept, broken)
     late: list[bool] = []
-    watch.add_listener(lambda: late.append(True))
+    watch.bus.subscribe(Slept, lambda _: late.append(True))
     clock.jump_wall(10)
     await tick(clock)
     assert heard == [1.0] and late == [True]

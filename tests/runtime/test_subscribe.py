@@ -15,9 +15,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from core.aio import Backoff
 from core.clock import FakeClock
 from runtime.sse import SseEvent
-from runtime.subscribe import Backoff, ConnectionState, Permanent, Subscription, sse_session
+from runtime.subscribe import ConnectionState, Permanent, Subscription, sse_session
 
 HUB = web.AppKey("hub", object)
 

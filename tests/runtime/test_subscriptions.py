@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from core.clock import FakeClock
+from runtime.chatfeed import ChatMessage, active_for
 from runtime.client import SpaceClient
 from runtime.dispatch import FireRequest
-from runtime.subscriptions import ChatMessage, Subscriptions, active_for
+from runtime.subscriptions import Subscriptions
 from space.app import create_app, default_admin_token_file
 from space.chats import TOPICS
 from space.sse import STREAMS

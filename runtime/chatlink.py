@@ -1,0 +1,76 @@
+"""What chat-watch needs from the space, for one device: its record and its calls.
+
+Owns seeding the reserved chat responder record (created when missing, never
+overwritten, retried with backoff until it holds: a space that appears while the
+device runs gets its responder without a restart) and the client calls chat-watch
+makes (send, history). Recording each turn (the `agent_turns` entry and the stamps on
+chat-watch's record) is runtime.recorder's, the one writer of stamps. Must not decide
+when chat-watch answers (that is `runtime.chatwatch`). Time only through the injected
+`Clock`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from core.aio import Backoff
+from core.clock import Clock
+from runtime.client import ApiError, SpaceClient
+from triggers.records import CHAT_WATCH_PROGRAM, RESERVED_CHAT_WATCH
+
+log = logging.getLogger("baton.device")
+
+CHAT_WATCH_NAME = "Chat responder"
+SEED_RETRY = Backoff(base=1.0, cap=30.0, jitter=False)
+
+
+class ChatLink:
+    """The space side of chat-watch on one device."""
+
+    def __init__(
+        self,
+        client: SpaceClient,
+        space: str,
+        *,
+        clock: Clock,
+    ) -> None:
+        self._client, self._space, self._clock = client, space, clock
+
+    async def keep_seeding(self) -> None:
+        """Retry the seed until it holds."""
+        streak = SEED_RETRY.streak()
+        while not await self.seed():
+            await self._clock.sleep(streak.failed())
+
+    async def seed(self) -> bool:
+        """Create the reserved chat responder record if it is missing; never overwrite it.
+
+        True when the record exists now (made here or before)."""
+        try:
+            space = await self._client.space_get(self._space)
+            body = {
+                "name": CHAT_WATCH_NAME,
+                "kind": "event",
+                "program": CHAT_WATCH_PROGRAM,
+                "spec": {"dataset": "chat_messages", "objectId": space["generalChat"]},
+                "owner": "",
+                "enabled": True,
+            }
+            await self._client.trigger_put(self._space, RESERVED_CHAT_WATCH, body)
+        except ApiError as exc:
+            if exc.status == 409:
+                return True
+            log.warning("chat-watch: could not seed the record: %s", exc)
+            return False
+        return True
+
+    async def send(
+        self, space: str, object_id: str, text: str, agent: dict[str, Any]
+    ) -> dict[str, Any]:
+        return await self._client.chat_send(space, object_id, {"text": text, "agent": agent})
+
+    async def history(self, space: str, object_id: str, limit: int) -> list[dict[str, Any]]:
+        """The chat's most recent `limit` messages, oldest first (never its oldest ones)."""
+        page = await self._client.chat_messages(space, object_id, limit=limit, latest=True)
+        return page["messages"]

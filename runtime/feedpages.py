@@ -1,0 +1,103 @@
+"""Reading the space's trigger records: listing pages, change-feed pages and entries.
+
+Owns the shapes the reconciler reads (SPEC "Reconcile, registry, health pass"): a
+listing fetched page by page and decoded from the raw bytes, a listing brought
+forward with the feed pages after its `seq`, one feed entry as the registry takes it,
+a `hello`'s cursor, and what in a record is the user's (`edited`, `fingerprint`).
+Must not hold state nor write anything: `runtime.reconciler` keeps what these read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from runtime.client import SpaceClient
+from runtime.sse import SseEvent
+from triggers import registry as reg
+from triggers.records import Loaded, Salvaged, TriggerId, load
+
+LIST_PAGE = 2000  # records per listing page
+NOT_USER = frozenset(
+    {"rev", "createdAt", "updatedAt", "undecodable", "decodeError", "lastStatus",
+     "lastStatusDetail", "lastRunAt", "nextFireAt", "breaker", "rollup"}
+)  # fmt: skip
+_fingerprint = msgspec.json.Encoder(order="sorted")
+
+
+async def listing(
+    client: SpaceClient, space: str, kept: Callable[[Loaded], Loaded]
+) -> tuple[dict[TriggerId, Loaded], int]:
+    """Every record, fetched in pages and decoded page by page from the raw bytes;
+    the `seq` of the first page (later writes come in through the fold)."""
+    loaded: dict[TriggerId, Loaded] = {}
+    page = await client.trigger_page(space, limit=LIST_PAGE)
+    seq = page.seq
+    while True:
+        for raw in page.triggers:
+            record = kept(load(bytes(raw)))
+            loaded[record.id] = record
+        if not page.next:
+            return loaded, seq
+        page = await client.trigger_page(space, after=page.next, limit=LIST_PAGE)
+
+
+async def fold_pages(
+    client: SpaceClient, space: str, loaded: dict[TriggerId, Loaded], since: int
+) -> int:
+    """Bring a listing taken at `since` forward with the feed pages after it."""
+    while True:
+        page = await client.changes(space, since=since)
+        for change in page["changes"]:
+            entry = item(change)
+            if isinstance(entry, reg.Deleted):
+                loaded.pop(entry.id, None)
+            else:
+                loaded[entry.id] = entry
+            since = int(change["seq"])
+        if not (page.get("more") and page["changes"]):
+            return max(since, int(page.get("next") or since))
+
+
+def item(change: dict[str, Any]) -> Loaded | reg.Deleted:
+    """One feed entry as the registry takes it."""
+    tid = TriggerId(change["triggerId"])
+    record = change.get("record")
+    if change.get("op") == "delete" or record is None:
+        return reg.Deleted(id=tid)
+    loaded = load(record)
+    if isinstance(loaded, Salvaged) and loaded.id != tid:
+        loaded = msgspec.structs.replace(loaded, id=tid)
+    return loaded
+
+
+def cursor(event: SseEvent) -> int:
+    try:
+        cursor = event.json().get("cursor")
+    except (ValueError, AttributeError):
+        return 0
+    return cursor if isinstance(cursor, int) else 0
+
+
+def merge(first: reg.Diff, second: reg.Diff) -> reg.Diff:
+    """Both diffs as one summary (each was already published on its own)."""
+    fields = first.__struct_fields__
+    return reg.Diff(**{f: getattr(first, f) + getattr(second, f) for f in fields})
+
+
+def edited(prev: Loaded | None, item: Loaded | reg.Deleted) -> bool:
+    """Whether a feed change touched user fields (not only stamps or server fields)."""
+    if prev is None or isinstance(item, reg.Deleted):
+        return True
+    if isinstance(prev, Salvaged) or isinstance(item, Salvaged):
+        return not (
+            isinstance(prev, Salvaged) and isinstance(item, Salvaged) and prev.raw == item.raw
+        )
+    return reg.change(reg.arm(prev), item) is not reg.Change.NONE
+
+
+def fingerprint(raw: dict[str, Any]) -> bytes:
+    """The user fields of a raw record, as comparable bytes."""
+    return _fingerprint.encode({k: v for k, v in raw.items() if k not in NOT_USER})
