@@ -49,6 +49,7 @@ from triggers.records import RESERVED_CHAT_WATCH, PeerId
 
 log = logging.getLogger("baton.device")
 
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     """What one device is: where its space is, who it is, and its few knobs."""
