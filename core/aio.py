@@ -62,6 +62,7 @@ class TaskSet:
         task = asyncio.get_running_loop().create_task(self._guard(work, fatal), name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: work.close())  # cancelled before it began: no warning
         return task
 
     async def _guard(self, work: Coroutine[Any, Any, Any], fatal: bool) -> None:

@@ -168,9 +168,9 @@ class Device:
             await self._close()
 
     async def _close(self) -> None:
-        await self._background.close()
         with contextlib.suppress(Exception):
-            await self.elector.release()
+            await self.elector.release()  # first: the resync its turn spawns is cancelled next
+        await self._background.close()
         await self.elector.sign_off()
         await self.subscriptions.close()
         await self.chatwatch.close()

@@ -52,6 +52,17 @@ async def test_close_cancels_what_runs_and_refuses_new_work():
         tasks.spawn(work)
 
 
+async def test_work_cancelled_before_it_began_leaves_no_unawaited_coroutine():
+    tasks, began = TaskSet(), []
+
+    async def work() -> None:
+        began.append(True)
+
+    tasks.spawn(work())
+    await tasks.close()  # before the task's first step: `filterwarnings = error` would catch it
+    assert began == []
+
+
 async def test_a_fatal_failure_is_raised_by_close():
     tasks = TaskSet()
 
