@@ -1,26 +1,23 @@
-"""What chat-watch needs from the space, for one device: its record, its calls, its turns.
+"""What chat-watch needs from the space, for one device: its record and its calls.
 
 Owns seeding the reserved chat responder record (created when missing, never
 overwritten, retried with backoff until it holds: a space that appears while the
-device runs gets its responder without a restart), the client calls chat-watch makes
-(send, history, edit) and recording each turn: the `agent_turns` entry and the stamps
-on chat-watch's record, added to the rollup that has seen the most starts. Must not
-decide when chat-watch answers (that is `runtime.chatwatch`); never raises out of a
-turn. Time only through the injected `Clock`.
+device runs gets its responder without a restart) and the client calls chat-watch
+makes (send, history). Recording each turn (the `agent_turns` entry and the stamps on
+chat-watch's record) is runtime.recorder's, the one writer of stamps. Must not decide
+when chat-watch answers (that is `runtime.chatwatch`). Time only through the injected
+`Clock`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from core.aio import Backoff
 from core.clock import Clock
-from programs.rollup import Rollup
-from runtime import outcomes
 from runtime.client import ApiError, SpaceClient
-from triggers.records import CHAT_WATCH_PROGRAM, RESERVED_CHAT_WATCH, Loaded, TriggerId
+from triggers.records import CHAT_WATCH_PROGRAM, RESERVED_CHAT_WATCH
 
 log = logging.getLogger("baton.device")
 
@@ -37,11 +34,8 @@ class ChatLink:
         space: str,
         *,
         clock: Clock,
-        records: Callable[[], Mapping[TriggerId, Loaded]],
     ) -> None:
         self._client, self._space, self._clock = client, space, clock
-        self._records = records  # the reconciler's, read when a turn is stamped
-        self._turns_rollup: Rollup | None = None  # chat-watch's, as this device last stamped it
 
     async def keep_seeding(self) -> None:
         """Retry the seed until it holds."""
@@ -80,24 +74,3 @@ class ChatLink:
         """The chat's most recent `limit` messages, oldest first (never its oldest ones)."""
         page = await self._client.chat_messages(space, object_id, limit=limit, latest=True)
         return page["messages"]
-
-    async def record_turn(self, turn: dict[str, Any]) -> None:
-        """Log the turn in `agent_turns` and stamp chat-watch's record; never raises."""
-        tid = turn.get("turnId")
-        log.info("chat-watch turn %s: %s", tid, turn.get("outcome"))
-        try:
-            await self._client.turn_create(self._space, turn)
-        except ApiError as exc:
-            log.warning("chat-watch turn %s not recorded: %s", tid, exc)
-        try:
-            self._turns_rollup, stamps = outcomes.turn_stamps(self._rollup(), turn)
-            await self._client.trigger_status(self._space, RESERVED_CHAT_WATCH, stamps)
-        except (ApiError, ValueError) as exc:
-            log.warning("chat-watch turn %s not stamped: %s", tid, exc)
-
-    def _rollup(self) -> Rollup:
-        """The rollup to add the next start to: the record's stamp when it has seen more
-        starts than this device (another device answered meanwhile), else this device's."""
-        stamped = outcomes.stamped_rollup(self._records().get(RESERVED_CHAT_WATCH))
-        mine = self._turns_rollup
-        return stamped if mine is None or stamped.starts > mine.starts else mine

@@ -1,81 +1,48 @@
 """chat-watch: the conversation watcher that the reserved `chat-watch` trigger's fires go to.
 
-Owns, per chat, the conversation with a `Responder` (SPEC "chat-watch"): which fires are
-answered (users and `trigger:<job>` nudges; never its own replies nor other agent
-messages; each message at most once, by a bounded memory of message ids), the turn that
-answers them (a snapshot of recent history taken once, then responder calls while the
-chat's inbox is non-empty, so a message arriving mid-turn joins that turn), the wait
-while the responder is not ready (bounded per chat, oldest dropped and counted; a call
-that finds the responder unavailable puts its messages back to wait, and says why), a
-reply that streams (one agent message posted at its first words with `done` false, then
-edited in place as it grows, at most every `stream_interval` seconds, and `done` at its
-end), and the `agent_turns` entry each turn leaves. Turns of different chats run concurrently; turns
-of one chat never overlap; one chat's failure is its own.
+Owns, per chat, the intake of a conversation with a `Responder` (SPEC "chat-watch"):
+which fires are answered (users and `trigger:<job>` nudges; never its own replies nor
+other agent messages; each message at most once, by a bounded memory of message ids),
+the wait while the responder is not ready (bounded per chat, oldest dropped and
+counted), readiness itself (`set_ready`, and a call that finds the responder
+unavailable), and one task per chat that runs its turns (runtime.chatturn; what they
+post is runtime.chatreply). Turns of different chats run concurrently; turns of one
+chat never overlap; one chat's failure is its own.
 
 Must not subscribe to streams, claim fires, write run records or stamps, or read time
 other than through its `Clock`. The daemon feeds `offer()` and binds `send`, `edit`,
-`history` and `record_turn` to the space; each recorded turn is one conversation start for the
-trigger's rollup (`programs.rollup.conversation_started`).
+`history` and `record_turn` to the space (`record_turn` is runtime.recorder's: each
+recorded turn is one conversation start on the trigger's rollup).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
-from core.aio import within
 from core.clock import Clock, SystemClock
-from core.vocab import TurnOutcome
-from runtime.responders import Message, Responder, ResponderUnavailable, check_reply
+from runtime.chatreply import (
+    DEFAULT_APOLOGY,
+    Chat,
+    ChatKey,
+    Counters,
+    Edges,
+    Edit,
+    History,
+    RecordTurn,
+    Send,
+    TurnSettings,
+)
+from runtime.chatturn import Turns
+from runtime.responders import Responder
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-ChatKey = tuple[str, str]  # (space, objectId)
-Send = Callable[..., Awaitable[Any]]  # send(space, object_id, text, agent={...}) -> message?
-Edit = Callable[[str, str, str, dict[str, Any]], Awaitable[Any]]  # (space, chat, id, body)
-History = Callable[[str, str, int], Awaitable[list[Message]]]
-RecordTurn = Callable[[dict[str, Any]], Awaitable[Any]]
 
-AGENT_NAME = "chat-watch"
 NUDGE_PREFIX = "trigger:"
-DEFAULT_APOLOGY = "Sorry, I could not answer that just now."
-
-
-class AgentTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """One `agent_turns` entry (not a run record)."""
-
-    turn_id: str
-    space: str
-    object_id: str
-    message_ids: list[str]
-    calls: int  # responder calls (more than one when messages joined mid-turn)
-    replies: int  # messages posted (the apology of a failed turn not included)
-    started_at: datetime
-    finished_at: datetime
-    duration_ms: float
-    outcome: TurnOutcome
-    error: str = ""
-
-
-class Counters(msgspec.Struct, kw_only=True):
-    offered: int = 0  # fires handed to offer()
-    malformed: int = 0
-    ignored: int = 0  # agent messages that are not nudges (its own replies included)
-    duplicates: int = 0
-    nudges: int = 0  # accepted `trigger:<job>` messages
-    dropped: int = 0  # oldest waiting messages pushed out of a full chat queue
-    starts: int = 0  # conversation starts: turns begun
-    answered: int = 0  # messages handed to the responder
-    replies: int = 0
-    failed: int = 0  # turns that ended in error or timeout
-    unrecorded: int = 0  # turns whose entry `record_turn` did not take
 
 
 class ChatState(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -114,49 +81,6 @@ def answerable(event: dict[str, Any]) -> bool:
     return isinstance(name, str) and name.startswith(NUDGE_PREFIX) and name != NUDGE_PREFIX
 
 
-class _Chat:
-    def __init__(self, key: ChatKey) -> None:
-        self.key = key
-        self.inbox: deque[Message] = deque()
-        self.task: asyncio.Task[None] | None = None
-        self.turn_id = ""
-
-
-class _Turn:
-    def __init__(self, chat: _Chat, clock: Clock) -> None:
-        self.chat, self.clock = chat, clock
-        self.turn_id = "turn_" + secrets.token_hex(6)
-        self.started_at, self.t0 = clock.wall(), clock.monotonic()
-        self.message_ids: list[str] = []
-        self.calls = self.replies = 0
-        self.posted = False  # the current call has put words in the chat
-        self.growing: tuple[Message, str] | None = None  # a streamed reply not yet ended
-        self.outcome, self.error = TurnOutcome.OK, ""
-
-    def fail(self, outcome: TurnOutcome, error: str) -> None:
-        if self.outcome is TurnOutcome.OK:  # the first failure is the one that counts
-            self.outcome, self.error = outcome, error
-
-    def entry(self) -> AgentTurn:
-        space, object_id = self.chat.key
-        return AgentTurn(
-            turn_id=self.turn_id, space=space, object_id=object_id,
-            message_ids=list(self.message_ids), calls=self.calls, replies=self.replies,
-            started_at=self.started_at, finished_at=self.clock.wall(),
-            duration_ms=round((self.clock.monotonic() - self.t0) * 1000, 3),
-            outcome=self.outcome, error=self.error,
-        )  # fmt: skip
-
-
-class _Deferred(Exception):
-    """The responder was unavailable: the turn's messages wait for it again."""
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def _positive(name: str, value: float) -> None:
     if not value > 0:
         raise ValueError(f"{name}: must be > 0, got {value!r}")
@@ -186,19 +110,21 @@ class ChatWatch:
                             ("max_waiting", max_waiting), ("reply_timeout", reply_timeout),
                             ("io_timeout", io_timeout)):  # fmt: skip
             _positive(name, value)
-        self._responder, self._send, self._history = responder, send, history
-        self._record_turn, self._clock = record_turn, clock or SystemClock()
-        self._snapshot_size, self._seen_capacity = snapshot_size, seen_capacity
-        self._max_waiting, self._apology = max_waiting, apology
-        self._reply_timeout, self._io_timeout = reply_timeout, io_timeout
+        self._seen_capacity, self._max_waiting = seen_capacity, max_waiting
         self._ready = bool(getattr(responder, "ready", True))
         self._reason = "" if self._ready else "not probed yet"
-        self._edit, self._stream_interval = edit, stream_interval
         self.on_unavailable: Callable[[], None] | None = None  # e.g. probe again soon
         self._seen: dict[tuple[str, str], None] = {}  # insertion-ordered: oldest forgotten first
-        self._chats: dict[ChatKey, _Chat] = {}
+        self._chats: dict[ChatKey, Chat] = {}
         self._counters = Counters()
         self._closed = False
+        edges = Edges(send=send, history=history, record_turn=record_turn, edit=edit)
+        settings = TurnSettings(snapshot_size=snapshot_size, reply_timeout=reply_timeout,
+                                io_timeout=io_timeout, stream_interval=stream_interval,
+                                apology=apology)  # fmt: skip
+        self._turns = Turns(responder, edges, settings, clock=clock or SystemClock(),
+                            counters=self._counters, ready=lambda: self._ready,
+                            unavailable=self._unavailable)  # fmt: skip
 
     @property
     def ready(self) -> bool:
@@ -228,7 +154,7 @@ class ChatWatch:
         if not self._accept(event):
             return
         key = (event["space"], event["objectId"])
-        chat = self._chats.get(key) or self._chats.setdefault(key, _Chat(key))
+        chat = self._chats.get(key) or self._chats.setdefault(key, Chat(key))
         self._enqueue(chat, event)
         self._kick(chat)
 
@@ -254,7 +180,7 @@ class ChatWatch:
         if len(self._seen) > self._seen_capacity:
             del self._seen[next(iter(self._seen))]
 
-    def _enqueue(self, chat: _Chat, event: dict[str, Any]) -> None:
+    def _enqueue(self, chat: Chat, event: dict[str, Any]) -> None:
         if len(chat.inbox) >= self._max_waiting:
             dropped = chat.inbox.popleft()
             self._counters.dropped += 1
@@ -262,7 +188,7 @@ class ChatWatch:
                         *chat.key, self._max_waiting, dropped["messageId"])  # fmt: skip
         chat.inbox.append(dict(event))
 
-    def _kick(self, chat: _Chat) -> None:
+    def _kick(self, chat: Chat) -> None:
         if self._ready and not self._closed and chat.task is None and chat.inbox:
             chat.task = asyncio.create_task(self._drive(chat), name=f"chat-watch {chat.key}")
 
@@ -276,179 +202,22 @@ class ChatWatch:
         for chat in list(self._chats.values()):
             self._kick(chat)
 
+    def _unavailable(self, reason: str) -> None:
+        """A call found the responder unavailable: not ready until it is again."""
+        self.set_ready(False, reason)
+        if self.on_unavailable is not None:
+            self.on_unavailable()
+
     # ------------------------------------------------------------ turns
 
-    async def _drive(self, chat: _Chat) -> None:
+    async def _drive(self, chat: Chat) -> None:
         try:
             while self._ready and chat.inbox and not self._closed:
-                await self._turn(chat)  # a failed turn leaves later messages to a new one
+                await self._turns.run(chat)  # a failed turn leaves later messages to a new one
         finally:
             chat.task = None  # no await since the loop's last check: no message is stranded
             if not chat.inbox:
                 self._chats.pop(chat.key, None)
-
-    async def _turn(self, chat: _Chat) -> None:
-        turn = _Turn(chat, self._clock)
-        chat.turn_id = turn.turn_id
-        self._counters.starts += 1
-        log.info("turn %s %s/%s ← %d message(s)", turn.turn_id, *chat.key, len(chat.inbox))
-        try:
-            try:
-                await self._converse(turn)
-            except _Deferred as deferred:
-                turn.fail(TurnOutcome.ERROR, f"responder unavailable, messages wait: {deferred}")
-                self._counters.failed += 1
-            except Exception as exc:
-                timed_out = isinstance(exc, TimeoutError)
-                turn.fail(TurnOutcome.TIMEOUT if timed_out else TurnOutcome.ERROR, _reason(exc))
-                self._counters.failed += 1
-                await self._end_growing(turn)
-                await self._apologise(chat)
-        except asyncio.CancelledError:
-            turn.fail(TurnOutcome.CANCELLED, "chat-watch closed during the turn")
-            await self._finish(turn)
-            raise
-        await self._finish(turn)
-
-    async def _converse(self, turn: _Turn) -> None:
-        chat = turn.chat
-        view = await self._snapshot(chat)
-        while chat.inbox and self._ready:
-            pending = list(chat.inbox)
-            chat.inbox.clear()
-            ids = {m["messageId"] for m in pending}
-            turn.message_ids += [m["messageId"] for m in pending]
-            self._counters.answered += len(pending)
-            context = [m for m in view if m.get("messageId") not in ids]
-            turn.posted = False
-            try:
-                reply = await self._within(self._answer(turn, context, pending),
-                                           self._reply_timeout, "responder")  # fmt: skip
-            except ResponderUnavailable as exc:
-                if turn.posted:
-                    raise
-                self._defer(turn, pending, str(exc))
-            turn.calls += 1
-            view = context + pending
-            if reply is not None:
-                view.append(reply)
-            view = view[-self._snapshot_size :]
-
-    def _defer(self, turn: _Turn, pending: list[Message], reason: str) -> None:
-        """Put `pending` back to wait, oldest first, and stop answering until ready again."""
-        chat = turn.chat
-        chat.inbox.extendleft(reversed(pending))
-        turn.message_ids = turn.message_ids[: len(turn.message_ids) - len(pending)]
-        self._counters.answered -= len(pending)
-        self.set_ready(False, reason)
-        if self.on_unavailable is not None:
-            self.on_unavailable()
-        raise _Deferred(reason)
-
-    async def _answer(
-        self, turn: _Turn, context: list[Message], pending: list[Message]
-    ) -> Message | None:
-        """The reply posted in the chat (streamed in place when the responder can), or None."""
-        stream = getattr(self._responder, "stream", None)
-        if stream is None or self._edit is None:
-            text = check_reply(await self._responder.respond(context, pending))
-            return None if text is None else await self._reply(turn, text)
-        return await self._stream_reply(turn, stream(context, pending))
-
-    async def _stream_reply(self, turn: _Turn, pieces: AsyncIterator[str]) -> Message | None:
-        text, flushed, message, last = "", "", None, 0.0
-        async for piece in pieces:
-            text += piece
-            if message is not None:
-                turn.growing = (message, text)
-            if message is None and text.strip():
-                message = await self._reply(turn, text, done=False)
-                flushed, last = text, self._clock.monotonic()
-                turn.growing = (message, text)
-            elif message and self._clock.monotonic() - last >= self._stream_interval:
-                message = await self._grow(turn.chat, message, text, None)
-                flushed, last = text, self._clock.monotonic()
-        if message is None:
-            return None
-        done = not (turn.chat.inbox and self._ready)
-        turn.growing = None
-        if not done and text == flushed:
-            return message
-        return await self._grow(turn.chat, message, text, done)
-
-    async def _end_growing(self, turn: _Turn) -> None:
-        """A reply cut short (failure, timeout) keeps the words written so far and ends."""
-        if turn.growing is None or self._edit is None:
-            return
-        message, text = turn.growing
-        turn.growing = None
-        try:
-            await self._grow(turn.chat, message, text, True)
-        except Exception as exc:
-            log.warning("chat-watch %s/%s: cut reply not ended: %s", *turn.chat.key, _reason(exc))
-
-    async def _grow(
-        self, chat: _Chat, message: Message, text: str, done: bool | None
-    ) -> Message:
-        assert self._edit is not None
-        body: dict[str, Any] = {"text": text} if text != message.get("text") else {}
-        if done is not None:
-            body["done"] = done
-        if not body or "messageId" not in message:
-            return message
-        edited = await self._within(self._edit(*chat.key, message["messageId"], body),
-                                    self._io_timeout, "edit")  # fmt: skip
-        return edited if isinstance(edited, dict) and "messageId" in edited else message
-
-    async def _snapshot(self, chat: _Chat) -> list[Message]:
-        """Recent history, taken once per turn, oldest first."""
-        messages = await self._within(
-            self._history(*chat.key, self._snapshot_size), self._io_timeout, "history"
-        )
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            raise TypeError("history: must return a list of message objects")
-        if all(isinstance(m.get("seq"), int) for m in messages):
-            messages = sorted(messages, key=lambda m: m["seq"])
-        return messages[-self._snapshot_size :]
-
-    async def _reply(self, turn: _Turn, text: str, done: bool | None = None) -> Message:
-        chat = turn.chat
-        done = not (chat.inbox and self._ready) if done is None else done
-        agent = {"name": AGENT_NAME, "done": done}
-        sent = await self._within(self._send(*chat.key, text, agent=agent), self._io_timeout,
-                                  "send")  # fmt: skip
-        turn.posted = True
-        turn.replies += 1
-        self._counters.replies += 1
-        if isinstance(sent, dict) and "messageId" in sent:
-            return sent
-        return {"objectId": chat.key[1], "text": text, "agent": agent}
-
-    async def _apologise(self, chat: _Chat) -> None:
-        if self._apology is None:
-            return
-        agent = {"name": AGENT_NAME, "done": True}
-        try:
-            await self._within(self._send(*chat.key, self._apology, agent=agent),
-                               self._io_timeout, "send")  # fmt: skip
-        except Exception as exc:
-            log.warning("chat-watch %s/%s: apology not sent: %s", *chat.key, _reason(exc))
-
-    async def _finish(self, turn: _Turn) -> None:
-        entry = turn.entry()
-        turn.chat.turn_id = ""
-        detail = f": {entry.error}" if entry.error else ""
-        log.info("turn %s ← %s %.0f ms%s", entry.turn_id, entry.outcome, entry.duration_ms, detail)
-        try:
-            raw = msgspec.to_builtins(entry)
-            await self._within(self._record_turn(raw), self._io_timeout, "record_turn")
-        except Exception as exc:
-            self._counters.unrecorded += 1
-            log.warning("turn %s not recorded: %s", entry.turn_id, _reason(exc))
-
-    async def _within(self, work: Awaitable[T], seconds: float, what: str) -> T:
-        """`work`'s result, or TimeoutError once `seconds` pass on the Clock (work cancelled)."""
-        return await within(self._clock, seconds, work, what)
 
     # ------------------------------------------------------------ shutdown
 

@@ -10,18 +10,21 @@ session with no connection cap. Must not interpret what it fetches.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
 
+from core.aio import Backoff, retry
 from core.clock import Clock, SystemClock
 from core.routes import ROUTES, ApiError, error_from, headers, path_params, target
 from runtime.subscribe import Subscription, sse_session
 
-__all__ = ["ApiError", "SpaceClient", "TriggerPage"]
+__all__ = ["ApiError", "SpaceClient", "TriggerPage", "retried", "transient"]
 
 JSON = Any
+T = TypeVar("T")
 
 
 class TriggerPage(msgspec.Struct, frozen=True):
@@ -271,3 +274,19 @@ class SpaceClient:
 
     async def state_put(self, space: str, trigger_id: str, key: str, body: JSON) -> JSON:
         return await self.call("state_put", body, space=space, triggerId=trigger_id, key=key)
+
+
+SPACE_RETRY = Backoff(base=0.5, cap=2.0, jitter=False)  # waits 0.5 s, then 1 s
+SPACE_TRIES = 3  # a space restart costs no claim nor write; no jitter keeps that window whole
+
+
+def transient(exc: Exception) -> bool:
+    """A refusal worth retrying: no answer at all, or the space failed (5xx)."""
+    return isinstance(exc, ApiError) and (exc.status == 0 or exc.status >= 500)
+
+
+async def retried(work: Callable[[], Awaitable[T]], clock: Clock) -> T:
+    """`work()`, tried again after a transient refusal (`SPACE_TRIES` tries in all);
+    the last refusal, or one that is not transient, is raised."""
+    return await retry(work, clock=clock, backoff=SPACE_RETRY, attempts=SPACE_TRIES,
+                       retry_if=transient)  # fmt: skip

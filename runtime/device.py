@@ -27,28 +27,27 @@ from core.aio import TaskSet
 from core.clock import Clock, SystemClock, iso
 from programs.executor import Executor
 from programs.loader import ProgramCache
-from programs.refs import ProgramRef
 from runtime.chatlink import ChatLink
 from runtime.chatwatch import ChatWatch
 from runtime.client import ApiError, SpaceClient
 from runtime.election import Elector
 from runtime.events import Bus, DiffApplied, RecordEdited, RoleChanged, Slept
+from runtime.execute import Execute, program_fetch
 from runtime.firing import Firing
 from runtime.healthpass import HealthPass
 from runtime.lease import Config as LeaseConfig
 from runtime.readiness import Readiness
 from runtime.reconciler import Reconciler
-from runtime.responders import Responder, load_responder
+from runtime.recorder import Recorder
+from runtime.responders import BuiltinResponder, Responder
 from runtime.sleepwatch import SleepWatch
 from runtime.subscriptions import Subscriptions
 from runtime.supervise import Supervisor
-from runtime.takeover import Takeover
+from runtime.takeover import BRIDGE_WINDOW, Takeover
 from runtime.ticker import Ticker
 from triggers.records import RESERVED_CHAT_WATCH, PeerId
 
 log = logging.getLogger("baton.device")
-
-BRIDGE_SECONDS = 120.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +62,7 @@ class Settings:
     priority: int = 0
     executor_size: int | None = None  # worker processes (None: the executor's default)
     lease: LeaseConfig = field(default_factory=LeaseConfig)
-    bridge_seconds: float = BRIDGE_SECONDS
+    bridge_seconds: float = BRIDGE_WINDOW.total_seconds()
     health_interval: float = 30.0
 
 
@@ -79,7 +78,7 @@ class Device:
         self.bus = Bus()
         self.client = SpaceClient(s.url, s.token, clock=self.clock)
         self.executor = Executor(size=s.executor_size)
-        self.programs = ProgramCache(self._fetch_program)
+        self.programs = ProgramCache(program_fetch(self.client, s.space))
         self.up_since: datetime = self.clock.wall()
         self._background = TaskSet("device")  # resyncs, takeovers and re-seeds in flight
         self.sleepwatch = SleepWatch(self.clock, self.bus)
@@ -92,6 +91,11 @@ class Device:
             self.client, s.space, s.peer, clock=self.clock,
             window=timedelta(seconds=s.bridge_seconds),
         )  # fmt: skip
+        self.recorder = Recorder(
+            self.client, s.space, clock=self.clock, bus=self.bus,
+            next_fire=lambda tid: self.ticker.next_fire(tid),
+            chat_watch=lambda: self.reconciler.records.get(RESERVED_CHAT_WATCH),
+        )  # fmt: skip  # the ticker and the reconciler are made next; read when a run ends
         self._compose_chat(responder)
         self._compose_triggers()
         self.supervisor = Supervisor(
@@ -100,13 +104,11 @@ class Device:
         self._wire()
 
     def _compose_chat(self, responder: Responder | None) -> None:
-        self.responder = responder or load_responder("builtin", now=self.clock.wall)
-        self.chatlink = ChatLink(
-            self.client, self.space, clock=self.clock, records=lambda: self.reconciler.records
-        )  # the reconciler is made next; it is read only when a turn is stamped
+        self.responder = responder or BuiltinResponder(self.clock.wall)
+        self.chatlink = ChatLink(self.client, self.space, clock=self.clock)
         self.chatwatch = ChatWatch(
             self.responder, self.chatlink.send, self.chatlink.history,
-            record_turn=self.chatlink.record_turn, clock=self.clock, edit=self.client.chat_edit,
+            record_turn=self.recorder.turn, clock=self.clock, edit=self.client.chat_edit,
         )  # fmt: skip
         self.readiness = Readiness(self.responder, self.chatwatch, clock=self.clock)
 
@@ -114,12 +116,13 @@ class Device:
         """The firing pipeline, what feeds it (ticker, subscriptions), what arms them
         (reconciler) and what judges them (health pass)."""
         s, elector = self.settings, self.elector
+        execute = Execute(self.client, s.space, s.url, executor=self.executor,
+                          programs=self.programs, clock=self.clock)  # fmt: skip
         self.firing = Firing(
-            self.client, s.space, s.peer, url=s.url, executor=self.executor,
-            programs=self.programs, clock=self.clock, term=lambda: elector.term,
-            may_fire_floating=elector.may_fire, chatwatch=self.chatwatch,
-            next_fire=lambda tid: self.ticker.next_fire(tid),
-        )  # fmt: skip  # Firing↔Ticker: the ticker fires into firing, firing stamps its next
+            self.client, s.space, s.peer, execute=execute, recorder=self.recorder,
+            clock=self.clock, term=lambda: elector.term, may_fire_floating=elector.may_fire,
+            chatwatch=self.chatwatch,
+        )  # fmt: skip
         self.ticker = Ticker(self.firing, clock=self.clock)
         self.subscriptions = Subscriptions(self.client, s.space, self.firing, clock=self.clock)
         self.reconciler = Reconciler(
@@ -128,7 +131,7 @@ class Device:
         )  # fmt: skip
         reconciler, ticker, subscriptions = self.reconciler, self.ticker, self.subscriptions
         self.health = HealthPass(
-            self.client, s.space, s.peer, clock=self.clock,
+            self.client, s.space, s.peer, clock=self.clock, recorder=self.recorder,
             records=lambda: reconciler.records, elector=elector,
             missing_chats=lambda: subscriptions.missing, next_fires=ticker.next_fires,
             interval=s.health_interval, version=lambda: (reconciler.version, ticker.version),
@@ -229,15 +232,6 @@ class Device:
         self.subscriptions.slept(self.up_since)
 
     # --- what the parts ask ----------------------------------------------------------------
-
-    async def _fetch_program(self, ref: ProgramRef) -> str | None:
-        try:
-            found = await self.client.program_get(self.space, str(ref))
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return found["source"]
 
     def _report(self) -> dict[str, Any]:
         """What this device says of itself in its heartbeat, for `baton status`."""

@@ -1,8 +1,9 @@
 """The seam between what decides a fire and what performs it.
 
 The ticker (cron, once) and the chat subscriptions (event) decide *that* a trigger
-fires and with which key; the firing pipeline (`runtime/firing.py`) claims it,
-runs it and records it. They meet here, so neither imports the other.
+fires and with which key; the firing pipeline (`runtime/firing.py`) claims and
+admits it, `runtime/execute.py` runs it and `runtime/recorder.py` records it. They
+meet here, so neither side imports the other.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ class Slept:
 
 @dataclass(frozen=True)
 class RunFinished:
-    """A run ended on this device and its outcome is settled (recorded in the background)."""
+    """A fire ended on this device and the recorder has written its run record and stamps."""
 
     trigger_id: str
     run_id: str

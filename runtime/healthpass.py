@@ -6,7 +6,7 @@ space plus the runtime's own `internal:` refs, the active peer and the live
 devices from the Elector, the missing chats from the subscriptions, open
 breakers and last run statuses from the records' own stamps), asks
 `health.due` which stamps change, and writes only those through
-`trigger_status`. A stamp already sent while the record still shows the stamp it
+`runtime.recorder`. A stamp already sent while the record still shows the stamp it
 had then is not sent again, so a feed that lags behind costs nothing. Passes run every
 `interval` seconds and soon after `kick()`. A pass works on a snapshot of the
 records taken at its start, so records arriving meanwhile change nothing under it;
@@ -46,6 +46,7 @@ from core.clock import Clock, iso
 from runtime import healthstamps as stamps
 from runtime.client import ApiError, SpaceClient
 from runtime.election import Elector
+from runtime.recorder import Recorder
 from triggers import health
 from triggers.records import (
     CHAT_WATCH_PROGRAM,
@@ -75,6 +76,7 @@ class HealthPass:
         peer: str,
         *,
         clock: Clock,
+        recorder: Recorder,
         records: Records,
         elector: Elector,
         missing_chats: Callable[[], frozenset[str]],
@@ -85,6 +87,7 @@ class HealthPass:
     ) -> None:
         self._client, self._space, self._peer = client, space, PeerId(peer)
         self._clock, self._records, self._elector = clock, records, elector
+        self._recorder = recorder
         self._missing = missing_chats
         self._next_fires = next_fires
         self._interval, self._internal = interval, internal_programs
@@ -176,7 +179,7 @@ class HealthPass:
             return 0  # sent while the record showed this already; the feed has not caught up
         body = {"lastStatus": stamp.status, "lastStatusDetail": stamp.detail}
         try:
-            await self._client.trigger_status(self._space, stamp.id, body)
+            await self._recorder.stamp(stamp.id, body)
         except ApiError as exc:
             if exc.code == "undecodable_record":  # not even JSON as stored: read-only, say once
                 self._sent[stamp.id] = (shown, stamp)
@@ -208,7 +211,7 @@ class HealthPass:
                 continue  # a fire due with no run yet: moving it on would hide an `overdue`
             body = {"nextFireAt": iso(want) if want else None}
             try:
-                await self._client.trigger_status(self._space, record.id, body)
+                await self._recorder.stamp(record.id, body)
             except ApiError as exc:
                 if exc.status != 404:
                     log.warning("health %s: could not stamp nextFireAt: %s", record.id, exc)

@@ -1,13 +1,13 @@
 """Runs made by hand: `baton programs run` and `baton triggers run`.
 
 Owns running one program now, outside the fire pipeline: no claim, no admission, no
-breaker and no stamps on a record. It uses what a fire uses: the isolated executor
-(`programs.executor`), a run token scoped to the trigger id and the run
-(`runtime.firing.run_token`, so a trigger's own cursors are reachable and nothing
-else), `runtime.firing.run_job`, and the one translation of an ending into a run
-record (`runtime.outcomes`), which is posted to the space. A program that is not
-published, or a token that cannot be had, is an `error` run with its reason, as for
-a fire. The run's key is `manual:<started>`, its peer `cli@<host>`; nothing is due,
+breaker and no stamps on a record. It runs the program as a fire does
+(`runtime.execute`: the program loaded and inspected, a run token scoped to the
+trigger id and the run, so a trigger's own cursors are reachable and nothing else,
+the isolated executor), translates the ending into a run record as a fire does
+(`runtime.outcomes`) and posts it through `runtime.recorder`. A program that is not
+published or not valid, or a token that cannot be had, is an `error` run with its
+reason. The run's key is `manual:<started>`, its peer `cli@<host>`; nothing is due,
 so it has no `lateMs`.
 """
 
@@ -20,14 +20,13 @@ from typing import Any
 import msgspec
 
 from core.clock import Clock, SystemClock
-from core.vocab import RunReason
-from programs.context import RunContext
 from programs.executor import Executor
-from programs.job import Job
+from programs.loader import ProgramCache
 from programs.result import Outcome
 from runtime import outcomes
-from runtime.client import ApiError, SpaceClient
-from runtime.firing import new_run_id, run_job, run_token
+from runtime.client import SpaceClient
+from runtime.execute import Execute, Work, new_run_id, program_fetch
+from runtime.recorder import Recorder
 
 KEY_PREFIX = "manual:"
 
@@ -48,32 +47,17 @@ async def run_by_hand(
     """Run `manual` now in a worker process; the run record as stored, and the ending."""
     clock = clock or SystemClock()
     fire = _fire(manual, clock.wall())
-    outcome, reason = await _execute(client, space, url, fire, manual, clock)
+    work = Work(args=manual.args, timeout_seconds=manual.timeout_seconds,
+                memory_mb=manual.memory_mb)  # fmt: skip
+    programs = ProgramCache(program_fetch(client, space))
+    async with Executor(1) as executor:
+        execute = Execute(client, space, url, executor=executor, programs=programs, clock=clock)
+        outcome, reason = await execute.run(fire, await execute.load(fire.program), work, None)
     record = outcomes.run_record(fire, outcome, finished_at=clock.wall(), reason=reason)
-    return await client.run_create(space, record), outcome
+    return await Recorder(client, space, clock=clock).post_run(record), outcome
 
 
 def _fire(manual: Manual, now: datetime) -> outcomes.Fire:
     return outcomes.Fire(run_id=new_run_id(), trigger_id=manual.trigger_id,
                          program=manual.program, peer=f"cli@{socket.gethostname()}", term=0,
                          key=KEY_PREFIX + outcomes.iso(now), started_at=now)  # fmt: skip
-
-
-async def _execute(client: SpaceClient, space: str, url: str, fire: outcomes.Fire,
-                   manual: Manual, clock: Clock) -> tuple[Outcome, str]:  # fmt: skip
-    try:
-        source = (await client.program_get(space, fire.program))["source"]
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
-        return outcomes.failed_before_run(exc.detail), RunReason.UNKNOWN_PROGRAM
-    token = await run_token(client, space, fire, manual.timeout_seconds, clock)
-    if isinstance(token, Outcome):
-        return token, RunReason.RUN_TOKEN
-    context = RunContext(run_id=fire.run_id, trigger_id=fire.trigger_id, program=fire.program,
-                         peer=fire.peer, space=space, url=url, token=token,
-                         key=fire.key)  # fmt: skip
-    job = Job(source=source, ref=fire.program, args=manual.args, context=context,
-              timeout_seconds=manual.timeout_seconds, memory_mb=manual.memory_mb)  # fmt: skip
-    async with Executor(1) as executor:
-        return await run_job(executor, job)

@@ -22,7 +22,8 @@ from typing import Any
 
 from runtime.cli import UsageError
 from runtime.openai_responder import LlmConfig
-from runtime.responders import InvalidResponderSpec, Responder, load_responder
+from runtime.responder_spec import load_responder
+from runtime.responders import InvalidResponderSpec, Responder
 
 CONFIG_FILE = "config.toml"
 FIELDS = ("responder", "llm_url", "llm_model", "llm_key_file", "system_prompt_file")

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import aiohttp
 from aiohttp_sse_client import client as sse_client
+
 from core.routes import ApiError, error_from
 
 RETRYABLE_4XX = frozenset({408, 429})

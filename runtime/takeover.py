@@ -31,6 +31,9 @@ from runtime.client import SpaceClient
 
 Aware = Annotated[datetime, msgspec.Meta(tz=True)]
 
+BRIDGE_WINDOW = timedelta(seconds=120)
+"""W: a bridge never starts further back (the one clamp of what a takeover fires)."""
+
 
 class Presence(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """A device as the space lists it (other fields ignored)."""
@@ -87,7 +90,7 @@ class Takeover:
         peer: str,
         *,
         clock: Clock,
-        window: timedelta,
+        window: timedelta = BRIDGE_WINDOW,
     ) -> None:
         self._client, self._space, self._peer = client, space, peer
         self._clock, self._window = clock, window

@@ -26,13 +26,12 @@ across devices.
   took while it could not fire were dropped by the dispatcher; the claims drop the
   ones that did run.
 
-At rest the ticker costs nothing per armed entry: a heap ordered by next fire
-holds every entry's `next_at` (stale heap items are skipped when they surface,
-and the heap is rebuilt when they outnumber the entries), so a wake looks only at
-what is due and the sleep is read off the top. A large diff (a first sync of
-100,000 records) is armed in chunks of `ARM_CHUNK` that yield to the loop
-between them, so the election's renewals and the streams never starve; a small
-one is armed at once.
+The entry math (cursors, bridges, what is due at a wake) is `runtime.cursors`, pure;
+the order in which entries come due is `runtime.nextfires`, a heap, so at rest the
+ticker costs nothing per armed entry and a wake looks only at what is due. A large
+diff (a first sync of 100,000 records) is armed in chunks of `ARM_CHUNK` that yield to
+the loop between them, so the election's renewals and the streams never starve; a
+small one is armed at once.
 
 One entry's failure is its own: an entry whose arming or taking raises is
 logged with its id and dropped (`failed` keeps why, for `baton status`), and
@@ -44,171 +43,22 @@ does), and reads time only through the Clock.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import itertools
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from core.clock import Clock, iso, sleep_or_wake
+from runtime.cursors import Entry, add_bridge, arm, restart, take
 from runtime.dispatch import Dispatcher, FireRequest, named
-from triggers import schedule
-from triggers.records import Catchup, CronTrigger, FireKey, OnceTrigger, TriggerId
+from runtime.nextfires import NextFires
+from triggers.records import CronTrigger, OnceTrigger, TriggerId
 from triggers.registry import Armed, Diff
 
 log = logging.getLogger(__name__)
 
-MAX_BRIDGE_SLOTS = 1000
-"""At most this many slots of one trigger are bridged (a `* * * * * *` job has 120)."""
-EPSILON = timedelta(microseconds=1)
 ARM_CHUNK = 500
 """At most this many entries are armed between two yields to the loop (≈ 25–100 ms)."""
-
-Timed = CronTrigger | OnceTrigger
-
-
-@dataclass(slots=True)
-class Entry:
-    """One armed cron or once trigger and where it stands."""
-
-    record: Timed
-    cursor: datetime  # slots at or before the cursor never fire (cron), but for a bridge
-    settled: FireKey | None = None  # a once: the key it fired with (or missed)
-    bridge: Sequence[datetime] = ()  # cron slots to fire at the next wake (no list per entry)
-    next_at: datetime | None = None  # earliest instant this entry may fire; None: never
-
-    def refresh(self) -> None:
-        rec = self.record
-        if isinstance(rec, OnceTrigger):
-            due = self.settled != schedule.fire_key_once(rec.spec)
-            self.next_at = rec.spec.at_utc if due else None
-        else:
-            after = schedule.next_fire(rec.spec, self.cursor)
-            self.next_at = self.bridge[0] if self.bridge else after
-
-
-# --- entry math: (entry, now) → fires; no clock, no I/O --------------------------------
-
-
-def start_cursor(record: Timed, now: datetime, up_since: datetime) -> datetime:
-    """Where a freshly armed entry starts; slots at or before it never fire.
-
-    Never before the record's `activeSince`. `none`: from the record's last write or
-    this device's start, whichever is later, within the live tolerance: a slot that
-    came between the write and the arming fires (the device was up), a restart
-    replays nothing. `latest`: one tolerance back (`schedule.arm_cursor`).
-    """
-    if isinstance(record, OnceTrigger):
-        return now
-    since = record.fires_from
-    if record.spec.catchup is Catchup.LATEST or since is None:
-        cursor = schedule.arm_cursor(record.spec, now)
-    else:
-        written = max(since, _aware(record.updated_at) or since)
-        cursor = max(written - EPSILON, up_since, now - schedule.tolerance(record.spec))
-    if since is not None:
-        cursor = max(cursor, since - EPSILON)  # a slot at `activeSince` itself may fire
-    return min(cursor, now)
-
-
-def slots_between(record: CronTrigger, start: datetime, end: datetime) -> list[datetime]:
-    """Every slot in `(start, end]` at or after the record's `activeSince`, oldest first,
-    at most `MAX_BRIDGE_SLOTS` (the newest kept)."""
-    since = record.fires_from
-    if since is not None:
-        start = max(start, since - EPSILON)
-    slots: list[datetime] = []
-    slot = schedule.next_fire(record.spec, start)
-    while slot is not None and slot <= end:
-        slots.append(slot)
-        slot = schedule.next_fire(record.spec, slot)
-    return slots[-MAX_BRIDGE_SLOTS:]
-
-
-def _aware(when: datetime | None) -> datetime | None:
-    return when if when is not None and when.tzinfo is not None else None
-
-
-def arm(record: Timed, now: datetime, prev: Entry | None, up_since: datetime) -> Entry:
-    """A new entry for `record`; `prev` is the entry it re-arms, if any."""
-    cursor = start_cursor(record, now, up_since)
-    entry = Entry(record=record, cursor=cursor)
-    if prev is not None:
-        entry.settled = prev.settled
-        if isinstance(prev.record, CronTrigger) and prev.cursor <= now:
-            entry.cursor = max(entry.cursor, prev.cursor)  # an edit never goes back
-        if _same_slots(prev.record, record):  # a bridge not yet fired survives a repin back
-            since = record.fires_from
-            entry.bridge = tuple(s for s in prev.bridge if since is None or s >= since)
-    entry.refresh()
-    return entry
-
-
-def _same_slots(prev: Timed, record: Timed) -> bool:
-    return (
-        isinstance(prev, CronTrigger)
-        and isinstance(record, CronTrigger)
-        and record.floating
-        and prev.spec == record.spec
-    )
-
-
-def add_bridge(entry: Entry, start: datetime) -> int:
-    """Queue a floating cron entry's slots in `(start, cursor]`; how many are new."""
-    rec = entry.record
-    if not isinstance(rec, CronTrigger) or not rec.floating:
-        return 0
-    slots = set(entry.bridge) | set(slots_between(rec, start, entry.cursor))
-    added = len(slots) - len(entry.bridge)
-    entry.bridge = sorted(slots)[-MAX_BRIDGE_SLOTS:]
-    entry.refresh()
-    return added
-
-
-def take(entry: Entry, now: datetime) -> list[tuple[FireKey, datetime, bool]]:
-    """The fires of `entry` due at `now` as `(key, due_at, catchup)`, oldest first.
-
-    `catchup` marks bridged slots and slots a late wake passed (all but the newest):
-    they run in turn rather than being skipped for overlap. Advances the entry.
-    """
-    rec = entry.record
-    if isinstance(rec, OnceTrigger):
-        fires = [(key, at, False) for key, at in _take_once(entry, rec, now)]
-    else:
-        fires = [(schedule.fire_key_cron(s), s, True) for s in entry.bridge]
-        entry.bridge = ()
-        slots = schedule.due_slots(rec.spec, entry.cursor, now)[-MAX_BRIDGE_SLOTS:]
-        fires += [(schedule.fire_key_cron(s), s, s != slots[-1]) for s in slots]
-        entry.cursor = max(entry.cursor, now)
-    entry.refresh()
-    return fires
-
-
-def _take_once(entry: Entry, rec: OnceTrigger, now: datetime) -> list[tuple[FireKey, datetime]]:
-    state = schedule.once_due(rec.spec, now, entry.settled)
-    if state is schedule.OnceState.WAIT:
-        return []
-    key = schedule.fire_key_once(rec.spec)
-    entry.settled = key
-    if state is schedule.OnceState.MISSED:  # never fires; the health pass stamps `missed`
-        log.info("once %s: %s is past its grace, not fired", named(rec), key)
-        return []
-    return [(key, rec.spec.at_utc)] if state is schedule.OnceState.FIRE else []
-
-
-def restart(entry: Entry, now: datetime) -> None:
-    """After a suspend or a clock jump: the cursor restarts from `now` (never a stale burst)."""
-    rec = entry.record
-    entry.bridge = ()
-    if isinstance(rec, CronTrigger):
-        fresh = start_cursor(rec, now, now)
-        entry.cursor = max(entry.cursor, fresh) if entry.cursor <= now else fresh
-    entry.refresh()
-
-
-# --- the ticker --------------------------------------------------------------------------
 
 
 class Ticker:
@@ -230,8 +80,7 @@ class Ticker:
         self._wake = asyncio.Event()
         self.dispatched = 0  # fires handed to the dispatcher so far
         self.last_wake: datetime | None = None
-        self._heap: list[tuple[datetime, int, Entry]] = []  # (next_at, order, entry)
-        self._order = itertools.count()
+        self._heap = NextFires(self._entries)
         self._pending: dict[TriggerId, tuple[Armed, datetime]] = {}  # to arm, with its `now`
         self.chunk = ARM_CHUNK
         self._pending_bridge: datetime | None = None  # a takeover's start, for pending entries
@@ -313,44 +162,9 @@ class Ticker:
         self._entries[record.id] = entry
         self._push(entry)
 
-    # --- the heap of next fires --------------------------------------------------------
-
     def _push(self, entry: Entry) -> None:
-        """File `entry` under its `next_at`; an older item of it goes stale in the heap."""
-        self.version += 1
-        if entry.next_at is None:
-            return
-        heapq.heappush(self._heap, (entry.next_at, next(self._order), entry))
-        if len(self._heap) > 2 * len(self._entries) + 1024:
-            self._rebuild()
-
-    def _rebuild(self) -> None:
-        self.version += 1
-        self._heap = [(e.next_at, next(self._order), e)
-                      for e in self._entries.values() if e.next_at is not None]  # fmt: skip
-        heapq.heapify(self._heap)
-
-    def _current(self, item: tuple[datetime, int, Entry]) -> bool:
-        at, _, entry = item
-        return entry.next_at == at and self._entries.get(entry.record.id) is entry
-
-    def _earliest(self) -> datetime | None:
-        """The earliest `next_at` of any entry; stale items on top are dropped."""
-        heap = self._heap
-        while heap and not self._current(heap[0]):
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
-
-    def _pop_due(self, now: datetime) -> list[Entry]:
-        """Every entry due at `now`, earliest first, each once; taken off the heap."""
-        due: list[Entry] = []
-        seen: set[int] = set()
-        while (at := self._earliest()) is not None and at <= now:
-            entry = heapq.heappop(self._heap)[2]
-            if id(entry) not in seen:
-                seen.add(id(entry))
-                due.append(entry)
-        return due
+        self.version += 1  # its next fire may have moved
+        self._heap.push(entry)
 
     def _drop(self, tid: TriggerId, what: str, exc: Exception) -> None:
         """One entry raised: log it, forget it; the others are untouched."""
@@ -374,7 +188,8 @@ class Ticker:
                 self._drop(tid, "restart", exc)
         self._pending = {tid: (armed, now) for tid, (armed, _) in self._pending.items()}
         self._pending_bridge = None  # nothing of the sleep is bridged
-        self._rebuild()
+        self.version += 1
+        self._heap.rebuild()
         self._wake.set()
 
     def next_fires(self) -> dict[TriggerId, datetime]:
@@ -404,7 +219,7 @@ class Ticker:
         now = self._clock.wall()
         self.last_wake = now
         count = 0
-        for entry in self._pop_due(now):  # a snapshot: `apply` may change entries meanwhile
+        for entry in self._heap.pop_due(now):  # a snapshot: `apply` may change entries meanwhile
             try:
                 fires = take(entry, now)
             except Exception as exc:
@@ -430,7 +245,7 @@ class Ticker:
         """Seconds to sleep from `now`: until the earliest next fire, at most `max_sleep`."""
         if self._pending:
             return 0.0
-        earliest = self._earliest()
+        earliest = self._heap.earliest()
         if earliest is None:
             return self._max_sleep
         return min(self._max_sleep, max(0.0, (earliest - now).total_seconds()))
@@ -439,8 +254,7 @@ class Ticker:
         await sleep_or_wake(self._clock, self.delay(self._clock.wall()), self._wake)
 
     def status(self) -> dict[str, Any]:
-        at = self._earliest()
-        first = (self._heap[0][2].record.id, at) if at is not None else None
+        first = self._heap.first()
         return {
             "armed": len(self._entries),
             "pending": len(self._pending),

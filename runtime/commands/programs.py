@@ -8,10 +8,11 @@
 `publish` inspects the file locally first (`programs.loader.inspect_source`), so a
 syntax error or a missing `main(args)` is refused with its line before anything is
 sent; publishing the same source again is a no-op, other source under a published
-version is refused by the space (exit 1). `run` is a manual run: the same executor
-and the same translation into a run record (`runtime.outcomes`) as a fire, recorded
-in the space under the trigger id `manual:<name@vN>` with a run token scoped to it
-(so its cursors are its own and never a real trigger's); it stamps no record. Exit 0
+version is refused by the space (exit 1). `run` is a manual run (runtime.manual): the
+program runs as a fire's does (`runtime.execute`: loaded and inspected, a run token,
+the executor) and is recorded as a fire's (`runtime.outcomes`, `runtime.recorder`),
+under the trigger id `manual:<name@vN>` with a run token scoped to it (so its cursors
+are its own and never a real trigger's); it stamps no record. Exit 0
 when the run is ok, 1 when it is not, 2 on bad input. A shell: parse, call, print.
 """
 

@@ -15,7 +15,8 @@ import pytest
 
 from core.clock import FakeClock
 from runtime.chatwatch import ChatWatch
-from runtime.responders import CommandResponder, ResponderUnavailable
+from runtime.command_responder import CommandResponder
+from runtime.responders import ResponderUnavailable
 
 SPACE = "home"
 

@@ -18,11 +18,13 @@ import pytest
 from core.clock import FakeClock
 from programs.executor import Executor
 from programs.loader import ProgramCache
-from programs.refs import ProgramRef
 from runtime.chatwatch import ChatWatch
-from runtime.client import ApiError, SpaceClient
+from runtime.client import SpaceClient
 from runtime.dispatch import FireRequest
+from runtime.events import Bus, RunFinished
+from runtime.execute import Execute, program_fetch
 from runtime.firing import Firing
+from runtime.recorder import Recorder
 from space.app import create_app, default_admin_token_file
 from triggers import schedule
 from triggers.records import CHAT_WATCH_PROGRAM, RESERVED_CHAT_WATCH, FireKey, Trigger, load
@@ -153,18 +155,14 @@ async def executor():
 
 
 def make_firing(w: World, executor: Executor, **kw: Any) -> Firing:
-    async def fetch(ref: ProgramRef) -> str | None:
-        try:
-            return (await w.device.program_get(SPACE, str(ref)))["source"]
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-
     options: dict[str, Any] = {"term": lambda: 0, "may_fire_floating": lambda: True}
     options.update(kw)
-    w.firing = Firing(w.device, SPACE, PEER, url=w.url, executor=executor,
-                      programs=ProgramCache(fetch), clock=w.clock, **options)  # fmt: skip
+    recorder = Recorder(w.device, SPACE, clock=w.clock, next_fire=options.pop("next_fire", None),
+                        bus=options.pop("bus", None))  # fmt: skip
+    programs = ProgramCache(program_fetch(w.device, SPACE))
+    execute = Execute(w.device, SPACE, w.url, executor=executor, programs=programs, clock=w.clock)
+    w.firing = Firing(w.device, SPACE, PEER, execute=execute, recorder=recorder, clock=w.clock,
+                      **options)  # fmt: skip
     return w.firing
 
 
@@ -208,6 +206,25 @@ async def test_a_run_stamps_the_next_fire_the_ticker_has_armed(world: World, exe
     finally:
         await firing.close()
     assert instant((await world.stamped(record))["nextFireAt"]) == upcoming
+
+
+async def test_a_fire_is_announced_once_its_run_and_stamps_are_written(
+    world: World, executor: Executor
+):
+    bus = Bus()
+    firing = make_firing(world, executor, bus=bus)
+    try:
+        await world.publish("tick@v1", OK)
+        record = await world.trigger("tick@v1")
+        finished = asyncio.ensure_future(bus.next(RunFinished, lambda e: e.trigger_id == record.id))
+        await firing.fire(world.request(record, "k"))
+        async with asyncio.timeout(15):
+            event = await finished
+        [run] = await world.runs(record)  # written before the announcement: no wait
+        assert (event.run_id, event.status, event.reason) == (run["runId"], "ok", "")
+        assert (await world.stamped(record))["lastStatus"] == "ok"
+    finally:
+        await firing.close()
 
 
 async def test_three_failures_open_the_breaker_and_the_fourth_fire_is_skipped(w: World):

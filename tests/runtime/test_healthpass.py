@@ -20,6 +20,7 @@ from programs import breaker, rollup
 from runtime.client import SpaceClient
 from runtime.election import Elector
 from runtime.healthpass import HealthPass
+from runtime.recorder import Recorder
 from space.app import create_app, default_admin_token_file
 from triggers.records import Loaded, Salvaged, TriggerId, load
 
@@ -101,8 +102,9 @@ async def setup(tmp_path: Path, aiohttp_server):
     known, missing = Known(admin), {"chats": frozenset()}
     armed: dict[TriggerId, datetime] = {}
     health = HealthPass(
-        device, SPACE, "a", clock=clock, records=known, elector=elector,
-        missing_chats=lambda: missing["chats"], next_fires=lambda: armed,
+        device, SPACE, "a", clock=clock, recorder=Recorder(device, SPACE, clock=clock),
+        records=known, elector=elector, missing_chats=lambda: missing["chats"],
+        next_fires=lambda: armed,
     )  # fmt: skip
     try:
         yield Setup(admin, known, health, clock, db, missing, url, elector, armed)
@@ -214,7 +216,8 @@ async def test_a_pass_that_cannot_list_programs_stamps_nothing_and_the_loop_goes
     await setup.known.refresh()
     async with SpaceClient(setup.url, "btd_wrong", clock=setup.clock) as stranger:
         health = HealthPass(
-            stranger, SPACE, "a", clock=setup.clock, records=setup.known,
+            stranger, SPACE, "a", clock=setup.clock,
+            recorder=Recorder(stranger, SPACE, clock=setup.clock), records=setup.known,
             elector=setup.elector, missing_chats=frozenset,
         )  # fmt: skip
         task = asyncio.create_task(health.run())
@@ -267,8 +270,9 @@ async def test_a_settled_pass_judges_nothing_until_something_it_reads_changes(
 ) -> None:
     version = {"n": 1}
     health = HealthPass(
-        setup.health._client, SPACE, "a", clock=setup.clock, records=setup.known,
-        elector=setup.elector, missing_chats=lambda: setup.missing["chats"],
+        setup.health._client, SPACE, "a", clock=setup.clock,
+        recorder=setup.health._recorder, records=setup.known, elector=setup.elector,
+        missing_chats=lambda: setup.missing["chats"],
         next_fires=lambda: setup.armed, version=lambda: version["n"],
     )  # fmt: skip
     tid = await setup.create()

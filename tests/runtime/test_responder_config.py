@@ -14,8 +14,9 @@ import pytest
 
 from runtime import responder_config as rc
 from runtime.cli import UsageError
+from runtime.command_responder import CommandResponder
 from runtime.openai_responder import OpenAIResponder
-from runtime.responders import BuiltinResponder, CallableResponder, CommandResponder
+from runtime.responders import BuiltinResponder, CallableResponder
 
 NOON = datetime(2026, 12, 1, 12, tzinfo=UTC)
 

@@ -10,16 +10,16 @@ from datetime import UTC, datetime
 
 import pytest
 
+from runtime.command_responder import CommandResponder
+from runtime.responder_spec import load_responder
 from runtime.responders import (
     HELP,
     BuiltinResponder,
     CallableResponder,
-    CommandResponder,
     InvalidResponderSpec,
     Responder,
     ResponderFailed,
     ResponderTimeout,
-    load_responder,
 )
 
 NOON = datetime(2026, 3, 1, 12, 5, tzinfo=UTC)

@@ -14,8 +14,9 @@ import msgspec
 import pytest
 
 from core.clock import FakeClock
+from runtime.cursors import arm, restart, take
 from runtime.dispatch import FireRequest
-from runtime.ticker import Ticker, arm, restart, take
+from runtime.ticker import Ticker
 from triggers import schedule
 from triggers.records import CronTrigger, OnceTrigger, load
 from triggers.registry import Armed, Diff
@@ -497,9 +498,9 @@ async def test_the_heap_fires_entries_in_next_fire_order_and_skips_stale_items(c
     ticker.apply(Diff(add=entries), T0)
     ticker.apply(Diff(rearm=(edited(entries[2], spec={"expr": "0 13 * * *"}),)), T0)
     assert ticker.delay(T0) == 3600  # read off the heap: trg_10 at 10:00
-    order = [e.record.id for e in ticker._pop_due(T0 + timedelta(hours=5))]
+    order = [e.record.id for e in ticker._heap.pop_due(T0 + timedelta(hours=5))]
     assert order == ["trg_10", "trg_12", "trg_11"]  # the stale 11:00 item of trg_11 skipped
-    ticker._rebuild()
+    ticker._heap.rebuild()
     for _ in range(4):  # 10:00, 11:00 (nothing: moved to 13:00), 12:00, 13:00
         clock.advance(3600)
         await ticker.tick()

@@ -1,0 +1,143 @@
+"""Running one program for one fire: under the run's token, with its `RunContext`.
+
+Owns the steps between "this fire may run" and "this is how it ended", the same for a
+fire of the pipeline (runtime.firing) and for a run made by hand (runtime.manual,
+`baton programs run`, `baton triggers run`):
+
+    load the program (ProgramCache: published, inspected) ── not → `error` + reason
+    the run's token (the claim's, or minted: `POST …/tokens/run`) ── none → `error` run_token
+    the Job (the program, its args, the RunContext, the limits) → the executor → an ending
+
+An ending is `(Outcome, reason)`: what cannot be had or refused is an ending too, never
+an exception. The token is scoped to the fire's trigger id and run, so a program reaches
+its trigger's cursors and nothing else, and it outlives the run's timeout by
+`TOKEN_MARGIN_S` at most. Must not claim, admit or record: its caller records the ending
+(runtime.recorder).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from core.clock import Clock
+from core.vocab import RunReason, RunStatus
+from programs.context import RunContext
+from programs.executor import Executor, ExecutorClosed
+from programs.job import Job
+from programs.loader import InvalidProgram, LoadedProgram, ProgramCache, UnknownProgram
+from programs.refs import InvalidRef, ProgramRef
+from programs.result import Outcome
+from runtime import outcomes
+from runtime.client import ApiError, SpaceClient, retried
+from runtime.outcomes import Fire
+
+TOKEN_MARGIN_S = 30.0  # a run token outlives the run's timeout by this much at most
+TOKEN_FRESH_S = TOKEN_MARGIN_S / 2  # a claim's token is used by a run starting this soon
+
+Ending = tuple[Outcome, str]  # how a fire ended, and why (the run record's `reason`)
+
+
+class Work(msgspec.Struct, frozen=True, kw_only=True):
+    """What a run hands its program besides the fire: main's args and the limits."""
+
+    args: dict[str, Any]
+    timeout_seconds: float
+    memory_mb: int
+
+
+def new_run_id() -> str:
+    return "run_" + secrets.token_hex(8)
+
+
+def program_fetch(client: SpaceClient, space: str) -> Callable[[ProgramRef], Awaitable[str | None]]:
+    """The `ProgramCache` fetch of a space's programs: a program's source, None if unpublished."""
+
+    async def fetch(ref: ProgramRef) -> str | None:
+        try:
+            found = await client.program_get(space, str(ref))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found["source"]
+
+    return fetch
+
+
+class Execute:
+    """`load` a fire's program, then `run` it; both answer with an ending, never raise."""
+
+    def __init__(
+        self,
+        client: SpaceClient,
+        space: str,
+        url: str,
+        *,
+        executor: Executor,
+        programs: ProgramCache,
+        clock: Clock,
+    ) -> None:
+        self._client, self._space, self._url = client, space, url
+        self._executor, self._programs, self._clock = executor, programs, clock
+
+    @property
+    def size(self) -> int:
+        """How many runs the executor takes at once."""
+        return self._executor.size
+
+    async def load(self, ref: str) -> LoadedProgram | Ending:
+        """The program published under `ref`, or the `error` ending of why it is not."""
+        try:
+            return await self._programs.get(ref)
+        except (UnknownProgram, InvalidRef) as exc:
+            return outcomes.failed_before_run(str(exc)), RunReason.UNKNOWN_PROGRAM
+        except InvalidProgram as exc:
+            return outcomes.failed_before_run(str(exc)), RunReason.INVALID_PROGRAM
+        except ApiError as exc:
+            return outcomes.failed_before_run(f"program {ref}: {exc}"), exc.code
+
+    async def run(
+        self, fire: Fire, program: LoadedProgram | Ending, work: Work, token: str | None
+    ) -> Ending:
+        """Run `program` for `fire` under `token` (None: mint one now); how it ended."""
+        if not isinstance(program, LoadedProgram):
+            return program
+        if token is None:  # waited too long since the claim, or nothing was claimed
+            minted = await self.run_token(fire, work.timeout_seconds)
+            if isinstance(minted, Outcome):
+                return minted, RunReason.RUN_TOKEN
+            token = minted
+        job = Job(source=program.source, ref=fire.program, args=work.args,
+                  context=self.context(fire, token), timeout_seconds=work.timeout_seconds,
+                  memory_mb=work.memory_mb)  # fmt: skip
+        return await run_job(self._executor, job)
+
+    def context(self, fire: Fire, token: str) -> RunContext:
+        return RunContext(run_id=fire.run_id, trigger_id=fire.trigger_id, program=fire.program,
+                          peer=fire.peer, space=self._space, url=self._url, token=token,
+                          term=fire.term, key=fire.key)  # fmt: skip
+
+    async def run_token(self, fire: Fire, timeout_s: float) -> str | Outcome:
+        """A token for this run, living as long as it may; transient refusals are retried.
+        What cannot be had is an ending (`error`, no run token), never an exception."""
+        body = {"triggerId": fire.trigger_id, "runId": fire.run_id, "key": fire.key,
+                "ttlSeconds": timeout_s + TOKEN_MARGIN_S}  # fmt: skip
+        try:
+            answer = await retried(lambda: self._client.token_run(self._space, body), self._clock)
+        except ApiError as exc:
+            return outcomes.failed_before_run(f"no run token: {exc}")
+        return answer["token"]
+
+
+async def run_job(executor: Executor, job: Job) -> Ending:
+    """Run `job`; what the executor refuses is an ending too, never an exception."""
+    try:
+        return await executor.run(job), ""
+    except ExecutorClosed:
+        return outcomes.not_run(RunStatus.REJECTED, RunReason.SHUTDOWN), RunReason.SHUTDOWN
+    except ValueError as exc:  # args that cannot be sent to a worker
+        return outcomes.failed_before_run(str(exc)), "invalid_args"
