@@ -53,6 +53,7 @@ class WorkerProcess:
         ]
         self.runs = 0
         self.retire = ""  # non-empty once this worker must not run again (why)
+        self.warm_key = ""  # the job key its kept run process serves (`Job.warm_key`)
         self.containment: Containment | None = None  # as the worker reported it
 
     @property
@@ -114,6 +115,7 @@ class WorkerProcess:
             raise
         reply = self._decode_result(reply)
         self.retire = self.retire or reply.retire
+        self.warm_key = reply.warm
         entered = reply.entered_at
         return Outcome(
             status=reply.status,
@@ -208,6 +210,7 @@ def _encode(job: Job, marker: bytes) -> bytes:
         memory_mb=job.memory_mb,
         timeout_seconds=job.timeout_seconds,
         marker=marker,
+        key=job.warm_key,
     )
     try:
         return wire.frame(request)
