@@ -12,6 +12,12 @@ entering `main()`:
                            runs (what a worker shared by every trigger did before)
 - spare, forked ahead:     what the fire pays now: the request to a run process that
                            was forked and confined beforehand, its reply, the reap
+- warm process, one trigger: the worker's loop (`programs.worker.Processes`: run, reply,
+                           refill) for runs of one warm key: the process kept clean
+                           after a run serves the next
+- worker loop, distinct triggers: the same loop with a new key each run: a spare each,
+                           the previous warm process ended and a new spare forked
+                           after the reply (counted here)
 - fork + confine + run:    the cold path (a spare that died while idle)
 - fork + run, unconfined:  the same without Landlock or the privilege drop
 - forking the next spare:  paid after the reply, off the fire path
@@ -31,14 +37,19 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 import msgspec  # noqa: E402
 
-from programs import runner, runproc, wire  # noqa: E402
+from programs import runner, runproc, wire, worker  # noqa: E402
+from programs.context import RunContext  # noqa: E402
 
 SOURCE = 'def main(args):\n    return {"ok": True}\n'
 
 
-def request() -> wire.Request:
-    return wire.Request(source=SOURCE, ref="bench@v1", args={}, context=None, memory_mb=512,
-                        timeout_seconds=10, marker=b"")  # fmt: skip
+CONTEXT = RunContext(run_id="bench", trigger_id="bench", program="bench@v1", peer="bench",
+                     space="bench", url="http://127.0.0.1:9", token="bench")  # fmt: skip
+
+
+def request(key: str = "") -> wire.Request:
+    return wire.Request(source=SOURCE, ref="bench@v1", args={}, context=CONTEXT, memory_mb=512,
+                        timeout_seconds=10, marker=b"", key=key)  # fmt: skip
 
 
 Sample = tuple[float, float | None]
@@ -64,10 +75,12 @@ def row(name: str, walls: list[float], mains: list[float]) -> str:
     def p(values: list[float], q: float) -> str:
         return f"{statistics.quantiles(values, n=100)[int(q) - 1]:.3f}" if len(values) > 2 else "-"
 
-    return f"| {name} | {len(walls)} | {p(walls, 50)} | {p(walls, 99)} | {p(mains, 50)} |"
+    rate = f"{len(walls) / (sum(walls) / 1000):.0f}"
+    return f"| {name} | {len(walls)} | {p(walls, 50)} | {p(walls, 99)} | {p(mains, 50)} | {rate} |"
 
 
 def main(runs: int) -> None:
+    worker._preload()  # as the worker does: what runs import is loaded before any run
     place = runproc.Place()
     ours, theirs = socket.socketpair()
     fd = theirs.fileno()
@@ -87,6 +100,19 @@ def main(runs: int) -> None:
         start = time.monotonic()
         return since(start, runproc.run(req, place, fd).entered_at)
 
+    procs = worker.Processes(place, fd)
+    keys = iter(range(1 << 62))
+
+    def looped(key: Callable[[], str]) -> Callable[[], Sample]:
+        def one() -> Sample:
+            start = time.monotonic()
+            reply = procs.run(request(key()))
+            took = since(start, reply.entered_at)
+            procs.refill()
+            return since(start)[0], took[1]
+
+        return one
+
     def forking() -> Sample:
         start = time.monotonic()
         ahead = runproc.Spare.fork(place, fd)
@@ -95,12 +121,15 @@ def main(runs: int) -> None:
         return took
 
     rows = [("warm call (no isolation)", warm), ("spare, forked ahead (the fire path)", spare),
+            ("warm process, one trigger (worker loop)", looped(lambda: "one")),
+            ("worker loop, distinct triggers", looped(lambda: f"new-{next(keys)}")),
             ("fork + confine + run (cold)", cold)]  # fmt: skip
     print(f"containment: {msgspec.to_builtins(runproc.confine.containment(place.plan))}")
-    print("| per run | runs | wall p50 ms | wall p99 ms | to main() p50 ms |")
-    print("|---|---|---|---|---|")
+    print("| per run | runs | wall p50 ms | wall p99 ms | to main() p50 ms | runs/s |")
+    print("|---|---|---|---|---|---|")
     for name, one in rows:
         print(row(name, *timed(runs, one)), flush=True)
+    procs.close()
     confined = place.plan
     place.plan = msgspec.structs.replace(confined, abi=0, root=False)
     print(row("fork + run, unconfined", *timed(runs, cold)), flush=True)
