@@ -83,9 +83,11 @@ def _sweep() -> None:
 def children() -> list[int]:
     """This process's children, from /proc (every thread's list)."""
     found: list[int] = []
-    for path in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
-        with contextlib.suppress(OSError, ValueError), open(path) as f:
-            found += [int(x) for x in f.read().split()]
+    with contextlib.suppress(OSError):
+        for tid in os.listdir("/proc/self/task"):
+            path = f"/proc/self/task/{tid}/children"
+            with contextlib.suppress(OSError, ValueError), open(path) as f:
+                found += [int(x) for x in f.read().split()]
     return found
 
 

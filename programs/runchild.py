@@ -82,11 +82,15 @@ def _answer(sock: socket.socket, reply: wire.Reply) -> None:
 
 
 def _receive(sock: socket.socket) -> wire.Request | None:
-    with sock.makefile("rb") as stream:
-        header = stream.read(wire.HEADER)
-        if len(header) < wire.HEADER:
-            return None
-        return wire.decode_request(stream.read(wire.body_length(header)))
+    """The next request; None at end of file (the worker discarded this process)."""
+    try:
+        with sock.makefile("rb") as stream:
+            header = stream.read(wire.HEADER)
+            if len(header) < wire.HEADER:
+                return None
+            return wire.decode_request(stream.read(wire.body_length(header)))
+    except OSError:
+        return None
 
 
 def _enter(scratch: str, keep_fd: int) -> None:

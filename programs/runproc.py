@@ -79,7 +79,7 @@ class Spare:
     def __init__(self, pid: int, sock: socket.socket, scratch: str) -> None:
         self.pid, self.sock, self.scratch = pid, sock, scratch
         self.key, self.runs, self.idle_since = "", 0, time.monotonic()
-        self.baseline: dict[str, str] | None = None  # its /proc status before any run
+        self.baseline: tuple[bytes, ...] | None = None  # its /proc status before any run
 
     @classmethod
     def fork(cls, place: Place, control_fd: int) -> Spare:
@@ -150,8 +150,7 @@ class Spare:
             return False
         if self.runs >= warm.MAX_RUNS:
             return False
-        found = warm.leftovers(self.pid, self.baseline, others, reaper.children(),
-                               place.cgroup.pids())  # fmt: skip
+        found = warm.leftovers(self.pid, self.baseline, others, warm.worker_children())
         self.key = request.key if not found else ""
         return not found
 

@@ -7,8 +7,8 @@ taken before each run: every loaded module's namespace, `builtins` included, by 
 CPython dict version; the environment, the working directory, the import path,
 limits, interval timers, Python threads) and the
 worker, which can read /proc where the run cannot (`leftovers`: one thread, no child,
-no process of the run anywhere else, the same signal dispositions and masks, no POSIX
-timer). Either finding a trace means the process ends as a fresh one would.
+no process of the run anywhere else, no pending signal and the same signal masks and
+dispositions, no POSIX timer). Either finding a trace means the process ends as a fresh one would.
 
 The process per (T, P) is the boundary between triggers; these checks keep a warm run
 of T behaving like a fresh one for a program that does not try to hide what it
@@ -27,14 +27,12 @@ import resource
 import signal
 import sys
 import threading
-from pathlib import Path
 
 MAX_RUNS = 1000  # runs of one warm process, then a fresh one
 IDLE_SECONDS = 60.0  # a warm process idle this long ends
 LIMITS = (resource.RLIMIT_AS, resource.RLIMIT_FSIZE, resource.RLIMIT_NPROC,
           resource.RLIMIT_NOFILE, resource.RLIMIT_CORE)  # fmt: skip
 TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
-MASKS = ("SigBlk", "SigIgn", "SigCgt")
 _VERSION_OFFSET = object.__basicsize__ + ctypes.sizeof(ctypes.c_ssize_t)  # after ma_used
 _VALUE = operator.attrgetter("value")
 
@@ -130,37 +128,57 @@ class Snapshot:
 # --- the worker's side: what /proc says of a run process -----------------------------
 
 
-def status(pid: int) -> dict[str, str] | None:
-    """The fields of /proc/<pid>/status that matter here; None where it cannot be read."""
+def _read(path: str) -> bytes | None:
     try:
-        text = Path(f"/proc/{pid}/status").read_text()
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
-    fields = dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
-    return {name: fields.get(name, "").strip() for name in ("Threads", *MASKS)}
+    try:
+        return os.read(fd, 1 << 16)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
-def leftovers(pid: int, baseline: dict[str, str] | None, others: set[int], found: list[int],
-              in_cgroup: list[int]) -> str:  # fmt: skip
+def status(pid: int) -> tuple[bytes, ...] | None:
+    """Its thread count and signal masks (pending, blocked, ignored, caught) from
+    /proc/<pid>/stat; None where it cannot be read."""
+    text = _read(f"/proc/{pid}/stat")
+    if text is None:
+        return None
+    fields = text.rpartition(b") ")[2].split()  # from field 3 (state) on
+    return (fields[17], *fields[28:32]) if len(fields) >= 32 else None
+
+
+def worker_children() -> list[int] | None:
+    """The children of this (single-threaded) worker; None if it cannot say."""
+    me = os.getpid()
+    text = _read(f"/proc/{me}/task/{me}/children") if threading.active_count() == 1 else None
+    return None if text is None else [int(x) for x in text.split()]
+
+
+def leftovers(pid: int, baseline: tuple[bytes, ...] | None, others: set[int],
+              found: list[int] | None) -> str:  # fmt: skip
     """What of a finished run is still there, in words; empty when nothing.
 
-    `found` are the worker's children now and `in_cgroup` the processes of its pids
-    cgroup; `others` are the worker's processes that are not the run's (its spare)."""
+    `found` are the worker's children now; `others` the worker's processes that are not
+    the run's (its spare). The worker is a subreaper, so a live descendant of the run is
+    a child of the run process or, once its parent is gone, of the worker: no need to
+    list the pids cgroup."""
     now = status(pid)
-    if baseline is None or now is None:
+    if baseline is None or now is None or found is None:
         return "its state cannot be read from /proc"
-    if now["Threads"] != "1":
-        return f"{now['Threads']} threads were left"
-    if any(now[mask] != baseline[mask] for mask in MASKS):
-        return "signal dispositions or masks were changed"
+    if now[0] != b"1":
+        return f"{now[0].decode()} threads were left"
+    if now != baseline:
+        return "signals were left pending, or their dispositions or masks changed"
     allowed = others | {pid}
-    if not set(found) <= allowed or not set(in_cgroup) <= allowed:
+    if not set(found) <= allowed:
         return "a process of the run is still alive"
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        timers = Path(f"/proc/{pid}/timers").read_text().strip()
-    except OSError:
+    children, timers = _read(f"/proc/{pid}/task/{pid}/children"), _read(f"/proc/{pid}/timers")
+    if children is None or timers is None:
         return "its children cannot be read from /proc"
-    if children:
+    if children.strip():
         return "a child of the run is still alive"
-    return "a POSIX timer was left" if timers else ""
+    return "a POSIX timer was left" if timers.strip() else ""
