@@ -98,15 +98,17 @@ class Executor:
     """`async with Executor(size) as ex: outcome = await ex.run(job)`.
 
     `size` workers (default one per core, at least 2) are started by `start()`; each
-    runs one job at a time (in a fresh run process it forks) and is reused, a retired
-    one is replaced in the background. The idle worker used longest ago goes first: its
-    spare run process has had the most time to be ready. `env` adds variables to the
-    workers' filtered environment. A worker is replaced after `max_runs` runs as a
-    precaution.
+    runs one job at a time (in a run process it forks, or keeps warm for the job's
+    trigger and program) and is reused, a retired one is replaced in the background. A
+    job goes to the idle worker holding a warm process for its `warm_key`, else to the
+    idle worker used longest ago: its spare run process has had the most time to be
+    ready. `env` adds variables to the workers' filtered environment. A worker is
+    replaced after `max_runs` runs as a precaution (it never runs program code, so
+    rarely: a new worker costs ≈ 0.1 s of CPU, and warm runs come by the thousand).
     """
 
     def __init__(self, size: int | None = None, env: Mapping[str, str] | None = None, *,
-                 max_runs: int = 1000, start_timeout: float = 10.0) -> None:  # fmt: skip
+                 max_runs: int = 100_000, start_timeout: float = 10.0) -> None:  # fmt: skip
         if size is not None and size < 1:
             raise ValueError(f"size: must be at least 1, got {size}")
         self.size = size or default_size()
