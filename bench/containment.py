@@ -99,6 +99,17 @@ def looped_rows(place: runproc.Place, fd: int, runs: int) -> None:
     procs.close()
 
 
+def forking(place: runproc.Place, fd: int) -> Callable[[], Sample]:
+    def one() -> Sample:
+        start = time.monotonic()
+        ahead = runproc.Spare.fork(place, fd)
+        took = since(start)
+        ahead.discard(place)
+        return took
+
+    return one
+
+
 def main(runs: int) -> None:
     worker._preload()  # as the worker does: what runs import is loaded before any run
     place = runproc.Place()
@@ -122,13 +133,6 @@ def main(runs: int) -> None:
         start = time.monotonic()
         return since(start, runproc.run(req, place, fd).entered_at)
 
-    def forking() -> Sample:
-        start = time.monotonic()
-        ahead = runproc.Spare.fork(place, fd)
-        took = since(start)
-        ahead.discard(place)
-        return took
-
     rows = [("warm call (no isolation)", warm), ("spare, forked ahead (the fire path)", spare),
             ("fork + confine + run (cold)", cold)]  # fmt: skip
     print(f"containment: {msgspec.to_builtins(runproc.confine.containment(place.plan))}")
@@ -141,7 +145,7 @@ def main(runs: int) -> None:
     place.plan = msgspec.structs.replace(confined, abi=0, root=False)
     print(row("fork + run, unconfined", *timed(runs, cold)), flush=True)
     place.plan = confined
-    print(row("forking the next spare (off the fire path)", *timed(runs, forking)), flush=True)
+    print(row("forking the next spare (off the fire path)", *timed(runs, forking(place, fd))))
     place.close()
     ours.close()
     theirs.close()

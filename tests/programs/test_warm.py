@@ -167,3 +167,22 @@ async def test_a_warm_process_ends_with_the_pool() -> None:
         pid = (await executor.run(job(PID))).result
         assert (await executor.run(job(PID))).result == pid
     assert not os.path.exists(f"/proc/{pid}") or _zombie(pid)
+
+
+async def test_a_warm_run_cannot_reach_the_spare_beside_it(pool: Executor) -> None:
+    source = """
+        import os
+        def main(args):
+            me, reached = os.getpid(), []
+            for pid in range(max(2, me - 200), me + 200):
+                try:
+                    os.kill(pid, 0)
+                except OSError:
+                    continue
+                reached.append(pid)
+            return [me, reached]
+    """
+    first, _ = (await ok(pool, job(source))).result
+    pid, reached = (await ok(pool, job(source))).result
+    assert pid == first  # a warm process, with its worker's spare alive beside it
+    assert reached == [pid]  # nothing but itself: not the spare, the worker or the device
