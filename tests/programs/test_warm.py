@@ -6,8 +6,11 @@ process, a new pid a fresh one.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -17,7 +20,7 @@ import pytest
 from programs import warm
 from programs.confine import MiB
 from programs.context import RunContext
-from programs.executor import Executor, Job
+from programs.executor import Executor, Job, worker_env
 from programs.outcome import Outcome, RunStatus
 
 pytestmark = pytest.mark.skipif(not warm.SUPPORTED, reason="no dict versions on this Python")
@@ -186,3 +189,42 @@ async def test_a_warm_run_cannot_reach_the_spare_beside_it(pool: Executor) -> No
     pid, reached = (await ok(pool, job(source))).result
     assert pid == first  # a warm process, with its worker's spare alive beside it
     assert reached == [pid]  # nothing but itself: not the spare, the worker or the device
+
+
+IDLE_SCRIPT = """
+import json, os, socket, sys, threading, time
+from programs import runproc, warm, wire, worker
+from programs.context import RunContext
+warm.IDLE_SECONDS = 0.3
+worker._preload()
+place = runproc.Place()
+ours, theirs = socket.socketpair()
+procs = worker.Processes(place, theirs.fileno())
+context = RunContext(run_id="r", trigger_id="T", program="p@v1", peer="p", space="s",
+                     url="http://127.0.0.1:9", token="t")
+request = wire.Request(source="import os\\ndef main(args):\\n    return os.getpid()\\n",
+                       ref="p@v1", args={}, context=context, memory_mb=256, marker=b"", key="K")
+pids = []
+for _ in range(2):
+    pids.append(int(procs.run(request).result))
+    procs.refill()
+kept = procs.warm is not None and procs.warm.pid == pids[0]
+threading.Timer(1.0, ours.close).start()  # end of file after the idle limit
+ended = worker.next_request(theirs.makefile("rb"), theirs.fileno(), procs) is None
+json.dump({"enabled": place.warm, "pids": pids, "kept": kept, "ended": ended,
+           "warm_after": procs.warm is not None,
+           "alive": os.path.exists(f"/proc/{pids[0]}")}, sys.stdout)
+procs.close()
+place.close()
+"""
+
+
+def test_a_warm_process_idle_too_long_ends() -> None:
+    done = subprocess.run([sys.executable, "-c", IDLE_SCRIPT], capture_output=True, text=True,
+                          env=worker_env(), timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    if not found["enabled"]:
+        pytest.skip("warm run processes need Landlock ABI 6 and a subreaper")
+    assert found["pids"][0] == found["pids"][1] and found["kept"]
+    assert found["ended"] and not found["warm_after"] and not found["alive"]
