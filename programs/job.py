@@ -1,8 +1,8 @@
 """What to run: a `Job` handed to the executor.
 
 Plain data: the program's source and ref, its args, the run's context and its limits,
-and its warm key: which runs may share a kept run process (the same trigger, program
-ref, source and memory limit). Must not know how or where it runs.
+and its warm key: which runs may share a kept run process (the same trigger of the same
+space, program ref, source and memory limit). Must not know how or where it runs.
 """
 
 from __future__ import annotations
@@ -35,4 +35,5 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
         if self.context is None or not self.context.trigger_id:
             return ""
         digest = hashlib.blake2b(self.source.encode(), digest_size=16).hexdigest()
-        return f"{self.context.trigger_id}\0{self.ref}\0{self.memory_mb}\0{digest}"
+        where = f"{self.context.url}\0{self.context.space}\0{self.context.trigger_id}"
+        return f"{where}\0{self.ref}\0{self.memory_mb}\0{digest}"
