@@ -5,10 +5,11 @@ confined, for the next run of exactly (T, P) (its `Job.warm_key`), only when not
 of the run is left behind. Two sides check: the run process itself (`Snapshot`,
 taken before each run: every loaded module's namespace, `builtins` included, by its
 CPython dict version; the environment, the working directory, the import path,
-limits, interval timers, Python threads) and the
-worker, which can read /proc where the run cannot (`leftovers`: one thread, no child,
-no process of the run anywhere else, no pending signal and the same signal masks and
-dispositions, no POSIX timer). Either finding a trace means the process ends as a fresh one would.
+limits, interval timers, Python threads) and the worker, which can read /proc where
+the run cannot (`leftovers`: one thread, no child, no process of the run anywhere
+else, no pending signal and the same signal masks and dispositions, as many open
+descriptors as before its first run, no POSIX timer). Either finding a trace means
+the process ends as a fresh one would.
 
 The process per (T, P) is the boundary between triggers; these checks keep a warm run
 of T behaving like a fresh one for a program that does not try to hide what it
@@ -142,13 +143,15 @@ def _read(path: str) -> bytes | None:
 
 
 def status(pid: int) -> tuple[bytes, ...] | None:
-    """Its thread count and signal masks (pending, blocked, ignored, caught) from
-    /proc/<pid>/stat; None where it cannot be read."""
+    """Its thread count, signal masks (pending, blocked, ignored, caught) and number of
+    open descriptors, from /proc; None where it cannot be read."""
     text = _read(f"/proc/{pid}/stat")
-    if text is None:
+    try:
+        descriptors = str(len(os.listdir(f"/proc/{pid}/fd"))).encode()
+    except OSError:
         return None
-    fields = text.rpartition(b") ")[2].split()  # from field 3 (state) on
-    return (fields[17], *fields[28:32]) if len(fields) >= 32 else None
+    fields = b"" if text is None else text.rpartition(b") ")[2].split()  # field 3 (state) on
+    return (fields[17], *fields[28:32], descriptors) if len(fields) >= 32 else None
 
 
 def worker_children() -> list[int] | None:
@@ -172,7 +175,7 @@ def leftovers(pid: int, baseline: tuple[bytes, ...] | None, others: set[int],
     if now[0] != b"1":
         return f"{now[0].decode()} threads were left"
     if now != baseline:
-        return "signals were left pending, or their dispositions or masks changed"
+        return "a descriptor was left open, or a signal pending, or signal masks changed"
     allowed = others | {pid}
     if not set(found) <= allowed:
         return "a process of the run is still alive"

@@ -93,6 +93,7 @@ LEFTOVERS = {
     "a signal handler": "import signal\nsignal.signal(signal.SIGUSR1, lambda *a: None)",
     "an alarm": "import signal\nsignal.alarm(30)",
     "an error": "raise ValueError('no')",
+    "a descriptor": "os.open('/dev/null', os.O_RDONLY)",
     "a timeout": "import time\ntime.sleep(30)",
     "a crash": "os._exit(3)",
 }
