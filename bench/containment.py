@@ -12,6 +12,12 @@ entering `main()`:
                            runs (what a worker shared by every trigger did before)
 - spare, forked ahead:     what the fire pays now: the request to a run process that
                            was forked and confined beforehand, its reply, the reap
+- warm process, one trigger: the worker's loop (`programs.worker.Processes`: run, reply,
+                           refill) for runs of one warm key: the process kept clean
+                           after a run serves the next
+- worker loop, distinct triggers: the same loop with a new key each run: a spare each,
+                           the previous warm process ended and a new spare forked
+                           after the reply (counted here)
 - fork + confine + run:    the cold path (a spare that died while idle)
 - fork + run, unconfined:  the same without Landlock or the privilege drop
 - forking the next spare:  paid after the reply, off the fire path
@@ -31,14 +37,19 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 import msgspec  # noqa: E402
 
-from programs import channel, runner, runproc  # noqa: E402
+from programs import channel, runner, runproc, worker  # noqa: E402
+from programs.context import RunContext  # noqa: E402
 
 SOURCE = 'def main(args):\n    return {"ok": True}\n'
 
 
-def request() -> channel.Request:
-    return channel.Request(source=SOURCE, ref="bench@v1", args={}, context=None, memory_mb=512,
-                        timeout_seconds=10, marker=b"")  # fmt: skip
+CONTEXT = RunContext(run_id="bench", trigger_id="bench", program="bench@v1", peer="bench",
+                     space="bench", url="http://127.0.0.1:9", token="bench")  # fmt: skip
+
+
+def request(key: str = "") -> channel.Request:
+    return channel.Request(source=SOURCE, ref="bench@v1", args={}, context=CONTEXT, memory_mb=512,
+                        timeout_seconds=10, marker=b"", key=key)  # fmt: skip
 
 
 Sample = tuple[float, float | None]
@@ -64,10 +75,43 @@ def row(name: str, walls: list[float], mains: list[float]) -> str:
     def p(values: list[float], q: float) -> str:
         return f"{statistics.quantiles(values, n=100)[int(q) - 1]:.3f}" if len(values) > 2 else "-"
 
-    return f"| {name} | {len(walls)} | {p(walls, 50)} | {p(walls, 99)} | {p(mains, 50)} |"
+    rate = f"{len(walls) / (sum(walls) / 1000):.0f}"
+    return f"| {name} | {len(walls)} | {p(walls, 50)} | {p(walls, 99)} | {p(mains, 50)} | {rate} |"
+
+
+def looped_rows(place: runproc.Place, fd: int, runs: int) -> None:
+    """The worker's own loop: run, reply, refill (all counted in the wall time)."""
+    procs = worker.Processes(place, fd)
+    keys = iter(range(1 << 62))
+
+    def looped(key: Callable[[], str]) -> Callable[[], Sample]:
+        def one() -> Sample:
+            start = time.monotonic()
+            entered = procs.run(request(key())).entered_at
+            procs.refill()
+            return since(start, entered)
+
+        return one
+
+    print(row("warm process, one trigger (worker loop)", *timed(runs, looped(lambda: "one"))))
+    distinct = looped(lambda: f"new-{next(keys)}")
+    print(row("worker loop, distinct triggers", *timed(runs, distinct)), flush=True)
+    procs.close()
+
+
+def forking(place: runproc.Place, fd: int) -> Callable[[], Sample]:
+    def one() -> Sample:
+        start = time.monotonic()
+        ahead = runproc.Spare.fork(place, fd)
+        took = since(start)
+        ahead.discard(place)
+        return took
+
+    return one
 
 
 def main(runs: int) -> None:
+    worker._preload()  # as the worker does: what runs import is loaded before any run
     place = runproc.Place()
     ours, theirs = socket.socketpair()
     fd = theirs.fileno()
@@ -81,31 +125,27 @@ def main(runs: int) -> None:
         ahead = runproc.Spare.fork(place, fd)
         ahead.ready()
         start = time.monotonic()
-        return since(start, ahead.run(req, place, fd).entered_at)
+        entered = ahead.run(req, place, fd).entered_at
+        ahead.discard(place)
+        return since(start, entered)
 
     def cold() -> Sample:
         start = time.monotonic()
         return since(start, runproc.run(req, place, fd).entered_at)
 
-    def forking() -> Sample:
-        start = time.monotonic()
-        ahead = runproc.Spare.fork(place, fd)
-        took = since(start)
-        ahead.discard(place)
-        return took
-
     rows = [("warm call (no isolation)", warm), ("spare, forked ahead (the fire path)", spare),
             ("fork + confine + run (cold)", cold)]  # fmt: skip
     print(f"containment: {msgspec.to_builtins(runproc.confine.containment(place.plan))}")
-    print("| per run | runs | wall p50 ms | wall p99 ms | to main() p50 ms |")
-    print("|---|---|---|---|---|")
+    print("| per run | runs | wall p50 ms | wall p99 ms | to main() p50 ms | runs/s |")
+    print("|---|---|---|---|---|---|")
     for name, one in rows:
         print(row(name, *timed(runs, one)), flush=True)
+    looped_rows(place, fd, runs)
     confined = place.plan
     place.plan = msgspec.structs.replace(confined, abi=0, root=False)
     print(row("fork + run, unconfined", *timed(runs, cold)), flush=True)
     place.plan = confined
-    print(row("forking the next spare (off the fire path)", *timed(runs, forking)), flush=True)
+    print(row("forking the next spare (off the fire path)", *timed(runs, forking(place, fd))))
     place.close()
     ours.close()
     theirs.close()

@@ -6,8 +6,12 @@ The program is trivial (`return {"ok": True}`), so the figures are the executor'
 cost. Latency is from the fire (the call that starts the run) to the moment `main()`
 is entered, measured on CLOCK_MONOTONIC on both sides of the process boundary.
 
-- warm pool:            `Executor(size=2)` started beforehand; one run at a time
-- warm pool, 2 at once: the same pool, runs issued two at a time (runs/s only meaningful)
+- pool, no trigger:     `Executor(size=2)` started beforehand; one run at a time; a job
+                        without a trigger never reuses a run process (a fresh one each)
+- pool, one trigger:    the same pool, every run of one trigger and program: its warm
+                        run process serves them all (`Job.warm_key`)
+- pool, one trigger, 2 at once: the same, runs issued two at a time
+- pool, distinct triggers: a new trigger each run (a fresh run process each)
 - fresh worker per run: `python -m programs.worker` spawned per run, then the same protocol
 - bare `python -c`:     the floor of any fresh interpreter: `python -c` printing its clock
 """
@@ -25,10 +29,15 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
+import msgspec  # noqa: E402
+
+from programs.context import RunContext  # noqa: E402
 from programs.executor import Executor, Job, worker_env  # noqa: E402
 from programs.process import WorkerProcess  # noqa: E402
 
 JOB = Job(source="def main(args):\n    return {'ok': True}\n", ref="bench@v1", timeout_seconds=30)
+CONTEXT = RunContext(run_id="bench", trigger_id="bench-trigger", program="bench@v1", peer="bench",
+                     space="bench", url="http://127.0.0.1:9", token="bench")  # fmt: skip
 BARE = "import sys, time; sys.stdout.write(repr(time.monotonic()))"
 
 Sample = Callable[[], Awaitable[float]]
@@ -47,9 +56,19 @@ async def measure(sample: Sample, runs: int, width: int = 1) -> tuple[list[float
     return latencies, len(latencies) / (time.perf_counter() - began)
 
 
-def warm(executor: Executor) -> Sample:
+def pooled(executor: Executor, trigger: str | None = None, distinct: bool = False) -> Sample:
+    """Runs on `executor`: without a trigger, of one `trigger`, or of a new one each run."""
+    runs = iter(range(1 << 62))
+
+    def job() -> Job:
+        if trigger is None:
+            return JOB
+        name = f"{trigger}-{next(runs)}" if distinct else trigger
+        context = msgspec.structs.replace(CONTEXT, trigger_id=name)
+        return msgspec.structs.replace(JOB, context=context)
+
     async def sample() -> float:
-        outcome = await executor.run(JOB)
+        outcome = await executor.run(job())
         assert outcome.main_latency_ms is not None, outcome
         return outcome.main_latency_ms
 
@@ -78,15 +97,20 @@ async def bare_python() -> float:
 
 def row(name: str, latencies: list[float], rate: float) -> str:
     p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
-    return f"{name:<24} {len(latencies):>5} {p50:>9.3f} {p99:>9.3f} {rate:>9.0f}"
+    return f"{name:<30} {len(latencies):>5} {p50:>9.3f} {p99:>9.3f} {rate:>9.0f}"
 
 
 async def main(warm_runs: int, cold_runs: int) -> None:
-    print(f"{'mode':<24} {'runs':>5} {'p50 ms':>9} {'p99 ms':>9} {'runs/s':>9}")
+    print(f"{'mode':<30} {'runs':>5} {'p50 ms':>9} {'p99 ms':>9} {'runs/s':>9}")
     async with Executor(size=2) as executor:
-        await measure(warm(executor), 50)  # let caches settle
-        print(row("warm pool", *await measure(warm(executor), warm_runs)))
-        print(row("warm pool, 2 at once", *await measure(warm(executor), warm_runs, width=2)))
+        await measure(pooled(executor), 50)  # let caches settle
+        print(row("pool, no trigger", *await measure(pooled(executor), warm_runs)))
+        one = pooled(executor, "one")
+        await measure(one, 10)
+        print(row("pool, one trigger", *await measure(one, warm_runs)))
+        print(row("pool, one trigger, 2 at once", *await measure(one, warm_runs, width=2)))
+        distinct = pooled(executor, "new", distinct=True)
+        print(row("pool, distinct triggers", *await measure(distinct, warm_runs)))
     print(row("fresh worker per run", *await measure(fresh_worker, cold_runs)))
     print(row("bare `python -c`", *await measure(bare_python, cold_runs)))
 

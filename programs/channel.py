@@ -32,6 +32,7 @@ class Request(msgspec.Struct, frozen=True, kw_only=True, tag="run"):
     memory_mb: int
     timeout_seconds: float = 60.0  # the worker ends the run (and all it started) after this
     marker: bytes  # written to fd 1 and 2 after the run, so the parent can split output
+    key: str = ""  # the job's warm key: a clean run's process may serve the next one (`Job`)
 
 
 class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):
@@ -45,6 +46,7 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True, tag="reply"):
     error: str = ""
     entered_at: float | None = None  # time.monotonic() when main() was entered
     retire: str = ""  # non-empty: the worker's state is suspect, replace it (why)
+    warm: str = ""  # the warm key of the run process kept after this run (empty: none)
 
 
 _to_worker = msgspec.msgpack.Decoder(Request)

@@ -54,6 +54,7 @@ class WorkerProcess:
         ]
         self.runs = 0
         self.retire = ""  # non-empty once this worker must not run again (why)
+        self.warm_key = ""  # the job key its kept run process serves (`Job.warm_key`)
         self.containment: Containment | None = None  # as the worker reported it
 
     @property
@@ -115,6 +116,7 @@ class WorkerProcess:
             raise
         reply = self._decode_result(reply)
         self.retire = self.retire or reply.retire
+        self.warm_key = reply.warm
         entered = reply.entered_at
         return Outcome(
             status=reply.status,
@@ -209,6 +211,7 @@ def _encode(job: Job, marker: bytes) -> bytes:
         memory_mb=job.memory_mb,
         timeout_seconds=job.timeout_seconds,
         marker=marker,
+        key=job.warm_key,
     )
     try:
         return channel.frame(request)

@@ -6,7 +6,8 @@ cgroup (cgroup v1 `pids`, where it is writable: a hard cap on the run's processe
 root included, and the list of every process in it; the worker itself is in
 it, so its run processes are born there) and `reap_all()`, which kills
 and reaps every child of the worker until none is left. The worker runs one run at
-a time, so all its children belong to the run being ended. Must not run programs.
+a time, so all its children but its idle spare or warm process (`keep`) belong to the
+run being ended. Must not run programs.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class PidsCgroup:
         path = PIDS_V1 / f"baton-{os.getpid()}"
         try:
             path.mkdir(exist_ok=True)
-            (path / "pids.max").write_text(str(max_tasks + 1))  # the worker and its run
+            (path / "pids.max").write_text(str(max_tasks + 2))  # the worker, its spare, the run
             (path / "cgroup.procs").write_text(str(os.getpid()))
         except OSError:
             with contextlib.suppress(OSError):
@@ -82,9 +83,11 @@ def _sweep() -> None:
 def children() -> list[int]:
     """This process's children, from /proc (every thread's list)."""
     found: list[int] = []
-    for path in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
-        with contextlib.suppress(OSError, ValueError), open(path) as f:
-            found += [int(x) for x in f.read().split()]
+    with contextlib.suppress(OSError):
+        for tid in os.listdir("/proc/self/task"):
+            path = f"/proc/self/task/{tid}/children"
+            with contextlib.suppress(OSError, ValueError), open(path) as f:
+                found += [int(x) for x in f.read().split()]
     return found
 
 
@@ -94,8 +97,9 @@ def _kill(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def reap_all(group: int | None, cgroup: PidsCgroup) -> dict[int, int]:
-    """Kills the run's process group, its cgroup and every child until none is left.
+def reap_all(group: int | None, cgroup: PidsCgroup, keep: int | None = None) -> dict[int, int]:
+    """Kills the run's process group, its cgroup and every child until none is left
+    (but `keep`, a process of the worker that is not the run's: its spare or warm one).
 
     Returns the wait statuses of the children reaped, by pid."""
     if group is not None:
@@ -104,7 +108,7 @@ def reap_all(group: int | None, cgroup: PidsCgroup) -> dict[int, int]:
     statuses: dict[int, int] = {}
     deadline = time.monotonic() + REAP_DEADLINE_S
     while time.monotonic() < deadline:
-        _kill(cgroup.pids())
+        _kill([pid for pid in cgroup.pids() if pid != keep])
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
@@ -112,7 +116,10 @@ def reap_all(group: int | None, cgroup: PidsCgroup) -> dict[int, int]:
         if pid:
             statuses[pid] = status
             continue
-        victims = children()
+        left = children()
+        victims = [pid for pid in left if pid != keep]
+        if left and not victims:  # only `keep` is left
+            return statuses
         _kill(victims)
         if not victims:  # children we cannot list (no /proc): give them a moment
             time.sleep(0.001)

@@ -1,16 +1,17 @@
-"""One run in a fresh process forked from the worker: fork, confine, run, end it all.
+"""A run process seen from the worker: fork and confine it ahead, run, keep or end it all.
 
 Owns the life of a run process (SPEC "Containment and credentials"): the worker,
 which never runs program code, makes the run's scratch directory and forks a
-`Spare` ahead of the fire; the child leaves the worker's session (born in the
-worker's pids cgroup), drops the worker's control channel, confines itself
-(`programs.confine`) and waits; the fire sends it its request, it sets the run's
-memory limit and runs the program (`programs.runner`), answering on a socket of
-its own. The worker waits
-for that answer under the run's deadline, then kills and reaps every process of the
-run (`programs.reaper`) and removes the scratch directory, so the run is over when
-its answer leaves. Each run is a new process: nothing of one run (modules patched,
-`builtins` marked, tokens seen) reaches another. Must not talk to the executor.
+`Spare` ahead of the fire; the child (`programs.runchild`) confines itself and
+waits; the fire sends it its request and it answers on a socket of its own. The
+worker waits for that answer under the run's deadline, then either kills and
+reaps every process of the run (`programs.reaper`) and removes the scratch
+directory, or — the run ended `ok`, both sides found nothing of it left
+(`programs.warm`) — keeps the process, still confined, for the next run of the
+same trigger and program, with its scratch directory emptied. Either way the run
+is over when its answer leaves. A process serves one warm key only: nothing of
+one trigger's run (modules patched, `builtins` marked, tokens seen) reaches
+another trigger's. Must not talk to the executor.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import contextlib
 import gc
 import glob
 import os
-import resource
 import select
 import shutil
 import signal
@@ -27,15 +27,12 @@ import socket
 import sys
 import tempfile
 import time
-from typing import Any
 
 from core.vocab import RunStatus
-from programs import channel, confine, privileges, reaper, runner
+from programs import channel, confine, privileges, reaper, runchild, warm
 from programs.result import exit_reason
 
-PR_SET_PDEATHSIG = 1
 SCRATCH_PREFIX = "baton-run-"
-READY = b"R"  # a spare's first byte: confined, waiting for its request
 
 
 class Abandoned(Exception):
@@ -49,6 +46,9 @@ class Place:
         self.subreaper = reaper.become_subreaper()
         self.cgroup = reaper.PidsCgroup.make(confine.MAX_TASKS)
         self.plan = confine.plan(cgroup=self.cgroup.path is not None, subreaper=self.subreaper)
+        # Keep run processes warm only where no run can reach another process of the
+        # worker's (Landlock ABI 6: ptrace and signals scoped) and every one is reaped.
+        self.warm = warm.SUPPORTED and self.plan.abi >= 6 and self.subreaper
         self.scratch_root = tempfile.gettempdir()
         self._sweep()
         privileges.warm()
@@ -74,10 +74,13 @@ class Place:
 
 class Spare:
     """A run process forked and confined ahead of its run, waiting for its request, so
-    the fire pays neither the fork nor the confinement. Each serves one run only."""
+    the fire pays neither the fork nor the confinement. It serves one run, or, kept
+    warm (`keepable`), further runs of the same warm key."""
 
     def __init__(self, pid: int, sock: socket.socket, scratch: str) -> None:
         self.pid, self.sock, self.scratch = pid, sock, scratch
+        self.key, self.runs, self.idle_since = "", 0, time.monotonic()
+        self.baseline: tuple[bytes, ...] | None = None  # its /proc status before any run
 
     @classmethod
     def fork(cls, place: Place, control_fd: int) -> Spare:
@@ -91,7 +94,7 @@ class Spare:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
             ours.close()
-            _child(place, scratch, theirs, control_fd)
+            runchild.child(place, scratch, theirs)
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
         theirs.close()
         return cls(pid, ours, scratch)
@@ -103,7 +106,7 @@ class Spare:
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         self.sock.settimeout(timeout)
         try:
-            self._ready = self.sock.recv(1) == READY
+            self._ready = self.sock.recv(1) == runchild.READY
         except OSError:
             self._ready = False
         finally:
@@ -118,26 +121,57 @@ class Spare:
         except ChildProcessError:
             return False
 
-    def run(self, request: channel.Request, place: Place, control_fd: int) -> channel.Reply:
-        """Runs `request`; every process of the run is gone on return."""
+    def run(self, request: channel.Request, place: Place, control_fd: int,
+            keep: int | None = None) -> channel.Reply:  # fmt: skip
+        """Runs `request`. A run that timed out or died is ended (all its processes but
+        `keep` gone) on return; otherwise the caller ends it or keeps it (`keepable`)."""
         deadline = time.monotonic() + request.timeout_seconds
+        self.runs += 1
         reply: channel.Reply | None = None
         try:
             if self.ready(deadline):
+                if self.baseline is None and place.warm and request.key:
+                    self.baseline = warm.status(self.pid)
                 with contextlib.suppress(OSError):  # a dead spare: its status says why below
                     self.sock.sendall(channel.frame(request))
                 reply = _await_reply(self.sock, control_fd, deadline, request.timeout_seconds)
             elif time.monotonic() >= deadline:
                 reply = _timed_out(request.timeout_seconds)
         finally:
-            self.discard(place)
+            self.idle_since = time.monotonic()
+            if reply is None or reply.status is RunStatus.TIMEOUT:
+                self.discard(place, keep)
         return reply if reply is not None else _died(self._status)
 
-    def discard(self, place: Place) -> None:
-        """Ends the run process and all it started; removes its scratch. Idempotent."""
+    def keepable(self, request: channel.Request, reply: channel.Reply, place: Place,
+                 others: set[int]) -> bool:  # fmt: skip
+        """The process answered clean for `request`'s warm key and /proc agrees: nothing
+        of the run is left (`others` are the worker's processes that are not this run's)."""
+        if not (place.warm and request.key and reply.warm == request.key) or self.sock.fileno() < 0:
+            return False
+        if self.runs >= warm.MAX_RUNS:
+            return False
+        found = warm.leftovers(self.pid, self.baseline, others, warm.worker_children())
+        self.key = request.key if not found else ""
+        return not found
+
+    def clear_scratch(self) -> bool:
+        """Empties the scratch directory for the next run; False if something stayed."""
+        with os.scandir(self.scratch) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+        return not os.listdir(self.scratch)
+
+    def discard(self, place: Place, keep: int | None = None) -> None:
+        """Ends the run process and all it started (but `keep`, another process of the
+        worker's); removes its scratch. Idempotent."""
         if self.sock.fileno() < 0:
             return
-        self._status = _end(self.pid, place).get(self.pid)
+        self._status = _end(self.pid, place, keep).get(self.pid)
         self.sock.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
@@ -147,14 +181,18 @@ class Spare:
 
 def run(request: channel.Request, place: Place, control_fd: int) -> channel.Reply:
     """Runs `request` in a new contained process (forked now): the cold path."""
-    return Spare.fork(place, control_fd).run(request, place, control_fd)
+    spare = Spare.fork(place, control_fd)
+    try:
+        return spare.run(request, place, control_fd)
+    finally:
+        spare.discard(place)
 
 
-def _end(pid: int, place: Place) -> dict[int, int]:
+def _end(pid: int, place: Place, keep: int | None) -> dict[int, int]:
     """Kills and reaps the run's processes; SIGTERM waits until this is done."""
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
-        return reaper.reap_all(pid, place.cgroup)
+        return reaper.reap_all(pid, place.cgroup, keep)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
@@ -204,76 +242,6 @@ def _complete(got: bytearray) -> channel.Reply | None:
     except channel.ProtocolError as exc:
         return channel.Reply(status=RunStatus.CRASHED, error=f"worker protocol error: {exc}")
     if not isinstance(message, channel.Reply):
-        return channel.Reply(
-            status=RunStatus.CRASHED, error="worker protocol error: unexpected ready"
-        )
+        error = "worker protocol error: unexpected ready"
+        return channel.Reply(status=RunStatus.CRASHED, error=error)
     return message
-
-
-# --- the run process -----------------------------------------------------------------
-
-
-def _child(place: Place, scratch: str, sock: socket.socket, control_fd: int) -> None:
-    me = os.getpid()
-    try:
-        _enter(place, scratch, control_fd)
-        base = runner.address_space()  # /proc is out of reach once confined
-        confine.confine(place.plan, scratch, None)
-        _guard_signals()
-    except BaseException as exc:
-        failed: BaseException | None = exc
-    else:
-        failed = None
-    with contextlib.suppress(OSError):
-        sock.sendall(READY)
-    request = _receive(sock)
-    if request is None:  # the worker discarded this spare
-        os._exit(0)
-    if failed is not None:
-        reply = channel.Reply(status=RunStatus.CRASHED, error=f"containment failed: {failed!r}")
-    else:
-        if base is not None:
-            privileges.pin(resource.RLIMIT_AS, base + request.memory_mb * runner.MiB)
-        reply = runner.run_request(request)
-    if os.getpid() != me:  # a child the program forked returned here: it must not answer
-        os._exit(0)
-    with contextlib.suppress(BaseException):
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-    with contextlib.suppress(BaseException):
-        sock.sendall(channel.frame(reply))
-    os._exit(0)
-
-
-def _receive(sock: socket.socket) -> channel.Request | None:
-    with sock.makefile("rb") as stream:
-        header = stream.read(channel.HEADER)
-        if len(header) < channel.HEADER:
-            return None
-        return channel.decode_request(stream.read(channel.body_length(header)))
-
-
-def _enter(place: Place, scratch: str, control_fd: int) -> None:
-    """Leaves the worker's session and channel; the scratch directory is home."""
-    os.setsid()
-    privileges.libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    os.close(control_fd)
-    os.chdir(scratch)
-    os.environ.update(HOME=scratch, TMPDIR=scratch)
-    tempfile.tempdir = None
-
-
-def _guard_signals() -> None:
-    """`os.kill` and `os.killpg` say who was refused, so the run record can tell."""
-
-    def guarded(real: Any) -> Any:
-        def send(pid: int, sig: int) -> None:
-            try:
-                real(pid, sig)
-            except PermissionError as exc:
-                text = f"signal refused: {pid} is outside this run"
-                raise PermissionError(exc.errno, text) from None
-
-        return send
-
-    os.kill, os.killpg = guarded(os.kill), guarded(os.killpg)

@@ -1,12 +1,16 @@
-"""A worker process of the executor's pool: a clean parent that forks one process per run.
+"""A worker process of the executor's pool: a clean parent that forks the run processes.
 
 Started as `python -m programs.worker <control-fd>`. It preloads what runs need, tells
 the executor how contained its runs are, then reads run requests from the control
-socket and runs each in a fresh, contained process (`programs.runproc`, forked and
-confined before the request comes) whose output
-goes to fd 1/2 (pipes the parent drains). When a run's processes are all gone it writes
-the run's end marker on fd 1/2 and answers with the reply. It never runs program code
-itself, so its state is the same before every run. Must not outlive its parent: end of
+socket and runs each in a contained process (`programs.runproc`) whose output goes to
+fd 1/2 (pipes the parent drains): the one kept warm for the request's key (the same
+trigger and program, `Job.warm_key`) if it has one, else a fresh spare forked and
+confined before the request came. When the run is over (its processes all gone, or
+its process kept clean) it writes the run's end marker on fd 1/2 and answers with
+the reply, which names the key its warm process now serves. It keeps one spare and
+at most one warm process; a warm one ends after `warm.MAX_RUNS` runs, when idle for
+`warm.IDLE_SECONDS`, or when another key's run is kept in its place. It never runs
+program code itself, so its state is the same before every run. Must not outlive its parent: end of
 file on the control socket, SIGTERM, or the parent's death (which sends SIGTERM) end it
 and every process of the run in flight.
 """
@@ -17,12 +21,16 @@ import contextlib
 import ctypes
 import faulthandler
 import os
+import select
 import signal
 import socket
 import sys
+import time
 from typing import BinaryIO, NoReturn
 
-from programs import channel, confine, runproc
+import msgspec
+
+from programs import channel, confine, runproc, warm
 
 PR_SET_PDEATHSIG = 1
 
@@ -46,22 +54,91 @@ def read_request(stream: BinaryIO) -> channel.Request | None:
     return channel.decode_request(body)
 
 
+class Processes:
+    """The worker's run processes: a spare, and at most one kept warm for one key."""
+
+    def __init__(self, place: runproc.Place, control_fd: int) -> None:
+        self.place, self.fd = place, control_fd
+        self.spare: runproc.Spare | None = runproc.Spare.fork(place, control_fd)
+        self.warm: runproc.Spare | None = None
+        self._replaced: runproc.Spare | None = None  # a warm one to end after the reply
+
+    def run(self, request: channel.Request) -> channel.Reply:
+        """Runs `request` in the warm process of its key, or else in the spare."""
+        proc = self._take(request)
+        other = self.warm if proc is self.spare else self.spare
+        keep = None if other is None else other.pid
+        reply = proc.run(request, self.place, self.fd, keep)
+        if proc.keepable(request, reply, self.place, set() if keep is None else {keep}):
+            if proc is self.spare:
+                self._replaced, self.warm, self.spare = self.warm, proc, None
+        else:
+            proc.discard(self.place, keep)
+            self.warm = None if proc is self.warm else self.warm
+            self.spare = None if proc is self.spare else self.spare
+        return msgspec.structs.replace(reply, warm=self.warm.key if self.warm else "")
+
+    def refill(self) -> None:
+        """After the reply: the replaced warm one ended, scratch emptied, a new spare."""
+        keep = None if self.warm is None else self.warm.pid
+        if self._replaced is not None:
+            self._replaced.discard(self.place, keep=keep)
+            self._replaced = None
+        if self.warm is not None and not self.warm.clear_scratch():
+            self.expire()
+        if self.spare is None:
+            self.spare = runproc.Spare.fork(self.place, self.fd)
+
+    def idle_for(self) -> float | None:
+        """Seconds until the warm process ends of idleness (None: none is kept)."""
+        if self.warm is None:
+            return None
+        return self.warm.idle_since + warm.IDLE_SECONDS - time.monotonic()
+
+    def expire(self) -> None:
+        if self.warm is not None:
+            self.warm.discard(self.place, keep=None if self.spare is None else self.spare.pid)
+            self.warm = None
+
+    def close(self) -> None:
+        for proc in (self.warm, self._replaced, self.spare):
+            if proc is not None:
+                proc.discard(self.place)
+
+    def _take(self, request: channel.Request) -> runproc.Spare:
+        if self.warm is not None and not self.warm.waiting:
+            self.expire()
+        if self.warm is not None and request.key and self.warm.key == request.key:
+            return self.warm
+        if self.spare is None or not self.spare.waiting:  # ended while idle: on the fire path
+            if self.spare is not None:
+                self.spare.discard(self.place, keep=None if self.warm is None else self.warm.pid)
+            self.spare = runproc.Spare.fork(self.place, self.fd)
+        return self.spare
+
+
+def next_request(stream: BinaryIO, fd: int, procs: Processes) -> channel.Request | None:
+    """The next request; a warm process idle too long ends while waiting for it."""
+    while (left := procs.idle_for()) is not None:
+        if select.select([fd], [], [], max(0.0, left))[0]:
+            break
+        procs.expire()
+    return read_request(stream)
+
+
 def serve(sock: socket.socket, place: runproc.Place) -> None:
     stream, fd = sock.makefile("rb"), sock.fileno()
-    spare = runproc.Spare.fork(place, fd)
+    procs = Processes(place, fd)
     try:
         containment = confine.containment(place.plan)
         sock.sendall(channel.frame(channel.Ready(pid=os.getpid(), containment=containment)))
-        while (request := read_request(stream)) is not None:
-            if not spare.waiting:  # ended while idle: a new one, on the fire path this once
-                spare.discard(place)
-                spare = runproc.Spare.fork(place, fd)
-            reply = spare.run(request, place, fd)
+        while (request := next_request(stream, fd, procs)) is not None:
+            reply = procs.run(request)
             mark(request.marker)
             sock.sendall(channel.frame(reply))
-            spare = runproc.Spare.fork(place, fd)  # while the executor takes the reply
+            procs.refill()  # while the executor takes the reply
     finally:
-        spare.discard(place)
+        procs.close()
 
 
 def _preload() -> None:

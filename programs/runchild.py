@@ -1,0 +1,122 @@
+"""The run process's side of a run: leave the worker, confine, wait, run, answer.
+
+Forked by `programs.runproc.Spare.fork`, never returns. The child leaves the
+worker's session (born in the worker's pids cgroup), keeps no descriptor of the
+worker's but fd 0-2 and its own socket, confines itself (`programs.confine`) and
+waits; the first request sets the run's memory limit and runs the program
+(`programs.runner`). A request with a warm key is watched (`programs.warm.Snapshot`):
+when the run ended `ok` and left nothing behind, the reply carries the key and the
+process waits for the next run of that key; otherwise it ends after answering.
+Must not talk to the executor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import socket
+import sys
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from core.vocab import RunStatus
+from programs import channel, confine, privileges, runner, warm
+
+if TYPE_CHECKING:
+    from programs.runproc import Place
+
+PR_SET_PDEATHSIG = 1
+READY = b"R"  # a spare's first byte: confined, waiting for its request
+
+
+def child(place: Place, scratch: str, sock: socket.socket) -> None:
+    me = os.getpid()
+    try:
+        _enter(scratch, sock.fileno())
+        base = runner.address_space()  # /proc is out of reach once confined
+        confine.confine(place.plan, scratch, None)
+        _guard_signals()
+    except BaseException as exc:
+        failed: BaseException | None = exc
+    else:
+        failed = None
+    with contextlib.suppress(OSError):
+        sock.sendall(READY)
+    request = _receive(sock)
+    if request is None:  # the worker discarded this spare
+        os._exit(0)
+    if failed is not None:
+        error = f"containment failed: {failed!r}"
+        _answer(sock, channel.Reply(status=RunStatus.CRASHED, error=error))
+        os._exit(0)
+    if base is not None:
+        privileges.pin(resource.RLIMIT_AS, base + request.memory_mb * runner.MiB)
+    _serve(place, sock, request, me)
+
+
+def _serve(place: Place, sock: socket.socket, request: channel.Request | None, me: int) -> None:
+    """Runs `request`, then further runs of its warm key while each leaves nothing."""
+    modules = warm.Modules() if place.warm and request is not None and request.key else None
+    while request is not None:
+        snapshot = warm.Snapshot(modules) if modules is not None else None
+        reply = runner.run_request(request)
+        if os.getpid() != me:  # a child the program forked returned here: it must not answer
+            os._exit(0)
+        kept = snapshot is not None and reply.status is RunStatus.OK and not snapshot.changed()
+        _answer(sock, msgspec.structs.replace(reply, warm=request.key if kept else ""))
+        if not kept:
+            break
+        request = _receive(sock)
+    os._exit(0)
+
+
+def _answer(sock: socket.socket, reply: channel.Reply) -> None:
+    with contextlib.suppress(BaseException):
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+    with contextlib.suppress(BaseException):
+        sock.sendall(channel.frame(reply))
+
+
+def _receive(sock: socket.socket) -> channel.Request | None:
+    """The next request; None at end of file (the worker discarded this process)."""
+    try:
+        with sock.makefile("rb") as stream:
+            header = stream.read(channel.HEADER)
+            if len(header) < channel.HEADER:
+                return None
+            return channel.decode_request(stream.read(channel.body_length(header)))
+    except OSError:
+        return None
+
+
+def _enter(scratch: str, keep_fd: int) -> None:
+    """Leaves the worker's session and descriptors (its control channel, the sockets of
+    its other run processes); the scratch directory is home."""
+    os.setsid()
+    privileges.libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    os.closerange(3, keep_fd)
+    os.closerange(keep_fd + 1, max(keep_fd + 1, os.sysconf("SC_OPEN_MAX")))
+    os.chdir(scratch)
+    os.environ.update(HOME=scratch, TMPDIR=scratch)
+    tempfile.tempdir = None
+
+
+def _guard_signals() -> None:
+    """`os.kill` and `os.killpg` say who was refused, so the run record can tell."""
+
+    def guarded(real: Any) -> Any:
+        def send(pid: int, sig: int) -> None:
+            try:
+                real(pid, sig)
+            except PermissionError as exc:
+                text = f"signal refused: {pid} is outside this run"
+                raise PermissionError(exc.errno, text) from None
+
+        return send
+
+    os.kill, os.killpg = guarded(os.kill), guarded(os.killpg)
