@@ -4,7 +4,7 @@ Owns `records` (every record of the space, undecodable ones too, for health and
 status) and `registry` (the ones this device arms), kept current by (SPEC
 "Reconcile, registry, health pass"):
 
-1. a full sync at start: `triggers` → `load` each → `registry.reconcile`;
+1. a full sync at start: `triggers` → `load` each → `diffing.reconcile`;
 2. the change feed stream from the sync's `seq` (`changes_stream`, resumed by
    the Subscription with `Last-Event-ID`); a `gap`, or a `hello` whose cursor
    is past ours, is filled from the `changes?since=` pages, and a change at or
@@ -40,6 +40,7 @@ from runtime.client import SpaceClient
 from runtime.clock import Clock, iso, sleep_or_wake
 from runtime.sse import SseEvent
 from runtime.subscribe import Subscription
+from triggers import diffing
 from triggers import registry as reg
 from triggers.records import Loaded, PeerId, Salvaged, TriggerId, load
 
@@ -244,7 +245,7 @@ class Reconciler:
             else:
                 self.records[item.id] = item
         active = self._is_active()
-        diff = reg.reconcile_changes(self.registry, items, self._peer, active)
+        diff = diffing.reconcile_changes(self.registry, items, self._peer, active)
         self._publish(diff)
         if edited and self._on_edit is not None:
             self._on_edit()
@@ -269,7 +270,7 @@ class Reconciler:
         self.version += 1
         self.records = {r.id: r for r in records}
         self._warned = {k: v for k, v in self._warned.items() if k in self.records}
-        diff = reg.reconcile(self.registry, records, self._peer, self._is_active())
+        diff = diffing.reconcile(self.registry, records, self._peer, self._is_active())
         self._publish(diff)
         return diff
 
@@ -352,7 +353,7 @@ def _edited(prev: Loaded | None, item: Loaded | reg.Deleted) -> bool:
         return not (
             isinstance(prev, Salvaged) and isinstance(item, Salvaged) and prev.raw == item.raw
         )
-    return reg.change(reg.arm(prev), item) is not reg.Change.NONE
+    return diffing.change(reg.arm(prev), item) is not diffing.Change.NONE
 
 
 def _user_part(record: Loaded) -> dict[str, Any]:
