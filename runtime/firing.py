@@ -334,7 +334,7 @@ class Firing:
         fire: Fire,
         event: dict[str, Any] | None,
         program: LoadedProgram | tuple[Outcome, str],
-        token: str | None,
+        token: str | Outcome | None,
     ) -> tuple[Outcome, str]:
         if not isinstance(program, LoadedProgram):
             return program

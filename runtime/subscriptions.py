@@ -68,7 +68,7 @@ class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     agent: dict[str, Any] | None = None
 
     def event(self, space: str, object_id: str) -> dict[str, Any]:
-        body = {"space": space, "objectId": object_id, "messageId": self.message_id}
+        body: dict[str, Any] = {"space": space, "objectId": object_id, "messageId": self.message_id}
         body["text"] = self.text
         if self.agent is not None:
             body["agent"] = self.agent
@@ -165,7 +165,7 @@ class Subscriptions:
         self._dispatcher = dispatcher
         self._clock = clock
         self._reprobe_s = reprobe_s
-        self._stream_options = {"read_timeout": read_timeout, "backoff": backoff}
+        self._stream_options: dict[str, Any] = {"read_timeout": read_timeout, "backoff": backoff}
         self._chats: dict[str, _Chat] = {}
         self._where: dict[TriggerId, str] = {}
         self.up_since = clock.wall()  # this device's start (or its last wake from sleep)
@@ -328,7 +328,7 @@ class Subscriptions:
         if chat.refusal is not None:
             log.info("chat %s: found again", chat.object_id)
         chat.refusal, chat.error = None, ""
-        start = event.seq if event.seq is not None else (chat.sub and chat.sub.last_id)
+        start = event.seq if event.seq is not None else (chat.sub.last_id if chat.sub else None)
         async with chat.lock:
             chat.last_seq = start
             pending, chat.pending = chat.pending, []
