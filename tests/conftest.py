@@ -1,7 +1,8 @@
 """Suite-wide hygiene: no asyncio task may outlive the test that started it.
 
-Every test under tests/e2e/ is marked `e2e`, so `pytest -m "not e2e"` and `pytest -m e2e`
-are the two jobs of `.ci/run`.
+Every test under tests/e2e/ is marked `e2e` (as are, by hand, a few elsewhere that run a
+server or the CLI as a process), so `pytest -m "not e2e"` and `pytest -m e2e` are the two
+jobs of `.ci/run`.
 """
 
 import asyncio

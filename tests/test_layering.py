@@ -14,6 +14,7 @@ entry is no longer needed, so the lists only shrink.
 """
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,8 +104,9 @@ CLOCK_MODULES = {"runtime/clock.py", "core/clock.py"}
 KNOWN_SPACE_ON_RUNTIME = {"space/clock.py"}
 
 
+@functools.cache
 def package_files() -> dict[str, str]:
-    """`runtime/clock.py` → its source, for every module of our packages."""
+    """`runtime/clock.py` → its source, for every module of our packages (read once)."""
     return {
         path.relative_to(ROOT).as_posix(): path.read_text()
         for package in PACKAGES
@@ -113,12 +115,17 @@ def package_files() -> dict[str, str]:
     }
 
 
+@functools.cache
+def parse(text: str) -> ast.Module:
+    return ast.parse(text)
+
+
 def space_importers(files: dict[str, str]) -> set[str]:
     """Modules outside space/ and the CLI that import space/."""
     return {
         name
         for name, text in files.items()
-        if not name.startswith(("space/", *CLI)) and "space" in imported_roots(ast.parse(text))
+        if not name.startswith(("space/", *CLI)) and "space" in imported_roots(parse(text))
     }
 
 
@@ -127,7 +134,7 @@ def runtime_importers(files: dict[str, str]) -> set[str]:
     return {
         name
         for name, text in files.items()
-        if name.startswith("space/") and "runtime" in imported_roots(ast.parse(text))
+        if name.startswith("space/") and "runtime" in imported_roots(parse(text))
     }
 
 
@@ -194,7 +201,7 @@ def clock_readers(files: dict[str, str]) -> set[tuple[str, str]]:
         (name, read)
         for name, text in files.items()
         if name.startswith(("runtime/", "space/")) and name not in CLOCK_MODULES
-        for read in clock_reads(ast.parse(text))
+        for read in clock_reads(parse(text))
     }
 
 
@@ -251,7 +258,7 @@ def import_graph(modules: dict[str, str]) -> dict[str, set[str]]:
     packages = {name.rpartition(".")[0] for name in modules if "." in name}
     graph: dict[str, set[str]] = {}
     for name, text in modules.items():
-        found = imported_names(ast.parse(text), name, name in packages)
+        found = imported_names(parse(text), name, name in packages)
         targets = {deepest(imported, modules) for imported in found}
         graph[name] = {t for t in targets if t is not None and t != name}
     return graph
