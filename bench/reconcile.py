@@ -23,8 +23,9 @@ from collections.abc import Callable
 
 import msgspec
 
+from triggers.diffing import reconcile, reconcile_one
 from triggers.records import Loaded, PeerId, load
-from triggers.registry import Registry, apply, reconcile, reconcile_one
+from triggers.registry import Registry, apply
 
 ME, OTHER = PeerId("laptop"), PeerId("box")
 SPECS = [

@@ -48,28 +48,38 @@ class AnyV1:
             "key": c.key,
         }
 
-    def chat_send(self, space: str, object_id: str, message: Mapping[str, Any]) -> dict:
+    def chat_send(
+        self, space: str, object_id: str, message: Mapping[str, Any]
+    ) -> dict[str, Any]:
         """Send `{"text", "agent"?}`; the stored message (`messageId`, `seq`, …)."""
-        return self._call("chat_send", dict(message), space=space, objectId=object_id)
+        sent: dict[str, Any] = self._call(
+            "chat_send", dict(message), space=space, objectId=object_id
+        )
+        return sent
 
     def chat_messages(
         self, space: str, object_id: str, after: int | None = None, limit: int = 50
-    ) -> list[dict]:
+    ) -> list[dict[str, Any]]:
         """Up to `limit` messages with `seq` > `after`, oldest first."""
         page = self._call(
             "chat_messages", space=space, objectId=object_id, after=after, limit=limit
         )
-        return page["messages"]
+        messages: list[dict[str, Any]] = page["messages"]
+        return messages
 
-    def triggers(self, space: str) -> list[dict]:
+    def triggers(self, space: str) -> list[dict[str, Any]]:
         """The space's raw trigger records."""
-        return self._call("triggers", space=space)["triggers"]
+        records: list[dict[str, Any]] = self._call("triggers", space=space)["triggers"]
+        return records
 
     def trigger_patch(
         self, space: str, id: str, patch: Mapping[str, Any], rev: int | None = None
-    ) -> dict:
+    ) -> dict[str, Any]:
         """A partial update of record `id`; with `rev`, only if the record is still at it."""
-        return self._call("trigger_patch", dict(patch), space=space, id=id, rev=rev)
+        record: dict[str, Any] = self._call(
+            "trigger_patch", dict(patch), space=space, id=id, rev=rev
+        )
+        return record
 
     def cursor_get(self, key: str, default: Any = None) -> Any:
         """This trigger's stored value under `key`, or `default` if none was set."""

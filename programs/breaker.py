@@ -79,7 +79,7 @@ def is_failure(status: object) -> bool:
 def open_period(trips: int, policy: BreakerPolicy = DEFAULT_POLICY) -> timedelta:
     """How long the `trips`-th consecutive trip keeps the breaker open."""
     doublings = min(max(trips - 1, 0), 32)
-    return min(policy.base * (2**doublings), policy.cap)
+    return min(policy.base * (1 << doublings), policy.cap)
 
 
 def on_outcome(
@@ -129,7 +129,8 @@ def until(state: BreakerState) -> datetime | None:
 
 def to_dict(state: BreakerState) -> dict[str, Any]:
     """The `breaker` stamp for the trigger record."""
-    return msgspec.to_builtins(state)
+    stamp: dict[str, Any] = msgspec.to_builtins(state)
+    return stamp
 
 
 def from_dict(raw: object) -> BreakerState:

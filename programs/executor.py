@@ -85,6 +85,7 @@ class Idle:
                     return item
         if self._items:
             return self._items.popleft()
+        waiter: asyncio.Future[WorkerProcess | StartFailed]
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:

@@ -24,6 +24,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import CodeType
+from typing import Any
 
 import msgspec
 
@@ -86,7 +87,7 @@ def _inspect(source: str, filename: str) -> tuple[ProgramMeta, CodeType]:
 
 def _parse(source: str, filename: str) -> ast.Module:
     try:
-        tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        tree = ast.parse(source, filename)  # compile(..., PyCF_ONLY_AST), typed as a Module
         compile(tree, filename, "exec", dont_inherit=True)  # some errors appear only here
     except SyntaxError as exc:
         raise InvalidProgram(_syntax_message(exc)) from None
@@ -212,7 +213,7 @@ class ProgramCache:
         self._remember(self._by_hash, sha, loaded)
         return _with_ref(loaded, ref)
 
-    def _remember(self, table: OrderedDict, key: object, value: object) -> None:
+    def _remember(self, table: OrderedDict[Any, Any], key: object, value: object) -> None:
         table[key] = value
         table.move_to_end(key)
         while len(table) > self._max:

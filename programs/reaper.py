@@ -27,7 +27,8 @@ REAP_DEADLINE_S = 5.0
 
 def become_subreaper() -> bool:
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        result: int = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        return result == 0
     except (OSError, AttributeError):
         return False
 

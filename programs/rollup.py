@@ -190,7 +190,7 @@ def p95(rollup: Rollup) -> float | None:
 
 def to_dict(rollup: Rollup) -> dict[str, Any]:
     """The `rollup` stamp; `p50Ms`/`p95Ms` are added for readers without this module."""
-    raw = msgspec.to_builtins(rollup, str_keys=True)
+    raw: dict[str, Any] = msgspec.to_builtins(rollup, str_keys=True)
     raw["p50Ms"], raw["p95Ms"] = _rounded(p50(rollup)), _rounded(p95(rollup))
     return raw
 

@@ -88,7 +88,9 @@ def program_traceback(exc: BaseException, ref: str) -> str:
     return tail.keep_tail("".join(lines).rstrip("\n"))
 
 
-def _execute(code: CodeType, namespace: dict[str, Any], args: dict[str, Any], marks: dict) -> Any:
+def _execute(
+    code: CodeType, namespace: dict[str, Any], args: dict[str, Any], marks: dict[str, Any]
+) -> Any:
     exec(code, namespace)
     main = namespace.get("main")
     if not callable(main):

@@ -28,6 +28,7 @@ import resource
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 
 MAX_RUNS = 1000  # runs of one warm process, then a fresh one
 IDLE_SECONDS = 60.0  # a warm process idle this long ends
@@ -38,7 +39,7 @@ _VERSION_OFFSET = object.__basicsize__ + ctypes.sizeof(ctypes.c_ssize_t)  # afte
 _VALUE = operator.attrgetter("value")
 
 
-def _version_view(namespace: dict) -> ctypes.c_uint64:
+def _version_view(namespace: Mapping[str, object]) -> ctypes.c_uint64:
     """CPython's `ma_version_tag` of a dict (PEP 509): it changes on every mutation."""
     return ctypes.c_uint64.from_address(id(namespace) + _VERSION_OFFSET)
 
@@ -94,7 +95,7 @@ class Modules:
                     return f"{name} was unloaded"
         return ""
 
-    def _watch(self, owner: object, name: str, namespace: dict) -> None:
+    def _watch(self, owner: object, name: str, namespace: Mapping[str, object]) -> None:
         self._kept.append(owner)
         self._names.append(name)
         self._views.append(_version_view(namespace))
@@ -150,7 +151,8 @@ def status(pid: int) -> tuple[bytes, ...] | None:
         descriptors = str(len(os.listdir(f"/proc/{pid}/fd"))).encode()
     except OSError:
         return None
-    fields = b"" if text is None else text.rpartition(b") ")[2].split()  # field 3 (state) on
+    # field 3 (state) on, after the command name in parentheses
+    fields: list[bytes] = [] if text is None else text.rpartition(b") ")[2].split()
     return (fields[17], *fields[28:32], descriptors) if len(fields) >= 32 else None
 
 

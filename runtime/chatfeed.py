@@ -99,7 +99,7 @@ class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     agent: dict[str, Any] | None = None
 
     def event(self, space: str, object_id: str) -> dict[str, Any]:
-        body = {"space": space, "objectId": object_id, "messageId": self.message_id}
+        body: dict[str, Any] = {"space": space, "objectId": object_id, "messageId": self.message_id}
         body["text"] = self.text
         if self.agent is not None:
             body["agent"] = self.agent

@@ -17,6 +17,8 @@ import os
 import signal
 from collections.abc import Sequence
 
+from core.aio import within
+from core.clock import Clock, SystemClock
 from runtime.responders import (
     InvalidResponderSpec,
     Message,
@@ -34,20 +36,22 @@ class CommandResponder:
 
     ready = True
 
-    def __init__(self, argv: Sequence[str], timeout: float = 60.0) -> None:
+    def __init__(
+        self, argv: Sequence[str], timeout: float = 60.0, *, clock: Clock | None = None
+    ) -> None:
         if not argv or not all(isinstance(a, str) and a for a in argv):
             raise InvalidResponderSpec("argv: must be a non-empty list of non-empty strings")
         if not timeout > 0:
             raise InvalidResponderSpec(f"timeout: must be > 0, got {timeout!r}")
         self.argv, self.timeout = list(argv), timeout
+        self._clock = clock or SystemClock()
         self.describe = f"command {self.argv[0]}"
 
     async def respond(self, snapshot: list[Message], pending: list[Message]) -> str | None:
         payload = json.dumps({"snapshot": snapshot, "pending": pending}).encode()
         proc = await self._spawn()
         try:
-            async with asyncio.timeout(self.timeout):
-                out, err = await _exchange(proc, payload)
+            out, err = await within(self._clock, self.timeout, _exchange(proc, payload))
         except TimeoutError:
             raise ResponderTimeout(
                 f"command {self.argv[0]} timed out after {self.timeout:g} s (killed)"

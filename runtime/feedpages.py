@@ -16,6 +16,7 @@ import msgspec
 
 from runtime.client import SpaceClient
 from runtime.sse import SseEvent
+from triggers import diffing
 from triggers import registry as reg
 from triggers.records import Loaded, Salvaged, TriggerId, load
 
@@ -95,7 +96,7 @@ def edited(prev: Loaded | None, item: Loaded | reg.Deleted) -> bool:
         return not (
             isinstance(prev, Salvaged) and isinstance(item, Salvaged) and prev.raw == item.raw
         )
-    return reg.change(reg.arm(prev), item) is not reg.Change.NONE
+    return diffing.change(reg.arm(prev), item) is not diffing.Change.NONE
 
 
 def fingerprint(raw: dict[str, Any]) -> bytes:

@@ -35,10 +35,10 @@ from typing import Any
 
 from core.aio import TaskSet
 from core.clock import Clock
-from core.vocab import RunReason
+from core.vocab import RunReason, RunStatus
 from programs import admission
 from programs.loader import LoadedProgram
-from programs.result import Outcome, RunStatus
+from programs.result import Outcome
 from runtime import outcomes
 from runtime.chatwatch import ChatWatch
 from runtime.client import ApiError, SpaceClient, retried

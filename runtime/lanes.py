@@ -18,12 +18,13 @@ from typing import Any
 
 import msgspec
 
+from core.vocab import Overlap
 from programs import admission, breaker
 from programs.result import Outcome
 from runtime import outcomes
 from runtime.dispatch import FireRequest
 from runtime.outcomes import Book, Fire
-from triggers.records import Overlap, Trigger, TriggerId
+from triggers.records import Trigger, TriggerId
 
 
 class Claimed(msgspec.Struct, frozen=True, kw_only=True):

@@ -41,6 +41,7 @@ from runtime.client import SpaceClient
 from runtime.events import Bus, DiffApplied, RecordEdited
 from runtime.sse import SseEvent
 from runtime.subscribe import Subscription
+from triggers import diffing
 from triggers import registry as reg
 from triggers.records import Loaded, PeerId, Salvaged, TriggerId
 
@@ -219,7 +220,7 @@ class Reconciler:
             else:
                 self.records[item.id] = item
         active = self._is_active()
-        diff = reg.reconcile_changes(self.registry, items, self._peer, active)
+        diff = diffing.reconcile_changes(self.registry, items, self._peer, active)
         self._publish(diff)
         if edited:
             self._bus.publish(RecordEdited())
@@ -230,7 +231,7 @@ class Reconciler:
         self.version += 1
         self.records = {r.id: r for r in records}
         self._warned = {k: v for k, v in self._warned.items() if k in self.records}
-        diff = reg.reconcile(self.registry, records, self._peer, self._is_active())
+        diff = diffing.reconcile(self.registry, records, self._peer, self._is_active())
         self._publish(diff)
         return diff
 

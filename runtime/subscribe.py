@@ -117,7 +117,9 @@ class Subscription:
     async def run(self, on_event: OnEvent) -> None:
         """Deliver events to `on_event` until cancelled; raise `Permanent` when refused for good."""
         async with AsyncExitStack() as stack:
-            session = self._session or await stack.enter_async_context(sse_session())
+            session = self._session
+            if session is None:
+                session = await stack.enter_async_context(sse_session())
             try:
                 await self._follow(session, on_event)
             except _CallerFailed as exc:

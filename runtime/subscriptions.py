@@ -76,7 +76,7 @@ class Subscriptions:
         self._dispatcher = dispatcher
         self._clock = clock
         self._reprobe_s = reprobe_s
-        self._stream_options = {"read_timeout": read_timeout, "backoff": backoff}
+        self._stream_options: dict[str, Any] = {"read_timeout": read_timeout, "backoff": backoff}
         self._chats: dict[str, Chat] = {}
         self._where: dict[TriggerId, str] = {}
         self.up_since = clock.wall()  # this device's start (or its last wake from sleep)
@@ -225,7 +225,7 @@ class Subscriptions:
         if chat.refusal is not None:
             log.info("chat %s: found again", chat.object_id)
         chat.refusal, chat.error = None, ""
-        start = event.seq if event.seq is not None else (chat.sub and chat.sub.last_id)
+        start = event.seq if event.seq is not None else (chat.sub.last_id if chat.sub else None)
         async with chat.lock:
             chat.last_seq = start
             pending, chat.pending = chat.pending, []

@@ -44,6 +44,6 @@ class RouteDoc(msgspec.Struct, frozen=True, kw_only=True):
 
 
 SETTINGS = web.AppKey("settings", Settings)
-CLOCK = web.AppKey("clock", ServerClock)
+CLOCK: web.AppKey[ServerClock] = web.AppKey("clock")
 ROUTE_DOCS = web.AppKey("route_docs", list[RouteDoc])
 ADMIN_TOKEN_PATH = web.AppKey("admin_token_path", Path)

@@ -140,13 +140,13 @@ def _result(
         claimed = claim_one(db, space, fire, now, margin)
     except Refusal as exc:
         return {**base, "status": exc.status, "error": exc.code, "detail": exc.detail}
-    minted = {name: claimed[name] for name in ("token", "expiresAt") if name in claimed}
+    minted: dict[str, Any] = {n: claimed[n] for n in ("token", "expiresAt") if n in claimed}
     return {**base, "status": 201, "claimedAt": claimed["claimedAt"], **minted}
 
 
 async def post_fires(request: web.Request) -> web.Response:
     space = require_space(request)
-    body = await read_body(request, FireIn | list[FireIn])
+    body = await read_body(request, FireIn | list[FireIn])  # type: ignore[arg-type]  # a union
     batch = body if isinstance(body, list) else [body]
     for fire in batch:
         require_peer(request, fire.peer)

@@ -55,6 +55,7 @@ def query(
     limit: int,
 ) -> list[dict[str, Any]]:
     """Bodies oldest first: from `since` on if given, else the latest `limit`."""
+    params: list[object]
     where, params = "space = ?", [space]
     for column, value in filters.items():
         where, params = f"{where} AND {column} = ?", [*params, value]

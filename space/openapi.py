@@ -17,7 +17,7 @@ from aiohttp import web
 from space.appstate import ROUTE_DOCS, RouteDoc
 from space.auth import roles_for
 from space.http import add_route, answer
-from triggers import records
+from triggers import bounds
 
 REF = "#/components/schemas/{name}"
 _PARAM = re.compile(r"\{([^}]+)\}")
@@ -29,9 +29,9 @@ ERROR_SCHEMA = {
 
 
 _MARKERS = {
-    records.CronExpr: {"type": "string", "description": "croniter syntax, 5 fields or 6"},
-    records.TimeZoneName: {"type": "string", "description": "an IANA time zone name"},
-    records.ProgramRef: {"type": "string", "pattern": f"^({records.PROGRAM_REF.pattern})$"},
+    bounds.CronExpr: {"type": "string", "description": "croniter syntax, 5 fields or 6"},
+    bounds.TimeZoneName: {"type": "string", "description": "an IANA time zone name"},
+    bounds.ProgramRef: {"type": "string", "pattern": f"^({bounds.PROGRAM_REF.pattern})$"},
 }
 
 

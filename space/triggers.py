@@ -22,7 +22,7 @@ from space.clock import iso
 from space.db import DB
 from space.http import Refusal, add_route, answer, decode, int64, int_query, now_of, raw_body
 from space.spaces import require_space
-from triggers import records
+from triggers import bounds, records
 
 
 class TriggerPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -34,7 +34,7 @@ class TriggerPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     name: str | msgspec.UnsetType = msgspec.UNSET
     kind: Literal["cron", "once", "event"] | msgspec.UnsetType = msgspec.UNSET
     spec: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET  # as the kind says
-    program: records.ProgramRef | msgspec.UnsetType = msgspec.UNSET
+    program: bounds.ProgramRef | msgspec.UnsetType = msgspec.UNSET
     args: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
     owner: str | msgspec.UnsetType = msgspec.UNSET
     enabled: bool | msgspec.UnsetType = msgspec.UNSET

@@ -1,9 +1,23 @@
-"""Suite-wide hygiene: no asyncio task may outlive the test that started it."""
+"""Suite-wide hygiene: no asyncio task may outlive the test that started it.
+
+Every test under tests/e2e/ is marked `e2e` (as are, by hand, a few elsewhere that run a
+server or the CLI as a process), so `pytest -m "not e2e"` and `pytest -m e2e` are the two
+jobs of `.ci/run`.
+"""
 
 import asyncio
 import inspect
+from pathlib import Path
 
 import pytest
+
+E2E = Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if E2E in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(autouse=True)

@@ -30,7 +30,8 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from triggers import cronwall
-from triggers.records import CronSpec, cron_fields, zone
+from triggers.bounds import cron_fields, zone
+from triggers.records import CronSpec
 
 SECOND = timedelta(seconds=1)
 _DAY = timedelta(days=1)

@@ -23,6 +23,7 @@ import threading
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from croniter import croniter
 from croniter.croniter import CroniterBadDateError
@@ -210,7 +211,8 @@ def _up(t: datetime, allowed: tuple[int, ...], now: int, unit: str) -> datetime 
     i = bisect_right(allowed, now)
     if i == len(allowed):
         return None
-    return t.replace(**{unit: allowed[i]}, **dict.fromkeys(_LOWER[unit], 0))
+    fields: dict[str, Any] = {unit: allowed[i], **dict.fromkeys(_LOWER[unit], 0)}
+    return t.replace(**fields)
 
 
 def _down(t: datetime, allowed: tuple[int, ...], now: int, unit: str) -> datetime | None:
@@ -218,7 +220,8 @@ def _down(t: datetime, allowed: tuple[int, ...], now: int, unit: str) -> datetim
     i = bisect_left(allowed, now) - 1
     if i < 0:
         return None
-    return t.replace(**{unit: allowed[i]}, **dict.fromkeys(_LOWER[unit], 59))
+    fields: dict[str, Any] = {unit: allowed[i], **dict.fromkeys(_LOWER[unit], 59)}
+    return t.replace(**fields)
 
 
 def _day_after(f: Fields, t: datetime) -> datetime:
@@ -271,7 +274,9 @@ def _croniter_step(expr: str, wall: datetime, *, prev: bool) -> datetime | None:
         cache[expr] = found
     try:
         if prev:
-            return found.get_prev(start_time=wall)
-        return found.get_next(start_time=wall)
+            before: datetime = found.get_prev(start_time=wall)
+            return before
+        after: datetime = found.get_next(start_time=wall)
+        return after
     except (CroniterBadDateError, OverflowError):  # none, or none before year 9999
         return None

@@ -8,11 +8,8 @@ Owns the wire shape of a record (SPEC "Trigger records"). Two readers exist:
 - `validate_input` reads *user input* (CLI, HTTP) strictly: unknown fields and bad
   values are refused with msgspec's path, e.g. ``at `$.spec.expr` ``.
 
-Both hold a record to the bounds the runtime computes within (SPEC "Bad input"):
-`graceSeconds` 0 … 7 days, `once.at` within years 1970 … 9999 in UTC, integers in
-`args` within 64 bits and floats finite, a cron expression that matches at least
-once in 28 years. A stored record beyond them is `Salvaged` (and so stamped by the
-health pass), never armed.
+Both hold a record to the bounds in `triggers.bounds` (SPEC "Bad input"). A stored
+record beyond them is `Salvaged` (and so stamped by the health pass), never armed.
 
 Pure: no I/O beyond reading the zone database, no clock reads.
 """
@@ -20,17 +17,24 @@ Pure: no I/O beyond reading the zone database, no clock reads.
 from __future__ import annotations
 
 import enum
-import functools
-import math
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, NewType
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
 from core.vocab import Overlap
-from triggers import cronwall
+from triggers.bounds import (
+    CronExpr,
+    Grace,
+    ProgramRef,
+    TimeZoneName,
+    UnixSeconds,
+    check_args,
+    dec_hook,
+    enc_hook,
+    within_calendar,
+)
 
 TriggerId = NewType("TriggerId", str)
 PeerId = NewType("PeerId", str)
@@ -39,16 +43,9 @@ FireKey = NewType("FireKey", str)
 KINDS = ("cron", "once", "event")
 CHAT_DATASET = "chat_messages"
 ONCE_GRACE_DEFAULT = 3600.0
-MAX_GRACE_SECONDS = 7 * 24 * 3600.0
-AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
-AT_MAX = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-CRON_HORIZON_YEARS = 28
-"""A cron expression must match within this many years (every calendar repeats in 28)."""
 RESERVED_CHAT_WATCH = TriggerId("chat-watch")
 CHAT_WATCH_PROGRAM = "internal:chat-watch"  # its fires go to the conversation watcher
 INTERNAL_PREFIX = "internal:"  # programs of the runtime's own records; no other record may use one
-PROGRAM_REF = re.compile(r"[a-z0-9][a-z0-9_-]*@v[1-9][0-9]{0,17}|internal:[a-z0-9][a-z0-9_-]*")
 
 
 class InvalidRecord(ValueError):
@@ -60,109 +57,24 @@ class Catchup(enum.StrEnum):
     LATEST = "latest"
 
 
-# Marker types: checked by `_dec_hook`, so a bad value fails with the field's own path.
-class CronExpr(str):
-    """A cron expression: 5 fields, or 6 with seconds first."""
-
-
-class TimeZoneName(str):
-    """An IANA time zone name."""
-
-
-class ProgramRef(str):
-    """`name@vN` or `internal:<name>`."""
-
-
-def cron_fields(expr: str) -> tuple[str, ...]:
-    """Split and check a cron expression; raise ValueError naming what is wrong."""
-    cronwall.compile(expr)
-    return tuple(expr.split())
-
-
-def check_cron(expr: str) -> None:
-    """A record's cron expression: valid (`cron_fields`) and matching within 28 years."""
-    first = cronwall.compile(expr).next(datetime(2000, 1, 1))
-    if first is None or first >= datetime(2000 + CRON_HORIZON_YEARS, 1, 1):
-        raise ValueError(
-            f"cron expression {expr!r} never matches within {CRON_HORIZON_YEARS} years"
-        )
-
-
-def zone(name: str) -> ZoneInfo:
-    """The zone named `name`; ValueError if there is none."""
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {name!r}") from None
-
-
-def check_args(args: dict[str, Any]) -> None:
-    """Refuse integers beyond 64 bits and floats that are not finite anywhere in `args`.
-
-    Iterative: stored args may nest deeper than the stack. The message names the path."""
-    stack: list[tuple[Any, str]] = [(args, "$.args")]
-    while stack:
-        node, path = stack.pop()
-        if isinstance(node, dict):
-            stack.extend((v, f"{path}.{k}") for k, v in node.items())
-        elif isinstance(node, list):
-            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(node))
-        elif type(node) is int and not INT64_MIN <= node <= INT64_MAX:
-            raise ValueError(f"args: integer beyond 64 bits - at `{path}`")
-        elif type(node) is float and not math.isfinite(node):
-            raise ValueError(f"args: number {node} is not finite - at `{path}`")
-
-
-def check_program_ref(ref: str) -> None:
-    if not PROGRAM_REF.fullmatch(ref):
-        raise ValueError(f"program {ref!r} is not `name@vN` or `internal:<name>`")
-
-
-_CHECKS = {CronExpr: check_cron, TimeZoneName: zone, ProgramRef: check_program_ref}
-
-
-def _dec_hook(typ: type, obj: Any) -> Any:
-    if typ not in _CHECKS:
-        raise NotImplementedError(typ)
-    if not isinstance(obj, str):
-        raise TypeError(f"Expected `str`, got `{type(obj).__name__}`")
-    return _checked(typ, obj)
-
-
-@functools.lru_cache(maxsize=cronwall.CACHE_SIZE)
-def _checked(typ: type, text: str) -> str:
-    """A checked marker value; cached, since records repeat a few expressions and zones."""
-    _CHECKS[typ](text)
-    return typ(text)
-
-
-def _enc_hook(obj: Any) -> Any:
-    if isinstance(obj, str):  # the marker types above
-        return str(obj)
-    raise NotImplementedError(type(obj))
-
 
 class Base(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     pass
 
 
-Grace = Annotated[float, msgspec.Meta(ge=0, le=MAX_GRACE_SECONDS)]
-UnixSeconds = Annotated[float, msgspec.Meta(ge=AT_MIN.timestamp(), le=AT_MAX.timestamp())]
-
-
-class CronSpec(Base, kw_only=True):
+class CronSpec(Base, frozen=True, kw_only=True):
     expr: CronExpr
     tz: TimeZoneName = "UTC"  # type: ignore[assignment]  # a plain str: JSON schema can show it
     catchup: Catchup = Catchup.NONE
     grace_seconds: Grace | None = None
 
 
-class OnceSpec(Base, kw_only=True):
+class OnceSpec(Base, frozen=True, kw_only=True):
     at: Annotated[datetime, msgspec.Meta(tz=True)] | UnixSeconds
     grace_seconds: Grace = ONCE_GRACE_DEFAULT
 
     def __post_init__(self) -> None:
-        if isinstance(self.at, datetime) and not _within_calendar(self.at):
+        if isinstance(self.at, datetime) and not within_calendar(self.at):
             raise ValueError(
                 f"`at` {self.at.isoformat()} is not within years 1970 … 9999 once in UTC"
             )
@@ -174,28 +86,20 @@ class OnceSpec(Base, kw_only=True):
         return datetime.fromtimestamp(self.at, UTC)
 
 
-def _within_calendar(at: datetime) -> bool:
-    """Whether `at` lies in 1970 … 9999 in UTC (its offset may push it off the calendar)."""
-    try:
-        return AT_MIN <= at.astimezone(UTC) <= AT_MAX
-    except OverflowError:
-        return False
-
-
-class EventSpec(Base, kw_only=True):
+class EventSpec(Base, frozen=True, kw_only=True):
     dataset: str
     object_id: str = ""
     filter: Any = None  # reserved and ignored
 
 
-class Limits(Base, kw_only=True):
+class Limits(Base, frozen=True, kw_only=True):
     timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     memory_mb: Annotated[int, msgspec.Meta(gt=0)] = msgspec.field(default=512, name="memoryMB")
     overlap: Overlap | None = None  # None: skip for cron/once, queue for event
     max_queue: Annotated[int, msgspec.Meta(ge=0)] = 100
 
 
-class _Fields(Base, kw_only=True, tag_field="kind"):
+class _Fields(Base, frozen=True, kw_only=True, tag_field="kind"):
     """What a person or a program writes."""
 
     name: str = ""
@@ -213,7 +117,7 @@ class _Fields(Base, kw_only=True, tag_field="kind"):
         return self.__struct_config__.tag  # type: ignore[return-value]
 
 
-class _Stored(_Fields, kw_only=True):
+class _Stored(_Fields, frozen=True, kw_only=True):
     """A record as the space keeps it: user fields, server fields, runtime stamps."""
 
     id: TriggerId = TriggerId("")
@@ -246,15 +150,15 @@ class _Stored(_Fields, kw_only=True):
         return Overlap.QUEUE if self.kind == "event" else Overlap.SKIP
 
 
-class CronTrigger(_Stored, kw_only=True, tag="cron"):
+class CronTrigger(_Stored, frozen=True, kw_only=True, tag="cron"):
     spec: CronSpec
 
 
-class OnceTrigger(_Stored, kw_only=True, tag="once"):
+class OnceTrigger(_Stored, frozen=True, kw_only=True, tag="once"):
     spec: OnceSpec
 
 
-class EventTrigger(_Stored, kw_only=True, tag="event"):
+class EventTrigger(_Stored, frozen=True, kw_only=True, tag="event"):
     spec: EventSpec
 
 
@@ -279,52 +183,53 @@ Loaded = CronTrigger | OnceTrigger | EventTrigger | Salvaged
 
 
 # Strict twins for user input: unknown fields refused, `program` checked.
-class CronSpecInput(CronSpec, kw_only=True, forbid_unknown_fields=True):
+class CronSpecInput(CronSpec, frozen=True, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
-class OnceSpecInput(OnceSpec, kw_only=True, forbid_unknown_fields=True):
+class OnceSpecInput(OnceSpec, frozen=True, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
-class EventSpecInput(EventSpec, kw_only=True, forbid_unknown_fields=True):
+class EventSpecInput(EventSpec, frozen=True, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
-class LimitsInput(Limits, kw_only=True, forbid_unknown_fields=True):
+class LimitsInput(Limits, frozen=True, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
-class _Input(_Fields, kw_only=True, forbid_unknown_fields=True):
+class _Input(_Fields, frozen=True, kw_only=True, forbid_unknown_fields=True):
     program: ProgramRef
     limits: LimitsInput = LimitsInput()
 
 
-class CronInput(_Input, kw_only=True, tag="cron"):
+class CronInput(_Input, frozen=True, kw_only=True, tag="cron"):
     spec: CronSpecInput
 
 
-class OnceInput(_Input, kw_only=True, tag="once"):
+class OnceInput(_Input, frozen=True, kw_only=True, tag="once"):
     spec: OnceSpecInput
 
 
-class EventInput(_Input, kw_only=True, tag="event"):
+class EventInput(_Input, frozen=True, kw_only=True, tag="event"):
     spec: EventSpecInput
 
 
 TriggerInput = CronInput | OnceInput | EventInput
 USER_FIELDS = frozenset(f.encode_name for f in msgspec.structs.fields(CronInput)) | {"kind"}
 
-_stored_json = msgspec.json.Decoder(Trigger, dec_hook=_dec_hook)
-_input_json = msgspec.json.Decoder(TriggerInput, dec_hook=_dec_hook)
-_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
+_stored_json = msgspec.json.Decoder(Trigger, dec_hook=dec_hook)
+_input_json = msgspec.json.Decoder(TriggerInput, dec_hook=dec_hook)
+_encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 
 
 def load(raw: bytes | dict[str, Any]) -> Loaded:
     """Decode one stored record; never raises. Undecodable → `Salvaged`."""
     try:
         if isinstance(raw, dict):
-            return msgspec.convert(raw, Trigger, dec_hook=_dec_hook)
+            record: Trigger = msgspec.convert(raw, Trigger, dec_hook=dec_hook)
+            return record
         return _stored_json.decode(raw)
     except msgspec.ValidationError as exc:
         return _salvage(raw, str(exc))
@@ -362,7 +267,8 @@ def validate_input(raw: bytes | dict[str, Any]) -> TriggerInput:
     """Check user input strictly; raise `InvalidRecord` naming the field and the reason."""
     try:
         if isinstance(raw, dict):
-            return msgspec.convert(raw, TriggerInput, dec_hook=_dec_hook)
+            given: TriggerInput = msgspec.convert(raw, TriggerInput, dec_hook=dec_hook)
+            return given
         return _input_json.decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidRecord(str(exc)) from None
@@ -375,4 +281,5 @@ def to_json(obj: msgspec.Struct) -> bytes:
 
 
 def to_builtins(obj: msgspec.Struct) -> dict[str, Any]:
-    return msgspec.to_builtins(obj, enc_hook=_enc_hook)
+    built: dict[str, Any] = msgspec.to_builtins(obj, enc_hook=enc_hook)
+    return built

@@ -1,31 +1,9 @@
-"""The registry of armed triggers and the reconcile diff that keeps it current.
+"""The registry of armed triggers and the shapes of the reconcile diff that changes it.
 
-Owns *which* records this device is responsible for (SPEC "Who runs what") and
-*what changed* between the records in the space and the registry armed now
-(SPEC "Reconcile, registry, health pass"). Pure: no I/O, no clock, no logging;
-the caller fetches records, logs the skipped ones and arms timers and
-subscriptions from the `Diff`.
+Owns *which* records this device has armed: a `Registry` maps id → `Armed` (the record and
+the fingerprint of its `args`), and a `Diff` (computed by `triggers.diffing`) says what to
+add, remove, rearm, update or refresh. Pure: no I/O, no clock, no logging.
 
-- A record enters the registry only when it decoded, is enabled, and is this
-  device's: floating (`owner == ""`) while this device is election-active,
-  pinned only when `owner` is this device. Undecodable records (`Salvaged`,
-  unknown kinds among them) never enter it and are returned as `Skipped`.
-- A change is sorted by what it moves. `rearm`: a fire-relevant field changed
-  (`kind`, `spec`, `enabled`, `owner`, `activeSince`), fire times are recomputed. `update`:
-  only `name`, `program`, `args` or `limits` changed, the armed entry is
-  refreshed and its fire times stay. Anything else (server fields `rev`,
-  `updatedAt`, the runtime's status stamps) asks nothing of the caller: it is
-  listed in `refresh` only so that `apply` keeps the newest record, and the
-  next full reconcile knows it by its version. Pausing and resuming show as
-  `remove` and `add`, since a disabled record is never armed.
-- A full `reconcile` takes every record in the space, each id once (the
-  space's key), and trusts the space's `(rev, updatedAt)` pair, with the
-  record's `lastRunAt`, as the identity of a write: the same triple is the same
-  record and costs one comparison (stamps keep `rev`, so `lastRunAt` tells a
-  run another device stamped). Records without a `rev` or an `updatedAt` are
-  compared by value.
-- One record's failure is its own: a record whose sorting raises is returned
-  as `Skipped` (`failed`, with the error) and the others are sorted as usual.
 - `apply` returns a new `Registry` (a dict copy, about a millisecond per
   100,000 entries); its owner (the reconciler) uses `absorb` instead, which
   changes the registry in place at the cost of the diff alone, and `restamp`,
@@ -36,13 +14,13 @@ subscriptions from the `Diff`.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import msgspec
 
-from triggers.records import KINDS, Loaded, PeerId, Salvaged, Trigger, TriggerId
+from triggers.records import Trigger, TriggerId
 
-_args_json = msgspec.json.Encoder()
+args_json = msgspec.json.Encoder()  # the `args` fingerprint; `diffing` compares with it too
 
 
 class SkipReason(enum.StrEnum):
@@ -79,12 +57,6 @@ class Armed(msgspec.Struct, frozen=True, kw_only=True):
 
     record: Trigger
     args_json: bytes  # `True` and `1` are equal in Python, not to the program
-
-
-class Change(enum.Enum):
-    NONE = "none"
-    UPDATE = "update"  # name, program, args or limits: fire times stay
-    REARM = "rearm"  # kind, spec, enabled or owner: fire times move
 
 
 class Diff(msgspec.Struct, frozen=True, kw_only=True):
@@ -144,181 +116,8 @@ _NO_ARGS = b"{}"
 
 
 def arm(record: Trigger) -> Armed:
-    encoded = _args_json.encode(record.args) if record.args else _NO_ARGS  # one shared `{}`
+    encoded = args_json.encode(record.args) if record.args else _NO_ARGS  # one shared `{}`
     return Armed(record=record, args_json=encoded)
-
-
-def same_version(prev: Trigger, record: Trigger) -> bool:
-    """The same write of the record: the space bumps `rev` and `updatedAt` on every write."""
-    stamped = record.rev > 0 and record.updated_at is not None
-    return (
-        stamped
-        and prev.rev == record.rev
-        and prev.updated_at == record.updated_at
-        and prev.last_run_at == record.last_run_at
-    )
-
-
-def change(old: Armed, record: Trigger) -> Change:
-    """What moving from the armed record to `record` changes; stamps and server fields do not."""
-    if old.record is record or same_version(old.record, record):
-        return Change.NONE
-    return _moved(old, record)
-
-
-def _moved(old: Armed, record: Trigger) -> Change:
-    prev = old.record
-    if (
-        type(prev) is not type(record)  # the class is the kind
-        or prev.spec != record.spec
-        or prev.owner != record.owner
-        or prev.enabled != record.enabled
-        or prev.active_since != record.active_since  # a pause and resume seen as one write
-    ):
-        return Change.REARM
-    if prev.name != record.name or prev.program != record.program or prev.limits != record.limits:
-        return Change.UPDATE
-    if _args_json.encode(record.args) != old.args_json:
-        return Change.UPDATE
-    return Change.NONE
-
-
-def responsible(record: Loaded, me: PeerId, active: bool) -> bool:
-    """Whether this device arms `record`: decoded, enabled, and floating-while-active or ours."""
-    if isinstance(record, Salvaged) or not record.enabled:
-        return False
-    return active if record.owner == "" else record.owner == me
-
-
-def skipped(record: Salvaged) -> Skipped:
-    unknown = record.error_path == "$.kind" and record.kind not in KINDS
-    reason = SkipReason.UNKNOWN_KIND if unknown else SkipReason.UNDECODABLE
-    return Skipped(id=record.id, kind=record.kind, reason=reason, error=record.error)
-
-
-class _Collect:
-    """Accumulates one diff; `visit` sorts one record against its armed entry."""
-
-    def __init__(self, me: PeerId, active: bool) -> None:
-        self.me, self.active = me, active
-        self.add: list[Armed] = []
-        self.remove: list[TriggerId] = []
-        self.rearm: list[Armed] = []
-        self.update: list[Armed] = []
-        self.skipped: list[Skipped] = []
-        self.refresh: list[Armed] = []
-
-    def visit(self, old: Armed | None, record: Loaded) -> None:
-        """Sort one record; if that raises, the record is skipped (and disarmed) alone."""
-        try:
-            self._visit(old, record)
-        except Exception as exc:
-            self.skipped.append(
-                Skipped(
-                    id=record.id,
-                    kind=record.kind,
-                    reason=SkipReason.FAILED,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-            )
-            if old is not None:
-                self.remove.append(old.record.id)
-
-    def _visit(self, old: Armed | None, record: Loaded) -> None:
-        if isinstance(record, Salvaged):
-            self.skipped.append(skipped(record))
-        if not responsible(record, self.me, self.active):
-            if old is not None:
-                self.remove.append(old.record.id)
-        elif old is None:
-            self.add.append(arm(record))  # type: ignore[arg-type]
-        elif old.record is not record:
-            self._sort(old, record)  # type: ignore[arg-type]
-
-    def _sort(self, old: Armed, record: Trigger) -> None:
-        prev = old.record
-        if same_version(prev, record):
-            return
-        moved = _moved(old, record)
-        if moved is not Change.NONE:
-            (self.rearm if moved is Change.REARM else self.update).append(arm(record))
-        elif (prev.rev, prev.updated_at, prev.last_run_at) != (
-            record.rev,
-            record.updated_at,
-            record.last_run_at,
-        ):
-            self.refresh.append(Armed(record=record, args_json=old.args_json))
-
-    def diff(self) -> Diff:
-        return Diff(
-            add=tuple(self.add),
-            remove=tuple(self.remove),
-            rearm=tuple(self.rearm),
-            update=tuple(self.update),
-            skipped=tuple(self.skipped),
-            refresh=tuple(self.refresh),
-        )
-
-
-def _kept(old: Armed, record: Loaded, active: bool) -> bool:
-    """Nothing to do: the armed write itself, and still ours (armed ⇒ enabled, floating or mine).
-
-    Runs once per record in the space, so `same_version` is inlined.
-    """
-    prev = old.record
-    if type(prev) is not type(record) or not (active or prev.owner):
-        return False  # a Salvaged record, another kind, or a floating one while standby
-    if prev is record:
-        return True
-    at = record.updated_at
-    return (
-        at is not None
-        and prev.updated_at == at
-        and record.rev > 0
-        and prev.rev == record.rev
-        and prev.last_run_at == record.last_run_at
-    )
-
-
-def reconcile(registry: Registry, records: Iterable[Loaded], me: PeerId, active: bool) -> Diff:
-    """Full diff: `records` is every record in the space; armed ids not among them are removed."""
-    records = records if isinstance(records, list | tuple) else list(records)
-    collect = _Collect(me, active)
-    get = registry._items.get
-    matched = 0
-    for record in records:
-        old = get(record.id)
-        if old is not None:
-            matched += 1
-            if _kept(old, record, active):
-                continue
-        collect.visit(old, record)
-    if matched != len(registry):  # ids are unique in the space: only then is one missing
-        seen = {record.id for record in records}
-        collect.remove.extend(i for i in registry if i not in seen)
-    return collect.diff()
-
-
-def reconcile_changes(
-    registry: Registry, changes: Iterable[Loaded | Deleted], me: PeerId, active: bool
-) -> Diff:
-    """Incremental diff for change-feed entries in feed order; the last entry per id wins."""
-    latest: dict[TriggerId, Loaded | Deleted] = {}
-    for entry in changes:
-        latest.pop(entry.id, None)
-        latest[entry.id] = entry
-    collect = _Collect(me, active)
-    for tid, entry in latest.items():
-        old = registry.get(tid)
-        if not isinstance(entry, Deleted):
-            collect.visit(old, entry)
-        elif old is not None:
-            collect.remove.append(tid)
-    return collect.diff()
-
-
-def reconcile_one(registry: Registry, entry: Loaded | Deleted, me: PeerId, active: bool) -> Diff:
-    return reconcile_changes(registry, (entry,), me, active)
 
 
 def apply(registry: Registry, diff: Diff) -> Registry:

@@ -128,7 +128,7 @@ def _env_path(name: str) -> Path | None:
     return Path(value) if value else None
 
 
-async def until_signalled(work: Awaitable[None]) -> None:
+async def until_signalled(work: Awaitable[object]) -> None:
     """Run `work` until it ends or SIGINT/SIGTERM arrives; then cancel it and wait for it."""
     task = asyncio.ensure_future(work)
     loop = asyncio.get_running_loop()

@@ -24,16 +24,8 @@ from core.vocab import key_instant
 from runtime.cli import UsageError
 from runtime.table import align
 from triggers import cron
-from triggers.records import (
-    CronExpr,
-    CronSpec,
-    CronTrigger,
-    OnceSpec,
-    OnceTrigger,
-    Salvaged,
-    TimeZoneName,
-    load,
-)
+from triggers.bounds import CronExpr, TimeZoneName, zone
+from triggers.records import CronSpec, CronTrigger, OnceSpec, OnceTrigger, Salvaged, load
 from triggers.schedule import DstNote, Fire, upcoming
 
 MAX_COUNT = 10_000
@@ -114,7 +106,7 @@ def _record_spec(path: str) -> tuple[Spec, tzinfo]:
 
 def _zone(flag: str, name: str) -> tzinfo:
     try:
-        return cron.zone(name)
+        return zone(name)
     except ValueError as exc:
         raise UsageError(f"{flag}: {exc}") from None
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -224,6 +225,6 @@ def render_run(record: dict[str, Any], stdout: str) -> str:
     return "\n".join(out)
 
 
-def table(rows: list[tuple[str, ...]]) -> str:
+def table(rows: Sequence[tuple[object, ...]]) -> str:
     """Rows as aligned columns."""
     return "\n".join(align(rows))

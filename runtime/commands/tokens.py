@@ -29,7 +29,7 @@ from space.token_store import write_private
 COLUMNS = ("id", "role", "peer", "space", "createdAt", "expiresAt", "lastUsedAt", "state")
 
 
-def register(token: argparse.ArgumentParser, parser_class: type) -> None:
+def register(token: argparse.ArgumentParser, parser_class: type[argparse.ArgumentParser]) -> None:
     """Add `list`, `revoke` and `rotate-admin` under `baton space token`."""
     sub = token.add_subparsers(dest="token_command", parser_class=parser_class)
     listing = sub.add_parser("list", help="tokens without their secrets")

@@ -100,7 +100,7 @@ def _spec(args: argparse.Namespace) -> tuple[str, Record]:
 
 def _spec_change(args: argparse.Namespace, current: Record) -> Record:
     """`kind` and `spec` after `--cron`, `--tz`, `--at`; other spec fields of the same kind stay."""
-    spec = current.get("spec") if isinstance(current.get("spec"), dict) else {}
+    spec = current["spec"] if isinstance(current.get("spec"), dict) else {}
     kind = current.get("kind")
     if args.at is not None:
         keep = {k: v for k, v in spec.items() if k == "graceSeconds"} if kind == "once" else {}

@@ -28,7 +28,7 @@ Record = dict[str, Any]
 
 def when(raw: Record) -> str:
     """A record's schedule in a few words: `*/5 * * * * Europe/Berlin`, `at …`, `chat …`."""
-    spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
+    spec = raw["spec"] if isinstance(raw.get("spec"), dict) else {}
     match raw.get("kind"):
         case "cron":
             extra = " catchup latest" if spec.get("catchup") == "latest" else ""

@@ -161,6 +161,7 @@ def test_tz_is_refused_with_a_record(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("baton: --tz: ")
 
 
+@pytest.mark.e2e  # the installed `baton` as a process
 def test_installed_command_runs():
     baton = Path(sys.executable).parent / "baton"
     argv = [str(baton), "next", *BERLIN, "--from", "2026-10-24", "-n", "2", "--json"]

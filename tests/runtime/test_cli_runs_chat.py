@@ -80,6 +80,7 @@ async def test_runs_bad_input_is_exit_2(cli: Cli, argv: list[str], field: str):
     assert json.loads(err)["detail"].startswith(field)
 
 
+@pytest.mark.e2e  # `baton … --follow` as a process
 async def test_runs_follow_prints_new_runs_until_stopped(world: World):
     await world.admin.run_create(SPACE, run_body(1))
     async with Follower.start(world, "runs", "--follow") as follower:
@@ -93,6 +94,7 @@ async def test_runs_follow_prints_new_runs_until_stopped(world: World):
         assert await follower.stop() == 0
 
 
+@pytest.mark.e2e  # `baton … --follow` as a process
 async def test_runs_follow_json_is_one_run_per_line_and_filtered(world: World):
     async with Follower.start(world, "runs", "--follow", "--trigger", "trg_b", "--json") as f:
         await world.admin.run_create(SPACE, run_body(1))
@@ -133,6 +135,7 @@ async def test_chat_refusals(cli: Cli):
     )
 
 
+@pytest.mark.e2e  # `baton … --follow` as a process
 async def test_chat_tail_follow_prints_new_messages_until_stopped(world: World):
     await world.admin.chat_send(SPACE, world.chat, {"text": "before"})
     async with Follower.start(world, "chat", "tail", "--follow") as follower:
@@ -144,6 +147,7 @@ async def test_chat_tail_follow_prints_new_messages_until_stopped(world: World):
         assert await follower.stop() == 0
 
 
+@pytest.mark.e2e  # `baton … --follow` as a process
 async def test_chat_tail_follow_of_an_empty_chat_misses_nothing(world: World):
     async with Follower.start(world, "chat", "tail", "--follow", "--json") as follower:
         await world.admin.chat_send(SPACE, world.chat, {"text": "first"})

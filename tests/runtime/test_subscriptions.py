@@ -26,8 +26,9 @@ from runtime.subscriptions import Subscriptions
 from space.app import create_app, default_admin_token_file
 from space.chats import TOPICS
 from space.sse import STREAMS
+from triggers.diffing import reconcile
 from triggers.records import Loaded, PeerId, load
-from triggers.registry import Registry, apply, reconcile
+from triggers.registry import Registry, apply
 
 SPACE = "home"
 ME = PeerId("dev_a")

@@ -454,7 +454,8 @@ async def test_a_change_applied_while_a_burst_is_dispatched_is_safe(clock):
 
 def odd_cron(id: str) -> Armed:
     """A record that decoded by another rule (built by hand): its zone does not exist."""
-    from triggers.records import CronExpr, CronSpec, TimeZoneName
+    from triggers.bounds import CronExpr, TimeZoneName
+    from triggers.records import CronSpec
 
     spec = CronSpec(expr=CronExpr("* * * * *"), tz=TimeZoneName("Mars/Base"))
     return armed(CronTrigger(id=id, program="p@v1", spec=spec))  # type: ignore[arg-type]

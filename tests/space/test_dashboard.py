@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from space_support import SPACE, Api
 
 from space.dashboard import page_html
@@ -125,6 +126,7 @@ async def _pause_and_repin(api: Api, path: str, trigger: dict[str, Any]) -> None
     assert status == 400 and refused["detail"]  # what the banner shows
 
 
+@pytest.mark.e2e  # `baton up` as a process
 async def test_baton_up_prints_where_the_dashboard_is(tmp_path: Path) -> None:
     argv = ["-m", "runtime.cli", "up", "--data", str(tmp_path), "--port", "0", "--peer", "dash"]
     proc = await asyncio.create_subprocess_exec(

@@ -18,6 +18,8 @@ from runtime.commands.common import SPACE_DB, data_dir
 from runtime.commands.space import default_db
 from space.app import default_admin_token_file
 
+pytestmark = pytest.mark.e2e  # the server as a process
+
 S = "/v1/spaces/home"
 CRON = {"name": "tick", "kind": "cron", "spec": {"expr": "*/5 * * * *"}, "program": "tick@v1"}
 LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")

@@ -23,7 +23,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from croniter import croniter
 
-from triggers.records import CronExpr, CronSpec, TimeZoneName
+from triggers.bounds import CronExpr, TimeZoneName
+from triggers.records import CronSpec
 from triggers.schedule import latest_at_or_before, next_fire
 
 ZONES = [

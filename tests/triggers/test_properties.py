@@ -21,20 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from triggers import schedule
-from triggers.records import (
-    AT_MAX,
-    AT_MIN,
-    INT64_MAX,
-    INT64_MIN,
-    MAX_GRACE_SECONDS,
-    CronTrigger,
-    InvalidRecord,
-    OnceTrigger,
-    Salvaged,
-    check_args,
-    load,
-    validate_input,
-)
+from triggers.bounds import AT_MAX, AT_MIN, INT64_MAX, INT64_MIN, MAX_GRACE_SECONDS, check_args
+from triggers.records import CronTrigger, InvalidRecord, OnceTrigger, Salvaged, load, validate_input
 
 BOUNDED = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata",

@@ -4,18 +4,9 @@ from typing import Any
 
 import pytest
 
+from triggers.diffing import reconcile, reconcile_changes, reconcile_one, responsible
 from triggers.records import Loaded, PeerId, TriggerId, load
-from triggers.registry import (
-    Deleted,
-    Diff,
-    Registry,
-    SkipReason,
-    apply,
-    reconcile,
-    reconcile_changes,
-    reconcile_one,
-    responsible,
-)
+from triggers.registry import Deleted, Diff, Registry, SkipReason, apply
 
 ME = PeerId("laptop")
 OTHER = PeerId("box")

@@ -5,7 +5,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from triggers import cron
-from triggers.records import Catchup, CronExpr, CronSpec, FireKey, OnceSpec, TimeZoneName
+from triggers.bounds import CronExpr, TimeZoneName
+from triggers.records import Catchup, CronSpec, FireKey, OnceSpec
 from triggers.schedule import (
     DstNote,
     OnceState,
