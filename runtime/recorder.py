@@ -124,6 +124,8 @@ class Recorder:
                     del self._stamped[waiting.tid]
             try:
                 await self._write(batch)
+            except Exception:  # a bug: logged, and the runs after it still get written
+                log.exception("%d runs not written", len(batch))
             finally:
                 for waiting in batch:
                     if not waiting.done.done():
