@@ -239,7 +239,8 @@ async def with_device(tmp: Path, work: Callable[[Api, int], Awaitable[Figures]])
     try:
         await api.call("POST", "/spaces", {"id": SPACE}, 201)
         await api.call("PUT", f"/spaces/{SPACE}/programs/{PROGRAM}", {"source": SOURCE}, 201)
-        token = (await api.call("POST", "/tokens/device", {"peer": PEER}, 201))["token"]
+        body = {"peer": PEER, "space": SPACE}
+        token = (await api.call("POST", "/tokens/device", body, 201))["token"]
         api.device_token = token  # type: ignore[attr-defined]
         return await work(api, 0)
     finally:

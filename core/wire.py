@@ -48,6 +48,7 @@ class RunIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     stderrTail: str = ""
     lateMs: float | None = None
     reason: str = ""
+    stamps: Stamps | None = None  # the trigger's stamps, written with the run (never stored in it)
 
 
 class Rollup(msgspec.Struct, frozen=True, kw_only=True):
@@ -63,6 +64,23 @@ class RollupList(msgspec.Struct, frozen=True, kw_only=True):
 
 class RunList(msgspec.Struct, frozen=True, kw_only=True):
     runs: list[RunIn]
+
+
+class RunResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One run of a posted list: its own status (201 written, 200 there already, 4xx
+    refused) and, when it carried stamps, theirs (200 applied, 4xx refused)."""
+
+    runId: str
+    status: int
+    error: str | None = None
+    detail: str | None = None
+    stamps: int | None = None
+    stampsError: str | None = None
+    stampsDetail: str | None = None
+
+
+class RunResults(msgspec.Struct, frozen=True, kw_only=True):
+    runs: list[RunResult]
 
 
 # --- turns

@@ -179,6 +179,7 @@ class Device:
             with contextlib.suppress(Exception):
                 await close()
         await self.firing.close()
+        await self.recorder.close()  # the runs of the fires just ended are written
         await self.executor.close()
         await self.client.close()
 

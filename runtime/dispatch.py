@@ -27,8 +27,9 @@ class FireRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Dispatcher(Protocol):
-    async def fire(self, request: FireRequest) -> None:
-        """Take a fire: returns quickly, never raises; the outcome is recorded as a run."""
+    async def fire(self, *requests: FireRequest) -> None:
+        """Take fires due together (claimed in one request): returns quickly, never raises;
+        each outcome is recorded as a run."""
         ...
 
 

@@ -13,11 +13,12 @@ and the admission of each fire, and the order of the steps.
     breaker ── open → `skipped` breaker_open
     run (runtime.execute, under the claim's token) → record and stamps (runtime.recorder)
 
-The run id is chosen before the claim, and the claim asks the space for the run's
-token in the same request, so a fire costs no request of its own for a token; every
-record of the fire (run or not) carries that run id, so posting it ends the token. A
-fire that waited in its queue longer than `TOKEN_FRESH_S` has a fresh token minted
-instead, so its token still outlives the run's timeout.
+Fires handed over together (the fires due at one wake of the ticker, the event triggers
+of one chat message) are claimed in one request, the list form of `POST …/fires`, each
+with its own answer as if claimed alone. The run id is chosen before the claim, and the
+claim asks for the run's token too, so a fire costs no request of its own for a token;
+every record of the fire (run or not) carries that run id, so posting it ends the token.
+A fire that waited in its queue longer than `TOKEN_FRESH_S` has a fresh token minted.
 
 Per trigger, the admission slots, the fires waiting in its queue and its `Book`
 (breaker, rollup) are its lane (runtime.lanes). How a program runs is
@@ -28,10 +29,13 @@ fire is its own task, and an unexpected failure is logged with the trigger id an
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+import msgspec
 
 from core.aio import TaskSet
 from core.clock import Clock
@@ -51,6 +55,8 @@ from triggers.records import RESERVED_CHAT_WATCH
 from triggers.registry import Diff
 
 log = logging.getLogger("baton.firing")
+
+CLAIM_MAX = 200  # fires claimed in one request at most (the space mints a token for each)
 
 
 class Firing:
@@ -79,9 +85,13 @@ class Firing:
 
     # --- the Dispatcher side ------------------------------------------------------------
 
-    async def fire(self, request: FireRequest) -> None:
-        """Take a fire: it is claimed, run and recorded in its own task."""
-        self._spawn(self._take(request), request)
+    async def fire(self, *requests: FireRequest) -> None:
+        """Take fires due together: claimed in one request (`CLAIM_MAX` at most), then each
+        run and recorded in its own task."""
+        taken = [request for request in requests if self._may_take(request)]
+        for n in range(0, len(taken), CLAIM_MAX):
+            chunk = taken[n : n + CLAIM_MAX]
+            self._spawn(self._take(chunk), chunk[0])
 
     def apply(self, diff: Diff) -> None:
         """Forget removed triggers; their waiting fires are recorded `skipped` withdrawn."""
@@ -113,46 +123,48 @@ class Firing:
 
     # --- claim, then route ---------------------------------------------------------------
 
-    async def _take(self, request: FireRequest) -> None:
-        record = request.trigger
-        if record.floating and not self._may_fire_floating():
-            log.info("fire %s@%s dropped: not the active device", named(record), request.key)
-            self._count("dropped")
-            return
+    def _may_take(self, request: FireRequest) -> bool:
+        if ok := not request.trigger.floating or self._may_fire_floating():
+            return ok
+        log.info("fire %s@%s dropped: not the active device", named(request.trigger), request.key)
+        self._count("dropped")
+        return ok
+
+    async def _take(self, requests: list[FireRequest]) -> None:
         term = self._term()
-        watch = record.id == RESERVED_CHAT_WATCH  # by its reserved id, whatever it says
-        queued = await self._claim(request, term, run=not watch)
-        if queued is None:
-            return
-        if watch:
-            await self._offer(request)
-            return
-        self._admit(queued)
+        waiting = [Queued(request=r, term=term, claimed=Claimed(run_id=new_run_id()))
+                   for r in requests]  # fmt: skip
+        for queued, answer in zip(waiting, await self._claim(waiting), strict=True):
+            if isinstance(answer, ApiError):
+                self._spawn(self._refused(queued, answer), queued.request)
+            elif _watch(queued.request):
+                self._spawn(self._offer(queued.request), queued.request)
+            else:
+                self._admit(answer)
 
-    async def _claim(self, request: FireRequest, term: int, *, run: bool) -> Queued | None:
-        """Claim the fire (with `run`, asking for its run's token too); None if refused. A
-        transient failure is retried, so a space restart loses nothing.
-
-        The claim carries an id of its own: if an earlier try went through and its answer
-        was lost, the space answers the retry as claimed (with a token); any other claim of
-        the key (this device's own earlier fire of it included) is `already_claimed`."""
-        run_id = new_run_id()
-        body: dict[str, Any] = {"triggerId": request.trigger.id, "key": request.key,
-                                "term": term, "peer": self._peer,
-                                "claimId": "clm_" + secrets.token_hex(8)}  # fmt: skip
-        if run:
-            ttl = request.trigger.limits.timeout_seconds + TOKEN_MARGIN_S
-            body["run"] = {"runId": run_id, "ttlSeconds": ttl}
+    async def _claim(self, waiting: list[Queued]) -> list[Queued | ApiError]:
+        """Each fire claimed (with its run's token), or its refusal; one request, retried
+        when transient. Each claim has its own id: a retry of one that went through is
+        answered as claimed; any other claim of the key is `already_claimed`."""
+        bodies = [self._claim_body(queued) for queued in waiting]
         try:
-            answer = await retried(lambda: self._client.fires_claim(self._space, body), self._clock)
+            answer = await retried(lambda: self._client.fires_claim(self._space, bodies),
+                                   self._clock)  # fmt: skip
         except ApiError as exc:
-            await self._refused(Queued(request=request, term=term, claimed=Claimed(run_id=run_id)),
-                                exc)  # fmt: skip
-            return None
-        token = answer.get("token") if isinstance(answer, dict) else None
-        claimed = Claimed(run_id=run_id, token=token if isinstance(token, str) else None,
-                          at=self._clock.monotonic())  # fmt: skip
-        return Queued(request=request, term=term, claimed=claimed)
+            return [exc] * len(waiting)
+        at = self._clock.monotonic()
+        return [_claimed(queued, result, at)
+                for queued, result in zip(waiting, answer["claims"], strict=True)]  # fmt: skip
+
+    def _claim_body(self, queued: Queued) -> dict[str, Any]:
+        request = queued.request
+        body: dict[str, Any] = {"triggerId": request.trigger.id, "key": request.key,
+                                "term": queued.term, "peer": self._peer,
+                                "claimId": "clm_" + secrets.token_hex(8)}  # fmt: skip
+        if not _watch(request):
+            ttl = request.trigger.limits.timeout_seconds + TOKEN_MARGIN_S
+            body["run"] = {"runId": queued.claimed.run_id, "ttlSeconds": ttl}
+        return body
 
     async def _refused(self, queued: Queued, exc: ApiError) -> None:
         """A claim the space refused: a stale term or news not here yet is recorded."""
@@ -252,13 +264,32 @@ class Firing:
         now = self._clock.wall()
         run = outcomes.run_record(fire, outcome, finished_at=now, reason=why)
         stamps = self._lanes.settle(request.trigger, fire, outcome, why, now=now, admitted=admitted)
-        self._spawn(self._recorder.ended(request.trigger, run, stamps), request)
+        written = self._recorder.enqueue(request.trigger, run, stamps)  # written even past close
+        self._spawn(_settled(written), request)
 
     def _fire_of(self, queued: Queued) -> Fire:
         record, request = queued.request.trigger, queued.request
         return Fire(run_id=queued.claimed.run_id, trigger_id=record.id, program=record.program,
                     peer=self._peer, term=queued.term, key=request.key,
                     started_at=self._clock.wall(), due_at=request.due_at)  # fmt: skip
+
+
+async def _settled(written: asyncio.Future[None]) -> None:
+    await asyncio.shield(written)
+
+
+def _watch(request: FireRequest) -> bool:
+    """A fire of chat-watch: by its reserved id, whatever the record says."""
+    return request.trigger.id == RESERVED_CHAT_WATCH
+
+
+def _claimed(queued: Queued, result: dict[str, Any], at: float) -> Queued | ApiError:
+    """One claim's answer in a list: the fire as claimed (with its token), or the refusal."""
+    if result["status"] >= 400:
+        return ApiError(result["status"], result.get("error") or "", result.get("detail") or "")
+    token = found if isinstance(found := result.get("token"), str) else None
+    claimed = Claimed(run_id=queued.claimed.run_id, token=token, at=at)
+    return msgspec.structs.replace(queued, claimed=claimed)
 
 
 def _work(request: FireRequest) -> Work:

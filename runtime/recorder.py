@@ -2,11 +2,13 @@
 
 Owns every write of what happened to the space (SPEC "Runs", "chat-watch"):
 
-- a fire's run record (`POST …/runs`, which also ends the run's token), then its
-  trigger's stamps (`POST …/triggers/{id}/status`: lastStatus, lastStatusDetail,
+- a fire's run record with its trigger's stamps (lastStatus, lastStatusDetail,
   lastRunAt, breaker, rollup, and `nextFireAt`, the next fire the ticker has armed,
-  asked of `next_fire` when the run ends). A trigger's stamps are written in order, and
-  a newer set replaces one still waiting, so a burst of fires costs one write;
+  asked of `next_fire` when the run ends), in one `POST …/runs` that also ends the
+  run's token. Runs that end close together go in one list: the first waits out the
+  loop's turn, and what ends while a write is in flight goes in the next, one write
+  at a time, so stamps land in order; a newer set of a trigger's stamps replaces one
+  still waiting, and `close()` writes whatever waits;
 - the health pass's stamps (runtime.healthpass: a verdict's lastStatus and
   lastStatusDetail, and `nextFireAt` between runs), written once as it decided them;
 - a run made by hand (runtime.manual), whose stored record is the answer;
@@ -17,17 +19,21 @@ Owns every write of what happened to the space (SPEC "Runs", "chat-watch"):
 Once a fire's run and stamps are written (or given up), it publishes `RunFinished` on
 the device's bus (runtime.events).
 
-A transient refusal (no answer, a 5xx) is retried a few times. What the record and the
+A transient refusal (no answer, a 5xx) is retried a few times; a list refused as a
+whole for a bad body is sent again one run at a time. What the record and the
 stamps say is `runtime.outcomes`' (pure); this module only writes it. Must not decide
 whether a fire runs, nor how a program is run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+
+import msgspec
 
 from core.clock import Clock, iso
 from programs.rollup import Rollup
@@ -40,10 +46,19 @@ log = logging.getLogger("baton.recorder")
 
 NextFire = Callable[[TriggerId], datetime | None]
 ChatWatchRecord = Callable[[], Loaded | None]
+BATCH_MAX = 500  # runs in one write at most
+
+
+class Waiting(msgspec.Struct, kw_only=True):
+    """A run record (with its stamps, if any) waiting for the next write, and its answer."""
+
+    tid: TriggerId
+    body: dict[str, Any]
+    done: asyncio.Future[None]
 
 
 class Recorder:
-    """Writes runs, stamps and chat-watch's turns to one space."""
+    """Writes runs, stamps and chat-watch's turns to one space; `close()` writes what waits."""
 
     def __init__(
         self,
@@ -57,8 +72,9 @@ class Recorder:
     ) -> None:
         self._client, self._space, self._clock = client, space, clock
         self._next_fire, self._chat_watch, self._bus = next_fire, chat_watch, bus
-        self._latest: dict[TriggerId, dict[str, Any]] = {}  # stamps not yet written
-        self._writing: set[TriggerId] = set()  # triggers whose stamps are being written
+        self._waiting: list[Waiting] = []  # the next write's runs, in the order they ended
+        self._stamped: dict[TriggerId, Waiting] = {}  # the waiting run carrying a trigger's stamps
+        self._writer: asyncio.Task[None] | None = None
         self._turns_rollup: Rollup | None = None  # chat-watch's, as this device last stamped it
 
     # --- fires ---------------------------------------------------------------------------
@@ -66,19 +82,30 @@ class Recorder:
     async def ended(
         self, record: Trigger, run: dict[str, Any], stamps: dict[str, Any] | None
     ) -> None:
-        """Write a fire's run record, then its stamps (None: not this device's to stamp);
-        then publish `RunFinished`. Never raises: a write that fails for good is logged."""
+        """Write a fire's run record with its stamps (None: not this device's to stamp);
+        returns once written (or given up: logged). Never raises."""
+        await asyncio.shield(self.enqueue(record, run, stamps))
+
+    def enqueue(
+        self, record: Trigger, run: dict[str, Any], stamps: dict[str, Any] | None
+    ) -> asyncio.Future[None]:
+        """Queue the run for the next write (done when written); a waiting run's stamps of
+        the same trigger give way to these, newer ones."""
+        body = run if stamps is None else {**run, "stamps": self._with_next_fire(record, stamps)}
+        waiting = Waiting(tid=record.id, body=body, done=asyncio.get_running_loop().create_future())
         if stamps is not None:
-            self._latest[record.id] = self._with_next_fire(record, stamps)
-        try:
-            await self.post_run(run)
-        except ApiError as exc:
-            log.warning("fire %s: run not written: %s", record.id, exc)
-        if stamps is not None:
-            await self._write_stamps(record.id)
-        if self._bus is not None:
-            self._bus.publish(RunFinished(trigger_id=record.id, run_id=run["runId"],
-                                          status=run["status"], reason=run["reason"]))  # fmt: skip
+            if (older := self._stamped.pop(record.id, None)) is not None:
+                older.body = {k: v for k, v in older.body.items() if k != "stamps"}
+            self._stamped[record.id] = waiting
+        self._waiting.append(waiting)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_waiting(), name="recorder")
+        return waiting.done
+
+    async def close(self) -> None:
+        """Write every run still waiting."""
+        if self._writer is not None:
+            await asyncio.shield(self._writer)
 
     def _with_next_fire(self, record: Trigger, stamps: dict[str, Any]) -> dict[str, Any]:
         if self._next_fire is None or record.kind == "event":
@@ -86,23 +113,50 @@ class Recorder:
         upcoming = self._next_fire(record.id)  # stamped with the run
         return {**stamps, "nextFireAt": iso(upcoming) if upcoming else None}
 
-    async def _write_stamps(self, tid: TriggerId) -> None:
-        """Stamps of one trigger are written in order; a newer set replaces a waiting one
-        (the write in flight takes it up when it is done)."""
-        if tid in self._writing:
-            return
-        self._writing.add(tid)
-        try:
-            while (stamps := self._latest.pop(tid, None)) is not None:
-                await self._stamp(tid, stamps)
-        finally:
-            self._writing.discard(tid)
+    async def _write_waiting(self) -> None:
+        """One write at a time, in order: what ended while one was in flight goes in the next.
+        The first waits out the loop's turn, so runs ending together share it."""
+        await asyncio.sleep(0)
+        while self._waiting:
+            batch, self._waiting = self._waiting[:BATCH_MAX], self._waiting[BATCH_MAX:]
+            for waiting in batch:
+                if self._stamped.get(waiting.tid) is waiting:
+                    del self._stamped[waiting.tid]
+            try:
+                await self._write(batch)
+            except Exception:  # a bug: logged, and the runs after it still get written
+                log.exception("%d runs not written", len(batch))
+            finally:
+                for waiting in batch:
+                    if not waiting.done.done():
+                        waiting.done.set_result(None)
 
-    async def _stamp(self, tid: TriggerId, body: dict[str, Any]) -> None:
+    async def _write(self, batch: list[Waiting]) -> None:
+        bodies = [waiting.body for waiting in batch]
+        post = self._client.run_create
         try:
-            await retried(lambda: self._client.trigger_status(self._space, tid, body), self._clock)
+            answer = await retried(lambda: post(self._space, bodies), self._clock)
         except ApiError as exc:
-            log.warning("fire %s: stamps not written: %s", tid, exc)
+            if exc.status == 400 and len(batch) > 1:  # one bad run refuses the list: each alone
+                for waiting in batch:
+                    await self._write([waiting])
+                return
+            log.warning("%d runs not written: %s", len(batch), exc)
+            return
+        for waiting, result in zip(batch, answer["runs"], strict=True):
+            self._written(waiting, result)
+
+    def _written(self, waiting: Waiting, result: dict[str, Any]) -> None:
+        run = waiting.body
+        if result["status"] >= 400:
+            log.warning("fire %s: run not written: %s: %s", waiting.tid, result.get("error"),
+                        result.get("detail"))  # fmt: skip
+        if (result.get("stamps") or 0) >= 400:
+            log.warning("fire %s: stamps not written: %s: %s", waiting.tid,
+                        result.get("stampsError"), result.get("stampsDetail"))  # fmt: skip
+        if self._bus is not None:
+            self._bus.publish(RunFinished(trigger_id=waiting.tid, run_id=run["runId"],
+                                          status=run["status"], reason=run["reason"]))  # fmt: skip
 
     async def stamp(self, tid: TriggerId, body: dict[str, Any]) -> None:
         """Write stamps the health pass decided (a verdict, `nextFireAt`), once: a refusal

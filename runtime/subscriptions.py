@@ -241,8 +241,7 @@ class Subscriptions:
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                 log.warning("chat %s: message id %s skipped: %s", chat.object_id, event.id, exc)
                 return
-            for trigger in targets:
-                await self._fire(chat, trigger, message)
+            await self._fire(chat, targets, message)
 
     def _gap(self, chat: Chat, event: SseEvent) -> None:
         chat.gaps += 1
@@ -250,21 +249,22 @@ class Subscriptions:
         log.warning("chat %s: gap, these never fire: %s", chat.object_id, event.data)
 
     async def _fire(
-        self, chat: Chat, trigger: Trigger, message: ChatMessage, *, catchup: bool = False
+        self, chat: Chat, targets: list[Trigger], message: ChatMessage, *, catchup: bool = False
     ) -> None:
-        if not wants(trigger, message) or not active_for(trigger, message):
+        """Hand the message's fires to the dispatcher together: claimed in one request."""
+        key, event = fire_key_event(message.message_id), message.event(self._space, chat.object_id)
+        requests = [
+            FireRequest(trigger=t, key=key, due_at=message.created_at, event=event, catchup=catchup)
+            for t in targets
+            if wants(t, message) and active_for(t, message)
+        ]
+        if not requests:
             return
-        request = FireRequest(
-            trigger=trigger,
-            key=fire_key_event(message.message_id),
-            due_at=message.created_at,
-            event=message.event(self._space, chat.object_id),
-            catchup=catchup,
-        )
         try:
-            await self._dispatcher.fire(request)
+            await self._dispatcher.fire(*requests)
         except Exception:
-            log.exception("fire %s@%s: the dispatcher failed", named(trigger), request.key)
+            log.exception("fire %s@%s: the dispatcher failed", named(requests[0].trigger),
+                          requests[0].key)  # fmt: skip
 
     # -- takeover: the messages since `bridge_from`, from the history pages
 
@@ -291,8 +291,8 @@ class Subscriptions:
             async for message in history(self._client, self._space, chat.object_id, after, upto):
                 if message.created_at >= bridge.since:
                     fired += 1
-                    for tid in sorted(bridge.ids & chat.triggers.keys()):  # still armed here
-                        await self._fire(chat, chat.triggers[tid], message, catchup=True)
+                    ids = sorted(bridge.ids & chat.triggers.keys())  # still armed here
+                    await self._fire(chat, [chat.triggers[t] for t in ids], message, catchup=True)
         except ApiError as exc:
             log.warning("chat %s: bridge from %s failed: %s", chat.object_id, bridge.since, exc)
         log.info("chat %s: bridged %d messages since %s", chat.object_id, fired, bridge.since)

@@ -42,7 +42,14 @@ def _create_private(path: Path) -> None:
 
 @contextmanager
 def transaction(db: sqlite_utils.Database) -> Iterator[None]:
-    """All or nothing: `BEGIN IMMEDIATE` … `COMMIT`, rolled back on any exception."""
+    """All or nothing: `BEGIN IMMEDIATE` … `COMMIT`, rolled back on any exception.
+
+    Inside another transaction it is a savepoint of it: undone alone on an exception,
+    written with the outer one (a batch of runs applies each run and its stamps so)."""
+    if db.conn.in_transaction:
+        with _savepoint(db):
+            yield
+        return
     db.execute("BEGIN IMMEDIATE")
     try:
         yield
@@ -50,3 +57,15 @@ def transaction(db: sqlite_utils.Database) -> Iterator[None]:
         db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
+
+
+@contextmanager
+def _savepoint(db: sqlite_utils.Database) -> Iterator[None]:
+    db.execute("SAVEPOINT nested")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK TO nested")
+        db.execute("RELEASE nested")
+        raise
+    db.execute("RELEASE nested")

@@ -21,9 +21,10 @@ import sqlite_utils
 from aiohttp import web
 
 from core.vocab import KEPT_LONGER, RunStatus
-from core.wire import RollupList, RunIn, RunList
-from space import auth, duties, logtable, metrics, token_store
+from core.wire import RollupList, RunIn, RunList, RunResult, Stamps
+from space import auth, duties, logtable, metrics, token_store, trigger_store
 from space.appstate import SETTINGS, RunRetention
+from space.changes import notify
 from space.clock import iso
 from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
@@ -82,6 +83,7 @@ def add_run(
 def wire(run: RunIn) -> dict[str, Any]:
     """The run as stored and answered: its instants in the one wire format (milliseconds)."""
     data = msgspec.to_builtins(run)
+    data.pop("stamps", None)  # written to the trigger, not kept in the run
     data["startedAt"] = iso(run.startedAt)
     if run.finishedAt is not None:
         data["finishedAt"] = iso(run.finishedAt)
@@ -141,19 +143,78 @@ def rollups(db: sqlite_utils.Database, space: str, trigger: str | None) -> list[
 
 
 async def post_run(request: web.Request) -> web.Response:
+    """One run (its answer: the run as stored), or a list of them (one result each),
+    each with the trigger's `stamps` if it carries them, in one transaction."""
     space = require_space(request)
-    run = decode(await raw_body(request), RunIn, code="invalid_run")
-    run = msgspec.structs.replace(run, peer=duties.own_peer(request, run.peer))
+    body = decode(await raw_body(request), RunIn | list[RunIn], code="invalid_run")
+    db, now = request.app[DB], now_of(request)
+    if isinstance(body, list):
+        with transaction(db):
+            results = [_result(request, space, run, now) for run in body]
+        _written(request, space, body, results)
+        return answer({"runs": [msgspec.to_builtins(r) for r in results]})
+    with transaction(db):
+        run, added = _one(request, space, body, now)
+        if body.stamps is not None:
+            _stamp(request, space, run, body.stamps, now)
+    _written(request, space, [body], [RunResult(runId=run.runId, status=201 if added else 200,
+                                                stamps=200 if body.stamps else None)])  # fmt: skip
+    return answer(wire(run), status=201 if added else 200)
+
+
+def _one(request: web.Request, space: str, posted: RunIn, now: datetime) -> tuple[RunIn, bool]:
+    """Check and write one run (its token ends with it): the run as stored, and whether
+    it was new. Raises `Refusal`."""
+    run = msgspec.structs.replace(posted, peer=duties.own_peer(request, posted.peer), stamps=None)
     fire = (run.triggerId, run.key)
     duties.require_claimed(request, space, fire, run.peer, run.term, run.status.value)
-    now = now_of(request)
     token_store.revoke_run(request.app[DB], space, run.runId, now.timestamp())  # its run is over
     auth.end_streams(request.app, lambda who: (who.space, who.run_id) == (space, run.runId))
-    settings = request.app[SETTINGS]
-    added = add_run(request.app[DB], space, run, settings.retention, now)
-    if added:
-        metrics.run_seen(request.app, space, run.status.value, run.lateMs)
-    return answer(wire(run), status=201 if added else 200)
+    return run, add_run(request.app[DB], space, run, request.app[SETTINGS].retention, now)
+
+
+def _stamp(request: web.Request, space: str, run: RunIn, stamps: Stamps, now: datetime) -> bool:
+    """Apply a run's stamps to its trigger, fenced as `POST …/status`; whether they changed it."""
+    duties.require_stamper(request, space, run.triggerId)
+    _, written = trigger_store.stamp(request.app[DB], space, run.triggerId, stamp_fields(stamps),
+                                     iso(now))  # fmt: skip
+    return written
+
+
+def stamp_fields(stamps: Stamps) -> dict[str, Any]:
+    """The stamps given, as the record holds them (instants in the one wire format)."""
+    given = {f: getattr(stamps, f) for f in stamps.__struct_fields__}
+    return {f: iso(v) if isinstance(v, datetime) else v
+            for f, v in given.items() if v is not msgspec.UNSET}  # fmt: skip
+
+
+def _result(request: web.Request, space: str, posted: RunIn, now: datetime) -> RunResult:
+    """One run of a list and its stamps, each written or refused on its own."""
+    try:
+        with transaction(request.app[DB]):
+            run, added = _one(request, space, posted, now)
+        status, error, detail = 201 if added else 200, None, None
+    except Refusal as exc:
+        run, status, error, detail = posted, exc.status, exc.code, exc.detail
+    if posted.stamps is None:
+        return RunResult(runId=posted.runId, status=status, error=error, detail=detail)
+    try:
+        with transaction(request.app[DB]):
+            _stamp(request, space, run, posted.stamps, now)
+        stamped, s_error, s_detail = 200, None, None
+    except Refusal as exc:
+        stamped, s_error, s_detail = exc.status, exc.code, exc.detail
+    return RunResult(runId=posted.runId, status=status, error=error, detail=detail,
+                     stamps=stamped, stampsError=s_error, stampsDetail=s_detail)  # fmt: skip
+
+
+def _written(request: web.Request, space: str, runs: list[RunIn], results: list[RunResult]) -> None:
+    """After the commit: count the new runs, wake the feeds if stamps were applied."""
+    for run, result in zip(runs, results, strict=True):
+        if result.status == 201:
+            metrics.run_seen(request.app, space, run.status.value, run.lateMs)
+    if any(r.stamps == 200 for r in results):
+        notify(request.app, space)
 
 
 async def get_runs(request: web.Request) -> web.Response:
@@ -173,8 +234,9 @@ def setup(app: web.Application) -> None:
         app,
         "run_create",
         post_run,
-        "Record a run (idempotent by `runId`)",
-        body=RunIn,
+        "Record a run (201, idempotent by `runId`) or a list of runs (200, one result "
+        "each); `stamps` writes the trigger's runtime stamps with it",
+        body=RunIn | list[RunIn],
         answer=RunIn,
     )
     add_route(

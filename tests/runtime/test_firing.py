@@ -489,3 +489,61 @@ async def test_removing_a_trigger_records_its_waiting_fires_as_withdrawn(w: Worl
     runs = {r["key"]: r for r in await w.runs(record)}
     assert runs["a"]["status"] == "ok"
     assert (runs["b"]["status"], runs["b"]["reason"]) == ("skipped", "withdrawn")
+
+
+# --- batches: fires due together cost one claim; runs ending together, one write ----------
+
+
+async def test_fires_handed_over_together_are_claimed_in_one_request_each_answered_alone(
+    w: World,
+):
+    await w.publish("tick@v1", OK)
+    fresh = [await w.trigger("tick@v1", args={"n": n}) for n in range(3)]
+    taken = await w.trigger("tick@v1")
+    floating = await w.trigger("tick@v1", owner="")  # term 0 is nobody's lease: stale
+    await w.fire(w.request(taken, "k"))
+    w.seen.clear()
+    assert w.firing is not None
+    await w.firing.fire(*(w.request(r, "k") for r in [*fresh, taken, floating]))
+    await w.fire()
+    assert w.asked("POST", "/fires") == 1  # one request for the five claims
+    assert w.asked("POST", "/tokens/run") == 0 and w.asked("POST", "/triggers/{id}/status") == 0
+    for record in fresh:
+        [run] = await w.runs(record)
+        assert run["status"] == "ok" and (await w.stamped(record))["lastStatus"] == "ok"
+    assert len(await w.runs(taken)) == 1  # its second claim was refused: already claimed
+    [stale] = await w.runs(floating)
+    assert (stale["status"], stale["reason"]) == ("rejected", "stale_term")
+    assert w.firing is not None and w.firing.counts["already_claimed"] == 1
+
+
+def skipped_run(run_id: str, record: Trigger, reason: str) -> dict[str, Any]:
+    return {"runId": run_id, "triggerId": record.id, "peer": PEER, "key": run_id,
+            "startedAt": "2026-12-01T09:00:00Z", "status": "skipped", "reason": reason}  # fmt: skip
+
+
+async def test_runs_ending_together_are_written_with_their_stamps_in_one_request(world: World):
+    recorder = Recorder(world.device, SPACE, clock=world.clock)
+    records = [await world.trigger("tick@v1") for _ in range(3)]
+    world.seen.clear()
+
+    def ended(n: int, record: Trigger, detail: str) -> Any:
+        run = skipped_run(f"run_{n}", record, detail)
+        return recorder.ended(record, run, {"lastStatus": "skipped", "lastStatusDetail": detail})
+
+    await asyncio.gather(*(ended(n, r, "overlap") for n, r in enumerate(records)),
+                         ended(3, records[0], "queue_full"))  # fmt: skip
+    assert world.asked("POST", "/runs") == 1 and world.asked("POST", "/triggers/{id}/status") == 0
+    assert [len(await world.runs(r)) for r in records] == [2, 1, 1]
+    details = [(await world.stamped(r))["lastStatusDetail"] for r in records]
+    assert details == ["queue_full", "overlap", "overlap"]  # the newer stamps of one trigger win
+
+
+async def test_a_run_waiting_for_its_write_is_written_at_close(world: World):
+    recorder = Recorder(world.device, SPACE, clock=world.clock)
+    record = await world.trigger("tick@v1")
+    written = recorder.enqueue(record, skipped_run("run_last", record, "shutdown"), None)
+    await recorder.close()
+    assert written.done()
+    [stored] = await world.runs(record)
+    assert stored["runId"] == "run_last"

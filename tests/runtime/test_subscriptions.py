@@ -48,13 +48,15 @@ class Recorder:
     def __init__(self) -> None:
         self.fired: list[FireRequest] = []
         self.fail: set[str] = set()
+        self.batches: list[int] = []  # how many fires each hand-over carried
         self.changed = asyncio.Condition()
 
-    async def fire(self, request: FireRequest) -> None:
+    async def fire(self, *requests: FireRequest) -> None:
         async with self.changed:
-            self.fired.append(request)
+            self.fired.extend(requests)
+            self.batches.append(len(requests))
             self.changed.notify_all()
-        if request.event and request.event["text"] in self.fail:
+        if any(r.event and r.event["text"] in self.fail for r in requests):
             raise RuntimeError("the dispatcher broke")
 
     def texts(self, tid: str) -> list[str]:

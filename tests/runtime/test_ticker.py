@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from core.clock import FakeClock
+from runtime import ticker as ticker_module
 from runtime.cursors import arm, restart, take
 from runtime.dispatch import FireRequest
 from runtime.ticker import Ticker
@@ -62,8 +63,8 @@ class Recorder:
     def __init__(self) -> None:
         self.fires: list[FireRequest] = []
 
-    async def fire(self, request: FireRequest) -> None:
-        self.fires.append(request)
+    async def fire(self, *requests: FireRequest) -> None:
+        self.fires.extend(requests)
 
     @property
     def keys(self) -> list[str]:
@@ -185,8 +186,8 @@ async def test_a_thousand_triggers_due_in_one_second_fire_in_one_wake(running, c
 
 async def test_a_failing_dispatcher_does_not_stop_the_ticker(clock):
     class Flaky(Recorder):
-        async def fire(self, request: FireRequest) -> None:
-            await super().fire(request)
+        async def fire(self, *requests: FireRequest) -> None:
+            await super().fire(*requests)
             raise RuntimeError("boom")
 
     flaky = Flaky()
@@ -410,12 +411,14 @@ class Spawner:
     def __init__(self, on_start: Any = None) -> None:
         self.started: list[str] = []
         self.started_before: list[int] = []  # at each fire(): how many fires had started
+        self.batches: list[int] = []  # how many fires each fire() handed over
         self.tasks: list[asyncio.Task[None]] = []
         self.on_start = on_start
 
-    async def fire(self, request: FireRequest) -> None:
+    async def fire(self, *requests: FireRequest) -> None:
         self.started_before.append(len(self.started))
-        self.tasks.append(asyncio.create_task(self._start(request)))
+        self.batches.append(len(requests))
+        self.tasks.extend(asyncio.create_task(self._start(r)) for r in requests)
 
     async def _start(self, request: FireRequest) -> None:
         self.started.append(request.trigger.id)
@@ -423,15 +426,29 @@ class Spawner:
             self.on_start()
 
 
-async def test_a_burst_starts_its_first_fires_before_the_last_are_taken(clock):
+async def test_a_burst_is_handed_over_in_batches_the_first_started_before_the_last_taken(
+    clock, monkeypatch
+):
+    monkeypatch.setattr(ticker_module, "HAND_OFF", 2)
     spawner = Spawner()
     ticker = Ticker(spawner, clock=clock)
     burst = tuple(cron("0 9 * * *", id=f"trg_{i}") for i in range(5))
     ticker.apply(Diff(add=burst), T0 - S)
     assert await ticker.tick() == 5
     await asyncio.gather(*spawner.tasks)
-    assert spawner.started_before == [0, 1, 2, 3, 4]
+    assert spawner.batches == [2, 2, 1]  # one hand-over (one claim request) per batch
+    assert spawner.started_before == [0, 2, 4]
     assert sorted(spawner.started) == sorted(a.record.id for a in burst)
+
+
+async def test_the_fires_of_one_wake_are_handed_over_together(clock):
+    spawner = Spawner()
+    ticker = Ticker(spawner, clock=clock)
+    burst = tuple(cron("0 9 * * *", id=f"trg_{i}") for i in range(30))
+    ticker.apply(Diff(add=burst), T0 - S)
+    assert await ticker.tick() == 30
+    await asyncio.gather(*spawner.tasks)
+    assert spawner.batches == [30]
 
 
 async def test_a_change_applied_while_a_burst_is_dispatched_is_safe(clock):
