@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -249,7 +250,7 @@ class Subscriptions:
         log.warning("chat %s: gap, these never fire: %s", chat.object_id, event.data)
 
     async def _fire(
-        self, chat: Chat, targets: list[Trigger], message: ChatMessage, *, catchup: bool = False
+        self, chat: Chat, targets: Sequence[Trigger], message: ChatMessage, *, catchup: bool = False
     ) -> None:
         """Hand the message's fires to the dispatcher together: claimed in one request."""
         key, event = fire_key_event(message.message_id), message.event(self._space, chat.object_id)

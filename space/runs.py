@@ -142,11 +142,14 @@ def rollups(db: sqlite_utils.Database, space: str, trigger: str | None) -> list[
     return list(out.values())
 
 
+RUN_BODY: Any = RunIn | list[RunIn]  # one run or a list (a union is no `type[T]` to mypy)
+
+
 async def post_run(request: web.Request) -> web.Response:
     """One run (its answer: the run as stored), or a list of them (one result each),
     each with the trigger's `stamps` if it carries them, in one transaction."""
     space = require_space(request)
-    body = decode(await raw_body(request), RunIn | list[RunIn], code="invalid_run")
+    body: RunIn | list[RunIn] = decode(await raw_body(request), RUN_BODY, code="invalid_run")
     db, now = request.app[DB], now_of(request)
     if isinstance(body, list):
         with transaction(db):
