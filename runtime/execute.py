@@ -33,7 +33,7 @@ from programs.refs import InvalidRef, ProgramRef
 from programs.result import Outcome
 from runtime import outcomes
 from runtime.client import ApiError, SpaceClient, retried
-from runtime.outcomes import Fire
+from runtime.outcomes import RunIdentity
 
 TOKEN_MARGIN_S = 30.0  # a run token outlives the run's timeout by this much at most
 TOKEN_FRESH_S = TOKEN_MARGIN_S / 2  # a claim's token is used by a run starting this soon
@@ -101,7 +101,7 @@ class Execute:
             return outcomes.failed_before_run(f"program {ref}: {exc}"), exc.code
 
     async def run(
-        self, fire: Fire, program: LoadedProgram | Ending, work: Work, token: str | None
+        self, fire: RunIdentity, program: LoadedProgram | Ending, work: Work, token: str | None
     ) -> Ending:
         """Run `program` for `fire` under `token` (None: mint one now); how it ended."""
         if not isinstance(program, LoadedProgram):
@@ -116,12 +116,12 @@ class Execute:
                   memory_mb=work.memory_mb)  # fmt: skip
         return await run_job(self._executor, job)
 
-    def context(self, fire: Fire, token: str) -> RunContext:
+    def context(self, fire: RunIdentity, token: str) -> RunContext:
         return RunContext(run_id=fire.run_id, trigger_id=fire.trigger_id, program=fire.program,
                           peer=fire.peer, space=self._space, url=self._url, token=token,
                           term=fire.term, key=fire.key)  # fmt: skip
 
-    async def run_token(self, fire: Fire, timeout_s: float) -> str | Outcome:
+    async def run_token(self, fire: RunIdentity, timeout_s: float) -> str | Outcome:
         """A token for this run, living as long as it may; transient refusals are retried.
         What cannot be had is an ending (`error`, no run token), never an exception."""
         body = {"triggerId": fire.trigger_id, "runId": fire.run_id, "key": fire.key,

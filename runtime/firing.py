@@ -49,7 +49,7 @@ from runtime.client import ApiError, SpaceClient, retried
 from runtime.dispatch import FireRequest, named
 from runtime.execute import TOKEN_FRESH_S, TOKEN_MARGIN_S, Ending, Execute, Work, new_run_id
 from runtime.lanes import Claimed, Lanes, Queued
-from runtime.outcomes import Fire
+from runtime.outcomes import RunIdentity
 from runtime.recorder import Recorder
 from triggers.records import RESERVED_CHAT_WATCH
 from triggers.registry import Diff
@@ -255,7 +255,7 @@ class Firing:
         await self._recorder.ended(queued.request.trigger, run, None)
 
     def _finish(
-        self, request: FireRequest, fire: Fire, outcome: Outcome, why: str, *, admitted: bool
+        self, request: FireRequest, fire: RunIdentity, outcome: Outcome, why: str, *, admitted: bool
     ) -> None:
         """Settle the book now (the breaker sees this outcome before the next fire starts),
         then record the run and its stamps in the background, so the trigger's lane is
@@ -267,11 +267,13 @@ class Firing:
         written = self._recorder.enqueue(request.trigger, run, stamps)  # written even past close
         self._spawn(_settled(written), request)
 
-    def _fire_of(self, queued: Queued) -> Fire:
+    def _fire_of(self, queued: Queued) -> RunIdentity:
         record, request = queued.request.trigger, queued.request
-        return Fire(run_id=queued.claimed.run_id, trigger_id=record.id, program=record.program,
-                    peer=self._peer, term=queued.term, key=request.key,
-                    started_at=self._clock.wall(), due_at=request.due_at)  # fmt: skip
+        return RunIdentity(
+            run_id=queued.claimed.run_id, trigger_id=record.id, program=record.program,
+            peer=self._peer, term=queued.term, key=request.key,
+            started_at=self._clock.wall(), due_at=request.due_at,
+        )  # fmt: skip
 
 
 async def _settled(written: asyncio.Future[None]) -> None:

@@ -23,7 +23,7 @@ from programs import admission, breaker
 from programs.result import Outcome
 from runtime import outcomes
 from runtime.dispatch import FireRequest
-from runtime.outcomes import Book, Fire
+from runtime.outcomes import Book, RunIdentity
 from triggers.records import Trigger, TriggerId
 
 
@@ -122,7 +122,7 @@ class Lanes:
         return list(lane.waiting) if lane is not None else []
 
     def settle(
-        self, record: Trigger, fire: Fire, outcome: Outcome, why: str, *, now: datetime,
+        self, record: Trigger, fire: RunIdentity, outcome: Outcome, why: str, *, now: datetime,
         admitted: bool,
     ) -> dict[str, Any] | None:  # fmt: skip
         """Move the trigger's book on by this ending; the stamps to write (None when the

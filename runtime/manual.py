@@ -57,7 +57,9 @@ async def run_by_hand(
     return await Recorder(client, space, clock=clock).post_run(record), outcome
 
 
-def _fire(manual: Manual, now: datetime) -> outcomes.Fire:
-    return outcomes.Fire(run_id=new_run_id(), trigger_id=manual.trigger_id,
-                         program=manual.program, peer=f"cli@{socket.gethostname()}", term=0,
-                         key=KEY_PREFIX + outcomes.iso(now), started_at=now)  # fmt: skip
+def _fire(manual: Manual, now: datetime) -> outcomes.RunIdentity:
+    return outcomes.RunIdentity(
+        run_id=new_run_id(), trigger_id=manual.trigger_id, program=manual.program,
+        peer=f"cli@{socket.gethostname()}", term=0, key=KEY_PREFIX + outcomes.iso(now),
+        started_at=now,
+    )

@@ -37,7 +37,7 @@ from triggers.records import Loaded, OnceTrigger, Salvaged, Trigger
 DETAIL_CHARS = 200
 
 
-class Fire(msgspec.Struct, frozen=True, kw_only=True):
+class RunIdentity(msgspec.Struct, frozen=True, kw_only=True):
     """Who, what and when of one fire, as its run record names them."""
 
     run_id: str
@@ -74,14 +74,14 @@ def failed_before_run(error: str) -> Outcome:
     return Outcome(status=RunStatus.ERROR, error=error)
 
 
-def late_ms(fire: Fire) -> float | None:
+def late_ms(fire: RunIdentity) -> float | None:
     if fire.due_at is None:
         return None
     return round((fire.started_at - fire.due_at).total_seconds() * 1000, 1)
 
 
 def run_record(
-    fire: Fire, outcome: Outcome, *, finished_at: datetime, reason: str = ""
+    fire: RunIdentity, outcome: Outcome, *, finished_at: datetime, reason: str = ""
 ) -> dict[str, Any]:
     """The run record body for `…/runs`."""
     ran = outcome.status in RAN
@@ -107,7 +107,7 @@ def run_record(
 def settle(
     book: Book,
     record: Trigger,
-    fire: Fire,
+    fire: RunIdentity,
     outcome: Outcome,
     *,
     finished_at: datetime,
@@ -130,7 +130,7 @@ def settle(
 
 
 def stamps(
-    book: Book, record: Trigger, fire: Fire, outcome: Outcome, *, reason: str, now: datetime
+    book: Book, record: Trigger, fire: RunIdentity, outcome: Outcome, *, reason: str, now: datetime
 ) -> dict[str, Any]:
     status, detail = last_status(book, record, outcome, reason=reason, now=now)
     return {

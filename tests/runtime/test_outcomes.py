@@ -12,13 +12,13 @@ from core.vocab import RunReason, RunStatus
 from programs import breaker, rollup
 from programs.result import Outcome
 from runtime import outcomes
-from runtime.outcomes import Book, Fire
+from runtime.outcomes import Book, RunIdentity
 from triggers.records import Salvaged, Trigger, load
 
 T0 = datetime(2026, 12, 1, 9, 0, 0, tzinfo=UTC)
 STARTED = T0 + timedelta(seconds=1.25)
 FINISHED = STARTED + timedelta(milliseconds=40)
-FIRE = Fire(run_id="run_1", trigger_id="trg_a", program="triage@v1", peer="laptop", term=3,
+FIRE = RunIdentity(run_id="run_1", trigger_id="trg_a", program="triage@v1", peer="laptop", term=3,
             key="2026-12-01T09:00:00Z", started_at=STARTED, due_at=T0)  # fmt: skip
 CRON = {"id": "trg_a", "kind": "cron", "spec": {"expr": "0 9 * * *"}, "program": "triage@v1"}
 ONCE = {"id": "trg_a", "kind": "once", "spec": {"at": "2026-12-01T10:00:00+01:00"},
