@@ -93,9 +93,8 @@ class Device:
         )  # fmt: skip
         self.recorder = Recorder(
             self.client, s.space, clock=self.clock, bus=self.bus,
-            next_fire=lambda tid: self.ticker.next_fire(tid),
             chat_watch=lambda: self.reconciler.records.get(RESERVED_CHAT_WATCH),
-        )  # fmt: skip  # the ticker and the reconciler are made next; read when a run ends
+        )  # fmt: skip  # the reconciler is made next; read when a run ends
         self._compose_chat(responder)
         self._compose_triggers()
         self.supervisor = Supervisor(
@@ -124,6 +123,7 @@ class Device:
             chatwatch=self.chatwatch,
         )  # fmt: skip
         self.ticker = Ticker(self.firing, clock=self.clock)
+        self.recorder.read_next_fires_from(self.ticker.next_fire)  # closes Ticker → Recorder
         self.subscriptions = Subscriptions(self.client, s.space, self.firing, clock=self.clock)
         self.reconciler = Reconciler(
             self.client, s.space, s.peer, clock=self.clock, is_active=elector.may_fire,

@@ -77,6 +77,11 @@ class Recorder:
         self._writer: asyncio.Task[None] | None = None
         self._turns_rollup: Rollup | None = None  # chat-watch's, as this device last stamped it
 
+    def read_next_fires_from(self, next_fire: NextFire) -> None:
+        """Where `nextFireAt` comes from, when it cannot be given at construction: the
+        device's ticker is built after the recorder (Ticker → Firing → Recorder)."""
+        self._next_fire = next_fire
+
     # --- fires ---------------------------------------------------------------------------
 
     async def ended(

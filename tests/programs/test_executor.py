@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from waiting import eventually
 
 from core.vocab import RunStatus
 from programs.context import RunContext
@@ -328,10 +329,8 @@ def _spinning(pid: int) -> bool:
 
 async def a_busy_run_process(executor: Executor) -> int:
     """The pid of a run process spinning in its program (LOOP)."""
-    async with asyncio.timeout(10):
-        while not (found := [p for p in run_processes(executor) if _spinning(p)]):
-            await asyncio.sleep(0.01)
-    return found[0]
+    await eventually(lambda: any(_spinning(p) for p in run_processes(executor)), timeout=10)
+    return next(p for p in run_processes(executor) if _spinning(p))
 
 
 async def test_close_ends_runs_in_flight_and_reaps_every_worker() -> None:
@@ -373,9 +372,8 @@ async def test_threads_a_program_leaves_end_with_its_run(pool: Executor, daemon:
     assert (outcome.status, outcome.result) == (RunStatus.OK, "left a thread")
     stats = await pool.settled()
     assert (stats.alive, stats.idle, stats.spawned) == (2, 2, 2)
-    async with asyncio.timeout(5):  # the run and its thread are gone: only the workers' spares
-        while len(run_processes(pool)) != 2:
-            await asyncio.sleep(0.01)
+    # the run and its thread are gone: only the workers' spares
+    await eventually(lambda: len(run_processes(pool)) == 2)
     await next_run_ok(pool)
 
 
@@ -446,16 +444,17 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _grandchildren(pid: int) -> list[int]:
+    return [g for child in _children(pid) for g in _children(child)]
+
+
 async def test_workers_die_with_a_daemon_that_was_killed(tmp_path: Path) -> None:
     daemon = await asyncio.create_subprocess_exec(sys.executable, "-c", DAEMON, cwd=tmp_path)
     try:
-        async with asyncio.timeout(10):  # both workers have forked a busy run
-            while len(runs := [r for w in _children(daemon.pid) for r in _children(w)]) < 2:
-                await asyncio.sleep(0.01)
-        pids = [*_children(daemon.pid), *runs]
+        # both workers have forked a busy run
+        await eventually(lambda: len(_grandchildren(daemon.pid)) >= 2, timeout=10)
+        pids = [*_children(daemon.pid), *_grandchildren(daemon.pid)]
     finally:
         daemon.kill()
         await daemon.wait()
-    async with asyncio.timeout(5):
-        while not all(_gone(pid) for pid in pids):
-            await asyncio.sleep(0.01)
+    await eventually(lambda: all(_gone(pid) for pid in pids))

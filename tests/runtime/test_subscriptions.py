@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import eventually
 
 from core.clock import FakeClock
 from runtime.chatfeed import ChatMessage, active_for
@@ -65,13 +66,6 @@ class Recorder:
     async def until(self, predicate: Callable[[Recorder], bool]) -> None:
         async with asyncio.timeout(5), self.changed:
             await self.changed.wait_for(lambda: predicate(self))
-
-
-async def eventually(predicate: Callable[[], bool]) -> None:
-    """Wait for a condition under a deadline, looking again every few milliseconds."""
-    async with asyncio.timeout(5):
-        while not predicate():
-            await asyncio.sleep(0.01)
 
 
 def event_record(tid: str, chat: str, **fields: Any) -> Loaded:

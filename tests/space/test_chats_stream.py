@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from chats_support import Event, FakeClock, Space, SseReader, start_space
+from waiting import eventually
 
 from space.chats import TOPICS
 from space.sse import STREAMS
@@ -229,7 +230,7 @@ async def test_a_client_that_leaves_is_unsubscribed_by_the_next_heartbeat(
     async with space.stream() as reader:
         await hello(reader)
         assert space.app[TOPICS].count(space.chat) == 1
-    async with asyncio.timeout(DEADLINE):
-        while space.app[TOPICS].count(space.chat) or len(space.app[STREAMS]):
-            await asyncio.sleep(0.01)
+    await eventually(
+        lambda: not space.app[TOPICS].count(space.chat) and not space.app[STREAMS], DEADLINE
+    )
     assert (await space.send("nobody listens"))["seq"] == 1

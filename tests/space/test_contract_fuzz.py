@@ -7,11 +7,15 @@ fed schema-valid and schema-violating requests: `EXAMPLES` of each per operation
 Path parameters point at a real space, and half the time at a real record and chat,
 so requests get past the 404s into the handlers. Every answer must be < 500 and
 every refusal the JSON error body. The counts are printed for docs/reliability.md.
+
+The operations are dealt into `GROUPS` tests over one server per worker, so the workers
+share the fuzz; every operation still gets its `EXAMPLES` of each mode.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import zlib
@@ -32,6 +36,7 @@ from space.runner import SpaceRunner
 EXAMPLES = int(os.environ.get("BATON_FUZZ_EXAMPLES", "12"))  # per operation and mode
 SPACE = "home"
 STREAMS = r".*/stream$"
+GROUPS = 8  # operation i is fuzzed by the test of group i % GROUPS
 
 
 class Served:
@@ -67,10 +72,12 @@ class Served:
         self._thread.join(30)
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], dict[str, str]]]:
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, dict[str, str], dict[str, str]]]:
     """The base URL, the admin's headers and the ids requests should sometimes hit."""
-    db = tmp_path / "space.db"
+    db = tmp_path_factory.mktemp("fuzz") / "space.db"
     with Served(db) as server:
         url = f"http://127.0.0.1:{server.port}"
         token = default_admin_token_file(db).read_text().strip()
@@ -93,6 +100,20 @@ def served(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], dict[str, str]
         yield url, headers, real
 
 
+@functools.cache
+def _operations(url: str, authorization: str) -> tuple[Any, ...]:
+    schema = schemathesis.openapi.from_url(
+        f"{url}/v1/openapi.json", headers={"Authorization": authorization}
+    )
+    schema = schema.exclude(path_regex=STREAMS)
+    return tuple(result.ok() for result in schema.get_all_operations())
+
+
+def operations_of(url: str, headers: dict[str, str]) -> list[Any]:
+    """The fuzzed operations of the served API, read from its document once per server."""
+    return list(_operations(url, headers["Authorization"]))
+
+
 def aim(case: Any, real: dict[str, str]) -> None:
     """Point the space at the real one, and half the other path parameters at real ids."""
     params = case.path_parameters or {}
@@ -103,8 +124,11 @@ def aim(case: Any, real: dict[str, str]) -> None:
             params[name] = real[name]
 
 
+@pytest.mark.parametrize("group", range(GROUPS))
 def test_no_request_gets_a_5xx(
-    served: tuple[str, dict[str, str], dict[str, str]], capsys: pytest.CaptureFixture[str]
+    served: tuple[str, dict[str, str], dict[str, str]],
+    capsys: pytest.CaptureFixture[str],
+    group: int,
 ) -> None:
     url, headers, real = served
     admin_file = default_admin_token_file(Path(real["db"]))
@@ -112,11 +136,11 @@ def test_no_request_gets_a_5xx(
     def admin() -> dict[str, str]:
         return {"Authorization": f"Bearer {admin_file.read_text().strip()}"}
 
-    schema = schemathesis.openapi.from_url(f"{url}/v1/openapi.json", headers=headers)
-    schema = schema.exclude(path_regex=STREAMS)
+    everything = operations_of(url, headers)
     session = requests.Session()
     sent, failures, refusals = 0, [], 0
-    operations = [result.ok() for result in schema.get_all_operations()]
+    operations = everything[group::GROUPS]
+    assert len(everything) > GROUPS  # every group has operations to fuzz
     for operation in operations:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
@@ -144,7 +168,8 @@ def test_no_request_gets_a_5xx(
 
             probe()
     with capsys.disabled():
-        print(f"\ncontract fuzz: {len(operations)} operations, {sent} requests, "
-              f"{refusals} refused (4xx), {len(failures)} answers >= 500")  # fmt: skip
+        print(f"\ncontract fuzz group {group}: {len(operations)} of {len(everything)} "
+              f"operations, {sent} requests, {refusals} refused (4xx), "
+              f"{len(failures)} answers >= 500")  # fmt: skip
     assert sent >= len(operations) * 2
     assert failures == []
