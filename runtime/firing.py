@@ -268,12 +268,10 @@ class Firing:
         self._spawn(_settled(written), request)
 
     def _fire_of(self, queued: Queued) -> RunIdentity:
-        record, request = queued.request.trigger, queued.request
-        return RunIdentity(
-            run_id=queued.claimed.run_id, trigger_id=record.id, program=record.program,
-            peer=self._peer, term=queued.term, key=request.key,
-            started_at=self._clock.wall(), due_at=request.due_at,
-        )  # fmt: skip
+        request = queued.request
+        return RunIdentity(run_id=queued.claimed.run_id, trigger_id=request.trigger.id,
+                           program=request.trigger.program, peer=self._peer, term=queued.term,
+                           key=request.key, started_at=self._clock.wall(), due_at=request.due_at)
 
 
 async def _settled(written: asyncio.Future[None]) -> None:
