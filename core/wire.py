@@ -3,10 +3,11 @@
 Owns the msgspec Structs the server decodes its requests into and documents its
 answers with (`space/`), shared so the device can decode the very same shapes
 (`runtime/client.py`): runs, turns, fire claims, the lease, heartbeats, state,
-run tokens, stamps and chat messages. Requests refuse unknown fields (user
-input at the edge); instants are aware (`Aware`). Imports nothing of ours but
-`core.vocab`; must not know tables or HTTP. Bodies only one side reads stay
-next to their routes in `space/`.
+run tokens, stamps, the change feed, programs, spaces and chat messages; the
+device decodes every answer it reads into these, field names as the API answers
+them. Requests refuse unknown fields (user input at the edge); instants are
+aware (`Aware`). Imports nothing of ours but `core.vocab`; must not know tables
+or HTTP. Bodies only one side reads stay next to their routes in `space/`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ Term = Count
 NAME_MAX = 200
 
 
-# --- runs
+# --- runs and turns
 
 
 class RunIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -63,9 +64,6 @@ class RollupList(msgspec.Struct, frozen=True, kw_only=True):
 
 class RunList(msgspec.Struct, frozen=True, kw_only=True):
     runs: list[RunIn]
-
-
-# --- turns
 
 
 class TurnIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -162,7 +160,7 @@ class LeaseOut(msgspec.Struct, frozen=True, kw_only=True):
     leaseSeconds: float
 
 
-# --- devices
+# --- devices, spaces and programs
 
 
 class HeartbeatIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -188,7 +186,28 @@ class DeviceList(msgspec.Struct, frozen=True, kw_only=True):
     devices: list[DeviceOut]
 
 
-# --- state
+class Space(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    name: str
+    generalChat: str | None
+    createdAt: str
+
+
+class ProgramOut(msgspec.Struct, frozen=True, kw_only=True):
+    ref: str
+    name: str
+    version: int
+    sha256: str
+    anyTool: bool
+    createdAt: str
+    source: str | None = None
+
+
+class ProgramList(msgspec.Struct, frozen=True, kw_only=True):
+    programs: list[ProgramOut]
+
+
+# --- state and tokens
 
 
 class StateIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -200,9 +219,6 @@ class StateOut(msgspec.Struct, frozen=True, kw_only=True):
     key: str
     value: Any
     updatedAt: str
-
-
-# --- tokens
 
 
 class RunTokenIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -219,6 +235,21 @@ class TokenOut(msgspec.Struct, frozen=True, kw_only=True):
 
 
 # --- triggers
+
+
+class Change(msgspec.Struct, frozen=True, kw_only=True):
+    seq: int
+    triggerId: str
+    op: str
+    rev: int
+    at: str
+    record: dict[str, Any] | None  # as stored: the device salvages a bad one (`records.load`)
+
+
+class ChangePage(msgspec.Struct, frozen=True, kw_only=True):
+    changes: list[Change]
+    next: int
+    more: bool
 
 
 class Stamps(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -261,3 +292,9 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, ren
     text: str
     created_at: str
     agent: Agent | None = None
+
+
+class MessagePage(msgspec.Struct, frozen=True, kw_only=True):
+    messages: list[Message]
+    next: int  # pass as `after` for the following page
+    more: bool
