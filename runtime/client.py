@@ -36,9 +36,6 @@ class TriggerPage(msgspec.Struct, frozen=True):
     next: str | None = None
 
 
-_page = msgspec.json.Decoder(TriggerPage)
-
-
 class SpaceClient:
     """One space server, one bearer token. Use `async with`, or call `close()`."""
 
@@ -80,6 +77,15 @@ class SpaceClient:
         """Send route `name` with its path/query/header `params` and JSON `body`; the answer."""
         raw = await self._send(name, body, params)
         return msgspec.json.decode(raw) if raw else None
+
+    async def typed(self, name: str, type: type[T], body: JSON = None, **params: object) -> T:
+        """Route `name`'s answer decoded into `type` (a `core.wire` Struct); an answer
+        that does not fit is the space's fault, an `ApiError` (status 0 is not used)."""
+        raw = await self._send(name, body, params)
+        try:
+            return msgspec.json.decode(raw, type=type)
+        except msgspec.DecodeError as exc:  # ValidationError included
+            raise ApiError(200, "malformed_answer", f"{name}: {exc}") from exc
 
     async def _send(self, name: str, body: JSON, params: dict[str, object]) -> bytes:
         route = ROUTES[name]
@@ -149,9 +155,8 @@ class SpaceClient:
 
     async def trigger_page(self, space: str, after: str = "", limit: int = 5000) -> TriggerPage:
         """A page of records as stored, undecoded (`records.load` each): no dict per record."""
-        raw = await self._send("triggers", None, {"space": space, "after": after or None,
-                                                  "limit": limit, "stored": 1})  # fmt: skip
-        return _page.decode(raw)
+        return await self.typed("triggers", TriggerPage, space=space, after=after or None,
+                                limit=limit, stored=1)  # fmt: skip
 
     async def trigger_create(self, space: str, body: JSON) -> JSON:
         return await self.call("trigger_create", body, space=space)
