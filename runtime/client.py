@@ -19,6 +19,7 @@ import msgspec
 from core.aio import Backoff, retry
 from core.clock import Clock, SystemClock
 from core.routes import ROUTES, ApiError, error_from, headers, path_params, target
+from core.wire import ChangePage
 from runtime.subscribe import Subscription, sse_session
 
 __all__ = ["ApiError", "SpaceClient", "TriggerPage", "retried", "transient"]
@@ -176,8 +177,10 @@ class SpaceClient:
     async def trigger_status(self, space: str, id: str, body: JSON) -> JSON:
         return await self.call("trigger_status", body, space=space, id=id)
 
-    async def changes(self, space: str, since: int | None = None, limit: int | None = None) -> JSON:
-        return await self.call("changes", space=space, since=since, limit=limit)
+    async def changes(
+        self, space: str, since: int | None = None, limit: int | None = None
+    ) -> ChangePage:
+        return await self.typed("changes", ChangePage, space=space, since=since, limit=limit)
 
     def changes_stream(
         self, space: str, last_id: int | None = None, **options: Any
