@@ -19,7 +19,7 @@ import msgspec
 from core.aio import Backoff, retry
 from core.clock import Clock, SystemClock
 from core.routes import ROUTES, ApiError, error_from, headers, path_params, target
-from core.wire import ChangePage
+from core.wire import ChangePage, ProgramList
 from runtime.subscribe import Subscription, sse_session
 
 __all__ = ["ApiError", "SpaceClient", "TriggerPage", "retried", "transient"]
@@ -230,8 +230,8 @@ class SpaceClient:
     async def program_get(self, space: str, ref: str) -> JSON:
         return await self.call("program_get", space=space, ref=ref)
 
-    async def programs(self, space: str) -> JSON:
-        return await self.call("programs", space=space)
+    async def programs(self, space: str) -> ProgramList:
+        return await self.typed("programs", ProgramList, space=space)
 
     # -- devices, election, fires
     async def device_put(self, space: str, peer: str, body: JSON) -> JSON:
