@@ -3,10 +3,12 @@
 Owns the msgspec Structs the server decodes its requests into and documents its
 answers with (`space/`), shared so the device can decode the very same shapes
 (`runtime/client.py`): runs, turns, fire claims, the lease, heartbeats, state,
-run tokens, stamps and chat messages. Requests refuse unknown fields (user
-input at the edge); instants are aware (`Aware`). Imports nothing of ours but
-`core.vocab`; must not know tables or HTTP. Bodies only one side reads stay
-next to their routes in `space/`.
+run tokens, stamps, the change feed, programs and spaces (chat messages are
+`core.chatwire`'s); the
+device decodes every answer it reads into these, field names as the API answers
+them. Requests refuse unknown fields (user input at the edge); instants are
+aware (`Aware`). Imports nothing of ours but `core.vocab`; must not know tables
+or HTTP. Bodies only one side reads stay next to their routes in `space/`.
 """
 
 from __future__ import annotations
@@ -26,10 +28,9 @@ Short = Annotated[str, msgspec.Meta(max_length=200)]
 Count = Annotated[int, msgspec.Meta(ge=0)]
 Peer = Name
 Term = Count
-NAME_MAX = 200
 
 
-# --- runs
+# --- runs and turns
 
 
 class RunIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -81,9 +82,6 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
 
 class RunResults(msgspec.Struct, frozen=True, kw_only=True):
     runs: list[RunResult]
-
-
-# --- turns
 
 
 class TurnIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -180,7 +178,7 @@ class LeaseOut(msgspec.Struct, frozen=True, kw_only=True):
     leaseSeconds: float
 
 
-# --- devices
+# --- devices, spaces and programs
 
 
 class HeartbeatIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -206,7 +204,28 @@ class DeviceList(msgspec.Struct, frozen=True, kw_only=True):
     devices: list[DeviceOut]
 
 
-# --- state
+class Space(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    name: str
+    generalChat: str | None
+    createdAt: str
+
+
+class ProgramOut(msgspec.Struct, frozen=True, kw_only=True):
+    ref: str
+    name: str
+    version: int
+    sha256: str
+    anyTool: bool
+    createdAt: str
+    source: str | None = None
+
+
+class ProgramList(msgspec.Struct, frozen=True, kw_only=True):
+    programs: list[ProgramOut]
+
+
+# --- state and tokens
 
 
 class StateIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -218,9 +237,6 @@ class StateOut(msgspec.Struct, frozen=True, kw_only=True):
     key: str
     value: Any
     updatedAt: str
-
-
-# --- tokens
 
 
 class RunTokenIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -239,6 +255,21 @@ class TokenOut(msgspec.Struct, frozen=True, kw_only=True):
 # --- triggers
 
 
+class Change(msgspec.Struct, frozen=True, kw_only=True):
+    seq: int
+    triggerId: str
+    op: str
+    rev: int
+    at: str
+    record: dict[str, Any] | None  # as stored: the device salvages a bad one (`records.load`)
+
+
+class ChangePage(msgspec.Struct, frozen=True, kw_only=True):
+    changes: list[Change]
+    next: int
+    more: bool
+
+
 class Stamps(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """`POST …/status`: runtime stamps only; absent fields are left as they are."""
 
@@ -249,33 +280,3 @@ class Stamps(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     breaker: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
     rollup: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
 
-
-# --- chats
-
-
-class Agent(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
-):
-    name: Annotated[str, msgspec.Meta(min_length=1, max_length=NAME_MAX)]
-    done: bool | None = None
-
-
-class MessageIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    text: str
-    agent: Agent | None = None
-
-
-class MessageEdit(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A change to an agent message still being written: its whole new `text`, and `done`."""
-
-    text: str | None = None
-    done: bool | None = None
-
-
-class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, rename="camel"):
-    message_id: str
-    seq: int
-    object_id: str
-    text: str
-    created_at: str
-    agent: Agent | None = None

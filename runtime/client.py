@@ -19,6 +19,7 @@ import msgspec
 from core.aio import Backoff, retry
 from core.clock import Clock, SystemClock
 from core.routes import ROUTES, ApiError, error_from, headers, path_params, target
+from core.wire import ChangePage, ProgramList
 from runtime.subscribe import Subscription, sse_session
 
 __all__ = ["ApiError", "SpaceClient", "TriggerPage", "retried", "transient"]
@@ -34,9 +35,6 @@ class TriggerPage(msgspec.Struct, frozen=True):
     triggers: list[msgspec.Raw]
     seq: int = 0
     next: str | None = None
-
-
-_page = msgspec.json.Decoder(TriggerPage)
 
 
 class SpaceClient:
@@ -80,6 +78,15 @@ class SpaceClient:
         """Send route `name` with its path/query/header `params` and JSON `body`; the answer."""
         raw = await self._send(name, body, params)
         return msgspec.json.decode(raw) if raw else None
+
+    async def typed(self, name: str, type: type[T], body: JSON = None, **params: object) -> T:
+        """Route `name`'s answer decoded into `type` (a `core.wire` Struct); an answer
+        that does not fit is the space's fault, an `ApiError` (status 0 is not used)."""
+        raw = await self._send(name, body, params)
+        try:
+            return msgspec.json.decode(raw, type=type)
+        except msgspec.DecodeError as exc:  # ValidationError included
+            raise ApiError(200, "malformed_answer", f"{name}: {exc}") from exc
 
     async def _send(self, name: str, body: JSON, params: dict[str, object]) -> bytes:
         route = ROUTES[name]
@@ -149,9 +156,8 @@ class SpaceClient:
 
     async def trigger_page(self, space: str, after: str = "", limit: int = 5000) -> TriggerPage:
         """A page of records as stored, undecoded (`records.load` each): no dict per record."""
-        raw = await self._send("triggers", None, {"space": space, "after": after or None,
-                                                  "limit": limit, "stored": 1})  # fmt: skip
-        return _page.decode(raw)
+        return await self.typed("triggers", TriggerPage, space=space, after=after or None,
+                                limit=limit, stored=1)  # fmt: skip
 
     async def trigger_create(self, space: str, body: JSON) -> JSON:
         return await self.call("trigger_create", body, space=space)
@@ -171,8 +177,10 @@ class SpaceClient:
     async def trigger_status(self, space: str, id: str, body: JSON) -> JSON:
         return await self.call("trigger_status", body, space=space, id=id)
 
-    async def changes(self, space: str, since: int | None = None, limit: int | None = None) -> JSON:
-        return await self.call("changes", space=space, since=since, limit=limit)
+    async def changes(
+        self, space: str, since: int | None = None, limit: int | None = None
+    ) -> ChangePage:
+        return await self.typed("changes", ChangePage, space=space, since=since, limit=limit)
 
     def changes_stream(
         self, space: str, last_id: int | None = None, **options: Any
@@ -222,8 +230,8 @@ class SpaceClient:
     async def program_get(self, space: str, ref: str) -> JSON:
         return await self.call("program_get", space=space, ref=ref)
 
-    async def programs(self, space: str) -> JSON:
-        return await self.call("programs", space=space)
+    async def programs(self, space: str) -> ProgramList:
+        return await self.typed("programs", ProgramList, space=space)
 
     # -- devices, election, fires
     async def device_put(self, space: str, peer: str, body: JSON) -> JSON:

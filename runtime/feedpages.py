@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from core.wire import Change
 from runtime.client import SpaceClient
 from runtime.sse import SseEvent
 from triggers import diffing
@@ -51,22 +52,22 @@ async def fold_pages(
     """Bring a listing taken at `since` forward with the feed pages after it."""
     while True:
         page = await client.changes(space, since=since)
-        for change in page["changes"]:
+        for change in page.changes:
             entry = item(change)
             if isinstance(entry, reg.Deleted):
                 loaded.pop(entry.id, None)
             else:
                 loaded[entry.id] = entry
-            since = int(change["seq"])
-        if not (page.get("more") and page["changes"]):
-            return max(since, int(page.get("next") or since))
+            since = change.seq
+        if not (page.more and page.changes):
+            return max(since, page.next or since)
 
 
-def item(change: dict[str, Any]) -> Loaded | reg.Deleted:
+def item(change: Change) -> Loaded | reg.Deleted:
     """One feed entry as the registry takes it."""
-    tid = TriggerId(change["triggerId"])
-    record = change.get("record")
-    if change.get("op") == "delete" or record is None:
+    tid = TriggerId(change.triggerId)
+    record = change.record  # a dict on purpose: `load` salvages a record that does not decode
+    if change.op == "delete" or record is None:
         return reg.Deleted(id=tid)
     loaded = load(record)
     if isinstance(loaded, Salvaged) and loaded.id != tid:

@@ -172,7 +172,7 @@ class HealthPass:
 
     async def _programs(self) -> frozenset[str]:
         listing = await self._client.programs(self._space)
-        return frozenset(p["ref"] for p in listing["programs"]) | self._internal
+        return frozenset(p.ref for p in listing.programs) | self._internal
 
     async def _write(self, stamp: health.Stamp, shown: tuple[str, str]) -> int:
         if self._sent.get(stamp.id) == (shown, stamp):

@@ -34,8 +34,11 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from core.aio import Backoff, sleep_until
 from core.clock import Clock, iso
+from core.wire import Change
 from runtime import feedpages as feed
 from runtime.client import SpaceClient
 from runtime.events import Bus, DiffApplied, RecordEdited
@@ -160,7 +163,7 @@ class Reconciler:
     async def _on_event(self, event: SseEvent) -> None:
         try:
             if event.event == "change":
-                self._apply_changes([event.json()])
+                self._apply_changes([msgspec.json.decode(event.data, type=Change)])
             elif event.event == "gap" or (event.event == "hello" and feed.cursor(event) > self.seq):
                 await self._fill_gap()
         except Exception as exc:  # a bad event must not end the stream
@@ -172,19 +175,19 @@ class Reconciler:
             more = True
             while more:
                 page = await self._client.changes(self._space, since=self.seq)
-                self._apply_changes(page["changes"])
-                more = bool(page.get("more") and page["changes"])
+                self._apply_changes(page.changes)
+                more = page.more and bool(page.changes)
 
     def _kept(self, record: Loaded) -> Loaded:
         """The record object already held when it equals `record` (nothing new is kept)."""
         old = self.records.get(record.id)
         return old if old is not None and old == record else record
 
-    def _apply_changes(self, changes: Iterable[dict[str, Any]]) -> None:
-        fresh = [c for c in changes if int(c["seq"]) > self.seq]
+    def _apply_changes(self, changes: Iterable[Change]) -> None:
+        fresh = [c for c in changes if c.seq > self.seq]
         if not fresh:
             return
-        self.seq = int(fresh[-1]["seq"])
+        self.seq = fresh[-1].seq
         self.version += 1
         items = [item for item in map(feed.item, fresh) if not self._restamped(item)]
         if items:

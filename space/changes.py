@@ -9,11 +9,10 @@ Must not write records.
 from __future__ import annotations
 
 import json
-from typing import Any
 
-import msgspec
 from aiohttp import web
 
+from core.wire import ChangePage
 from space import sse, trigger_store
 from space.db import DB
 from space.http import Refusal, add_route, answer, int64, int_query
@@ -22,21 +21,6 @@ from space.spaces import require_space
 FANOUT = web.AppKey("change_fanout", sse.Fanout[str])
 PAGE_DEFAULT = 500
 PAGE_MAX = 5000
-
-
-class Change(msgspec.Struct, frozen=True, kw_only=True):
-    seq: int
-    triggerId: str
-    op: str
-    rev: int
-    at: str
-    record: dict[str, Any] | None
-
-
-class ChangePage(msgspec.Struct, frozen=True, kw_only=True):
-    changes: list[Change]
-    next: int
-    more: bool
 
 
 def notify(app: web.Application, space: str) -> None:

@@ -18,7 +18,7 @@ from typing import Annotated
 import msgspec
 import sqlite_utils
 
-from core.wire import NAME_MAX, Message, MessageEdit, MessageIn
+from core.chatwire import NAME_MAX, Message, MessageEdit, MessageIn
 from space.clock import iso
 from space.db import transaction
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
-from core.wire import NAME_MAX, Agent, Message, MessageEdit, MessageIn
+from core.chatwire import NAME_MAX, Agent, Message, MessageEdit, MessageIn, MessagePage
 from space import (
     auth,
     chat_store,
@@ -52,12 +52,6 @@ class Chat(msgspec.Struct, frozen=True, kw_only=True):
 
 class ChatList(msgspec.Struct, frozen=True, kw_only=True):
     chats: list[Chat]
-
-
-class MessagePage(msgspec.Struct, frozen=True, kw_only=True):
-    messages: list[Message]
-    next: int  # pass as `after` for the following page
-    more: bool
 
 
 CHAT_SETTINGS = web.AppKey("chat_settings", ChatSettings)

@@ -16,6 +16,7 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
+from core.wire import ProgramList, ProgramOut
 from programs import loader, refs
 from programs.loader import ProgramMeta
 from space.appstate import SETTINGS
@@ -33,20 +34,6 @@ CREATE TABLE IF NOT EXISTS programs (space TEXT NOT NULL, name TEXT NOT NULL,
 
 class ProgramIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     source: str
-
-
-class ProgramOut(msgspec.Struct, frozen=True, kw_only=True):
-    ref: str
-    name: str
-    version: int
-    sha256: str
-    anyTool: bool
-    createdAt: str
-    source: str | None = None
-
-
-class ProgramList(msgspec.Struct, frozen=True, kw_only=True):
-    programs: list[ProgramOut]
 
 
 def ensure_schema(db: sqlite_utils.Database) -> None:

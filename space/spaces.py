@@ -15,6 +15,7 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
+from core.wire import Space
 from space import auth, chat_store
 from space.clock import epoch, iso
 from space.db import DB, transaction
@@ -33,13 +34,6 @@ CREATE TABLE IF NOT EXISTS spaces (
 class SpaceIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     id: str
     name: str = ""
-
-
-class Space(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    name: str
-    generalChat: str | None
-    createdAt: str
 
 
 class SpaceList(msgspec.Struct, frozen=True, kw_only=True):

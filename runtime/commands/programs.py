@@ -169,7 +169,7 @@ async def published(client: SpaceClient, where: Target, ref: ProgramRef) -> dict
 
 
 async def list_programs(client: SpaceClient, where: Target, as_json: bool) -> int:
-    found = (await client.programs(where.space))["programs"]
+    found = (await client.call("programs", space=where.space))["programs"]  # printed as answered
     if as_json:
         print(json.dumps({"programs": found}))
     elif not found:

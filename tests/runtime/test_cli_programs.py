@@ -81,7 +81,7 @@ async def test_publish_refuses_a_broken_program_locally(
     code, out, err = await cli("programs", "publish", str(broken), "--as", "broken@v1")
     assert (code, out) == (2, "")
     assert err.startswith("baton: FILE: ") and reason in err and len(err.splitlines()) == 1
-    assert (await space[2].programs(SPACE))["programs"] == []  # nothing was sent
+    assert (await space[2].programs(SPACE)).programs == []  # nothing was sent
 
 
 @pytest.mark.parametrize(

@@ -178,3 +178,15 @@ async def test_changes_stream_is_on_its_own_route(client):
 
 async def _ignore(event) -> None:
     return None
+
+
+async def test_an_answer_that_does_not_fit_its_struct_is_an_api_error(client):
+    with pytest.raises(ApiError) as caught:  # the echo is no page of records
+        await client.trigger_page("bao")
+    assert caught.value.code == "malformed_answer" and "triggers" in caught.value.detail
+
+
+async def test_a_program_listing_that_does_not_fit_is_an_api_error(client):
+    with pytest.raises(ApiError) as caught:  # the echo lists no programs
+        await client.programs("bao")
+    assert caught.value.code == "malformed_answer" and "programs" in caught.value.detail

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from core.clock import FakeClock
 from core.routes import PREFIX, ROUTES, ApiError
@@ -133,9 +134,9 @@ async def test_status_stamps_and_change_feed(space):
     before = await admin.changes(SPACE)
     stamped = await admin.trigger_status(SPACE, made["id"], {"lastStatus": "ok"})
     assert stamped["lastStatus"] == "ok"
-    after = await admin.changes(SPACE, since=before["next"])
-    assert after["next"] > before["next"]
-    assert made["id"] in str(after["changes"])
+    after = await admin.changes(SPACE, since=before.next)
+    assert after.next > before.next
+    assert made["id"] in {c.triggerId for c in after.changes}
 
 
 async def test_change_feed_stream_delivers_new_changes(space):
@@ -224,3 +225,16 @@ async def test_state_through_a_run_token(space):
         with pytest.raises(ApiError) as refused:
             await run.trigger_create(SPACE, CRON)
         assert refused.value.status == 403
+
+
+async def test_a_change_page_that_does_not_fit_is_an_api_error(tmp_path, aiohttp_server):
+    async def bad_page(_: web.Request) -> web.Response:
+        return web.json_response({"changes": [{"seq": "x"}]})
+
+    app = web.Application()
+    app.router.add_get(PREFIX + "/spaces/{space}/changes", bad_page)
+    server = await aiohttp_server(app)
+    async with SpaceClient(str(server.make_url("/")), "tok") as client:
+        with pytest.raises(ApiError) as caught:
+            await client.changes(SPACE)
+    assert caught.value.code == "malformed_answer" and "changes" in caught.value.detail

@@ -63,7 +63,7 @@ class Setup:
         return (await self.admin.triggers(SPACE))["seq"]
 
     async def changes_since(self, seq: int) -> list:
-        return (await self.admin.changes(SPACE, since=seq))["changes"]
+        return (await self.admin.changes(SPACE, since=seq)).changes
 
     def write_raw(self, body: dict) -> None:
         """Store `body` over the record's stored fields, as another build might have."""

@@ -19,6 +19,7 @@ from multidict import CIMultiDict
 
 from core.aio import Backoff
 from core.clock import Clock, FakeClock, SystemClock
+from core.wire import Change
 from runtime.client import SpaceClient
 from runtime.events import Bus, DiffApplied, RecordEdited
 from runtime.reconciler import Reconciler
@@ -386,7 +387,7 @@ async def test_a_stamp_change_is_taken_without_a_diff_nor_a_registry_copy(space,
     registry, edits = rec.registry, run.edits
     stamped = {**made, "nextFireAt": "2026-12-01T09:05:00.000Z", "lastStatus": "ok"}
     change = {"seq": rec.seq + 1, "triggerId": made["id"], "op": "stamp", "rev": made["rev"]}
-    rec._apply_changes([change | {"at": made["updatedAt"], "record": stamped}])
+    rec._apply_changes([Change(**change, at=made["updatedAt"], record=stamped)])
     assert rec.registry is registry and len(run.diffs) == 1 and run.edits == edits
     assert rec.records[made["id"]].last_status == "ok"  # type: ignore[union-attr]
     assert rec.registry[made["id"]].record.next_fire_at is not None  # its stamps kept current
