@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from waiting import eventually
 
 from core.clock import FakeClock
 from programs.executor import Executor
@@ -102,9 +103,10 @@ class World:
 
     async def until_running(self, record: Trigger, running: int = 1) -> None:
         assert self.firing is not None
-        async with asyncio.timeout(10):
-            while self.firing.status()["triggers"].get(record.id, {}).get("running") != running:
-                await asyncio.sleep(0.005)
+        firing = self.firing
+        await eventually(
+            lambda: firing.status()["triggers"].get(record.id, {}).get("running") == running
+        )
 
 
 class FakeResponder:
@@ -254,9 +256,8 @@ async def fire_into_a_running_one(w: World, tmp_path: Path):
     await w.firing.fire(w.request(record, "a"))
     await w.until_running(record)
     await w.firing.fire(w.request(record, "b"))
-    async with asyncio.timeout(10):
-        while w.firing.counts.get("skipped") != 1:
-            await asyncio.sleep(0.005)
+    firing = w.firing
+    await eventually(lambda: firing.counts.get("skipped") == 1)
     gate.touch()
     await w.fire()
     return record
@@ -297,9 +298,8 @@ async def test_a_full_queue_rejects_and_the_queued_fire_runs_after(w: World, tmp
     await w.until_running(record)
     await w.firing.fire(w.request(record, "b"))
     await w.firing.fire(w.request(record, "c"))
-    async with asyncio.timeout(10):
-        while w.firing.counts.get("rejected") != 1:
-            await asyncio.sleep(0.005)
+    firing = w.firing
+    await eventually(lambda: firing.counts.get("rejected") == 1)
     gate.touch()
     await w.fire()
     runs = {r["key"]: r for r in await w.runs(record)}
@@ -410,9 +410,8 @@ async def test_a_fire_that_waited_long_in_its_queue_mints_a_fresh_token(w: World
     await w.firing.fire(w.request(record, "a"))
     await w.until_running(record)
     await w.firing.fire(w.request(record, "b"))
-    async with asyncio.timeout(10):
-        while not w.firing.status()["triggers"].get(record.id, {}).get("queued"):
-            await asyncio.sleep(0.005)
+    firing = w.firing
+    await eventually(lambda: bool(firing.status()["triggers"].get(record.id, {}).get("queued")))
     w.clock.advance(20)  # longer than a claim's token may wait: it could die mid-run
     gate.touch()
     await w.fire()
@@ -480,9 +479,8 @@ async def test_removing_a_trigger_records_its_waiting_fires_as_withdrawn(w: Worl
     await w.firing.fire(w.request(record, "a"))
     await w.until_running(record)
     await w.firing.fire(w.request(record, "b"))
-    async with asyncio.timeout(10):
-        while w.firing.status()["triggers"][record.id]["queued"] != 1:
-            await asyncio.sleep(0.005)
+    firing = w.firing
+    await eventually(lambda: firing.status()["triggers"][record.id]["queued"] == 1)
     w.firing.apply(Diff(remove=(record.id,)))
     gate.touch()
     await w.fire()
