@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from core.aio import TaskSet
 from core.vocab import RunStatus
 from programs.confine import Containment
 from programs.job import Job
@@ -119,7 +120,7 @@ class Executor:
         self._idle = Idle()
         self._idle_workers = 0
         self._workers: set[WorkerProcess] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("executor")  # workers starting and retiring
         self._spawning = self._spawned = self._failed_starts = self._waiting = 0
         self._last_start_error = ""
         self._closed = False
@@ -145,8 +146,7 @@ class Executor:
 
     async def settled(self) -> PoolStats:
         """Waits until no worker is starting or stopping; then the pool's figures."""
-        while self._tasks:
-            await asyncio.wait(set(self._tasks))
+        await self._tasks.wait()
         return self.stats()
 
     @property
@@ -263,6 +263,4 @@ class Executor:
         self._idle.put(worker)
 
     def _background(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(coro)

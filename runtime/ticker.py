@@ -49,6 +49,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from core.aio import MAX_SLEEP
 from core.clock import Clock, iso, sleep_or_wake
 from runtime.cursors import Entry, add_bridge, arm, restart, take
 from runtime.dispatch import Dispatcher, FireRequest, named
@@ -72,7 +73,7 @@ class Ticker:
         dispatcher: Dispatcher,
         *,
         clock: Clock,
-        max_sleep: float = 30.0,
+        max_sleep: float = MAX_SLEEP,
     ) -> None:
         self._dispatcher = dispatcher
         self._clock = clock
