@@ -8,11 +8,20 @@ test's own `asyncio.Condition`. This helper is for what only looking again can s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 
-async def eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Wait for `predicate()` under a deadline, looking again every few milliseconds."""
+async def eventually(
+    probe: Callable[[], Awaitable[Any] | Any], *, timeout: float = 5.0, every: float = 0.01
+) -> Any:
+    """Look again every `every` seconds until `probe()` (awaited if it is a coroutine) is
+    truthy, under a deadline; return what it gave."""
     async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
+        while True:
+            found = probe()
+            if asyncio.iscoroutine(found):
+                found = await found
+            if found:
+                return found
+            await asyncio.sleep(every)

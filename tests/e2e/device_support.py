@@ -11,12 +11,14 @@ no task of the runtime is left. Waits are on conditions under a deadline.
 from __future__ import annotations
 
 import asyncio
+import functools
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import waiting
 from aiohttp import web
 
 from core.clock import FakeClock
@@ -32,18 +34,8 @@ DEADLINE = 10.0
 ECHO = "def main(args):\n    return {'ok': True, 'args': args}\n"
 
 
-async def eventually(
-    probe: Callable[[], Awaitable[Any] | Any], *, timeout: float = DEADLINE, every: float = 0.02
-) -> Any:
-    """Look again every `every` seconds until `probe()` is truthy; return what it gave."""
-    async with asyncio.timeout(timeout):
-        while True:
-            found = probe()
-            if asyncio.iscoroutine(found):
-                found = await found
-            if found:
-                return found
-            await asyncio.sleep(every)
+eventually = functools.partial(waiting.eventually, timeout=DEADLINE, every=0.02)
+"""The suite's one condition wait (tests/waiting.py), with a device's longer deadline."""
 
 
 class Space:
