@@ -13,7 +13,7 @@ from typing import Any
 
 
 async def eventually(
-    probe: Callable[[], Awaitable[Any] | Any], *, timeout: float = 5.0, every: float = 0.01
+    probe: Callable[[], Awaitable[Any] | Any], timeout: float = 5.0, *, every: float = 0.01
 ) -> Any:
     """Look again every `every` seconds until `probe()` (awaited if it is a coroutine) is
     truthy, under a deadline; return what it gave."""
