@@ -125,9 +125,65 @@ def restrict_files(p: Plan, scratch: str) -> None:
     rules.restrict()
 
 
-def confine(p: Plan, scratch: str, memory_cap: int | None) -> None:
-    """Applies the whole plan to this (forked, not yet running the program) process."""
+class Rules:
+    """The Landlock rules every run of a worker shares (the read-only paths and the
+    devices), opened once in the worker; `ruleset(scratch)` builds a new ruleset of them
+    plus one run's scratch directory, ahead of the fork, for that run process alone to
+    restrict itself with. One ruleset per run process: none is ever shared or changed
+    after it is handed over, so no run gets another's scratch."""
+
+    def __init__(self, abi: int, rules: list[tuple[int, int]]) -> None:
+        self.abi, self._rules = abi, rules
+
+    @classmethod
+    def make(cls, p: Plan) -> Rules | None:
+        if p.abi <= 0:
+            return None
+        probe = landlock.Ruleset(p.abi)
+        rules: list[tuple[int, int]] = []
+        try:
+            wanted = [(path, landlock.READ) for path in p.read_only]
+            wanted += [(path, landlock.READ_FILE | landlock.WRITE_FILE) for path in DEVICES]
+            for path, rights in wanted:
+                try:
+                    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue  # as `Ruleset.allow`: a path that is not there needs no rule
+                rules.append((fd, probe.masked(fd, rights)))
+        finally:
+            probe.close()
+        return cls(p.abi, rules)
+
+    def ruleset(self, scratch: str) -> int:
+        """A new ruleset's descriptor (the caller's to hand over and close): the shared
+        rules and read-write beneath `scratch`."""
+        rules = landlock.Ruleset(self.abi)
+        try:
+            for fd, rights in self._rules:
+                rules.add(fd, rights)
+            if not rules.allow(scratch, landlock.READ_WRITE):
+                raise landlock.LandlockError(2, f"scratch directory {scratch} is gone")
+        except BaseException:
+            rules.close()
+            raise
+        return rules.detach()
+
+    def close(self) -> None:
+        for fd, _ in self._rules:
+            os.close(fd)
+        self._rules = []
+
+
+def confine(p: Plan, scratch: str, memory_cap: int | None, ruleset: int | None = None) -> None:
+    """Applies the whole plan to this (forked, not yet running the program) process;
+    `ruleset`, built ahead by `Rules.ruleset(scratch)`, spares building one here."""
     limit(memory_cap)
     if p.root:
         privileges.drop_capabilities()
-    restrict_files(p, scratch)
+    if ruleset is None or p.abi <= 0:
+        restrict_files(p, scratch)
+        return
+    try:
+        landlock.restrict_self(ruleset)
+    finally:
+        os.close(ruleset)

@@ -50,6 +50,15 @@ def scopes(abi: int) -> int:
     return SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0
 
 
+def restrict_self(ruleset_fd: int) -> None:
+    """No new privileges, then the ruleset `ruleset_fd` on this process: irreversible.
+    Works with a ruleset built by another process (the worker) and inherited."""
+    if _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise LandlockError(errno, f"no_new_privs: {os.strerror(errno)}")
+    _call(SYS_RESTRICT_SELF, ctypes.c_int(ruleset_fd), ctypes.c_uint32(0))
+
+
 class LandlockError(OSError):
     """A Landlock call the kernel refused."""
 
@@ -115,21 +124,31 @@ class Ruleset:
             os.close(fd)
 
     def allow_fd(self, fd: int, rights: int) -> bool:
+        self.add(fd, self.masked(fd, rights))
+        return True
+
+    def masked(self, fd: int, rights: int) -> int:
+        """`rights` as a rule beneath `fd` may hold them (a file holds fewer than a directory)."""
         mask = self.handled if stat.S_ISDIR(os.fstat(fd).st_mode) else self.handled & FILE_RIGHTS
-        rule = _PathBeneath(allowed_access=rights & mask, parent_fd=fd)
+        return rights & mask
+
+    def add(self, fd: int, rights: int) -> None:
+        """Adds a rule already masked (`masked`): the syscall only."""
+        rule = _PathBeneath(allowed_access=rights, parent_fd=fd)
         _call(SYS_ADD_RULE, ctypes.c_int(self._fd), ctypes.c_int(RULE_PATH_BENEATH),
               ctypes.byref(rule), ctypes.c_uint32(0))  # fmt: skip
-        return True
 
     def restrict(self) -> None:
         """No new privileges, then the ruleset on this process: irreversible."""
         try:
-            if _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-                errno = ctypes.get_errno()
-                raise LandlockError(errno, f"no_new_privs: {os.strerror(errno)}")
-            _call(SYS_RESTRICT_SELF, ctypes.c_int(self._fd), ctypes.c_uint32(0))
+            restrict_self(self._fd)
         finally:
             self.close()
+
+    def detach(self) -> int:
+        """The ruleset's descriptor, now the caller's to restrict with and close."""
+        fd, self._fd = self._fd, -1
+        return fd
 
     def close(self) -> None:
         if self._fd >= 0:

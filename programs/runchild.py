@@ -33,12 +33,17 @@ PR_SET_PDEATHSIG = 1
 READY = b"R"  # a spare's first byte: confined, waiting for its request
 
 
-def child(place: Place, scratch: str, sock: socket.socket) -> None:
+def child(place: Place, scratch: str, sock: socket.socket, ruleset: int | None = None,
+          failed_ahead: BaseException | None = None) -> None:  # fmt: skip
+    """`ruleset`: the Landlock ruleset the worker built for this process and `scratch`
+    alone (`programs.confine.Rules`); `failed_ahead`: why the worker could not build it."""
     me = os.getpid()
     try:
-        _enter(scratch, sock.fileno())
+        _enter(scratch, sock.fileno(), ruleset)
         base = runner.address_space()  # /proc is out of reach once confined
-        confine.confine(place.plan, scratch, None)
+        if failed_ahead is not None:
+            raise failed_ahead
+        confine.confine(place.plan, scratch, None, ruleset)
         _guard_signals()
     except BaseException as exc:
         failed: BaseException | None = exc
@@ -94,13 +99,17 @@ def _receive(sock: socket.socket) -> channel.Request | None:
         return None
 
 
-def _enter(scratch: str, keep_fd: int) -> None:
+def _enter(scratch: str, keep_fd: int, ruleset: int | None = None) -> None:
     """Leaves the worker's session and descriptors (its control channel, the sockets of
-    its other run processes); the scratch directory is home."""
+    its other run processes, the paths its Landlock rules hold); the scratch directory
+    is home. Only the socket and this process's own ruleset stay (`confine` closes it)."""
     os.setsid()
     privileges.libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    os.closerange(3, keep_fd)
-    os.closerange(keep_fd + 1, max(keep_fd + 1, os.sysconf("SC_OPEN_MAX")))
+    low = 3
+    for fd in sorted({keep_fd} | ({ruleset} if ruleset is not None else set())):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, max(low, os.sysconf("SC_OPEN_MAX")))
     os.chdir(scratch)
     os.environ.update(HOME=scratch, TMPDIR=scratch)
     tempfile.tempdir = None

@@ -49,6 +49,7 @@ class Place:
         # Keep run processes warm only where no run can reach another process of the
         # worker's (Landlock ABI 6: ptrace and signals scoped) and every one is reaped.
         self.warm = warm.SUPPORTED and self.plan.abi >= 6 and self.subreaper
+        self.rules = confine.Rules.make(self.plan)
         self.scratch_root = tempfile.gettempdir()
         self._sweep()
         privileges.warm()
@@ -58,7 +59,19 @@ class Place:
         """A new scratch directory, named after this worker so a sweep can tell its owner."""
         return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=self.scratch_root)
 
+    def ruleset(self, scratch: str) -> tuple[int | None, BaseException | None]:
+        """The Landlock ruleset of a run process with `scratch`, built here ahead of the
+        fork (None where there is no Landlock), or why it could not be built."""
+        if self.rules is None or self.plan.abi <= 0:
+            return None, None
+        try:
+            return self.rules.ruleset(scratch), None
+        except OSError as exc:
+            return None, exc
+
     def close(self) -> None:
+        if self.rules is not None:
+            self.rules.close()
         reaper.reap_all(None, self.cgroup)
         self.cgroup.remove()
         for path in glob.glob(os.path.join(self.scratch_root, f"{SCRATCH_PREFIX}{os.getpid()}-*")):
@@ -85,6 +98,7 @@ class Spare:
     @classmethod
     def fork(cls, place: Place, control_fd: int) -> Spare:
         scratch = place.scratch()
+        ruleset, failed = place.ruleset(scratch)
         ours, theirs = socket.socketpair()
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
@@ -94,9 +108,11 @@ class Spare:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
             ours.close()
-            runchild.child(place, scratch, theirs)
+            runchild.child(place, scratch, theirs, ruleset, failed)
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
         theirs.close()
+        if ruleset is not None:
+            os.close(ruleset)
         return cls(pid, ours, scratch)
 
     def ready(self, deadline: float | None = None) -> bool:

@@ -185,3 +185,33 @@ def test_confine_stops_the_attacks_as_root_and_as_an_ordinary_user(
 def test_the_containment_level_says_what_is_weaker(plan: Plan, level: str, weaker: list) -> None:
     found = confine.containment(plan)
     assert (found.level, found.weaker) == (level, weaker)
+
+
+@needs_landlock
+def test_a_ruleset_built_ahead_gives_its_run_its_own_scratch_only(tmp_path: Path) -> None:
+    plan = confine.plan(cgroup=False, subreaper=True)
+    rules = confine.Rules.make(plan)
+    assert rules is not None
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    for scratch in (mine, theirs):
+        scratch.mkdir()
+    (theirs / "left").write_text("another run's file")
+    ahead = [rules.ruleset(str(mine)), rules.ruleset(str(theirs))]  # both built before a fork
+
+    def work() -> dict[str, Any]:
+        confine.confine(plan, str(mine), memory_cap(512), ahead[0])
+        return {"write mine": attempt(lambda: (mine / "note").write_text("mine")),
+                "read theirs": attempt(lambda: (theirs / "left").read_text()),
+                "write theirs": attempt(lambda: (theirs / "planted").write_text("x")),
+                "read stdlib": attempt(lambda: Path(json.__file__).read_text())}  # fmt: skip
+
+    try:
+        found = in_child(work)
+    finally:
+        for fd in ahead:
+            os.close(fd)
+        rules.close()
+    assert found["write mine"] == "done" and found["read stdlib"] == "done", found
+    assert found["read theirs"] == "PermissionError 13", found
+    assert found["write theirs"] == "PermissionError 13", found
+    assert not (theirs / "planted").exists()
