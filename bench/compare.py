@@ -1,6 +1,7 @@
 """baton side by side with APScheduler 3.11: the figures of the fire-path issue, in one run.
 
-Run: .venv/bin/python bench/compare.py [--quick] [--rounds N]   (needs the `bench` extra)
+Run: .venv/bin/python bench/compare.py [--quick] [--rounds N] [--only rest|fires]
+        [--count N] [--no-peer] [--idle S]   (needs the `bench` extra)
 
 Every workload runs on 127.0.0.1 in real processes: for baton the space server
 (bench/serving.py) and a device (`python -m runtime.cli device`, as bench/fire.py
@@ -23,7 +24,10 @@ its ratio to the peer, the floor or the goal. Workloads:
 
 `--quick` runs one round with fewer messages, an 8 s cron window, idle windows of 6 s and
 25,000 triggers at rest instead of 100,000 (APScheduler alone takes 15–70 s to add 100,000
-on this machine); under 2 minutes.
+on this machine); under 2 minutes. `--only rest` (or `--only fires`) runs only that half of
+a round; `--count N` sets the triggers at rest; `--no-peer` leaves APScheduler out;
+`--idle S` sets the idle CPU window (default 30 s, 6 s with `--quick`).
+`--only rest --count 100000 --no-peer` takes about a minute.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from serving import ROOT, in_parallel, start_server, stop_server
 
 Figures = dict[str, float]
 REST, QUICK_REST = 100_000, 25_000  # cron triggers at rest (full run, `--quick`)
+OPTIONS: dict[str, Any] = {"only": None, "count": None, "peer": True, "idle": None}
 
 
 def rest_expr(i: int) -> str:
@@ -124,18 +129,28 @@ async def peer(workload: str, n: int, seconds: float) -> dict[str, Any]:
 
 
 def rest_count(quick: bool) -> int:
-    return QUICK_REST if quick else REST
+    return OPTIONS["count"] or (QUICK_REST if quick else REST)
+
+
+def idle_window(quick: bool) -> float:
+    return OPTIONS["idle"] or (6 if quick else 30)
+
+
+def wanted(half: str) -> bool:
+    return OPTIONS["only"] in (None, half)
 
 
 async def peer_round(quick: bool) -> Figures:
-    one = await peer("one", 1, 8 if quick else 30)
-    burst = await peer("burst", 1000, 6)
-    rest = await peer("rest", rest_count(quick), 6 if quick else 20)
-    return {
-        "one_p99": pct(one["late"], 99), "burst_p99": pct(burst["late"], 99),
-        "burst_last": burst["last"], "rest_ready": rest["ready"], "rest_rss": rest["rss"],
-        "rest_cpu": rest["cpu"],
-    }  # fmt: skip
+    found: Figures = {}
+    if wanted("fires"):
+        one = await peer("one", 1, 8 if quick else 30)
+        burst = await peer("burst", 1000, 6)
+        found |= {"one_p99": pct(one["late"], 99), "burst_p99": pct(burst["late"], 99),
+                  "burst_last": burst["last"]}  # fmt: skip
+    if wanted("rest"):
+        rest = await peer("rest", rest_count(quick), idle_window(quick))
+        found |= {"rest_ready": rest["ready"], "rest_rss": rest["rss"], "rest_cpu": rest["cpu"]}
+    return found
 
 
 # ---------------------------------------------------------------- baton
@@ -318,7 +333,7 @@ async def baton_rest(quick: bool) -> Figures:
                 await until(lambda: _true(ready_at(log, count)), 300, f"{count} armed")
                 ready = (ready_at(log, count) or t0) - t0
                 await quiet(device.pid, 10 if quick else 60)
-                cpu = (await cpu_percent([device.pid], 6 if quick else 30))[0]
+                cpu = (await cpu_percent([device.pid], idle_window(quick)))[0]
                 return {"rest_ready": ready, "rest_rss": rss_mb(device.pid), "rest_cpu": cpu}
             finally:
                 await stop_device(device)
@@ -336,12 +351,14 @@ async def _true(value: object) -> bool:
 
 
 def median(rounds: list[Figures], key: str) -> tuple[float, float, float]:
-    values = [r[key] for r in rounds if key in r]
+    values = [r[key] for r in rounds if key in r] or [float("nan")]
     return statistics.median(values), min(values), max(values)
 
 
 def cell(rounds: list[Figures], key: str, unit: str) -> str:
     mid, lo, hi = median(rounds, key)
+    if mid != mid:  # not measured in this run (`--only`, `--no-peer`)
+        return "—"
     spread = f" ({lo:.1f}–{hi:.1f})" if len(rounds) > 1 else ""
     return f"{mid:.1f} {unit}{spread}"
 
@@ -382,7 +399,7 @@ def table(ours: list[Figures], theirs: list[Figures], rest: int) -> list[str]:
         ("one message → 1,000 triggers, p99", cell(ours, "fan_p99", "ms"), "",
          f"{g('fan_p99', 300)} (≤ 300 ms)"),
     ]  # fmt: skip
-    return [" | ".join(row) for row in rows]
+    return [" | ".join(row) for row in rows if row[1] != "—"]  # `--only`: the rows measured
 
 
 async def compare(quick: bool, rounds: int) -> None:
@@ -390,7 +407,7 @@ async def compare(quick: bool, rounds: int) -> None:
     theirs: list[Figures] = []
     for n in range(rounds):
         order = [baton_round, peer_round] if n % 2 == 0 else [peer_round, baton_round]
-        for side in order:
+        for side in (s for s in order if OPTIONS["peer"] or s is baton_round):
             figures = await side(quick)
             (ours if side is baton_round else theirs).append(figures)
             print(f"round {n + 1}: {side.__name__}: "
@@ -401,7 +418,8 @@ async def compare(quick: bool, rounds: int) -> None:
 
 
 async def baton_round(quick: bool) -> Figures:
-    return {**await baton_fires(quick), **await baton_rest(quick)}
+    fires = await baton_fires(quick) if wanted("fires") else {}
+    return {**fires, **(await baton_rest(quick) if wanted("rest") else {})}
 
 
 def load_average() -> str:
@@ -416,6 +434,11 @@ def main() -> None:
     rounds = 1 if quick else 3
     if "--rounds" in sys.argv:
         rounds = int(sys.argv[sys.argv.index("--rounds") + 1])
+    for flag, key, kind in (("--only", "only", str), ("--count", "count", int),
+                            ("--idle", "idle", float)):  # fmt: skip
+        if flag in sys.argv:
+            OPTIONS[key] = kind(sys.argv[sys.argv.index(flag) + 1])
+    OPTIONS["peer"] = "--no-peer" not in sys.argv
     sys.path.insert(0, str(ROOT))
     start = time.perf_counter()
     print(f"load average at start {load_average()}")

@@ -65,6 +65,13 @@ HAND_OFF = 100
 """At most this many entries are armed between two yields to the loop (≈ 25–100 ms)."""
 
 
+def _by_schedule(item: tuple[TriggerId, tuple[Armed, datetime]]) -> tuple[str, str]:
+    """Pending entries of one (expression, zone) together: armed in a row as of the same
+    `now`, they share their start cursor and so one next-slot search (`schedule.next_fire`)."""
+    record = item[1][0].record
+    return (record.spec.expr, record.spec.tz) if isinstance(record, CronTrigger) else ("", "")
+
+
 class Ticker:
     """Fires this device's armed cron and once triggers; `await run()` until cancelled."""
 
@@ -110,6 +117,8 @@ class Ticker:
                 self._refresh(armed)
         if len(self._pending) <= self.chunk:
             self._arm_some(len(self._pending))
+        elif diff.add or diff.rearm:  # a large diff: armed by schedule, so entries that share
+            self._pending = dict(sorted(self._pending.items(), key=_by_schedule))  # a slot search
         self._wake.set()
 
     @property

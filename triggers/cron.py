@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from triggers import cronwall
-from triggers.bounds import cron_fields, zone
+from triggers.bounds import zone
 from triggers.records import CronSpec
 
 SECOND = timedelta(seconds=1)
@@ -45,21 +45,37 @@ class CronRule:
     expr: str
     tz: ZoneInfo
     wildcard: bool
+    matcher: cronwall.Matcher  # the expression's parse, shared by every zone
+    fixed: timedelta | None  # the zone's one offset, if it never changes (UTC, Etc/…)
 
 
 @functools.lru_cache(maxsize=cronwall.CACHE_SIZE)
 def rule(expr: str, tz: str = "UTC") -> CronRule:
-    """Check `expr` and `tz`; ValueError naming what is wrong."""
-    return CronRule(expr=expr, tz=zone(tz), wildcard=is_wildcard(expr))
+    """Check `expr` and `tz`; ValueError naming what is wrong. Cached per (expr, tz)."""
+    expr = str(expr)  # a plain str: `cronwall.compile`'s cache is keyed by the exact type
+    z, fixed = _zone(str(tz))
+    return CronRule(expr, z, is_wildcard(expr), cronwall.compile(expr), fixed)
+
+
+@functools.lru_cache(maxsize=1024)
+def _zone(name: str) -> tuple[ZoneInfo, timedelta | None]:
+    """The zone, and its one offset if it has one for all time by IANA's definition (UTC,
+    `Etc/GMT±n`): no transitions to search."""
+    z = zone(name)
+    fixed = name in ("UTC", "Etc/UTC", "Etc/GMT", "GMT", "UCT", "Zulu", "Universal") or (
+        name.startswith("Etc/GMT") and name[7:8] in "+-"
+    )
+    return z, offset(z, datetime(2000, 1, 1, tzinfo=UTC)) if fixed else None
 
 
 def rule_of(spec: CronSpec) -> CronRule:
-    return rule(str(spec.expr), str(spec.tz))
+    return rule(spec.expr, spec.tz)  # the checked strings themselves: no copy per call
 
 
 def is_wildcard(expr: str) -> bool:
     """Whether the job follows real time: a time-of-day field starts with `*`."""
-    fields = cron_fields(expr)
+    cronwall.compile(expr)  # ValueError for a bad one
+    fields = expr.split()
     time_of_day = fields[:3] if len(fields) == 6 else fields[:2]
     return any(f.startswith("*") for f in time_of_day)
 
@@ -179,7 +195,7 @@ def gap_hit(r: CronRule, t: datetime) -> bool:
     before, after = offset(r.tz, t - SECOND), offset(r.tz, t)
     if after <= before:
         return False
-    found = wall_next(r.expr, _naive(t, before) - SECOND)
+    found = r.matcher.next(_naive(t, before) - SECOND)
     return found is not None and found < _naive(t, after)
 
 
@@ -189,9 +205,12 @@ def gap_hit(r: CronRule, t: datetime) -> bool:
 def next_slot(r: CronRule, after: datetime) -> datetime | None:
     """The first fire strictly after `after` (aware), in UTC; None if the rule never fires."""
     lo = floor_second(after)  # walls strictly after lo's wall are searched
+    if r.fixed is not None:  # no transitions: the wall time's next match is the slot
+        found = r.matcher.next(_naive(lo, r.fixed))
+        return None if found is None else _aware(found, r.fixed)
     seg, off = lo, offset(r.tz, lo)  # seg: an instant known to be at `off`
     for _ in range(_MAX_HOPS):
-        wall = wall_next(r.expr, _naive(lo, off))
+        wall = r.matcher.next(_naive(lo, off))
         if wall is None:
             return None
         x = _aware(wall, off)
@@ -211,9 +230,12 @@ def next_slot(r: CronRule, after: datetime) -> datetime | None:
 def latest_slot(r: CronRule, at: datetime) -> datetime | None:
     """The last fire at or before `at` (aware), in UTC; None if there is none."""
     hi = floor_second(at) + SECOND  # exclusive
+    if r.fixed is not None:  # no transitions: the wall time's last match is the slot
+        found = r.matcher.prev(_naive(hi, r.fixed))
+        return None if found is None else _aware(found, r.fixed)
     off = offset(r.tz, hi - SECOND)
     for _ in range(_MAX_HOPS):
-        wall = wall_prev(r.expr, _naive(hi, off))
+        wall = r.matcher.prev(_naive(hi, off))
         if wall is None:
             return None
         x = _aware(wall, off)

@@ -34,7 +34,9 @@ MAX_YEARS = 50  # a search gives up this far from its start, as croniter does
 _SIMPLE = re.compile(r"[0-9*/,?-]+")
 _MONTHS = re.compile(r"(?:[0-9*/,?-]|jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)+")
 _DAYS = re.compile(r"(?:[0-9*/,?-]|sun|mon|tue|wed|thu|fri|sat)+")
-_FULL = {"second": range(60), "minute": range(60), "hour": range(24), "month": range(1, 13)}
+_FULL = {"second": tuple(range(60)), "minute": tuple(range(60)), "hour": tuple(range(24)),
+         "month": tuple(range(1, 13))}  # fmt: skip  # shared by every expression
+_MONTH_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # the most a month has
 
 Values = tuple[int, ...] | None  # sorted allowed values; None: every value
 
@@ -55,6 +57,18 @@ class Fields:
         dom_ok = self.dom is None or day in self.dom
         dow_ok = self.dow is None or (calendar.weekday(year, month, day) + 1) % 7 in self.dow
         return (dom_ok or dow_ok) if self.day_or else (dom_ok and dow_ok)
+
+
+def matches_every_leap_cycle(f: Fields) -> bool:
+    """Whether the expression matches in every 8 years, without a slot search.
+
+    Every month holds each weekday, every day 1 … 28, and days up to its length (29 for
+    a February of a leap year, which comes at least once in 8 years); times of day are
+    never empty. So only a day-of-month field alone can make an expression never match:
+    when none of its days fits any of its months (`0 0 30 2 *`)."""
+    if f.dom is None or f.dow is not None:
+        return True
+    return any(f.dom[0] <= _MONTH_DAYS[m] for m in f.months)
 
 
 class Matcher:
@@ -125,8 +139,8 @@ def _build(second: Values, minute: Values, hour: Values, day: Values, mon: Value
     )
 
 
-_PLAIN = re.compile(r"\*|[0-9]{1,2}")
 _BOUNDS = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 7))  # s, m, h, dom, mon, dow
+_ONE = {n: (n,) for n in range(60)}  # one shared tuple per single value
 
 
 def _plain(raw: list[str]) -> Fields | None:
@@ -134,14 +148,12 @@ def _plain(raw: list[str]) -> Fields | None:
     parse (≈ 100 µs an expression: 40,000 distinct ones cost seconds); None for anything else.
     A number out of range is left to croniter, whose message names it."""
     fields = raw if len(raw) == 6 else ["0", *raw]
-    if not all(_PLAIN.fullmatch(f) for f in fields):
-        return None
     values: list[Values] = []
     for f, (low, high) in zip(fields, _BOUNDS, strict=True):
         if f == "*":
             values.append(None)
-        elif low <= int(f) <= high:
-            values.append((int(f) % 7,) if high == 7 else (int(f),))
+        elif len(f) <= 2 and f.isascii() and f.isdigit() and low <= int(f) <= high:
+            values.append(_ONE[int(f) % 7 if high == 7 else int(f)])
         else:
             return None
     second, minute, hour, day, mon, wday = values
@@ -157,7 +169,7 @@ def _values(field: list[int | str]) -> Values:
 
 
 def _all(unit: str, values: Values) -> tuple[int, ...]:
-    return tuple(_FULL[unit]) if values is None else values
+    return _FULL[unit] if values is None else values
 
 
 def _next(f: Fields, t: datetime) -> datetime | None:
@@ -227,9 +239,14 @@ def _down(t: datetime, allowed: tuple[int, ...], now: int, unit: str) -> datetim
 def _day_after(f: Fields, t: datetime) -> datetime:
     """The start of the next matching day of `t`'s month, else of the next month."""
     year, month = t.year, t.month
-    for day in range(t.day + 1, calendar.monthrange(year, month)[1] + 1):
-        if f.day_ok(year, month, day):
-            return datetime(year, month, day)
+    last = 29 if month == 2 and calendar.isleap(year) else _MONTH_DAYS[month] - (month == 2)
+    if f.dow is None and f.dom is not None:  # the day-of-month field alone: jump to its next
+        i = bisect_right(f.dom, t.day)
+        days: Any = f.dom[i : i + 1] if i < len(f.dom) and f.dom[i] <= last else ()
+    else:
+        days = (d for d in range(t.day + 1, last + 1) if f.day_ok(year, month, d))
+    for day in days:
+        return datetime(year, month, day)
     return datetime(year + 1, 1, 1) if month == 12 else datetime(year, month + 1, 1)
 
 

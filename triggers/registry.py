@@ -52,7 +52,7 @@ class Deleted(msgspec.Struct, frozen=True, kw_only=True):
     id: TriggerId
 
 
-class Armed(msgspec.Struct, frozen=True, kw_only=True):
+class Armed(msgspec.Struct, frozen=True, kw_only=True, gc=False):  # holds no cycle
     """One registry entry: the record and the fingerprint of its `args`."""
 
     record: Trigger

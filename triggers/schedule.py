@@ -18,6 +18,7 @@ Cron instant math (the DST rule) lives in cron.py. Must not read the clock or do
 from __future__ import annotations
 
 import enum
+import functools
 from datetime import datetime, timedelta
 
 import msgspec
@@ -59,7 +60,14 @@ def next_fire(spec: CronSpec | OnceSpec, after: datetime) -> datetime | None:
     """The first fire strictly after `after`, aware UTC; None if there is none."""
     if isinstance(spec, OnceSpec):
         return spec.at_utc if spec.at_utc > after else None
-    return cron.next_slot(cron.rule_of(spec), after)
+    return _cron_next(spec.expr, spec.tz, after)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cron_next(expr: str, tz: str, after: datetime) -> datetime | None:
+    """One slot search per (expression, zone, instant): entries armed together (runtime.ticker
+    arms them sorted by expression and zone) share their cursor and so their next slot."""
+    return cron.next_slot(cron.rule(expr, tz), after)
 
 
 def latest_at_or_before(spec: CronSpec, t: datetime) -> datetime | None:
