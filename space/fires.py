@@ -62,28 +62,29 @@ def claim_one(
 
 
 def _insert(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> dict[str, Any]:
+    """The key claimed by this claim (one statement when it is new), else a `Refusal`."""
+    at = iso(now)
+    inserted = db.conn.execute(
+        "INSERT INTO fires (space, trigger_id, key, term, peer, claimed_at, claim_id) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (space, trigger_id, key) DO NOTHING",
+        [space, fire.triggerId, fire.key, fire.term, fire.peer, at, fire.claimId or ""],
+    ).rowcount
+    if inserted == 1:
+        return {**_out(fire), "claimedAt": at}
     row = db.execute(
         "SELECT term, peer, claimed_at, claim_id FROM fires "
         "WHERE space = ? AND trigger_id = ? AND key = ?",
         [space, fire.triggerId, fire.key],
     ).fetchone()
-    if row is not None and fire.claimId and row[3] == fire.claimId:
+    if fire.claimId and row[3] == fire.claimId:
         return {**_out(fire), "claimedAt": row[2]}  # this very claim, sent again
-    if row is not None:
-        raise Refusal(
-            409,
-            "already_claimed",
-            f"{fire.triggerId}@{fire.key} was claimed by {row[1]!r} at term {row[0]}",
-            peer=row[1],
-            claimedAt=row[2],
-        )
-    at = iso(now)
-    db.execute(
-        "INSERT INTO fires (space, trigger_id, key, term, peer, claimed_at, claim_id) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [space, fire.triggerId, fire.key, fire.term, fire.peer, at, fire.claimId or ""],
+    raise Refusal(
+        409,
+        "already_claimed",
+        f"{fire.triggerId}@{fire.key} was claimed by {row[1]!r} at term {row[0]}",
+        peer=row[1],
+        claimedAt=row[2],
     )
-    return {**_out(fire), "claimedAt": at}
 
 
 def _run_token(
