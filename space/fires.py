@@ -23,7 +23,7 @@ import sqlite_utils
 from aiohttp import web
 
 from core.wire import FireIn, FireList, FireOut
-from space import fence, metrics, record_view, token_store
+from space import fence, metrics, token_store
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso
@@ -31,7 +31,7 @@ from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, int_query, now_of, read_body
 from space.spaces import require_space
 
-DEFAULT_TIMEOUT_S = 60.0  # a record without `limits.timeoutSeconds`
+DEFAULT_TIMEOUT_S = 60.0  # a record without `limits.timeoutSeconds` (triggers.records.Limits')
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS fires (space TEXT NOT NULL, trigger_id TEXT NOT NULL,
@@ -105,8 +105,9 @@ def _run_token(
 
 
 def run_timeout(record: dict[str, Any]) -> float:
-    """The record's `limits.timeoutSeconds` (defaults filled in): how long its run may take."""
-    limits = record_view.complete(record).get("limits")
+    """The record's `limits.timeoutSeconds`, or the default when it has none: how long its
+    run may take. Read off the stored body (a claim decodes no whole record for it)."""
+    limits = record.get("limits")
     value = limits.get("timeoutSeconds") if isinstance(limits, dict) else None
     return float(value) if isinstance(value, int | float) else DEFAULT_TIMEOUT_S
 
