@@ -1,13 +1,17 @@
-"""A fire's claim and its run token: two requests (claim, then `POST …/tokens/run`) or one
-(the claim answers the token, `run` in its body).
+"""The space's side of a fire: its claim (which answers the run's token), and the run record
+with the trigger's stamps that ends it.
 
 Run: .venv/bin/python bench/claim.py [--quick]
 
 The space server (`create_app`, fresh SQLite file) runs in a child process; this process is
-the device, with a device token, claiming distinct keys of one pinned trigger. Each round runs
-both ways in turn (`two` then `one`), so load on the shared machine hits both alike:
+the device, with a device token, firing distinct keys of one pinned trigger. Each round runs
+both ways in turn (`claim` then `fire`), so load on the shared machine hits both alike:
 
-- sequential: one fire at a time; latency = the claim sent → the token in hand
+- claim: `POST …/fires` with `run` (the claim answers the run's token)
+- fire:  that claim, then the run record with its stamps, in the list form of
+         `POST …/runs` as the device's recorder sends it (which also ends the token)
+
+- sequential: one fire at a time; latency = the first request sent → the last answer
 - 20 in flight: fires/s, and the server's CPU (utime+stime from /proc) per fire
 
 Printed: the median of the rounds for each figure, and each round's figures.
@@ -22,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,24 +51,29 @@ class Device:
         self.h = {"Authorization": f"Bearer {token}"}
         self.n = 0
 
-    async def post(self, path: str, body: Any) -> dict[str, Any]:
+    async def post(self, path: str, body: Any, ok: int = 201) -> Any:
         async with self.session.post(self.base + path, json=body, headers=self.h) as resp:
-            assert resp.status == 201, (resp.status, await resp.text())
+            assert resp.status == ok, (resp.status, await resp.text())
             return await resp.json()
 
-    async def fire(self, way: str) -> str:
-        """One fire's claim and token; the token."""
+    async def fire(self, way: str) -> None:
+        """One fire's claim (with its token), and for `fire` its run record and stamps."""
         self.n += 1
         key, run_id = f"k{self.n}-{way}", f"run_{way}{self.n}"
         claim = {"triggerId": self.tid, "key": key, "term": 0, "peer": PEER,
-                 "claimId": f"clm_{self.n}{way}"}  # fmt: skip
-        if way == "one":
-            answer = await self.post("/fires", {**claim, "run": {"runId": run_id,
-                                                                 "ttlSeconds": 90}})  # fmt: skip
-            return answer["token"]
-        await self.post("/fires", claim)
-        body = {"triggerId": self.tid, "runId": run_id, "key": key, "ttlSeconds": 90}
-        return (await self.post("/tokens/run", body))["token"]
+                 "claimId": f"clm_{self.n}{way}", "run": {"runId": run_id, "ttlSeconds": 90}}
+        answer = await self.post("/fires", claim)  # fmt: skip
+        assert answer["token"]
+        if way == "claim":
+            return
+        now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        stamps = {"lastStatus": "ok", "lastStatusDetail": "", "lastRunAt": now,
+                  "rollup": {"runs": self.n, "ok": self.n}}
+        run = {"runId": run_id, "triggerId": self.tid, "program": "p@v1", "peer": PEER,
+               "term": 0, "key": key, "startedAt": now, "finishedAt": now, "durationMs": 1.0,
+               "status": "ok", "result": {"ok": True}, "lateMs": 0.5, "stamps": stamps}
+        written = await self.post("/runs", [run], ok=200)  # fmt: skip
+        assert written["runs"][0]["status"] == 201 and written["runs"][0]["stamps"] == 200
 
 
 async def sequential(device: Device, way: str, count: int) -> list[float]:
@@ -113,15 +123,15 @@ async def bench(quick: bool) -> None:
                       "program": "p@v1", "owner": PEER}  # fmt: skip
             tid = (await call(f"/spaces/{SPACE}/triggers", record))["id"]
             device = Device(session, base, token, tid)
-            figures: dict[str, list[tuple[float, float, float, float]]] = {"two": [], "one": []}
+            figures: dict[str, list[tuple[float, float, float, float]]] = {"claim": [], "fire": []}
             for _ in range(rounds):
-                for way in ("two", "one"):
+                for way in ("claim", "fire"):
                     took = await sequential(device, way, seq_n)
                     rate, cpu = await concurrent(device, way, conc_n, server.pid)
                     figures[way].append((pct(took, 50), pct(took, 99), rate, cpu))
         await stop_server(server)
     print("way | sequential p50 ms | p99 ms | 20 in flight: fires/s | server CPU ms per fire")
-    names = {"two": "claim, then POST tokens/run", "one": "claim answers the token"}
+    names = {"claim": "claim (answers the token)", "fire": "claim, then run + stamps"}
     for way, rows in figures.items():
         medians = [statistics.median(r[i] for r in rows) for i in range(4)]
         print(f"{names[way]} | {medians[0]:.2f} | {medians[1]:.2f} | {medians[2]:.0f} | "

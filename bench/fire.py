@@ -1,6 +1,10 @@
 """A real device firing: event latency, cron lateness, and the cost of 10,000 armed triggers.
 
-Run: .venv/bin/python bench/fire.py [--quick]
+Run: .venv/bin/python bench/fire.py [--quick] [--fires]
+
+`--fires` stops after the event and burst scenarios (no 10,000 at rest). With
+BENCH_PROFILE=DIR the device and the space server run under cProfile, their stats
+written to DIR/device.prof and DIR/space.prof as they stop.
 
 The space server (`create_app` on a fresh SQLite file) runs in a child process, the
 device in another (`python -m runtime.cli device`, exactly what `baton device` runs,
@@ -37,7 +41,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import aiohttp
-from serving import in_parallel, start_server, stop_server
+from serving import in_parallel, python, start_server, stop_server
 
 SPACE = "bench"
 PEER = "bench-dev"
@@ -61,7 +65,7 @@ async def start_device(tmp: Path, base: str, token: str) -> asyncio.subprocess.P
     log = (tmp / "device.log").open("wb")
     root = str(Path(__file__).resolve().parent.parent)
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "runtime.cli", "device", "--peer", PEER, "--url", base,
+        *python("device", "-m", "runtime.cli", "device"), "--peer", PEER, "--url", base,
         "--token-file", str(tmp / "device.token"), "--space", SPACE, "--data", str(tmp),
         stdout=log, stderr=log, cwd=root,
     )  # fmt: skip
@@ -315,7 +319,7 @@ async def quiet(pid: int, limit: float) -> float:
 # ---------------------------------------------------------------- main
 
 
-async def bench(quick: bool) -> None:
+async def bench(quick: bool, fires_only: bool) -> None:
     window = 10.0 if quick else 25.0
     with tempfile.TemporaryDirectory() as tmp:
         server, base, h = await start_server(Path(tmp), ok_runs_kept=5000)
@@ -337,6 +341,8 @@ async def bench(quick: bool) -> None:
             rows, took = await cron_burst(api, burst, lead=8 + burst / 250, device=device.pid)
             print(f"created {burst} cron triggers in {took:.1f} s ({burst / took:.0f}/s)")
             print("\n".join(rows), flush=True)
+            if fires_only:
+                return
             more = 10_000 - burst
             cpu = cpu_seconds(device.pid), cpu_seconds(server.pid)
             took = await create_many(api, more, lambda i: {"expr": "0 0 1 1 *", "tz": "UTC"})
@@ -368,7 +374,7 @@ async def bench(quick: bool) -> None:
 def main() -> None:
     start = time.perf_counter()
     print("scenario | n | statuses | min ms | p50 ms | p99 ms | max ms")
-    asyncio.run(bench(quick="--quick" in sys.argv))
+    asyncio.run(bench(quick="--quick" in sys.argv, fires_only="--fires" in sys.argv))
     print(f"total {time.perf_counter() - start:.1f} s")
 
 

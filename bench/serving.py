@@ -7,12 +7,44 @@ space on 127.0.0.1 (port 0), prints the port, and stops when its stdin closes.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# `python -c PROFILED OUT.prof -m MODULE ARGS…` (or `… SCRIPT ARGS…`): MODULE or SCRIPT run
+# under cProfile, the stats written to OUT.prof when it ends, SIGTERM included.
+PROFILED = """
+import cProfile, runpy, signal, sys
+out, what = sys.argv[1], sys.argv[2:]
+def stop(*_):
+    raise SystemExit(0)
+signal.signal(signal.SIGTERM, stop)
+profile = cProfile.Profile()
+profile.enable()
+try:
+    if what[0] == "-m":
+        sys.argv = what[1:]
+        runpy.run_module(what[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = what
+        runpy.run_path(what[0], run_name="__main__")
+finally:
+    profile.disable()
+    profile.dump_stats(out)
+"""
+
+
+def python(name: str, *args: str) -> list[str]:
+    """The interpreter and `args`; under cProfile when BENCH_PROFILE names a directory
+    (the stats go to BENCH_PROFILE/NAME.prof)."""
+    where = os.environ.get("BENCH_PROFILE")
+    if not where:
+        return [sys.executable, *args]
+    return [sys.executable, "-c", PROFILED, str(Path(where) / f"{name}.prof"), *args]
 
 
 async def serve(db_path: str, ok_runs_kept: int | None) -> None:
@@ -39,7 +71,7 @@ async def start_server(
     """A space server on a fresh SQLite file in `tmp`: its process, base URL, admin header."""
     extra = [str(ok_runs_kept)] if ok_runs_kept else []
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, str(tmp / "space.db"), *extra,
+        *python("space", __file__, str(tmp / "space.db"), *extra),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdout is not None

@@ -33,6 +33,7 @@ from programs.refs import InvalidRef, ProgramRef
 from programs.result import Outcome
 from runtime import outcomes
 from runtime.client import ApiError, SpaceClient, retried
+from runtime.dispatch import FireRequest
 from runtime.outcomes import RunIdentity
 
 TOKEN_MARGIN_S = 30.0  # a run token outlives the run's timeout by this much at most
@@ -141,3 +142,11 @@ async def run_job(executor: Executor, job: Job) -> Ending:
         return outcomes.not_run(RunStatus.REJECTED, RunReason.SHUTDOWN), RunReason.SHUTDOWN
     except ValueError as exc:  # args that cannot be sent to a worker
         return outcomes.failed_before_run(str(exc)), "invalid_args"
+
+
+def work_of(request: FireRequest) -> Work:
+    """What a fire hands its program: the record's args (and the event), its limits."""
+    record, event = request.trigger, request.event
+    args = dict(record.args) if event is None else {**record.args, "event": event}
+    limits = record.limits
+    return Work(args=args, timeout_seconds=limits.timeout_seconds, memory_mb=limits.memory_mb)

@@ -21,10 +21,10 @@ every record of the fire (run or not) carries that run id, so posting it ends th
 A fire that waited in its queue longer than `TOKEN_FRESH_S` has a fresh token minted.
 
 Per trigger, the admission slots, the fires waiting in its queue and its `Book`
-(breaker, rollup) are its lane (runtime.lanes). How a program runs is
-`runtime.execute`; what an ending records is `runtime.outcomes`, and the writing is
-`runtime.recorder`'s. It never raises into its caller and never dies of a fire: each
-fire is its own task, and an unexpected failure is logged with the trigger id and key.
+(breaker, rollup) are its lane (runtime.lanes); a waiting fire starts in the task of
+the run whose end frees its slot. How a program runs is `runtime.execute`, what an
+ending records `runtime.outcomes`, the writing `runtime.recorder`'s. It never raises
+into its caller nor dies of a fire: an unexpected failure is logged with trigger and key.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from runtime import outcomes
 from runtime.chatwatch import ChatWatch
 from runtime.client import ApiError, SpaceClient, retried
 from runtime.dispatch import FireRequest, named
-from runtime.execute import TOKEN_FRESH_S, TOKEN_MARGIN_S, Ending, Execute, Work, new_run_id
+from runtime.execute import TOKEN_FRESH_S, TOKEN_MARGIN_S, Ending, Execute, new_run_id, work_of
 from runtime.lanes import Claimed, Lanes, Queued
 from runtime.outcomes import RunIdentity
 from runtime.recorder import Recorder
@@ -100,7 +100,7 @@ class Firing:
                 self._spawn(self._withdrawn(queued), queued.request)
 
     def status(self) -> dict[str, Any]:
-        busy = self._lanes.status()
+        busy = self._lanes.status()  # inFlight: the tasks (a run and the fires queued after it)
         return {"inFlight": len(self._tasks), "triggers": busy, "counts": dict(self.counts)}
 
     async def settled(self) -> None:
@@ -202,11 +202,18 @@ class Firing:
                             queued.request)  # fmt: skip
 
     async def _run_admitted(self, queued: Queued) -> None:
+        """Run an admitted fire, then each waiting fire its end starts, in this task."""
+        after: Queued | None = queued
+        while after is not None:
+            after = await self._run_one(after)
+
+    async def _run_one(self, queued: Queued) -> Queued | None:
+        """Run one admitted fire; the waiting fire of its lane that starts now, if any."""
         request = queued.request
         lane = self._lanes.get(request.trigger.id)
         if lane is None:
             await self._withdrawn(queued)
-            return
+            return None
         try:
             program = await self._execute.load(request.trigger.program)
             if isinstance(program, tuple) and program[1] == RunReason.UNKNOWN_PROGRAM:
@@ -215,26 +222,26 @@ class Firing:
                 await self._run(queued, program)
             else:
                 await self._not_run(queued, RunStatus.SKIPPED, RunReason.BREAKER_OPEN)
-        finally:
+        except BaseException:  # the next waiting fire still starts, in its own task
             after = self._lanes.finished(request.trigger.id, lane, request.catchup)
             if after is not None:
                 self._spawn(self._run_admitted(after), after.request)
+            raise
+        return self._lanes.finished(request.trigger.id, lane, request.catchup)
 
     async def _run(self, queued: Queued, program: LoadedProgram | Ending) -> None:
         request, record = queued.request, queued.request.trigger
         fire = self._fire_of(queued)
-        log.info("fire %s@%s → %s", named(record), request.key, record.program)
+        log.debug("fire %s@%s → %s", named(record), request.key, record.program)
         token = self._fresh_token(queued.claimed)
-        outcome, reason = await self._execute.run(fire, program, _work(request), token)
+        outcome, reason = await self._execute.run(fire, program, work_of(request), token)
         log.info("fire %s@%s ← %s %.0f ms%s", named(record), request.key, outcome.status.value,
                  outcome.duration_ms, f": {reason}" if reason else "")  # fmt: skip
         self._finish(request, fire, outcome, reason, admitted=True)
 
     def _fresh_token(self, claimed: Claimed) -> str | None:
         """The claim's token, if the run starts soon enough for it to outlive the run."""
-        if claimed.token is None or self._clock.monotonic() - claimed.at > TOKEN_FRESH_S:
-            return None
-        return claimed.token
+        return claimed.token if self._clock.monotonic() - claimed.at <= TOKEN_FRESH_S else None
 
     # --- recording -------------------------------------------------------------------------
 
@@ -290,11 +297,3 @@ def _claimed(queued: Queued, result: dict[str, Any], at: float) -> Queued | ApiE
     token = found if isinstance(found := result.get("token"), str) else None
     claimed = Claimed(run_id=queued.claimed.run_id, token=token, at=at)
     return msgspec.structs.replace(queued, claimed=claimed)
-
-
-def _work(request: FireRequest) -> Work:
-    """What a fire hands its program: the record's args (and the event), its limits."""
-    record, event = request.trigger, request.event
-    args = dict(record.args) if event is None else {**record.args, "event": event}
-    limits = record.limits
-    return Work(args=args, timeout_seconds=limits.timeout_seconds, memory_mb=limits.memory_mb)

@@ -23,7 +23,7 @@ import sqlite_utils
 from aiohttp import web
 
 from core.wire import FireIn, FireList, FireOut
-from space import fence, metrics, record_view, token_store
+from space import fence, metrics, token_store
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso
@@ -31,7 +31,7 @@ from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, int_query, now_of, read_body
 from space.spaces import require_space
 
-DEFAULT_TIMEOUT_S = 60.0  # a record without `limits.timeoutSeconds`
+DEFAULT_TIMEOUT_S = 60.0  # a record without `limits.timeoutSeconds` (triggers.records.Limits')
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS fires (space TEXT NOT NULL, trigger_id TEXT NOT NULL,
@@ -62,28 +62,29 @@ def claim_one(
 
 
 def _insert(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> dict[str, Any]:
+    """The key claimed by this claim (one statement when it is new), else a `Refusal`."""
+    at = iso(now)
+    inserted = db.conn.execute(
+        "INSERT INTO fires (space, trigger_id, key, term, peer, claimed_at, claim_id) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (space, trigger_id, key) DO NOTHING",
+        [space, fire.triggerId, fire.key, fire.term, fire.peer, at, fire.claimId or ""],
+    ).rowcount
+    if inserted == 1:
+        return {**_out(fire), "claimedAt": at}
     row = db.execute(
         "SELECT term, peer, claimed_at, claim_id FROM fires "
         "WHERE space = ? AND trigger_id = ? AND key = ?",
         [space, fire.triggerId, fire.key],
     ).fetchone()
-    if row is not None and fire.claimId and row[3] == fire.claimId:
+    if fire.claimId and row[3] == fire.claimId:
         return {**_out(fire), "claimedAt": row[2]}  # this very claim, sent again
-    if row is not None:
-        raise Refusal(
-            409,
-            "already_claimed",
-            f"{fire.triggerId}@{fire.key} was claimed by {row[1]!r} at term {row[0]}",
-            peer=row[1],
-            claimedAt=row[2],
-        )
-    at = iso(now)
-    db.execute(
-        "INSERT INTO fires (space, trigger_id, key, term, peer, claimed_at, claim_id) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [space, fire.triggerId, fire.key, fire.term, fire.peer, at, fire.claimId or ""],
+    raise Refusal(
+        409,
+        "already_claimed",
+        f"{fire.triggerId}@{fire.key} was claimed by {row[1]!r} at term {row[0]}",
+        peer=row[1],
+        claimedAt=row[2],
     )
-    return {**_out(fire), "claimedAt": at}
 
 
 def _run_token(
@@ -104,8 +105,9 @@ def _run_token(
 
 
 def run_timeout(record: dict[str, Any]) -> float:
-    """The record's `limits.timeoutSeconds` (defaults filled in): how long its run may take."""
-    limits = record_view.complete(record).get("limits")
+    """The record's `limits.timeoutSeconds`, or the default when it has none: how long its
+    run may take. Read off the stored body (a claim decodes no whole record for it)."""
+    limits = record.get("limits")
     value = limits.get("timeoutSeconds") if isinstance(limits, dict) else None
     return float(value) if isinstance(value, int | float) else DEFAULT_TIMEOUT_S
 

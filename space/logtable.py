@@ -33,11 +33,10 @@ def prune(
     """Keep the newest rows of `key` of this kind (failures or not) within count and age."""
     count = keep.failure_per_trigger if failure else keep.ok_per_trigger
     days = keep.failure_days if failure else keep.ok_days
-    db.execute(
-        f"DELETE FROM {table} WHERE space = ? AND {key_column} = ? AND failure = ? AND seq NOT IN "
-        f"(SELECT seq FROM {table} WHERE space = ? AND {key_column} = ? AND failure = ? "
-        "ORDER BY started_at DESC, seq DESC LIMIT ?)",
-        [space, key, failure, space, key, failure, count],
+    db.execute(  # the rows past the newest `count`: a walk of the index, no set of the kept
+        f"DELETE FROM {table} WHERE seq IN (SELECT seq FROM {table} WHERE space = ? AND "
+        f"{key_column} = ? AND failure = ? ORDER BY started_at DESC, seq DESC LIMIT -1 OFFSET ?)",
+        [space, key, failure, count],
     )
     cutoff = (now - timedelta(days=days)).timestamp()
     db.execute(

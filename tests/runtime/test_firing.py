@@ -308,6 +308,26 @@ async def test_a_full_queue_rejects_and_the_queued_fire_runs_after(w: World, tmp
     assert (await w.stamped(record))["rollup"]["rejected"] == 1
 
 
+async def test_waiting_fires_run_one_after_another_in_the_order_they_queued(
+    w: World, tmp_path: Path
+):
+    gate = tmp_path / "gate"
+    await w.publish("slow@v1", GATED)
+    record = await w.trigger("slow@v1", args={"gate": str(gate)}, limits={"overlap": "queue"})
+    assert w.firing is not None
+    await w.firing.fire(w.request(record, "a"))
+    await w.until_running(record)
+    for key in "bcd":
+        await w.firing.fire(w.request(record, key))
+    firing = w.firing
+    await eventually(lambda: firing.status()["triggers"][record.id] == {"running": 1, "queued": 3})
+    gate.touch()
+    await w.fire()
+    runs = await w.runs(record)  # in the order written, which is the order they ended
+    assert [(r["key"], r["status"]) for r in runs] == [(k, "ok") for k in "abcd"]
+    assert firing.status()["triggers"] == {}
+
+
 async def test_a_claim_under_a_stale_term_is_a_rejected_run(world: World, executor: Executor):
     firing = make_firing(world, executor, term=lambda: 7)
     try:
