@@ -49,6 +49,14 @@ def parse_ref(text: str) -> ProgramRef:
     return ProgramRef(name=_check_name(name, text), version=_check_version(version, text))
 
 
+def parse_published(text: str) -> ProgramRef:
+    """Parse `name@vN`; an `internal:` ref is refused too, as no program publishes it."""
+    ref = parse_ref(text)
+    if ref.internal:
+        raise InvalidRef(f"{text} is run by the runtime, not a published program")
+    return ref
+
+
 def _check_name(name: str, text: str) -> str:
     if name == "":
         raise InvalidRef(f"program ref {text!r} has an empty name")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from programs.context import RunContext
-from programs.refs import InvalidRef, ProgramRef, parse_ref
+from programs.refs import InvalidRef, ProgramRef, parse_published
 
 Factory = Callable[[RunContext], Any]
 CAPABILITIES: dict[str, dict[int, Factory]] = {}
@@ -53,12 +53,9 @@ def resolve(spec: str) -> Factory:
 
 def _parse(spec: str) -> ProgramRef:
     try:
-        ref = parse_ref(spec)
+        return parse_published(spec)
     except InvalidRef as exc:
         raise InvalidCapabilitySpec(f"use() takes 'name@vN', e.g. 'any@v1': {exc}") from None
-    if ref.internal:
-        raise InvalidCapabilitySpec(f"use() takes 'name@vN', e.g. 'any@v1'; got {spec!r}")
-    return ref
 
 
 class Use:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from core.aio import within
 from core.clock import Clock, SystemClock
+from core.jsonobject import json_object
 from runtime.responders import (
     InvalidResponderSpec,
     Message,
@@ -78,15 +79,9 @@ class CommandResponder:
         if len(out) > STDOUT_CAP:
             raise ResponderFailed(f"command {name} wrote more than {STDOUT_CAP} bytes")
         try:
-            answer = json.loads(out)
-        except ValueError as exc:
-            raise ResponderFailed(f"command {name} wrote bad JSON on stdout: {exc}") from None
-        if not isinstance(answer, dict):
-            raise ResponderFailed(f"command {name}: stdout must be a JSON object with 'reply'")
-        try:
-            return check_reply(answer.get("reply"))
-        except ResponderFailed as exc:
-            raise ResponderFailed(f"command {name}: {exc}") from None
+            return check_reply(json_object(out).get("reply"))
+        except (ValueError, ResponderFailed) as exc:
+            raise ResponderFailed(f"command {name}: stdout: {exc}") from None
 
 
 async def _exchange(proc: asyncio.subprocess.Process, payload: bytes) -> tuple[bytes, bytes]:

@@ -81,33 +81,10 @@ async def _open(
         await stream.send(_json(gap), id=cursor, event="gap")
     if resume is None:
         return cursor
-    await _gap(stream, db, object_id, resume, cursor, since=now - window)
-    return await _replay(stream, db, object_id, resume, cursor, since=now - window)
+    return await _catch_up(stream, db, object_id, resume, cursor, since=now - window)
 
 
-def _resume_point(raw: str | None, cursor: int) -> int | None:
-    """The seq to resume after, or None for a fresh start or an id this chat never sent."""
-    seq = None if raw is None else int64(raw)
-    return seq if seq is not None and seq <= cursor else None
-
-
-async def _gap(
-    stream: EventStream,
-    db: sqlite_utils.Database,
-    object_id: str,
-    after: int,
-    upto: int,
-    *,
-    since: float,
-) -> None:
-    skipped = chat_store.too_old(db, object_id, after, upto, since)
-    if skipped is not None:
-        first, last, count = skipped
-        gap = {"from": first, "to": last, "skipped": count, "reason": "window"}
-        await stream.send(_json(gap), id=last, event="gap")
-
-
-async def _replay(
+async def _catch_up(
     stream: EventStream,
     db: sqlite_utils.Database,
     object_id: str,
@@ -116,6 +93,12 @@ async def _replay(
     *,
     since: float,
 ) -> int:
+    """The gap of `(after, upto]` older than `since`, then the rest; the last seq sent."""
+    skipped = chat_store.too_old(db, object_id, after, upto, since)
+    if skipped is not None:
+        first, last, count = skipped
+        gap = {"from": first, "to": last, "skipped": count, "reason": "window"}
+        await stream.send(_json(gap), id=last, event="gap")
     sent = after
     while rows := chat_store.recent(db, object_id, sent, upto, since, REPLAY_PAGE):
         for seq, body in rows:
@@ -123,6 +106,12 @@ async def _replay(
                 return sent
             sent = seq
     return max(sent, upto)
+
+
+def _resume_point(raw: str | None, cursor: int) -> int | None:
+    """The seq to resume after, or None for a fresh start or an id this chat never sent."""
+    seq = None if raw is None else int64(raw)
+    return seq if seq is not None and seq <= cursor else None
 
 
 def _json(obj: object) -> str:

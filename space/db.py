@@ -40,6 +40,14 @@ def _create_private(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
+def add_columns(db: sqlite_utils.Database, table: str, columns: dict[str, str]) -> None:
+    """Add those of `columns` (name: declaration) that `table` lacks: a store of an older build."""
+    have = {column.name for column in db[table].columns}
+    for name, decl in columns.items():
+        if name not in have:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+
+
 @contextmanager
 def transaction(db: sqlite_utils.Database) -> Iterator[None]:
     """All or nothing: `BEGIN IMMEDIATE` … `COMMIT`, rolled back on any exception.

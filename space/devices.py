@@ -24,7 +24,7 @@ from core.wire import DeviceList, DeviceOut, HeartbeatIn
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso
-from space.db import DB, transaction
+from space.db import DB, add_columns, transaction
 from space.http import Refusal, add_route, answer, decode, now_of, raw_body
 from space.spaces import require_space
 
@@ -40,10 +40,7 @@ ADDED_COLUMNS = {"instance": "TEXT NOT NULL DEFAULT ''", "stopped": "INTEGER NOT
 
 def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
-    have = {column.name for column in db["devices"].columns}
-    for name, decl in ADDED_COLUMNS.items():
-        if name not in have:  # a store written by an older build
-            db.execute(f"ALTER TABLE devices ADD COLUMN {name} {decl}")
+    add_columns(db, "devices", ADDED_COLUMNS)
 
 
 def _out(row: dict[str, Any], now: datetime, window: timedelta) -> dict[str, Any]:

@@ -13,6 +13,7 @@ routes only load, decide and store. Must not know fires or devices.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Protocol, TypeVar
 
 import msgspec
 import sqlite_utils
@@ -146,10 +147,24 @@ def _conflict_detail(lease: Lease, now: datetime) -> str:
     return f"the lease is held by {lease.active!r} at term {lease.term}"
 
 
-async def post_claim(request: web.Request) -> web.Response:
+class _ByPeer(Protocol):
+    @property
+    def peer(self) -> str: ...
+
+
+B = TypeVar("B", bound=_ByPeer)
+
+
+async def _peer_body(request: web.Request, kind: type[B]) -> tuple[str, B]:
+    """The space and the body of a change asked by a peer for itself."""
     space = require_space(request)
-    body = await read_body(request, ClaimIn)
+    body = await read_body(request, kind)
     require_peer(request, body.peer)
+    return space, body
+
+
+async def post_claim(request: web.Request) -> web.Response:
+    space, body = await _peer_body(request, ClaimIn)
     length = _length(request)
     return _change(
         request, space, lambda lease, now: claim(lease, body.peer, body.term, now, length)
@@ -157,16 +172,12 @@ async def post_claim(request: web.Request) -> web.Response:
 
 
 async def post_release(request: web.Request) -> web.Response:
-    space = require_space(request)
-    body = await read_body(request, ClaimIn)
-    require_peer(request, body.peer)
+    space, body = await _peer_body(request, ClaimIn)
     return _change(request, space, lambda lease, now: release(lease, body.peer, body.term, now))
 
 
 async def post_handover(request: web.Request) -> web.Response:
-    space = require_space(request)
-    body = await read_body(request, HandoverIn)
-    require_peer(request, body.peer)
+    space, body = await _peer_body(request, HandoverIn)
     length = _length(request)
     return _change(
         request,
@@ -176,9 +187,7 @@ async def post_handover(request: web.Request) -> web.Response:
 
 
 async def post_want(request: web.Request) -> web.Response:
-    space = require_space(request)
-    body = await read_body(request, WantIn)
-    require_peer(request, body.peer)
+    space, body = await _peer_body(request, WantIn)
     return _change(request, space, lambda lease, now: want(lease, body.peer, body.want))
 
 

@@ -23,6 +23,8 @@ from typing import Any
 import msgspec
 import sqlite_utils
 
+from space.db import add_columns
+
 
 class Role(enum.StrEnum):
     ADMIN = "admin"
@@ -73,10 +75,7 @@ LAST_USED_GRAIN = 60.0  # seconds: `last_used_at` is written at most this often 
 
 def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
-    have = {column.name for column in db["tokens"].columns}
-    for name, decl in ADDED_COLUMNS.items():
-        if name not in have:  # a store written by an older build
-            db.execute(f"ALTER TABLE tokens ADD COLUMN {name} {decl}")
+    add_columns(db, "tokens", ADDED_COLUMNS)
     db.executescript(INDEXES)
 
 

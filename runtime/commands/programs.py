@@ -25,9 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from core.jsonobject import json_object
 from core.vocab import RunStatus
 from programs.loader import InvalidProgram, inspect_source
-from programs.refs import InvalidRef, ProgramRef, parse_ref
+from programs.refs import InvalidRef, ProgramRef, parse_published
 from runtime.cli import UsageError
 from runtime.client import ApiError, SpaceClient
 from runtime.commands.common import Target, add_space_options
@@ -96,12 +97,9 @@ class RunLimits:
 
 def parse_ref_flag(flag: str, text: str) -> ProgramRef:
     try:
-        ref = parse_ref(text)
+        return parse_published(text)
     except InvalidRef as exc:
         raise UsageError(f"{flag}: {exc}") from None
-    if ref.internal:
-        raise UsageError(f"{flag}: {text} is run by the runtime, not a published program")
-    return ref
 
 
 def read_program(path: Path) -> str:
@@ -118,12 +116,9 @@ def read_program(path: Path) -> str:
 
 def parse_object(flag: str, text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
+        return json_object(text)
     except ValueError as exc:
-        raise UsageError(f"{flag}: not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise UsageError(f"{flag}: must be a JSON object, got {type(value).__name__}")
-    return value
+        raise UsageError(f"{flag}: {exc}") from None
 
 
 def parse_positive(flag: str, text: str, kind: type[N]) -> N:

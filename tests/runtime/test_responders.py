@@ -105,8 +105,8 @@ async def test_command_reply_forms(tmp_path, body, expected):
         ),
         ("sys.exit(1)", "exited with code 1: (no stderr)"),
         ('sys.stderr.write("e" * 100000 + "END"); sys.exit(2)', "eeeeEND"),
-        ('print("not json")', "bad JSON on stdout"),
-        ('print("[1, 2]")', "stdout must be a JSON object"),
+        ('print("not json")', "stdout: not JSON"),
+        ('print("[1, 2]")', "stdout: must be a JSON object"),
         ('json.dump({"reply": 5}, sys.stdout)', "reply: must be a string or null, got int"),
     ],
 )
