@@ -6,6 +6,9 @@ tests, where time moves only when the test calls `advance()`, which wakes every
 sleeper whose deadline has come. Nothing else in `runtime/` or `space/` may call
 `datetime.now`, `time.monotonic` or `asyncio.sleep` for waiting on time.
 
+`clock.timeout(seconds)` is a deadline on a block (`async with`), TimeoutError when
+it passes: the loop's own on `SystemClock`, `advance()`'s on `FakeClock`.
+
 `sleep_or_wake(clock, seconds, wake)` is how a loop waits for its next deadline
 *or* a change: never polling on a fixed interval when a deadline is known.
 """
@@ -16,6 +19,8 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -33,6 +38,10 @@ class Clock(Protocol):
 
     async def sleep(self, seconds: float) -> None: ...
 
+    def timeout(self, seconds: float) -> AbstractAsyncContextManager[object]:
+        """A deadline on an `async with` block: TimeoutError once `seconds` pass."""
+        ...
+
 
 class SystemClock:
     """The machine's clocks and the event loop's sleep."""
@@ -45,6 +54,9 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
+
+    def timeout(self, seconds: float) -> AbstractAsyncContextManager[object]:
+        return asyncio.timeout(seconds)
 
 
 async def sleep_or_wake(clock: Clock, seconds: float, wake: asyncio.Event) -> bool:
@@ -95,6 +107,21 @@ class FakeClock:
         heapq.heappush(self._sleepers, (self._elapsed + seconds, next(self._order), future))
         self._changed.set()
         await future
+
+    @asynccontextmanager
+    async def timeout(self, seconds: float) -> AsyncIterator[object]:
+        """The loop's timeout, moved to now when `advance()` reaches the deadline."""
+        async with asyncio.timeout(None) as scope:
+            due = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._sleepers, (self._elapsed + seconds, next(self._order), due))
+            due.add_done_callback(lambda f: None if f.cancelled() else scope.reschedule(0))
+            self._changed.set()
+            if seconds <= 0:
+                scope.reschedule(0)
+            try:
+                yield scope
+            finally:
+                due.cancel()
 
     def advance(self, seconds: float) -> None:
         """Move time forward and wake every sleeper whose deadline is now due."""

@@ -29,7 +29,8 @@ Building a stream for any feed (chat messages, record changes):
 client resumes with `Last-Event-ID`). aiohttp 3.14 does not cancel a handler
 whose client left (`handler_cancellation` is off) and gives a GET no disconnect
 signal, so the idle wait wakes at least every `heartbeat` seconds, checks the
-transport and writes a `: ping`; a failed or timed-out write ends the stream. A
+transport and writes a `: ping`; a failed or timed-out write ends the stream. Both deadlines are
+the `clock`'s (`core.clock.Clock.timeout`), so a FakeClock drives them in tests. A
 handler that fails once the 200 is out ends its stream (logged), and never
 writes a second HTTP response into it. No task is spawned per stream. It must
 not touch storage or know any route.
@@ -46,9 +47,12 @@ from typing import Any, Generic, TypeVar
 
 from aiohttp import web
 
+from core.clock import Clock, SystemClock
+
 DEFAULT_HEARTBEAT = 15.0
 DEFAULT_QUEUE_SIZE = 1000
 DEFAULT_SEND_TIMEOUT = 60.0
+_SYSTEM = SystemClock()
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _FIELD_BAD = re.compile(r"[\r\n\0]")
 
@@ -88,8 +92,10 @@ class EventStream:
         heartbeat: float = DEFAULT_HEARTBEAT,
         queue_size: int = DEFAULT_QUEUE_SIZE,
         send_timeout: float = DEFAULT_SEND_TIMEOUT,
+        clock: Clock | None = None,
     ) -> None:
         self.request = request
+        self.clock = clock or _SYSTEM
         self.heartbeat = heartbeat
         self.send_timeout = send_timeout
         self.response = web.StreamResponse(headers=_HEADERS)
@@ -161,7 +167,7 @@ class EventStream:
         if not self._queue.empty() or self.closed:
             return
         try:
-            async with asyncio.timeout(self.heartbeat):
+            async with self.clock.timeout(self.heartbeat):
                 await self._wake.wait()
         except TimeoutError:
             await self.comment()
@@ -173,7 +179,7 @@ class EventStream:
             self.close("disconnected")
             return False
         try:
-            async with asyncio.timeout(self.send_timeout):
+            async with self.clock.timeout(self.send_timeout):
                 await self.response.write(data)
         except (ConnectionError, RuntimeError):
             self.close("disconnected")

@@ -157,11 +157,7 @@ CLOCK_READS = {"time", "monotonic", "perf_counter", "time_ns", "monotonic_ns", "
 WALL_READS = {"now", "utcnow", "today"}
 LOOP_DEADLINES = {"timeout", "timeout_at", "call_later", "call_at"}
 # fixed by the restructure; remove when gone
-KNOWN_CLOCK_READS = {
-    # the space server has no async Clock (its clock is a function of the wall time): an
-    # event stream's heartbeat interval and its write timeout on the socket stay on the loop
-    ("space/sse.py", "asyncio.timeout"),
-}
+KNOWN_CLOCK_READS: set[tuple[str, str]] = set()
 
 
 def dotted(node: ast.expr) -> str:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
-from aiohttp.test_utils import make_mocked_request
+import asyncio
 
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer, make_mocked_request
+
+from core.clock import FakeClock
+from space import sse
 from space.sse import EventStream, Fanout, frame
 
 
@@ -65,3 +71,49 @@ async def test_fanout_pushes_to_the_key_only_and_forgets_empty_keys() -> None:
     assert topics.count("chat") == 0
     assert [await a.__anext__(), await b.__anext__()] == [1, 1]
     assert other.push("x") and await other.__anext__() == "x"
+
+
+async def test_the_heartbeat_is_the_clocks_deadline() -> None:
+    """A quiet stream pings when the stream's clock reaches its heartbeat, not before."""
+    clock = FakeClock()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        async with EventStream.open(request, heartbeat=15.0, clock=clock) as s:
+            await s.send("{}", event="hello")
+            async for _ in s:
+                pass
+        return s.response
+
+    app = web.Application()
+    sse.install(app)
+    app.router.add_get("/stream", handler)
+    async with (
+        TestServer(app) as server,
+        aiohttp.ClientSession() as session,
+        session.get(server.make_url("/stream")) as resp,
+    ):
+        assert (await resp.content.readuntil(b"\n\n")).startswith(b"event: hello")
+        await asyncio.wait_for(clock.wait_for_sleepers(1), 5)
+        clock.advance(14.9)
+        assert clock.sleepers == 1, "the heartbeat's deadline passed early"
+        clock.advance(0.1)
+        assert await asyncio.wait_for(resp.content.readuntil(b"\n\n"), 5) == b": ping\n\n"
+
+
+async def test_a_fake_clock_timeout_ends_the_block_at_its_deadline() -> None:
+    clock = FakeClock()
+    blocked = asyncio.Event()
+
+    async def stuck() -> None:
+        async with clock.timeout(60.0):
+            blocked.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.ensure_future(stuck())
+    await asyncio.wait_for(blocked.wait(), 5)
+    clock.advance(59.0)
+    assert clock.sleepers == 1 and not task.done()
+    clock.advance(1.0)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(task, 5)
+    assert clock.sleepers == 0
