@@ -13,15 +13,24 @@ from typing import Any
 
 
 async def eventually(
-    probe: Callable[[], Awaitable[Any] | Any], timeout: float = 5.0, *, every: float = 0.01
+    probe: Callable[[], Awaitable[Any] | Any],
+    timeout: float = 5.0,
+    *,
+    every: float = 0.01,
+    what: str = "the condition",
 ) -> Any:
     """Look again every `every` seconds until `probe()` (awaited if it is a coroutine) is
-    truthy, under a deadline; return what it gave."""
-    async with asyncio.timeout(timeout):
-        while True:
-            found = probe()
-            if asyncio.iscoroutine(found):
-                found = await found
-            if found:
-                return found
-            await asyncio.sleep(every)
+    truthy, under a deadline; return what it gave. Past the deadline the test fails
+    naming `what` and the last thing the probe gave."""
+    found: Any = None
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                found = probe()
+                if asyncio.iscoroutine(found):
+                    found = await found
+                if found:
+                    return found
+                await asyncio.sleep(every)
+    except TimeoutError:
+        raise AssertionError(f"{what}: not within {timeout} s (last seen: {found!r})") from None

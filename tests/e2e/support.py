@@ -10,15 +10,18 @@ deadline; nothing here sleeps to let a race settle.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 import signal
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
+
+import waiting
 
 from runtime.client import SpaceClient
 
@@ -27,7 +30,9 @@ LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")
 SCRUBBED = ("BATON_URL", "BATON_TOKEN_FILE", "BATON_SPACE", "BATON_DATA", "BATON_DB")
 TAIL_CHARS = 4000
 
-T = TypeVar("T")
+
+# The one wait (tests/waiting.py), looking again every 0.1 s: these probes ask processes over HTTP.
+eventually = functools.partial(waiting.eventually, every=0.1)
 
 
 class Proc:
@@ -118,20 +123,6 @@ def _env() -> dict[str, str]:
     return {**env, "BATON_LOG": "INFO", "PYTHONUNBUFFERED": "1"}
 
 
-async def wait_until(
-    check: Callable[[], Awaitable[T]], *, timeout: float, what: str, every: float = 0.1
-) -> T:
-    """Poll `check` until it returns something truthy (returned); fail after `timeout` s."""
-    last: Any = None
-    try:
-        async with asyncio.timeout(timeout):
-            while not (last := await check()):
-                await asyncio.sleep(every)
-            return last
-    except TimeoutError:
-        raise AssertionError(f"{what}: not within {timeout} s (last seen: {last!r})") from None
-
-
 async def matched(proc: Proc, pattern: re.Pattern[str], *, timeout: float = 20.0) -> re.Match[str]:
     """Wait until the process's output matches `pattern`; fail early if it ended."""
 
@@ -141,7 +132,7 @@ async def matched(proc: Proc, pattern: re.Pattern[str], *, timeout: float = 20.0
             raise AssertionError(f"{proc.name} ended before printing {pattern.pattern!r}")
         return found
 
-    return await wait_until(check, timeout=timeout, what=f"{proc.name} printing {pattern.pattern}")
+    return await eventually(check, timeout=timeout, what=f"{proc.name} printing {pattern.pattern}")
 
 
 async def serve(procs: Procs, db: Path, *extra: str) -> tuple[Proc, str]:

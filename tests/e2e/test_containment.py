@@ -23,10 +23,10 @@ from support import (
     LISTENING,
     Proc,
     Procs,
+    eventually,
     matched,
     runs_of,
     serve,
-    wait_until,
     write_token,
 )
 
@@ -70,7 +70,7 @@ class Rig:
             return next((r for r in await runs_of(self.api, SPACE, tid) if r["status"] in RAN),
                         None)  # fmt: skip
 
-        run = await wait_until(ran, timeout=DEADLINE, what=f"a run of {ref}")
+        run = await eventually(ran, timeout=DEADLINE, what=f"a run of {ref}")
         await self.api.trigger_patch(SPACE, tid, {"enabled": False})
         return run
 
@@ -100,7 +100,7 @@ async def only_the_spare(rig: Rig) -> None:
     async def one_child() -> bool:
         return len(children(worker)) == 1
 
-    await wait_until(one_child, timeout=DEADLINE, what="the worker's one child, its spare")
+    await eventually(one_child, timeout=DEADLINE, what="the worker's one child, its spare")
 
 
 def alive(pid: int) -> bool:
@@ -129,7 +129,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
             async def active() -> bool:
                 return (await api.election(SPACE))["active"] == PEER
 
-            await wait_until(active, timeout=DEADLINE, what="the device holding the lease")
+            await eventually(active, timeout=DEADLINE, what="the device holding the lease")
             yield Rig(api, procs, space, device, tmp_path)
 
 
@@ -378,7 +378,7 @@ async def test_the_device_reports_how_contained_its_runs_are(rig: Rig) -> None:
         devices = (await rig.api.devices(SPACE))["devices"]
         return next((d["status"].get("containment") for d in devices if d["peer"] == PEER), None)
 
-    found = await wait_until(reported, timeout=DEADLINE, what="the device's containment")
+    found = await eventually(reported, timeout=DEADLINE, what="the device's containment")
     assert found["level"] == "full", found  # this kernel: Landlock ABI >= 6, pids cgroup
     assert found["landlock"] >= 6 and found["signals"] and found["filesystem"], found
     admin = str(rig.tmp / "admin.token")

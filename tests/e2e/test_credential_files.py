@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import aiohttp
-from support import Procs, matched, serve, wait_until
+from support import Procs, eventually, matched, serve
 
 from runtime.client import SpaceClient
 from space.token_store import token_id
@@ -144,7 +144,7 @@ async def test_baton_up_mints_its_device_token_for_its_space_and_peer(tmp_path: 
             admin = (data / "admin.token").read_text().strip()
             async with SpaceClient(url, admin) as api:
                 live_here = functools.partial(_device_live, api, space)
-                await wait_until(live_here, timeout=20, what="solo live")
+                await eventually(live_here, timeout=20, what="solo live")
                 seen.append(token_file.read_text().strip())
                 live = {t["id"]: t for t in (await api.tokens())["tokens"]}
                 entry = live[token_id(seen[-1])]

@@ -22,11 +22,11 @@ from support import (
     Proc,
     Procs,
     duplicates,
+    eventually,
     fires_of,
     matched,
     runs_of,
     serve,
-    wait_until,
     write_token,
 )
 
@@ -99,7 +99,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
             await api.space_create({"id": SPACE})
             await api.program_put(SPACE, "quick@v1", {"source": QUICK})
             started = await asyncio.gather(*(_device(procs, api, url, p) for p in PEERS))
-            await wait_until(lambda: _settled(api), timeout=30, what="3 live devices, 1 active")
+            await eventually(lambda: _settled(api), timeout=30, what="3 live devices, 1 active")
             yield Cluster(api, procs, dict(zip(PEERS, started, strict=True)), url)
 
 
@@ -122,7 +122,7 @@ async def test_one_device_fires_each_slot_and_another_takes_over_when_it_dies(
     cluster: Cluster,
 ) -> None:
     api, tid = cluster.api, await cluster.create("floating")
-    await wait_until(cluster.runs_by(tid, 4), timeout=20, what="four runs of a floating cron")
+    await eventually(cluster.runs_by(tid, 4), timeout=20, what="four runs of a floating cron")
     lease = await api.election(SPACE)
     holder, term = lease["active"], lease["term"]
     before = await cluster.runs(tid)
@@ -132,7 +132,7 @@ async def test_one_device_fires_each_slot_and_another_takes_over_when_it_dies(
     killed = time.monotonic()
     await cluster.devices[holder].kill()
     others = [p for p in PEERS if p != holder]
-    taken = await wait_until(
+    taken = await eventually(
         _runs_elsewhere(cluster, tid, holder),
         timeout=LEASE + POLL + MARGIN,
         what=f"a run on another device after {holder} was killed",
@@ -142,7 +142,7 @@ async def test_one_device_fires_each_slot_and_another_takes_over_when_it_dies(
     assert successor in others and new_term > term
 
     last_before = max(at(r["key"]) for r in before)
-    runs = await wait_until(
+    runs = await eventually(
         cluster.runs_by(tid, 3, peer=successor, after=last_before),
         timeout=10,
         what=f"three runs on {successor}",
@@ -174,10 +174,10 @@ async def test_a_pinned_trigger_runs_on_its_owner_alone_and_follows_a_repin(
     first, second = (p for p in PEERS if p != holder)  # standbys: a floating run would show
     metronome = await cluster.create("metronome")
     tid = await cluster.create("pinned", owner=first)
-    await wait_until(cluster.runs_by(tid, 2), timeout=15, what=f"two runs on {first}")
+    await eventually(cluster.runs_by(tid, 2), timeout=15, what=f"two runs on {first}")
 
     moved = await api.trigger_patch(SPACE, tid, {"owner": second})
-    runs = await wait_until(
+    runs = await eventually(
         cluster.runs_by(tid, 2, peer=second), timeout=10, what=f"two runs on {second}"
     )
     assert {r["peer"] for r in runs} == {first, second}
@@ -190,8 +190,8 @@ async def test_a_pinned_trigger_runs_on_its_owner_alone_and_follows_a_repin(
     offline = await api.trigger_patch(SPACE, tid, {"owner": "ghost"})
     since = at(offline["updatedAt"])
     ghost = "pinned to ghost, which is not live"
-    await wait_until(_stamped(api, tid, "owner_offline", ghost), timeout=10, what="the stamp")
-    await wait_until(  # five slots pass on the active device while nobody runs the pinned one
+    await eventually(_stamped(api, tid, "owner_offline", ghost), timeout=10, what="the stamp")
+    await eventually(  # five slots pass on the active device while nobody runs the pinned one
         cluster.runs_by(metronome, 1, after=since + timedelta(seconds=5)),
         timeout=15,
         what="the metronome running on",
@@ -200,12 +200,12 @@ async def test_a_pinned_trigger_runs_on_its_owner_alone_and_follows_a_repin(
     assert all(at(f["claimedAt"]) <= since for f in await fires_of(api, SPACE, tid))
 
     back = await api.trigger_patch(SPACE, tid, {"owner": first})
-    await wait_until(
+    await eventually(
         cluster.runs_by(tid, 1, peer=first, after=at(back["updatedAt"])),
         timeout=10,
         what=f"a run on {first} once it owns the trigger again",
     )
-    cleared = await wait_until(_stamped(api, tid, "ok"), timeout=10, what="the stamp cleared")
+    cleared = await eventually(_stamped(api, tid, "ok"), timeout=10, what="the stamp cleared")
     assert cleared["owner"] == first
 
 
@@ -216,16 +216,16 @@ async def test_an_owner_that_stops_is_stamped_offline_and_cleared_when_it_is_bac
     holder = (await api.election(SPACE))["active"]
     owner = next(p for p in PEERS if p != holder)
     tid = await cluster.create("pinned", owner=owner)
-    await wait_until(cluster.runs_by(tid, 1, peer=owner), timeout=15, what=f"a run on {owner}")
+    await eventually(cluster.runs_by(tid, 1, peer=owner), timeout=15, what=f"a run on {owner}")
 
     assert await cluster.devices[owner].stop(signal.SIGTERM) == 0  # signs off: not live at once
     offline = f"pinned to {owner}, which is not live"
-    await wait_until(_stamped(api, tid, "owner_offline", offline), timeout=10, what="the stamp")
+    await eventually(_stamped(api, tid, "owner_offline", offline), timeout=10, what="the stamp")
 
     await cluster.restart(owner, run=2)
     back = datetime.now(UTC)
-    await wait_until(cluster.runs_by(tid, 1, after=back), timeout=15, what=f"{owner} running again")
-    cleared = await wait_until(_stamped(api, tid, "ok"), timeout=10, what="the stamp cleared")
+    await eventually(cluster.runs_by(tid, 1, after=back), timeout=15, what=f"{owner} running again")
+    cleared = await eventually(_stamped(api, tid, "ok"), timeout=10, what="the stamp cleared")
     assert cleared["lastStatusDetail"] == ""
     assert {r["peer"] for r in await cluster.runs(tid)} == {owner}
 
@@ -248,16 +248,16 @@ async def test_a_paused_trigger_fires_nothing_and_its_resume_replays_nothing(
     api = cluster.api
     metronome = await cluster.create("metronome")
     tid = await cluster.create("pausable")
-    await wait_until(cluster.runs_by(tid, 2), timeout=15, what="two runs before the pause")
+    await eventually(cluster.runs_by(tid, 2), timeout=15, what="two runs before the pause")
 
     paused = at((await api.trigger_patch(SPACE, tid, {"enabled": False}))["updatedAt"])
-    await wait_until(
+    await eventually(
         cluster.runs_by(metronome, 1, after=paused + timedelta(seconds=5)),
         timeout=15,
         what="five slots passing while paused",
     )
     resumed = at((await api.trigger_patch(SPACE, tid, {"enabled": True}))["updatedAt"])
-    runs = await wait_until(
+    runs = await eventually(
         cluster.runs_by(tid, 2, after=resumed), timeout=10, what="two runs after the resume"
     )
     keys = [at(r["key"]) for r in runs]
@@ -280,10 +280,10 @@ async def test_baton_up_runs_the_demo_answers_the_chat_and_stops_cleanly_on_sigi
         assert port != 0
         admin = (data / "admin.token").read_text().strip()
         async with SpaceClient(url, admin) as api:
-            heartbeat = await wait_until(
+            heartbeat = await eventually(
                 _named(api, space, "demo heartbeat"), timeout=10, what="the demo heartbeat"
             )
-            await wait_until(  # it fires every ten seconds
+            await eventually(  # it fires every ten seconds
                 _ok_run(api, space, heartbeat["id"]), timeout=25, what="an ok heartbeat run"
             )
             code, shown = await procs.run("status", "status", "--data", str(data))
@@ -292,7 +292,7 @@ async def test_baton_up_runs_the_demo_answers_the_chat_and_stops_cleanly_on_sigi
 
             chat = (await api.space_get(space))["generalChat"]
             sent = await api.chat_send(space, chat, {"text": "help"})
-            reply = await wait_until(
+            reply = await eventually(
                 _reply(api, space, chat, sent["seq"]), timeout=15, what="chat-watch's answer"
             )
             assert HELP in reply["text"]

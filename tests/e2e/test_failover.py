@@ -24,11 +24,11 @@ from support import (
     Proc,
     Procs,
     duplicates,
+    eventually,
     fires_of,
     matched,
     runs_of,
     serve,
-    wait_until,
     write_token,
 )
 
@@ -79,7 +79,7 @@ class Household:
             active = (await self.api.election(SPACE))["active"]
             return active if running <= live and active in running else None
 
-        return await wait_until(settled, timeout=SETTLE, what="a holder among the running devices")
+        return await eventually(settled, timeout=SETTLE, what="a holder among the running devices")
 
     async def bridged(self, peer: str) -> None:
         """Wait until the device's takeover bridge is done (whatever it found to fire)."""
@@ -115,7 +115,7 @@ class Household:
             want = {first + i * S for i in range(int((last - first) / S) + 1)}
             return slots if want <= set(slots) else None
 
-        return await wait_until(
+        return await eventually(
             complete, timeout=SETTLE, what=f"every slot of {trigger} from {first} to {last}"
         )
 
@@ -126,7 +126,7 @@ class Household:
             keys = await self.keys(trigger)
             return keys if ids <= set(keys) else None
 
-        return await wait_until(all_in, timeout=SETTLE, what=f"{trigger} fired for {len(ids)}")
+        return await eventually(all_in, timeout=SETTLE, what=f"{trigger} fired for {len(ids)}")
 
     async def chat_watch_took(self, messages: list[dict[str, Any]]) -> list[str]:
         ids = {m["messageId"] for m in messages}
@@ -135,7 +135,7 @@ class Household:
             took = await self.answered()
             return took if ids <= set(took) else None
 
-        return await wait_until(all_in, timeout=SETTLE, what="chat-watch took them up")
+        return await eventually(all_in, timeout=SETTLE, what="chat-watch took them up")
 
     async def no_duplicate_claims(self, *triggers: str) -> None:
         for tid in triggers:
@@ -174,7 +174,7 @@ async def test_nothing_from_before_a_record_existed_and_nothing_lost_at_a_clean_
     before = [await house.send(house.chat, f"before {i}") for i in range(3)]
     cron, event = await house.cron("every second"), await house.event("feed")
     since = at(cron["activeSince"])
-    await wait_until(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
+    await eventually(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
     after = [await house.send(house.chat, f"after {i}") for i in range(2)]
     await house.fired_for(event["id"], after)
 
@@ -202,7 +202,7 @@ async def test_paused_time_never_fires_after_a_resume_and_a_takeover(house: Hous
         await house.start(peer)
     holder = await house.holder()
     cron, event = await house.cron("every second"), await house.event("feed")
-    await wait_until(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
+    await eventually(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
     api = house.api
     paused = {}
     for tid in (cron["id"], event["id"], "chat-watch"):
@@ -241,7 +241,7 @@ async def test_a_holder_killed_and_back_within_its_lease_loses_nothing_while_sta
     holder = await house.holder()
     cron, event = await house.cron("every second"), await house.event("feed")
     since = at(cron["activeSince"])
-    await wait_until(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
+    await eventually(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
 
     await house.devices[holder].kill()
     killed = datetime.now(since.tzinfo)
@@ -269,7 +269,7 @@ async def test_downtime_of_every_device_replays_nothing(house: Household) -> Non
     await house.start("a")
     await house.holder()
     cron, event = await house.cron("every second"), await house.event("feed")
-    await wait_until(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
+    await eventually(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
 
     await house.devices["a"].kill()
     down_from = datetime.now(at(cron["activeSince"]).tzinfo)
