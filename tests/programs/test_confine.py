@@ -146,6 +146,10 @@ def test_confine_stops_the_attacks_as_root_and_as_an_ordinary_user(
     if user == "nobody":
         os.chown(scratch, NOBODY, NOBODY)
 
+    # The worker looks the interpreter's paths up before any drop; here they sit under a
+    # root-only home, so look them up now (sysconfig keeps them) as it does.
+    confine.read_only_paths()
+
     def work() -> dict[str, Any]:
         if user == "nobody":
             os.setgroups([])
