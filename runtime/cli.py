@@ -13,14 +13,26 @@ import argparse
 import importlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
+from typing import TypeVar
 
 COMMANDS = ("next", "space", "programs", "triggers", "runs", "chat", "devices", "up", "status")
 
 
 class UsageError(ValueError):
     """Bad input on the command line; the message names the field."""
+
+
+T = TypeVar("T")
+
+
+def flag_value(flag: str, parse: Callable[[str], T], text: str) -> T:
+    """`parse(text)`; the ValueError it raises becomes a UsageError naming `flag`."""
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
 
 
 class _Parser(argparse.ArgumentParser):

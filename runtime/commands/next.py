@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 
 from core.clock import Clock, SystemClock
 from core.vocab import key_instant
-from runtime.cli import UsageError
+from runtime.cli import UsageError, flag_value
 from runtime.table import align
 from triggers import cron
 from triggers.bounds import CronExpr, TimeZoneName, zone
@@ -105,10 +105,7 @@ def _record_spec(path: str) -> tuple[Spec, tzinfo]:
 
 
 def _zone(flag: str, name: str) -> tzinfo:
-    try:
-        return zone(name)
-    except ValueError as exc:
-        raise UsageError(f"{flag}: {exc}") from None
+    return flag_value(flag, zone, name)
 
 
 def _own_zone(once: OnceSpec) -> tzinfo:

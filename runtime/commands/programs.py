@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 from core.jsonobject import json_object
 from core.vocab import RunStatus
 from programs.loader import InvalidProgram, inspect_source
-from programs.refs import InvalidRef, ProgramRef, parse_published
-from runtime.cli import UsageError
+from programs.refs import ProgramRef, parse_published
+from runtime.cli import UsageError, flag_value
 from runtime.client import ApiError, SpaceClient
 from runtime.commands.common import Target, add_space_options
 from runtime.commands.talk import talk
@@ -96,10 +96,7 @@ class RunLimits:
 
 
 def parse_ref_flag(flag: str, text: str) -> ProgramRef:
-    try:
-        return parse_published(text)
-    except InvalidRef as exc:
-        raise UsageError(f"{flag}: {exc}") from None
+    return flag_value(flag, parse_published, text)
 
 
 def read_program(path: Path) -> str:
@@ -115,10 +112,7 @@ def read_program(path: Path) -> str:
 
 
 def parse_object(flag: str, text: str) -> dict[str, Any]:
-    try:
-        return json_object(text)
-    except ValueError as exc:
-        raise UsageError(f"{flag}: {exc}") from None
+    return flag_value(flag, json_object, text)
 
 
 def parse_positive(flag: str, text: str, kind: type[N]) -> N:
