@@ -30,8 +30,9 @@ from space.clock import iso
 from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, int_query, now_of, read_body
 from space.spaces import require_space
+from triggers import records
 
-DEFAULT_TIMEOUT_S = 60.0  # a record without `limits.timeoutSeconds` (triggers.records.Limits')
+DEFAULT_TIMEOUT_S = records.Limits().timeout_seconds  # a record without `limits.timeoutSeconds`
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS fires (space TEXT NOT NULL, trigger_id TEXT NOT NULL,
