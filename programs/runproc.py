@@ -62,7 +62,7 @@ class Place:
     def ruleset(self, scratch: str) -> tuple[int | None, BaseException | None]:
         """The Landlock ruleset of a run process with `scratch`, built here ahead of the
         fork (None where there is no Landlock), or why it could not be built."""
-        if self.rules is None or self.plan.abi <= 0:
+        if self.rules is None:  # no Landlock (`Rules.make`)
             return None, None
         try:
             return self.rules.ruleset(scratch), None
