@@ -40,7 +40,7 @@ class StreamEnded(Exception):
 def sse_session(connect_timeout: float = 10.0) -> aiohttp.ClientSession:
     """A session for streams: no connection cap (one stream per chat) and no total timeout.
 
-    It also hands each stream request's response to `Answer` (aiohttp request tracing),
+    It also hands each stream request's response to `TracedResponse` (aiohttp tracing),
     so an error answer's body and `Retry-After`, which the package hides, stay readable.
     """
     return aiohttp.ClientSession(
@@ -50,7 +50,7 @@ def sse_session(connect_timeout: float = 10.0) -> aiohttp.ClientSession:
     )
 
 
-class Answer:
+class TracedResponse:
     """The response to one connection's request, when the session traces it (else None)."""
 
     def __init__(self) -> None:
@@ -71,7 +71,7 @@ def _answer_trace() -> aiohttp.TraceConfig:
 async def _keep_answer(
     _session: aiohttp.ClientSession, ctx: SimpleNamespace, params: aiohttp.TraceRequestEndParams
 ) -> None:
-    if isinstance(ctx.trace_request_ctx, Answer):
+    if isinstance(ctx.trace_request_ctx, TracedResponse):
         ctx.trace_request_ctx.response = params.response
 
 
@@ -92,7 +92,7 @@ class OneConnection(sse_client.EventSource):
         session: aiohttp.ClientSession,
         headers: dict[str, str],
         timeout: aiohttp.ClientTimeout,
-        answer: Answer,
+        answer: TracedResponse,
     ) -> None:
         super().__init__(
             url,

@@ -33,11 +33,11 @@ from core.aio import Backoff
 from core.clock import Clock
 from runtime.sse import SseEvent
 from runtime.sseconn import (
-    Answer,
     OneConnection,
     Permanent,
     Retry,
     StreamEnded,
+    TracedResponse,
     refusal,
     sse_session,
 )
@@ -152,7 +152,7 @@ class Subscription:
         """One connection: returns when the server ends the stream, raises on anything else."""
         self._connections += 1
         self._set(ConnectionState.CONNECTING)
-        answer = Answer()
+        answer = TracedResponse()
         source = OneConnection(
             self.url,
             session=session,
