@@ -1,14 +1,15 @@
 """The bodies of the space API: what a client sends and what the space answers, as Structs.
 
 Owns the msgspec Structs the server decodes its requests into and documents its
-answers with (`space/`), shared so the device can decode the very same shapes
-(`runtime/client.py`): runs, turns, fire claims, the lease, heartbeats, state,
-run tokens, stamps, the change feed, programs and spaces (chat messages are
-`core.chatwire`'s); the
-device decodes every answer it reads into these, field names as the API answers
-them. Requests refuse unknown fields (user input at the edge); instants are
-aware (`Aware`). Imports nothing of ours but `core.vocab`; must not know tables
-or HTTP. Bodies only one side reads stay next to their routes in `space/`.
+answers with (`space/`), shared so the device decodes the very same shapes
+(`runtime/client.py`): runs, turns, fire claims, the lease, heartbeats and devices,
+state, run tokens, stamps, the change feed, programs and spaces (chat messages are
+`core.chatwire`'s), field names as the API answers them. Two bases say which way a
+body travels: a `Body` (a request: user input at the edge) refuses unknown fields; an
+`Answer` ignores them and defaults what the SPEC leaves optional, so a newer space's
+added field or a foreign space's omission breaks no device. Instants are aware
+(`Aware`). Imports nothing of ours but `core.vocab`; must not know tables or HTTP.
+Bodies only one side reads stay next to their routes in `space/`.
 """
 
 from __future__ import annotations
@@ -30,10 +31,19 @@ Peer = Name
 Term = Count
 
 
+class Body(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A request body: an unknown field is refused, naming it (subclasses say `kw_only`)."""
+
+
+class Answer(msgspec.Struct, frozen=True, kw_only=True):
+    """An answer: unknown fields are ignored and optional ones defaulted (a newer or a
+    foreign space); only a missing required field or a misfit value fails it."""
+
+
 # --- runs and turns
 
 
-class RunIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class RunIn(Body, frozen=True, kw_only=True):
     runId: Text
     triggerId: Text
     program: str = ""
@@ -52,22 +62,22 @@ class RunIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     stamps: Stamps | None = None  # the trigger's stamps, written with the run (never stored in it)
 
 
-class Rollup(msgspec.Struct, frozen=True, kw_only=True):
+class Rollup(Answer, frozen=True, kw_only=True):
     triggerId: str
     runs: int
     counts: dict[str, int]
     lastRunAt: str | None
 
 
-class RollupList(msgspec.Struct, frozen=True, kw_only=True):
+class RollupList(Answer, frozen=True, kw_only=True):
     rollups: list[Rollup]
 
 
-class RunList(msgspec.Struct, frozen=True, kw_only=True):
+class RunList(Answer, frozen=True, kw_only=True):
     runs: list[RunIn]
 
 
-class RunResult(msgspec.Struct, frozen=True, kw_only=True):
+class RunResult(Answer, frozen=True, kw_only=True):
     """One run of a posted list: its own status (201 written, 200 there already, 4xx
     refused) and, when it carried stamps, theirs (200 applied, 4xx refused)."""
 
@@ -80,11 +90,11 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     stampsDetail: str | None = None
 
 
-class RunResults(msgspec.Struct, frozen=True, kw_only=True):
+class RunResults(Answer, frozen=True, kw_only=True):
     runs: list[RunResult]
 
 
-class TurnIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class TurnIn(Body, frozen=True, kw_only=True):
     turnId: Text
     space: Text
     objectId: Text
@@ -99,21 +109,21 @@ class TurnIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     peer: str = ""  # the device that took the turn: its token's peer, filled in when absent
 
 
-class TurnList(msgspec.Struct, frozen=True, kw_only=True):
+class TurnList(Answer, frozen=True, kw_only=True):
     turns: list[TurnIn]
 
 
 # --- fires
 
 
-class RunAsk(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class RunAsk(Body, frozen=True, kw_only=True):
     """The run a claim asks a token for: the token is scoped to it and dies with it."""
 
     runId: Name
     ttlSeconds: Annotated[float, msgspec.Meta(gt=0)] = 3600.0  # capped at timeout + margin
 
 
-class FireIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class FireIn(Body, frozen=True, kw_only=True):
     triggerId: Text
     key: Text
     term: Annotated[int, msgspec.Meta(ge=0)]
@@ -122,7 +132,7 @@ class FireIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     run: RunAsk | None = None  # answer the run's token with the claim
 
 
-class FireOut(msgspec.Struct, frozen=True, kw_only=True):
+class FireOut(Answer, frozen=True, kw_only=True):
     triggerId: str
     key: str
     term: int
@@ -132,7 +142,7 @@ class FireOut(msgspec.Struct, frozen=True, kw_only=True):
     expiresAt: str | None = None
 
 
-class FireResult(msgspec.Struct, frozen=True, kw_only=True):
+class FireResult(Answer, frozen=True, kw_only=True):
     triggerId: str
     key: str
     status: int
@@ -143,45 +153,47 @@ class FireResult(msgspec.Struct, frozen=True, kw_only=True):
     expiresAt: str | None = None
 
 
-class FireResults(msgspec.Struct, frozen=True, kw_only=True):
+class FireResults(Answer, frozen=True, kw_only=True):
     claims: list[FireResult]
 
 
-class FireList(msgspec.Struct, frozen=True, kw_only=True):
+class FireList(Answer, frozen=True, kw_only=True):
     fires: list[FireOut]
 
 
 # --- election
 
 
-class ClaimIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class ClaimIn(Body, frozen=True, kw_only=True):
     peer: Peer
     term: Term
 
 
-class HandoverIn(ClaimIn, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class HandoverIn(ClaimIn, frozen=True, kw_only=True):
     to: Peer
 
 
-class WantIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class WantIn(Body, frozen=True, kw_only=True):
     peer: Peer
     want: bool = True
 
 
-class LeaseOut(msgspec.Struct, frozen=True, kw_only=True):
+class LeaseOut(Answer, frozen=True, kw_only=True):
+    """The lease (SPEC: `{active, term, expiresAt, want}`) and what our space adds."""
+
     active: str | None
     term: int
     expiresAt: str | None
-    expiresInMs: int | None
     want: str | None
-    serverTime: str
-    leaseSeconds: float
+    expiresInMs: int | None = None  # absent: the lease reads as lapsed
+    serverTime: str | None = None
+    leaseSeconds: float | None = None  # absent: the device keeps its own lease length
 
 
 # --- devices, spaces and programs
 
 
-class HeartbeatIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class HeartbeatIn(Body, frozen=True, kw_only=True):
     name: Short | None = None
     priority: int | None = None
     status: dict[str, Any] | None = None  # what the device reports of itself, for `baton status`
@@ -189,29 +201,33 @@ class HeartbeatIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     stopped: bool = False  # a clean stop: not live from now on, until the next heartbeat
 
 
-class DeviceOut(msgspec.Struct, frozen=True, kw_only=True):
+class DeviceOut(Answer, frozen=True, kw_only=True):
     peer: str
-    name: str
-    priority: int
-    lastSeen: str
-    upSince: str
+    lastSeen: Aware
+    upSince: Aware
     live: bool
+    name: str = ""
+    priority: int = 0
     stopped: bool = False
     status: dict[str, Any] = {}
 
 
-class DeviceList(msgspec.Struct, frozen=True, kw_only=True):
+class DeviceList(Answer, frozen=True, kw_only=True):
     devices: list[DeviceOut]
 
 
-class Space(msgspec.Struct, frozen=True, kw_only=True):
+class Space(Answer, frozen=True, kw_only=True):
     id: str
-    name: str
     generalChat: str | None
-    createdAt: str
+    name: str = ""
+    createdAt: str | None = None
 
 
-class ProgramOut(msgspec.Struct, frozen=True, kw_only=True):
+class SpaceList(Answer, frozen=True, kw_only=True):
+    spaces: list[Space]
+
+
+class ProgramOut(Answer, frozen=True, kw_only=True):
     ref: str
     name: str
     version: int
@@ -221,32 +237,32 @@ class ProgramOut(msgspec.Struct, frozen=True, kw_only=True):
     source: str | None = None
 
 
-class ProgramList(msgspec.Struct, frozen=True, kw_only=True):
+class ProgramList(Answer, frozen=True, kw_only=True):
     programs: list[ProgramOut]
 
 
 # --- state and tokens
 
 
-class StateIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class StateIn(Body, frozen=True, kw_only=True):
     value: Any
 
 
-class StateOut(msgspec.Struct, frozen=True, kw_only=True):
+class StateOut(Answer, frozen=True, kw_only=True):
     triggerId: str
     key: str
     value: Any
     updatedAt: str
 
 
-class RunTokenIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class RunTokenIn(Body, frozen=True, kw_only=True):
     triggerId: Name
     runId: Name
     key: Text | None = None  # the fire this run is for: required with a device token
     ttlSeconds: Annotated[float, msgspec.Meta(gt=0)] = 3600.0
 
 
-class TokenOut(msgspec.Struct, frozen=True, kw_only=True):
+class TokenOut(Answer, frozen=True, kw_only=True):
     token: str
     id: str
     expiresAt: str | None = None
@@ -255,7 +271,7 @@ class TokenOut(msgspec.Struct, frozen=True, kw_only=True):
 # --- triggers
 
 
-class Change(msgspec.Struct, frozen=True, kw_only=True):
+class Change(Answer, frozen=True, kw_only=True):
     seq: int
     triggerId: str
     op: str
@@ -264,13 +280,13 @@ class Change(msgspec.Struct, frozen=True, kw_only=True):
     record: dict[str, Any] | None  # as stored: the device salvages a bad one (`records.load`)
 
 
-class ChangePage(msgspec.Struct, frozen=True, kw_only=True):
+class ChangePage(Answer, frozen=True, kw_only=True):
     changes: list[Change]
     next: int
     more: bool
 
 
-class Stamps(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Stamps(Body, frozen=True, kw_only=True):
     """`POST …/status`: runtime stamps only; absent fields are left as they are."""
 
     lastStatus: str | msgspec.UnsetType = msgspec.UNSET
@@ -279,4 +295,3 @@ class Stamps(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     nextFireAt: Aware | msgspec.UnsetType | None = msgspec.UNSET
     breaker: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
     rollup: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
-

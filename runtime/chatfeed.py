@@ -20,6 +20,8 @@ from typing import Annotated, Any
 import msgspec
 
 from core.aio import TaskSet
+from core.chatwire import each
+from core.wire import Answer
 from runtime.client import SpaceClient
 from runtime.subscribe import Permanent, Subscription
 from triggers.records import (
@@ -89,7 +91,7 @@ def written_at(record: Trigger) -> datetime | None:
     return max(since, updated) if since and updated else since or updated
 
 
-class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class ChatMessage(Answer, frozen=True, kw_only=True, rename="camel"):
     """The fields of a chat message a fire needs; others are ignored."""
 
     message_id: Annotated[str, msgspec.Meta(min_length=1)]
@@ -131,7 +133,7 @@ async def bridge_start(
     step = GALLOP_FIRST
     while (after := max(0, upto - step)) > 0:
         page = await client.chat_messages(space, object_id, after=after, limit=1)
-        first = _decode_all(page.get("messages", [])[:1], object_id)
+        first = _decode_all(page.messages[:1], object_id)
         if not first or first[0].created_at < since:
             return after
         step *= 4
@@ -144,20 +146,16 @@ async def history(
     """The chat's messages in `(after, upto]`, oldest first, malformed ones skipped."""
     while after < upto:
         page = await client.chat_messages(space, object_id, after=after, limit=HISTORY_PAGE)
-        for message in _decode_all(page.get("messages", []), object_id):
+        for message in _decode_all(page.messages, object_id):
             if message.seq <= upto:
                 yield message
-        nxt = page.get("next", after)
-        if not page.get("more") or not isinstance(nxt, int) or nxt <= after:
+        if not page.more or page.next <= after:
             return
-        after = nxt
+        after = page.next
 
 
-def _decode_all(raws: list[Any], object_id: str) -> list[ChatMessage]:
-    out = []
-    for raw in raws:
-        try:
-            out.append(msgspec.convert(raw, ChatMessage))
-        except msgspec.ValidationError as exc:
-            log.warning("chat %s: history message skipped: %s", object_id, exc)
-    return out
+def _decode_all(raws: list[msgspec.Raw], object_id: str) -> list[ChatMessage]:
+    found, errors = each(raws, MESSAGE)
+    for error in errors:
+        log.warning("chat %s: history message skipped: %s", object_id, error)
+    return found

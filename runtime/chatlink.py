@@ -14,7 +14,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import msgspec
+
 from core.aio import Backoff
+from core.chatwire import WIRE_MESSAGE, each
 from core.clock import Clock
 from runtime.client import ApiError, SpaceClient
 from triggers.records import CHAT_WATCH_PROGRAM, RESERVED_CHAT_WATCH
@@ -53,7 +56,7 @@ class ChatLink:
                 "name": CHAT_WATCH_NAME,
                 "kind": "event",
                 "program": CHAT_WATCH_PROGRAM,
-                "spec": {"dataset": "chat_messages", "objectId": space["generalChat"]},
+                "spec": {"dataset": "chat_messages", "objectId": space.generalChat},
                 "owner": "",
                 "enabled": True,
             }
@@ -71,6 +74,10 @@ class ChatLink:
         return await self._client.chat_send(space, object_id, {"text": text, "agent": agent})
 
     async def history(self, space: str, object_id: str, limit: int) -> list[dict[str, Any]]:
-        """The chat's most recent `limit` messages, oldest first (never its oldest ones)."""
+        """The chat's most recent `limit` messages, oldest first (never its oldest ones), as
+        the responders take them; one that does not fit is logged and left out."""
         page = await self._client.chat_messages(space, object_id, limit=limit, latest=True)
-        return page["messages"]
+        found, errors = each(page.messages, WIRE_MESSAGE)
+        for error in errors:
+            log.warning("chat-watch: chat %s: history message left out: %s", object_id, error)
+        return [msgspec.to_builtins(message) for message in found]

@@ -3,9 +3,12 @@
 Owns talking to a space over HTTP with aiohttp: one method per route of
 `core.routes.ROUTES` (same name), each a thin call of `call(name, …)`, which
 builds the request from the route table and turns a refusal into `ApiError`
-(status, code, detail; status 0 `unreachable` when there was no answer). The two
-stream routes return a `Subscription` (runtime.subscribe) sharing one stream
-session with no connection cap. Must not interpret what it fetches.
+(status, code, detail; status 0 `unreachable` when there was no answer). What the
+device reads comes back typed (`typed`: the `core.wire` Struct, lenient; an answer
+that does not fit is `ApiError` `malformed_answer`); the rest, and `call`, answer the
+JSON as sent (what the CLI prints). The two stream routes return a `Subscription`
+(runtime.subscribe) sharing one stream session with no connection cap. Must not
+interpret what it fetches.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ import aiohttp
 import msgspec
 
 from core.aio import Backoff, retry
+from core.chatwire import MessagePage
 from core.clock import Clock, SystemClock
 from core.routes import ROUTES, ApiError, error_from, headers, path_params, target
-from core.wire import ChangePage, ProgramList
+from core.wire import Answer, ChangePage, DeviceList, LeaseOut, ProgramList, Space, SpaceList
 from runtime.subscribe import Subscription, sse_session
 
 __all__ = ["ApiError", "SpaceClient", "TriggerPage", "retried", "transient"]
@@ -28,7 +32,7 @@ JSON = Any
 T = TypeVar("T")
 
 
-class TriggerPage(msgspec.Struct, frozen=True):
+class TriggerPage(Answer, frozen=True, kw_only=True):
     """`GET …/triggers?stored=1&limit=`: raw records, the feed cursor, the next page's `after`
     (absent or null: the last page, also from a server that does not page)."""
 
@@ -40,15 +44,8 @@ class TriggerPage(msgspec.Struct, frozen=True):
 class SpaceClient:
     """One space server, one bearer token. Use `async with`, or call `close()`."""
 
-    def __init__(
-        self,
-        url: str,
-        token: str,
-        *,
-        timeout: float = 30.0,
-        clock: Clock | None = None,
-        session: aiohttp.ClientSession | None = None,
-    ) -> None:
+    def __init__(self, url: str, token: str, *, timeout: float = 30.0, clock: Clock | None = None,
+                 session: aiohttp.ClientSession | None = None) -> None:  # fmt: skip
         self.url = url.rstrip("/")
         self._token = token
         self._clock = clock or SystemClock()
@@ -126,14 +123,14 @@ class SpaceClient:
     async def openapi(self) -> JSON:
         return await self.call("openapi")
 
-    async def space_create(self, body: JSON) -> JSON:
-        return await self.call("space_create", body)
+    async def space_create(self, body: JSON) -> Space:
+        return await self.typed("space_create", Space, body)
 
-    async def spaces(self) -> JSON:
-        return await self.call("spaces")
+    async def spaces(self) -> SpaceList:
+        return await self.typed("spaces", SpaceList)
 
-    async def space_get(self, space: str) -> JSON:
-        return await self.call("space_get", space=space)
+    async def space_get(self, space: str) -> Space:
+        return await self.typed("space_get", Space, space=space)
 
     async def token_device(self, body: JSON) -> JSON:
         return await self.call("token_device", body)
@@ -211,11 +208,12 @@ class SpaceClient:
         limit: int | None = None,
         *,
         latest: bool = False,
-    ) -> JSON:
-        """A history page, oldest first; `latest`: the newest `limit` messages."""
+    ) -> MessagePage[msgspec.Raw]:
+        """A history page, oldest first (`latest`: the newest `limit` messages), each
+        message as sent: decode them one by one (`core.chatwire.each`)."""
         params = {"space": space, "objectId": object_id, "after": after, "limit": limit,
                   "latest": 1 if latest else None}  # fmt: skip
-        return await self.call("chat_messages", **params)
+        return await self.typed("chat_messages", MessagePage[msgspec.Raw], **params)
 
     def chat_stream(
         self, space: str, object_id: str, last_id: int | None = None, **options: Any
@@ -237,23 +235,23 @@ class SpaceClient:
     async def device_put(self, space: str, peer: str, body: JSON) -> JSON:
         return await self.call("device_put", body, space=space, peer=peer)
 
-    async def devices(self, space: str) -> JSON:
-        return await self.call("devices", space=space)
+    async def devices(self, space: str) -> DeviceList:
+        return await self.typed("devices", DeviceList, space=space)
 
-    async def election(self, space: str) -> JSON:
-        return await self.call("election", space=space)
+    async def election(self, space: str) -> LeaseOut:
+        return await self.typed("election", LeaseOut, space=space)
 
-    async def election_claim(self, space: str, body: JSON) -> JSON:
-        return await self.call("election_claim", body, space=space)
+    async def election_claim(self, space: str, body: JSON) -> LeaseOut:
+        return await self.typed("election_claim", LeaseOut, body, space=space)
 
-    async def election_release(self, space: str, body: JSON) -> JSON:
-        return await self.call("election_release", body, space=space)
+    async def election_release(self, space: str, body: JSON) -> LeaseOut:
+        return await self.typed("election_release", LeaseOut, body, space=space)
 
-    async def election_handover(self, space: str, body: JSON) -> JSON:
-        return await self.call("election_handover", body, space=space)
+    async def election_handover(self, space: str, body: JSON) -> LeaseOut:
+        return await self.typed("election_handover", LeaseOut, body, space=space)
 
-    async def election_want(self, space: str, body: JSON) -> JSON:
-        return await self.call("election_want", body, space=space)
+    async def election_want(self, space: str, body: JSON) -> LeaseOut:
+        return await self.typed("election_want", LeaseOut, body, space=space)
 
     async def fires_claim(self, space: str, body: JSON) -> JSON:
         return await self.call("fires_claim", body, space=space)

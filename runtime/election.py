@@ -29,6 +29,7 @@ import msgspec
 
 from core.aio import Backoff, sleep_until
 from core.clock import Clock, iso
+from core.wire import LeaseOut
 from runtime import lease
 from runtime.client import SpaceClient
 from runtime.events import Bus, RoleChanged, Slept
@@ -202,16 +203,14 @@ class Elector:
     async def _read(self) -> lease.LeaseView:
         return self._fold(await self._calls.read())
 
-    def _fold(self, answer: dict[str, Any]) -> lease.LeaseView:
-        self._follow(answer.get("leaseSeconds"))
+    def _fold(self, answer: LeaseOut) -> lease.LeaseView:
+        self._follow(answer.leaseSeconds)
         self._view = view_of(answer, self._clock.monotonic())
         return self._view
 
-    def _follow(self, seconds: object) -> None:
+    def _follow(self, seconds: float | None) -> None:
         """Stretch the timings to the space's lease length when it differs from ours."""
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
-            return
-        if seconds == self._cfg.lease_s:
+        if seconds is None or seconds <= 0 or seconds == self._cfg.lease_s:
             return
         log.info("election: the space's lease is %g s; timings follow it", seconds)
         self.heartbeat.due -= self._cfg.renew_s  # the next heartbeat follows the new interval too
@@ -240,10 +239,10 @@ class Elector:
         if answer is None:
             return self._conflict(term)
         self._fold(answer)
-        if answer.get("active") != self._peer:
+        if answer.active != self._peer:
             return self._conflict(term)
-        gained = not self._state.holding or int(answer["term"]) != self._state.term
-        self._state = lease.on_renewed(self._state, self._cfg, int(answer["term"]), sent)
+        gained = not self._state.holding or answer.term != self._state.term
+        self._state = lease.on_renewed(self._state, self._cfg, answer.term, sent)
         if gained:
             log.info("election: holding the lease at term %d", self._state.term)
         return sent + self._cfg.renew_s

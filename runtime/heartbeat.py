@@ -48,10 +48,9 @@ class Heartbeat:
             body["status"] = self._status_report()
         await self._client.device_put(self._space, self._peer, body)
         self.due = sent + every
-        listing = await self._client.devices(self._space)
-        live = [d for d in listing["devices"] if d.get("live")]
-        self.live = frozenset(d["peer"] for d in live)
-        self.priorities = {d["peer"]: int(d.get("priority", 0)) for d in live}
+        live = [d for d in (await self._client.devices(self._space)).devices if d.live]
+        self.live = frozenset(d.peer for d in live)
+        self.priorities = {d.peer: d.priority for d in live}
 
     async def sign_off(self) -> None:
         """Tell the space this device stopped cleanly: it is not live from now on."""

@@ -11,8 +11,8 @@ another device's. Must not decide anything (that is `runtime.lease`) nor keep st
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from core.wire import LeaseOut
 from runtime import lease
 from runtime.client import ApiError, SpaceClient
 
@@ -25,10 +25,10 @@ class LeaseCalls:
     def __init__(self, client: SpaceClient, space: str, peer: str) -> None:
         self._client, self._space, self._peer = client, space, peer
 
-    async def read(self) -> dict[str, Any]:
+    async def read(self) -> LeaseOut:
         return await self._client.election(self._space)
 
-    async def claim(self, term: int) -> dict[str, Any] | None:
+    async def claim(self, term: int) -> LeaseOut | None:
         """Claim or renew at `term`; None when the space refuses it (a conflict)."""
         try:
             return await self._client.election_claim(
@@ -62,13 +62,10 @@ class LeaseCalls:
             log.warning("election: could not release the lease at term %d: %s", term, exc)
 
 
-def view_of(answer: dict[str, Any], now: float) -> lease.LeaseView:
+def view_of(answer: LeaseOut, now: float) -> lease.LeaseView:
     """A lease answer as a view anchored to the local monotonic `now` it was read at."""
-    expires_in = answer.get("expiresInMs")
+    expires_in = answer.expiresInMs
     expires = float("-inf") if expires_in is None else expires_in / 1000.0
     return lease.LeaseView(
-        active=answer.get("active"),
-        term=int(answer["term"]),
-        expires_at_mono=now + expires,
-        want=answer.get("want"),
+        active=answer.active, term=answer.term, expires_at_mono=now + expires, want=answer.want
     )

@@ -22,27 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Annotated, Any
-
-import msgspec
 
 from core.clock import Clock
+from core.wire import DeviceOut
 from runtime.client import SpaceClient
-
-Aware = Annotated[datetime, msgspec.Meta(tz=True)]
 
 BRIDGE_WINDOW = timedelta(seconds=120)
 """W: a bridge never starts further back (the one clamp of what a takeover fires)."""
-
-
-class Presence(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """A device as the space lists it (other fields ignored)."""
-
-    peer: str
-    up_since: Aware
-    last_seen: Aware
-    live: bool
-    stopped: bool = False
 
 
 Span = tuple[datetime, datetime]
@@ -62,16 +48,16 @@ def covered_since(spans: Iterable[Span], now: datetime) -> datetime:
 
 
 def spans(
-    first: list[Presence], last: list[Presence], me: str, now: datetime
+    first: list[DeviceOut], last: list[DeviceOut], me: str, now: datetime
 ) -> list[tuple[datetime, datetime]]:
     """Each device's up span: this device and every device that beat again between the
     two listings are up until `now`; any other until its last heartbeat."""
-    seen = {d.peer: d.last_seen for d in first}
+    seen = {d.peer: d.lastSeen for d in first}
     out: list[Span] = []
     for d in last:
-        beat_again = d.peer in seen and d.last_seen > seen[d.peer] and not d.stopped
-        end = now if d.peer == me or beat_again else d.last_seen
-        out.append((d.up_since, max(d.up_since, end)))
+        beat_again = d.peer in seen and d.lastSeen > seen[d.peer] and not d.stopped
+        end = now if d.peer == me or beat_again else d.lastSeen
+        out.append((d.upSince, max(d.upSince, end)))
     return out
 
 
@@ -100,20 +86,19 @@ class Takeover:
         first, last = await self.confirm(settle)
         return bridge_start(spans(first, last, self._peer, gained), gained, self._window)
 
-    async def confirm(self, settle: float) -> tuple[list[Presence], list[Presence]]:
+    async def confirm(self, settle: float) -> tuple[list[DeviceOut], list[DeviceOut]]:
         """Two listings: now, and once every other live device beat again (or `settle`
         seconds passed); the devices that did not beat again are taken as gone."""
         first = await self._listing()
-        seen = {d.peer: d.last_seen for d in first}
+        seen = {d.peer: d.lastSeen for d in first}
         waiting = {d.peer for d in first if d.live and d.peer != self._peer}
         deadline = self._clock.monotonic() + settle
         last = first
         while waiting and self._clock.monotonic() < deadline:
             await self._clock.sleep(min(settle / 8, deadline - self._clock.monotonic()))
             last = await self._listing()
-            waiting -= {d.peer for d in last if d.peer in seen and d.last_seen > seen[d.peer]}
+            waiting -= {d.peer for d in last if d.peer in seen and d.lastSeen > seen[d.peer]}
         return first, last
 
-    async def _listing(self) -> list[Presence]:
-        answer: dict[str, Any] = await self._client.devices(self._space)
-        return msgspec.convert(answer.get("devices", []), list[Presence])
+    async def _listing(self) -> list[DeviceOut]:
+        return (await self._client.devices(self._space)).devices

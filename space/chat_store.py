@@ -19,6 +19,7 @@ import msgspec
 import sqlite_utils
 
 from core.chatwire import NAME_MAX, Message, MessageEdit, MessageIn
+from core.wire import Body
 from space.clock import iso
 from space.db import transaction
 
@@ -41,6 +42,7 @@ CREATE TABLE IF NOT EXISTS chat_messages (
 ) WITHOUT ROWID;
 """
 
+
 class UnknownChat(LookupError):
     """No chat with this objectId in this space."""
 
@@ -49,7 +51,7 @@ class NotEditable(ValueError):
     """Only an agent message that is not done may change; the message says why."""
 
 
-class ChatIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class ChatIn(Body, frozen=True, kw_only=True):
     name: Annotated[str, msgspec.Meta(max_length=NAME_MAX)] = ""
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
-from core.chatwire import NAME_MAX, Agent, Message, MessageEdit, MessageIn, MessagePage
+from core.chatwire import NAME_MAX, AgentIn, Message, MessageEdit, MessageIn, MessagePage
+from core.wire import Answer
 from space import (
     auth,
     chat_store,
@@ -42,7 +43,7 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
     page_max: int = 1000
 
 
-class Chat(msgspec.Struct, frozen=True, kw_only=True):
+class Chat(Answer, frozen=True, kw_only=True):
     objectId: str
     name: str
     createdAt: str
@@ -50,7 +51,7 @@ class Chat(msgspec.Struct, frozen=True, kw_only=True):
     lastSeq: int
 
 
-class ChatList(msgspec.Struct, frozen=True, kw_only=True):
+class ChatList(Answer, frozen=True, kw_only=True):
     chats: list[Chat]
 
 
@@ -88,7 +89,7 @@ def setup(app: web.Application) -> None:
         get_messages,
         "History page: `?after=<seq>&limit=`, oldest first; `&latest=1`: the newest "
         "`limit` (`more`: older ones exist)",
-        answer=MessagePage,
+        answer=MessagePage[Message],
     )
     add_route(
         app,
@@ -164,7 +165,7 @@ def _signed(request: web.Request, msg: MessageIn) -> MessageIn:
         name = str(record.get("program") or name)
     except Refusal:
         pass  # the trigger was deleted meanwhile: its id still says who wrote
-    return msgspec.structs.replace(msg, agent=Agent(name=name[:NAME_MAX]))
+    return msgspec.structs.replace(msg, agent=AgentIn(name=name[:NAME_MAX]))
 
 
 def _check_text(text: str, limit: int) -> None:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from core.wire import ProgramList, ProgramOut
+from core.wire import Body, ProgramList, ProgramOut
 from programs import loader, refs
 from programs.loader import ProgramMeta
 from space.appstate import SETTINGS
@@ -32,7 +31,7 @@ CREATE TABLE IF NOT EXISTS programs (space TEXT NOT NULL, name TEXT NOT NULL,
 """
 
 
-class ProgramIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class ProgramIn(Body, frozen=True, kw_only=True):
     source: str
 
 

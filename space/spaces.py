@@ -11,11 +11,10 @@ import re
 from datetime import datetime
 from typing import Any
 
-import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from core.wire import Space
+from core.wire import Body, Space, SpaceList
 from space import auth, chat_store
 from space.clock import epoch, iso
 from space.db import DB, transaction
@@ -31,13 +30,9 @@ CREATE TABLE IF NOT EXISTS spaces (
 """
 
 
-class SpaceIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class SpaceIn(Body, frozen=True, kw_only=True):
     id: str
     name: str = ""
-
-
-class SpaceList(msgspec.Struct, frozen=True, kw_only=True):
-    spaces: list[Space]
 
 
 def ensure_schema(db: sqlite_utils.Database) -> None:

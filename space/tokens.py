@@ -16,10 +16,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import msgspec
 from aiohttp import web
 
-from core.wire import Name, RunTokenIn, TokenOut
+from core.wire import Answer, Body, Name, RunTokenIn, TokenOut
 from space import fires, token_store, trigger_store
 from space.appstate import ADMIN_TOKEN_PATH, SETTINGS
 from space.auth import Principal, Role, end_streams, principal
@@ -29,12 +28,12 @@ from space.http import Refusal, add_route, answer, now_of, read_body
 from space.spaces import SPACE_ID, require_space
 
 
-class DeviceTokenIn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class DeviceTokenIn(Body, frozen=True, kw_only=True):
     peer: Name
     space: Name
 
 
-class TokenInfo(msgspec.Struct, frozen=True, kw_only=True):
+class TokenInfo(Answer, frozen=True, kw_only=True):
     id: str
     role: str
     state: str  # live | revoked | expired
@@ -48,7 +47,7 @@ class TokenInfo(msgspec.Struct, frozen=True, kw_only=True):
     revokedAt: str | None
 
 
-class TokenList(msgspec.Struct, frozen=True, kw_only=True):
+class TokenList(Answer, frozen=True, kw_only=True):
     tokens: list[TokenInfo]
 
 

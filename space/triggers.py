@@ -14,7 +14,7 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import web
 
-from core.wire import Stamps
+from core.wire import Answer, Body, Stamps
 from space import duties, record_view, trigger_store
 from space.auth import limit_patch
 from space.changes import notify
@@ -25,7 +25,7 @@ from space.spaces import require_space
 from triggers import bounds, records
 
 
-class TriggerPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class TriggerPatch(Body, frozen=True, kw_only=True):
     """`PATCH …/triggers/{id}` as documented: any user fields; the result must be a valid record.
 
     For the OpenAPI document only; the store checks the merged record (`records.validate_input`).
@@ -41,7 +41,7 @@ class TriggerPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     limits: records.LimitsInput | msgspec.UnsetType = msgspec.UNSET
 
 
-class RecordList(msgspec.Struct, frozen=True, kw_only=True):
+class RecordList(Answer, frozen=True, kw_only=True):
     triggers: list[dict[str, Any]]
     seq: int
     next: str | None = None  # with `limit`: the `after` of the next page; null at the end

@@ -20,6 +20,8 @@ import argparse
 import sys
 from typing import Any
 
+import msgspec
+
 from runtime.cli import UsageError
 from runtime.client import SpaceClient
 from runtime.commands.common import Target, add_space_options, until_signalled
@@ -60,7 +62,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 async def chat_of(client: SpaceClient, where: Target, chat: str | None) -> str:
     """`--chat`, else the space's general chat."""
-    return chat or (await client.space_get(where.space))["generalChat"]
+    return chat or (await client.space_get(where.space)).generalChat or ""
 
 
 async def send(client: SpaceClient, where: Target, chat: str | None, text: str,
@@ -86,7 +88,7 @@ async def tail(client: SpaceClient, where: Target, chat: str | None, limit: int,
 async def _tail(client: SpaceClient, where: Target, object_id: str, limit: int, follow: bool,
                 as_json: bool) -> None:  # fmt: skip
     page = await client.chat_messages(where.space, object_id, limit=limit, latest=True)
-    messages = page["messages"]
+    messages = [msgspec.json.decode(raw) for raw in page.messages]  # printed as sent
     if as_json and not follow:
         emit({"messages": messages})
         return

@@ -25,8 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 async def devices(client: SpaceClient, where: Target, as_json: bool) -> int:
-    found, election = await asyncio.gather(
-        client.devices(where.space), client.election(where.space)
+    found, election = await asyncio.gather(  # printed as the space answers them
+        client.call("devices", space=where.space), client.call("election", space=where.space)
     )
     if as_json:
         emit({"devices": found["devices"], "election": election})

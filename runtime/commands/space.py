@@ -170,7 +170,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 async def create_space(client: SpaceClient, body: dict[str, str], as_json: bool) -> int:
-    created = await client.space_create(body)
+    created = await client.call("space_create", body)  # printed as the space answers it
     if as_json:
         emit(created)
     else:
@@ -179,7 +179,7 @@ async def create_space(client: SpaceClient, body: dict[str, str], as_json: bool)
 
 
 async def list_spaces(client: SpaceClient, where: Target, as_json: bool) -> int:
-    found = (await client.spaces())["spaces"]
+    found = (await client.call("spaces"))["spaces"]  # printed as the space answers them
     if as_json:
         emit({"spaces": found})
     elif not found:

@@ -39,9 +39,9 @@ async def report(client: SpaceClient, where: Target, as_json: bool) -> int:
 
 
 async def gather(client: SpaceClient, where: Target) -> dict[str, Any]:
-    election, devices, triggers = await asyncio.gather(
-        client.election(where.space),
-        client.devices(where.space),
+    election, devices, triggers = await asyncio.gather(  # shown as the space answers them
+        client.call("election", space=where.space),
+        client.call("devices", space=where.space),
         client.triggers(where.space),
     )
     return {

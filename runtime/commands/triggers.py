@@ -233,7 +233,7 @@ async def require_seen(client: SpaceClient, where: Target, peer: str, force: boo
     """A peer the space has never seen is refused (exit 2) unless `force`."""
     if force:
         return
-    known = [d["peer"] for d in (await client.devices(where.space))["devices"]]
+    known = [d.peer for d in (await client.devices(where.space)).devices]
     if peer not in known:
         seen = ", ".join(known) or "none yet"
         raise UsageError(f"{flag}: space {where.space} has never seen device {peer!r} "

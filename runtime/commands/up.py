@@ -192,9 +192,9 @@ async def _prepare(
             found = await client.space_get(space)
         token = await _device_token(client, data / f"device-{peer}.token", space, peer)
         if with_demo:
-            added = await demo.install(client, space, found["generalChat"])
+            added = await demo.install(client, space, found.generalChat or "")
             print(f"baton: demo wired: {', '.join(added) or 'already there'}")
-    return token, found["generalChat"]
+    return token, found.generalChat or ""
 
 
 async def _device_token(admin: SpaceClient, path: Path, space: str, peer: str) -> str:

@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 import waiting
 from aiohttp import web
+from pages import read_all
 
+from core.chatwire import Message
 from core.clock import FakeClock
 from runtime.client import SpaceClient
 from runtime.device import Device, Settings
@@ -67,7 +69,7 @@ class Space:
         if self.admin is None:
             token = default_admin_token_file(self.db).read_text().strip()
             self.admin = SpaceClient(self.url, token)
-            self.general = (await self.admin.space_create({"id": SPACE}))["generalChat"]
+            self.general = (await self.admin.space_create({"id": SPACE})).generalChat
 
     async def stop(self) -> None:
         if self.runner is not None:
@@ -126,8 +128,8 @@ class Space:
     async def fires(self, tid: str) -> list[dict[str, Any]]:
         return (await self.api.fires(SPACE, trigger=tid, limit=1000))["fires"]
 
-    async def messages(self, chat: str) -> list[dict[str, Any]]:
-        return (await self.api.chat_messages(SPACE, chat, limit=1000))["messages"]
+    async def messages(self, chat: str) -> list[Message]:
+        return read_all(await self.api.chat_messages(SPACE, chat, limit=1000))
 
     async def until_runs(self, tid: str, count: int, **kw: Any) -> list[dict[str, Any]]:
         """Wait until `tid` has at least `count` run records; return them."""

@@ -127,7 +127,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
             )  # fmt: skip
 
             async def active() -> bool:
-                return (await api.election(SPACE))["active"] == PEER
+                return (await api.election(SPACE)).active == PEER
 
             await eventually(active, timeout=DEADLINE, what="the device holding the lease")
             yield Rig(api, procs, space, device, tmp_path)
@@ -375,8 +375,8 @@ async def test_nothing_of_one_triggers_run_reaches_another_triggers_run(rig: Rig
 
 async def test_the_device_reports_how_contained_its_runs_are(rig: Rig) -> None:
     async def reported() -> dict[str, Any] | None:
-        devices = (await rig.api.devices(SPACE))["devices"]
-        return next((d["status"].get("containment") for d in devices if d["peer"] == PEER), None)
+        devices = (await rig.api.devices(SPACE)).devices
+        return next((d.status.get("containment") for d in devices if d.peer == PEER), None)
 
     found = await eventually(reported, timeout=DEADLINE, what="the device's containment")
     assert found["level"] == "full", found  # this kernel: Landlock ABI >= 6, pids cgroup

@@ -157,5 +157,5 @@ async def test_baton_up_mints_its_device_token_for_its_space_and_peer(tmp_path: 
 
 
 async def _device_live(api: SpaceClient, space: str) -> bool:
-    devices = (await api.devices(space))["devices"]
-    return any(d["peer"] == "solo" and d["live"] for d in devices)
+    devices = (await api.devices(space)).devices
+    return any(d.peer == "solo" and d.live for d in devices)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pages import read_all
 from support import (
     Proc,
     Procs,
@@ -30,6 +31,7 @@ from support import (
     write_token,
 )
 
+from core.chatwire import Message
 from runtime.client import SpaceClient
 from runtime.responders import HELP
 
@@ -114,8 +116,8 @@ async def _device(procs: Procs, api: SpaceClient, url: str, peer: str, run: int 
 
 
 async def _settled(api: SpaceClient) -> bool:
-    live = {d["peer"] for d in (await api.devices(SPACE))["devices"] if d["live"]}
-    return live >= set(PEERS) and (await api.election(SPACE))["active"] is not None
+    live = {d.peer for d in (await api.devices(SPACE)).devices if d.live}
+    return live >= set(PEERS) and (await api.election(SPACE)).active is not None
 
 
 async def test_one_device_fires_each_slot_and_another_takes_over_when_it_dies(
@@ -124,7 +126,8 @@ async def test_one_device_fires_each_slot_and_another_takes_over_when_it_dies(
     api, tid = cluster.api, await cluster.create("floating")
     await eventually(cluster.runs_by(tid, 4), timeout=20, what="four runs of a floating cron")
     lease = await api.election(SPACE)
-    holder, term = lease["active"], lease["term"]
+    holder, term = lease.active, lease.term
+    assert holder is not None
     before = await cluster.runs(tid)
     assert duplicates([r["key"] for r in before]) == []
     assert {(r["peer"], r["term"], r["status"]) for r in before} == {(holder, term, "ok")}
@@ -154,7 +157,7 @@ async def test_one_device_fires_each_slot_and_another_takes_over_when_it_dies(
     claims = {f["key"]: (f["peer"], f["term"]) for f in fires}
     assert all(claims.get(r["key"]) == (r["peer"], r["term"]) for r in runs)
     lease = await api.election(SPACE)
-    assert (lease["active"], lease["term"]) == (successor, new_term)
+    assert (lease.active, lease.term) == (successor, new_term)
 
 
 def _runs_elsewhere(
@@ -170,7 +173,7 @@ async def test_a_pinned_trigger_runs_on_its_owner_alone_and_follows_a_repin(
     cluster: Cluster,
 ) -> None:
     api = cluster.api
-    holder = (await api.election(SPACE))["active"]
+    holder = (await api.election(SPACE)).active
     first, second = (p for p in PEERS if p != holder)  # standbys: a floating run would show
     metronome = await cluster.create("metronome")
     tid = await cluster.create("pinned", owner=first)
@@ -213,7 +216,7 @@ async def test_an_owner_that_stops_is_stamped_offline_and_cleared_when_it_is_bac
     cluster: Cluster,
 ) -> None:
     api = cluster.api
-    holder = (await api.election(SPACE))["active"]
+    holder = (await api.election(SPACE)).active
     owner = next(p for p in PEERS if p != holder)
     tid = await cluster.create("pinned", owner=owner)
     await eventually(cluster.runs_by(tid, 1, peer=owner), timeout=15, what=f"a run on {owner}")
@@ -288,14 +291,14 @@ async def test_baton_up_runs_the_demo_answers_the_chat_and_stops_cleanly_on_sigi
             )
             code, shown = await procs.run("status", "status", "--data", str(data))
             assert code == 0 and f"space {space}: active device solo," in shown
-            assert (await api.election(space))["leaseSeconds"] == LEASE
+            assert (await api.election(space)).leaseSeconds == LEASE
 
-            chat = (await api.space_get(space))["generalChat"]
+            chat = (await api.space_get(space)).generalChat or ""
             sent = await api.chat_send(space, chat, {"text": "help"})
             reply = await eventually(
                 _reply(api, space, chat, sent["seq"]), timeout=15, what="chat-watch's answer"
             )
-            assert HELP in reply["text"]
+            assert HELP in reply.text
 
         assert await up.stop(signal.SIGINT) == 0
         said = up.output()
@@ -303,7 +306,7 @@ async def test_baton_up_runs_the_demo_answers_the_chat_and_stops_cleanly_on_sigi
         _, again = await serve(procs, data / "space.db")
         async with SpaceClient(again, admin) as api:
             lease = await api.election(space)
-        assert (lease["active"], lease["expiresAt"]) == (None, None)  # released, not lapsing
+        assert (lease.active, lease.expiresAt) == (None, None)  # released, not lapsing
 
 
 def _named(
@@ -325,12 +328,10 @@ def _ok_run(api: SpaceClient, space: str, trigger: str) -> Callable[[], Awaitabl
 
 def _reply(
     api: SpaceClient, space: str, chat: str, after: int
-) -> Callable[[], Awaitable[dict[str, Any] | None]]:
-    async def check() -> dict[str, Any] | None:
+) -> Callable[[], Awaitable[Message | None]]:
+    async def check() -> Message | None:
         page = await api.chat_messages(space, chat, after=after)
-        answers = [
-            m for m in page["messages"] if (m.get("agent") or {}).get("name") == "chat-watch"
-        ]
+        answers = [m for m in read_all(page) if m.agent and m.agent.name == "chat-watch"]
         return answers[0] if answers else None
 
     return check

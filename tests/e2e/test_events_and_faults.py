@@ -31,7 +31,9 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
     space,
     spaces,
 )
+from pages import read_all
 
+from core.chatwire import Message
 from core.clock import FakeClock
 from runtime.cli import main
 from runtime.client import ApiError
@@ -86,7 +88,7 @@ async def test_an_event_trigger_fires_once_per_user_message_and_never_for_the_un
     await dev.settled()
 
     fired = [m1["messageId"], m2["messageId"], m3["messageId"], m4["messageId"]]
-    texts = {m["messageId"]: m["text"] for m in await space.messages(chat)}
+    texts = {m.message_id: m.text for m in await space.messages(chat)}
     claimed = [texts.get(f["key"]) for f in await space.fires(tid)]
     assert claimed == ["one", "two", "three", "four"]
     runs = await space.runs(tid)
@@ -127,9 +129,9 @@ async def test_dropped_streams_and_a_restarted_server_lose_nothing_and_repeat_no
     assert connections >= 3, dev.chat_state(chat)
 
 
-def answers(messages: list[dict[str, Any]], text: str) -> int:
+def answers(messages: list[Message], text: str) -> int:
     """How many of the agent's messages answer the user's `text` (the built-in responder)."""
-    return sum(1 for m in messages if m.get("agent") and f"noted: {text!r}" in m["text"])
+    return sum(1 for m in messages if m.agent and f"noted: {text!r}" in m.text)
 
 
 async def until_answered(space: Space, text: str) -> None:
@@ -192,7 +194,7 @@ async def test_chat_watch_is_seeded_reseeded_never_overwritten_and_answers_once(
     answered = ["hello there", "after the reseed", "back again"]
     assert [answers(messages, t) for t in answered] == [1, 1, 1]
     assert answers(messages, "while paused") == answers(messages, "still paused") == 0
-    assert sum(1 for m in messages if m.get("agent")) == 3
+    assert sum(1 for m in messages if m.agent) == 3
 
 
 async def test_a_space_created_while_the_device_runs_gets_its_chat_responder(
@@ -201,7 +203,7 @@ async def test_a_space_created_while_the_device_runs_gets_its_chat_responder(
     dev = await make_device(space_id="later")
     await eventually(lambda: "could not seed" in caplog.text)  # no such space yet
     created = await space.api.space_create({"id": "later"})
-    general = created["generalChat"]
+    general = created.generalChat
 
     async def seeded() -> dict[str, Any] | None:
         try:
@@ -216,7 +218,7 @@ async def test_a_space_created_while_the_device_runs_gets_its_chat_responder(
 
     async def answered() -> bool:
         listing = await space.api.chat_messages("later", general, limit=100)
-        return any(m.get("agent") for m in listing["messages"])
+        return any(m.agent for m in read_all(listing))
 
     await eventually(answered)
 
@@ -405,9 +407,10 @@ async def test_a_program_answering_into_the_chat_it_watches_does_not_fire_itself
     runs = await space.runs(tid)
     assert keys(runs) == [first["messageId"], second["messageId"]]
     assert {r["status"] for r in runs} == {"ok"}
-    answers = [m for m in await space.messages(chat) if m["text"].startswith("you said")]
-    assert [m["text"] for m in answers] == ["you said one", "you said two"]
-    assert {m["agent"]["name"] for m in answers} == {"parrot@v1"}  # a run token writes as the agent
+    answers = [m for m in await space.messages(chat) if m.text.startswith("you said")]
+    assert [m.text for m in answers] == ["you said one", "you said two"]
+    # a run token writes as the agent
+    assert {m.agent.name if m.agent else None for m in answers} == {"parrot@v1"}
 
 
 async def test_baton_status_json_shows_the_device_term_subscriptions_and_triggers(
@@ -426,8 +429,8 @@ async def test_baton_status_json_shows_the_device_term_subscriptions_and_trigger
     await space.until_stamped(ghost, "unknown_program")
 
     async def reported_live() -> bool:
-        devices = (await space.api.devices(SPACE))["devices"]
-        subs = [s for d in devices for s in d.get("status", {}).get("subscriptions", [])]
+        devices = (await space.api.devices(SPACE)).devices
+        subs = [s for d in devices for s in d.status.get("subscriptions", [])]
         return any(s["chat"] == chat and s["state"] == "live" for s in subs)
 
     await eventually(reported_live)

@@ -73,10 +73,10 @@ class Household:
         """The device holding the lease, once every running device is live."""
 
         async def settled() -> str | None:
-            listed = (await self.api.devices(SPACE))["devices"]
-            live = {d["peer"] for d in listed if d["live"]}
+            listed = (await self.api.devices(SPACE)).devices
+            live = {d.peer for d in listed if d.live}
             running = {p for p, proc in self.devices.items() if proc.running}
-            active = (await self.api.election(SPACE))["active"]
+            active = (await self.api.election(SPACE)).active
             return active if running <= live and active in running else None
 
         return await eventually(settled, timeout=SETTLE, what="a holder among the running devices")
@@ -158,7 +158,7 @@ async def house(tmp_path: Path) -> AsyncIterator[Household]:
         admin = (tmp_path / "admin.token").read_text().strip()
         async with SpaceClient(url, admin) as api:
             house = Household(procs, url, api)
-            house.general = (await api.space_create({"id": SPACE}))["generalChat"]
+            house.general = (await api.space_create({"id": SPACE})).generalChat
             house.chat = (await api.chat_create(SPACE, {"name": "feed"}))["objectId"]
             await api.program_put(SPACE, "quick@v1", {"source": QUICK})
             yield house
@@ -251,7 +251,7 @@ async def test_a_holder_killed_and_back_within_its_lease_loses_nothing_while_sta
     await house.start(holder)  # back within its 3 s lease, it renews at the same term
     successor = await house.holder()  # (or, on a slow start, a standby takes over)
     await house.bridged(successor)
-    term = (await house.api.election(SPACE))["term"]
+    term = (await house.api.election(SPACE)).term
 
     slots = await house.every_slot(
         cron["id"], whole_second_after(since), killed.replace(microsecond=0) + 4 * S

@@ -27,6 +27,7 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
 )
 from fake_llm import FakeLlm
 
+from core.chatwire import Agent, Message
 from runtime.client import SpaceClient
 from runtime.commands.common import Target
 from runtime.commands.status import gather, human
@@ -57,8 +58,8 @@ async def answering(make_device: MakeDevice, space: Space, fake: FakeLlm) -> Run
     return dev
 
 
-async def agent_messages(space: Space) -> list[dict[str, Any]]:
-    return [m for m in await space.messages(space.general) if m.get("agent")]
+async def agent_messages(space: Space) -> list[Message]:
+    return [m for m in await space.messages(space.general) if m.agent]
 
 
 async def test_the_reply_streams_into_one_message_that_is_done_at_its_end(
@@ -71,16 +72,16 @@ async def test_the_reply_streams_into_one_message_that_is_done_at_its_end(
     sent = await space.send(space.general, "hello agent")
 
     (growing,) = await eventually(lambda: agent_messages(space))
-    assert growing["text"] == "Hel" and growing["agent"] == {"name": "chat-watch", "done": False}
+    assert growing.text == "Hel" and growing.agent == Agent(name="chat-watch", done=False)
     llm.release()
 
-    async def finished() -> dict[str, Any] | None:
+    async def finished() -> Message | None:
         found = await agent_messages(space)
-        return found[0] if found and found[0]["agent"].get("done") else None
+        return found[0] if found and found[0].agent and found[0].agent.done else None
 
     final = await eventually(finished)
-    assert final["messageId"] == growing["messageId"] and final["seq"] == growing["seq"]
-    assert final["text"] == "Hello there"
+    assert final.message_id == growing.message_id and final.seq == growing.seq
+    assert final.text == "Hello there"
     assert len(await agent_messages(space)) == 1
 
     (request,) = llm.requests
@@ -100,12 +101,12 @@ async def test_a_server_that_does_not_stream_answers_in_one_message(
     await answering(make_device, space, llm)
     await space.send(space.general, "hi")
 
-    async def done() -> list[dict[str, Any]] | None:
+    async def done() -> list[Message] | None:
         found = await agent_messages(space)
-        return found if found and found[0]["agent"].get("done") else None
+        return found if found and found[0].agent and found[0].agent.done else None
 
     (reply,) = await eventually(done)
-    assert reply["text"] == "Hello there"
+    assert reply.text == "Hello there"
 
 
 async def test_pausing_chat_watch_stops_answers_and_resuming_answers_new_messages(

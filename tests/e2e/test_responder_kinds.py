@@ -35,7 +35,7 @@ def shout(snapshot: list[dict[str, Any]], pending: list[dict[str, Any]]) -> str:
 
 
 async def replies(space: Space) -> list[str]:
-    return [m["text"] for m in await space.messages(space.general) if m.get("agent")]
+    return [m.text for m in await space.messages(space.general) if m.agent]
 
 
 async def answer_with(spec: str, space: Space, make_device: MakeDevice) -> list[str]:

@@ -22,6 +22,7 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
     spaces,
 )
 
+from core.wire import LeaseOut
 from runtime.cli import main
 from runtime.supervise import PartFailed
 
@@ -47,17 +48,17 @@ async def test_a_part_that_dies_gives_the_lease_up_and_comes_back(
     first = await make_device()
     await first.active()
     second = await make_device()
-    term = (await space.api.election(SPACE))["term"]
+    term = (await space.api.election(SPACE)).term
     raised = break_ticker(first.device, 1)
     first.device.ticker._wake.set()  # tick now rather than at the next slot
     await eventually(lambda: raised[0] == 1)
 
-    async def retaken() -> dict[str, Any] | None:
+    async def retaken() -> LeaseOut | None:
         lease = await space.api.election(SPACE)
-        return lease if lease["active"] and lease["term"] > term else None
+        return lease if lease.active and lease.term > term else None
 
     lease = await eventually(retaken)  # given up, then taken again: at a new term
-    assert lease["active"] in (first.peer, second.peer)
+    assert lease.active in (first.peer, second.peer)
     await eventually(lambda: first.device.supervisor.restarts.get("ticker") == 1)
     assert first.device.elector.status()["partsDown"] == []
     assert not first.task.done() and not second.task.done()
@@ -86,9 +87,9 @@ async def test_a_part_that_keeps_dying_stops_the_device_and_frees_its_lease(
     assert str(failed.value) == "device part ticker died 5 times: RuntimeError: injected fault"
     assert raised[0] == 5
     lease = await space.api.election(SPACE)
-    assert lease["active"] is None  # released, not left to lapse
-    listed = {d["peer"]: d for d in (await space.api.devices(SPACE))["devices"]}
-    assert listed[dev.peer]["live"] is False  # signed off
+    assert lease.active is None  # released, not left to lapse
+    listed = {d.peer: d for d in (await space.api.devices(SPACE)).devices}
+    assert listed[dev.peer].live is False  # signed off
 
 
 def test_the_cli_exits_non_zero_with_one_line_when_a_part_cannot_be_kept_running(

@@ -29,7 +29,7 @@ async def space(tmp_path: Path, aiohttp_server):
     admin = SpaceClient(url, default_admin_token_file(db).read_text().strip())
     created = await admin.space_create({"id": SPACE, "name": "Home"})
     trigger = await admin.trigger_create(SPACE, CRON)
-    yield admin, url, created["generalChat"], trigger
+    yield admin, url, created.generalChat, trigger
     await admin.close()
 
 

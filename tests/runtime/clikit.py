@@ -46,7 +46,7 @@ async def start_space(tmp_path: Path, aiohttp_server: Any) -> tuple[World, Space
     token_file = default_admin_token_file(db)
     admin = SpaceClient(url, token_file.read_text().strip())
     created = await admin.space_create({"id": SPACE})
-    return World(url, token_file, admin, created["generalChat"]), admin
+    return World(url, token_file, admin, created.generalChat), admin
 
 
 class Cli:

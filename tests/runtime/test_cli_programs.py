@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from clikit import SPACE, Cli, World
+from pages import read_all
 
 from runtime.client import SpaceClient
 
@@ -138,7 +139,7 @@ async def test_a_manual_run_posts_to_the_chat_and_is_recorded(cli: Cli, space: A
     assert (record["triggerId"], record["program"]) == ("manual:triage@v1", "triage@v1")
     [stored] = (await admin.runs(SPACE, trigger="manual:triage@v1"))["runs"]
     assert stored == record
-    texts = [m["text"] for m in (await admin.chat_messages(SPACE, chat))["messages"]]
+    texts = [m.text for m in read_all(await admin.chat_messages(SPACE, chat))]
     assert texts == ["filed under question"]
     code, out, _ = await cli("programs", "run", "triage@v1", "--args", args)
     assert code == 0

@@ -81,7 +81,7 @@ async def test_a_patch_carries_path_body_auth_and_if_match(client):
 
 
 async def test_query_leaves_out_none_and_path_segments_are_quoted(client):
-    got = await client.chat_messages("my space", "o/1", after=7)
+    got = await client.call("chat_messages", space="my space", objectId="o/1", after=7)
     assert got["path"] == "/v1/spaces/my%20space/chats/o%2F1/messages"
     assert got["query"] == {"after": "7"}
     got = await client.runs("bao", trigger="trg_1", limit=5)

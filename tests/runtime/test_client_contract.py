@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from pages import read_all
 
 from core.clock import FakeClock
 from core.routes import PREFIX, ROUTES, ApiError
@@ -92,11 +93,11 @@ async def test_every_served_route_is_in_the_table(space):
 
 async def test_spaces_create_list_get(space):
     admin, created = space
-    assert created["id"] == SPACE
-    assert created["generalChat"]
+    assert created.id == SPACE
+    assert created.generalChat
     listed = await admin.spaces()
-    assert SPACE in str(listed)
-    assert (await admin.space_get(SPACE))["id"] == SPACE
+    assert [s.id for s in listed.spaces] == [SPACE]
+    assert (await admin.space_get(SPACE)).id == SPACE
     with pytest.raises(ApiError) as missing:
         await admin.space_get("nope")
     assert missing.value.status == 404
@@ -155,7 +156,7 @@ async def test_change_feed_stream_delivers_new_changes(space):
 
 async def test_chat_send_history_and_stream_resume(space):
     admin, created = space
-    chat = created["generalChat"]
+    chat = created.generalChat
     got = Inbox()
     first = admin.chat_stream(SPACE, chat, read_timeout=10.0)
     task = asyncio.create_task(first.run(got))
@@ -174,7 +175,7 @@ async def test_chat_send_history_and_stream_resume(space):
     ids = [e.json()["messageId"] for e in got.of("message")]
     assert ids == [m["messageId"] for m in sent]
     page = await admin.chat_messages(SPACE, chat, after=sent[3]["seq"])
-    assert [m["text"] for m in page["messages"]] == ["m4", "m5"]
+    assert [m.text for m in read_all(page)] == ["m4", "m5"]
 
 
 async def test_stream_of_an_unknown_chat_is_permanent(space):
@@ -193,7 +194,7 @@ async def test_stream_survives_a_server_drop(tmp_path, aiohttp_server):
     port, token = server.port, default_admin_token_file(db).read_text().strip()
     clock = FakeClock()
     async with SpaceClient(str(server.make_url("/")), token, clock=clock) as admin:
-        chat = (await admin.space_create({"id": SPACE}))["generalChat"]
+        chat = (await admin.space_create({"id": SPACE})).generalChat
         got = Inbox()
         sub = admin.chat_stream(SPACE, chat, read_timeout=10.0)
         task = asyncio.create_task(sub.run(got))

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from core.clock import FakeClock
+from core.wire import LeaseOut
 from runtime.client import SpaceClient
 from runtime.election import Elector
 from runtime.events import RoleChanged
@@ -102,7 +103,7 @@ class World:
         await self.crash(dev)
         await dev.elector.release()
 
-    async def lease(self) -> dict:
+    async def lease(self) -> LeaseOut:
         return await self.admin.election(SPACE)
 
     async def close(self) -> None:
@@ -137,11 +138,11 @@ async def test_the_first_device_claims_renews_and_a_peer_never_preempts(world: W
         assert a.fires() and not b.fires()
     assert a.elector.term == 1 and b.edges == []
     lease = await world.lease()
-    assert (lease["active"], lease["term"], lease["want"]) == ("a", 1, None)
+    assert (lease.active, lease.term, lease.want) == ("a", 1, None)
     assert a.elector.live == {"a", "b"} and b.elector.active == "a"
     assert b.elector.heartbeat.priorities == {"a": 0, "b": 0}
-    devices = {d["peer"]: d for d in (await world.admin.devices(SPACE))["devices"]}
-    assert devices["a"]["name"] == "A" and devices["b"]["live"]
+    devices = {d.peer: d for d in (await world.admin.devices(SPACE)).devices}
+    assert devices["a"].name == "A" and devices["b"].live
     status = a.elector.status()
     assert status["active"] == "a" and status["term"] == 1 and status["holding"]
     assert status["actsUntil"] and status["lastError"] is None
@@ -153,7 +154,7 @@ async def test_a_crashed_holder_is_replaced_once_the_space_says_its_lease_lapsed
     a = await world.device("a")
     b = await world.device("b")
     await world.run_for(7.0)
-    expires = datetime.fromisoformat((await world.lease())["expiresAt"])
+    expires = datetime.fromisoformat(str((await world.lease()).expiresAt))
     await world.crash(a)  # no release: the lease must lapse by the server's clock
     took = await world.until(b.fires, limit=CFG.lease_s + CFG.poll_s + STEP)
     assert world.clock.wall() >= expires  # not a moment before the space said so
@@ -186,7 +187,7 @@ async def test_a_preferred_device_gets_the_lease_at_the_holders_next_renewal(
     await world.run_for(30.0)  # no flapping back
     assert c.fires() and c.elector.term == 2 and len(a.edges) == 2
     lease = await world.lease()
-    assert (lease["active"], lease["term"], lease["want"]) == ("c", 2, None)
+    assert (lease.active, lease.term, lease.want) == ("c", 2, None)
 
 
 async def test_a_holder_cut_off_from_the_space_fails_closed_before_its_lease_lapses(
@@ -198,7 +199,7 @@ async def test_a_holder_cut_off_from_the_space_fails_closed_before_its_lease_lap
     await world.admin.close()
     await world.server.close()
     acts_until = datetime.fromisoformat(a.elector.status()["actsUntil"])
-    expires = datetime.fromisoformat(lease["expiresAt"])
+    expires = datetime.fromisoformat(str(lease.expiresAt))
     assert (expires - acts_until).total_seconds() == pytest.approx(CFG.margin_s)
     start_wall = world.clock.wall()
     await world.until(lambda: not a.fires(), limit=CFG.lease_s)
@@ -246,7 +247,7 @@ async def test_a_wall_jump_past_the_lease_is_a_sleep_and_ends_the_term(world: Wo
     assert not a.fires()  # noticed inside may_fire, before any watcher runs
     await world.until(lambda: a.fires() or b.fires(), limit=CFG.poll_s + STEP)
     holder = a if a.fires() else b
-    assert holder.elector.term == 2 and (await world.lease())["term"] == 2
+    assert holder.elector.term == 2 and (await world.lease()).term == 2
     await world.run_for(10.0)
 
 
@@ -287,12 +288,12 @@ async def test_heartbeats_carry_the_device_report_and_survive_a_broken_one(world
     await world.device("a", report=report)
     await world.device("b", report=broken)
     await world.run_for(CFG.renew_s)
-    devices = {d["peer"]: d for d in (await world.admin.devices(SPACE))["devices"]}
-    assert devices["a"]["status"] == {"beats": 2, "at": "2026-12-01T09:00:05Z"}
-    assert devices["b"]["status"] == {"error": "RuntimeError: no report today"}
+    devices = {d.peer: d for d in (await world.admin.devices(SPACE)).devices}
+    assert devices["a"].status == {"beats": 2, "at": "2026-12-01T09:00:05Z"}
+    assert devices["b"].status == {"error": "RuntimeError: no report today"}
     await world.run_for(CFG.poll_s)  # b, a follower, beats on its first poll after 5 s
-    devices = {d["peer"]: d for d in (await world.admin.devices(SPACE))["devices"]}
-    assert devices["b"]["lastSeen"] == "2026-12-01T09:00:06.000Z"
+    devices = {d.peer: d for d in (await world.admin.devices(SPACE)).devices}
+    assert devices["b"].lastSeen == datetime(2026, 12, 1, 9, 0, 6, tzinfo=UTC)
 
 
 async def test_heartbeats_follow_the_spaces_lease_length_from_the_first_interval(
@@ -311,8 +312,8 @@ async def test_heartbeats_follow_the_spaces_lease_length_from_the_first_interval
         seen = []
         for _ in range(12):  # 3 s: a heartbeat a second (the 15 s defaults would wait 5 s)
             await world.step()
-            listed = {d["peer"]: d for d in (await admin.devices(SPACE))["devices"]}
-            seen.append(listed[follower.peer]["lastSeen"])
+            listed = {d.peer: d for d in (await admin.devices(SPACE)).devices}
+            seen.append(listed[follower.peer].lastSeen)
         assert len(set(seen)) >= 3
     finally:
         await world.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pages import read_all
 from waiting import eventually
 
 from core.clock import FakeClock
@@ -141,7 +142,7 @@ async def world(tmp_path: Path, aiohttp_server: Any):
     created = await admin.space_create({"id": SPACE})
     token = (await admin.token_device({"peer": PEER, "space": SPACE}))["token"]
     device = SpaceClient(url, token)
-    w = World(url, admin, device, created["generalChat"])
+    w = World(url, admin, device, created.generalChat)
     w.seen = seen
     try:
         yield w
@@ -389,10 +390,10 @@ async def test_a_program_posts_to_the_chat_with_its_run_token(w: World):
     await w.fire(w.request(record, "k"))
     [run] = await w.runs(record)
     assert run["status"] == "ok", run["error"]
-    messages = (await w.admin.chat_messages(SPACE, w.chat))["messages"]
-    [posted] = [m for m in messages if m["messageId"] == run["result"]["messageId"]]
-    assert posted["text"] == "hello from a program"
-    assert posted["agent"]["name"] == "greeter"
+    messages = read_all(await w.admin.chat_messages(SPACE, w.chat))
+    [posted] = [m for m in messages if m.message_id == run["result"]["messageId"]]
+    assert posted.text == "hello from a program"
+    assert posted.agent is not None and posted.agent.name == "greeter"
 
 
 async def test_a_fire_gets_its_run_token_with_the_claim_and_it_ends_with_the_run(w: World):

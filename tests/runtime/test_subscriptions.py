@@ -115,7 +115,7 @@ async def world(tmp_path: Path, aiohttp_server: Any):
     async with SpaceClient(str(server.make_url("/")), token, clock=clock) as client:
         w = World(server, db, client, clock)
         w.server_clock = server_clock
-        w.general = (await client.space_create({"id": SPACE}))["generalChat"]
+        w.general = (await client.space_create({"id": SPACE})).generalChat
         w.other = (await client.chat_create(SPACE, {"name": "other"}))["objectId"]
         try:
             yield w

@@ -4,7 +4,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runtime.takeover import Presence, bridge_start, covered_since, spans
+from core.wire import DeviceOut
+from runtime.takeover import bridge_start, covered_since, spans
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -31,8 +32,8 @@ def test_covered_since_walks_back_through_touching_spans(spans_, expected):
     assert covered_since(spans_, at(0)) == expected
 
 
-def device(peer: str, up: float, seen: float, live: bool = True, **kw: bool) -> Presence:
-    return Presence(peer=peer, up_since=at(up), last_seen=at(seen), live=live, **kw)
+def device(peer: str, up: float, seen: float, live: bool = True, **kw: bool) -> DeviceOut:
+    return DeviceOut(peer=peer, upSince=at(up), lastSeen=at(seen), live=live, **kw)
 
 
 def test_only_devices_that_beat_again_are_up_until_now():
