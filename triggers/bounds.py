@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
-from triggers import cronwall
+from triggers import cronfields, cronwall
 
 MAX_GRACE_SECONDS = 7 * 24 * 3600.0
 AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
@@ -58,10 +58,10 @@ def cron_fields(expr: str) -> tuple[str, ...]:
 def check_cron(expr: str) -> None:
     """A record's cron expression: valid (`cron_fields`) and matching within 28 years.
 
-    The common grammar is judged without a slot search (`cronwall.matches_every_leap_cycle`:
+    The common grammar is judged without a slot search (`cronfields.matches_every_leap_cycle`:
     28 years hold three 8-year stretches); the rest by its first slot from 2000-01-01."""
     matcher = cronwall.compile(expr)
-    if matcher.fields is not None and cronwall.matches_every_leap_cycle(matcher.fields):
+    if matcher.fields is not None and cronfields.matches_every_leap_cycle(matcher.fields):
         return
     first = matcher.next(datetime(2000, 1, 1)) if matcher.fields is None else None
     if first is None or first >= datetime(2000 + CRON_HORIZON_YEARS, 1, 1):
