@@ -28,6 +28,8 @@ async def resyncs(count: int, times: int = 6) -> None:
     from runtime.client import SpaceClient
     from runtime.events import Bus
     from runtime.reconciler import Reconciler
+    from runtime.seat import Seat
+    from triggers.records import PeerId
 
     with tempfile.TemporaryDirectory() as tmp:
         server, base, h = await start_server(Path(tmp))
@@ -36,8 +38,8 @@ async def resyncs(count: int, times: int = 6) -> None:
                 await Api(session, base, h).call("POST", "/spaces", {"id": SPACE}, 201)
             seed(Path(tmp) / "space.db", count)
             async with SpaceClient(base, h["Authorization"].split()[1]) as client:
-                rec = Reconciler(client, SPACE, PEER, clock=SystemClock(),
-                                 is_active=lambda: True, bus=Bus())  # fmt: skip
+                seat = Seat(client, SPACE, PeerId(PEER), SystemClock())
+                rec = Reconciler(seat, is_active=lambda: True, bus=Bus())
                 for i in range(times):
                     t0 = time.perf_counter()
                     await rec.sync()

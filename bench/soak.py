@@ -165,9 +165,9 @@ class Harness:
         spawned, run = life.runs[-1][0], len(life.runs) - 1
         while proc.returncode is None and self.api is not None:
             with contextlib.suppress(ApiError):
-                for d in (await self.api.devices(SPACE))["devices"]:
-                    if d["peer"] == peer and stamp(d["upSince"]) >= spawned:
-                        life.joined[run] = stamp(d["upSince"])
+                for d in (await self.api.devices(SPACE)).devices:
+                    if d.peer == peer and d.upSince.timestamp() >= spawned:
+                        life.joined[run] = d.upSince.timestamp()
                         return
             await asyncio.sleep(0.1)
 
@@ -219,7 +219,7 @@ class Harness:
         await self.spawn("space")
         admin = (self.tmp / "admin.token").read_text().strip()
         self.api = SpaceClient(self.url, admin)
-        self.chats["general"] = (await self.api.space_create({"id": SPACE}))["generalChat"]
+        self.chats["general"] = (await self.api.space_create({"id": SPACE})).generalChat or ""
         self.chats["feed"] = (await self.api.chat_create(SPACE, {"name": "feed"}))["objectId"]
         await self.api.program_put(SPACE, "quick@v1", {"source": QUICK})
         for peer in PEERS:
@@ -244,12 +244,12 @@ class Harness:
 
     async def _lease_held(self) -> bool:
         assert self.api is not None
-        return (await self.api.election(SPACE))["active"] is not None
+        return (await self.api.election(SPACE)).active is not None
 
     async def holder(self) -> str | None:
         assert self.api is not None
         try:
-            return (await self.api.election(SPACE))["active"]
+            return (await self.api.election(SPACE)).active
         except ApiError:
             return None
 

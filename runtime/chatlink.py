@@ -18,8 +18,8 @@ import msgspec
 
 from core.aio import Backoff
 from core.chatwire import WIRE_MESSAGE, each
-from core.clock import Clock
-from runtime.client import ApiError, SpaceClient
+from runtime.client import ApiError
+from runtime.seat import Seat
 from triggers.records import CHAT_WATCH_PROGRAM, RESERVED_CHAT_WATCH
 
 log = logging.getLogger("baton.device")
@@ -31,14 +31,8 @@ SEED_RETRY = Backoff(base=1.0, cap=30.0, jitter=False)
 class ChatLink:
     """The space side of chat-watch on one device."""
 
-    def __init__(
-        self,
-        client: SpaceClient,
-        space: str,
-        *,
-        clock: Clock,
-    ) -> None:
-        self._client, self._space, self._clock = client, space, clock
+    def __init__(self, seat: Seat) -> None:
+        self._client, self._space, _, self._clock = seat
 
     async def keep_seeding(self) -> None:
         """Retry the seed until it holds."""

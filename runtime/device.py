@@ -40,6 +40,7 @@ from runtime.readiness import Readiness
 from runtime.reconciler import Reconciler
 from runtime.recorder import Recorder
 from runtime.responders import BuiltinResponder, Responder
+from runtime.seat import Seat
 from runtime.sleepwatch import SleepWatch
 from runtime.subscriptions import Subscriptions
 from runtime.supervise import Supervisor
@@ -77,22 +78,20 @@ class Device:
         self.clock = clock or SystemClock()
         self.bus = Bus()
         self.client = SpaceClient(s.url, s.token, clock=self.clock)
+        self.seat = Seat(self.client, s.space, self.peer, self.clock)
         self.executor = Executor(size=s.executor_size)
         self.programs = ProgramCache(program_fetch(self.client, s.space))
         self.up_since: datetime = self.clock.wall()
         self._background = TaskSet("device")  # resyncs, takeovers and re-seeds in flight
         self.sleepwatch = SleepWatch(self.clock, self.bus)
         self.elector = Elector(
-            self.client, s.space, s.peer, name=s.name or s.peer, priority=s.priority,
-            clock=self.clock, config=s.lease, report=self._report, sleepwatch=self.sleepwatch,
+            self.seat, name=s.name or s.peer, priority=s.priority, config=s.lease,
+            report=self._report, sleepwatch=self.sleepwatch,
         )  # fmt: skip
         self.elector.heartbeat.instance = _instance()
-        self.takeover = Takeover(
-            self.client, s.space, s.peer, clock=self.clock,
-            window=timedelta(seconds=s.bridge_seconds),
-        )  # fmt: skip
+        self.takeover = Takeover(self.seat, window=timedelta(seconds=s.bridge_seconds))
         self.recorder = Recorder(
-            self.client, s.space, clock=self.clock, bus=self.bus,
+            self.seat, bus=self.bus,
             chat_watch=lambda: self.reconciler.records.get(RESERVED_CHAT_WATCH),
         )  # fmt: skip  # the reconciler is made next; read when a run ends
         self._compose_chat(responder)
@@ -104,7 +103,7 @@ class Device:
 
     def _compose_chat(self, responder: Responder | None) -> None:
         self.responder = responder or BuiltinResponder(self.clock.wall)
-        self.chatlink = ChatLink(self.client, self.space, clock=self.clock)
+        self.chatlink = ChatLink(self.seat)
         self.chatwatch = ChatWatch(
             self.responder, self.chatlink.send, self.chatlink.history,
             record_turn=self.recorder.turn, clock=self.clock, edit=self.client.chat_edit,
@@ -115,24 +114,18 @@ class Device:
         """The firing pipeline, what feeds it (ticker, subscriptions), what arms them
         (reconciler) and what judges them (health pass)."""
         s, elector = self.settings, self.elector
-        execute = Execute(self.client, s.space, s.url, executor=self.executor,
-                          programs=self.programs, clock=self.clock)  # fmt: skip
+        execute = Execute(self.seat, s.url, executor=self.executor, programs=self.programs)
         self.firing = Firing(
-            self.client, s.space, s.peer, execute=execute, recorder=self.recorder,
-            clock=self.clock, term=lambda: elector.term, may_fire_floating=elector.may_fire,
-            chatwatch=self.chatwatch,
+            self.seat, execute=execute, recorder=self.recorder, term=lambda: elector.term,
+            may_fire_floating=elector.may_fire, chatwatch=self.chatwatch,
         )  # fmt: skip
         self.ticker = Ticker(self.firing, clock=self.clock)
         self.recorder.read_next_fires_from(self.ticker.next_fire)  # closes Ticker → Recorder
-        self.subscriptions = Subscriptions(self.client, s.space, self.firing, clock=self.clock)
-        self.reconciler = Reconciler(
-            self.client, s.space, s.peer, clock=self.clock, is_active=elector.may_fire,
-            bus=self.bus,
-        )  # fmt: skip
+        self.subscriptions = Subscriptions(self.seat, self.firing)
+        self.reconciler = Reconciler(self.seat, is_active=elector.may_fire, bus=self.bus)
         reconciler, ticker, subscriptions = self.reconciler, self.ticker, self.subscriptions
         self.health = HealthPass(
-            self.client, s.space, s.peer, clock=self.clock, recorder=self.recorder,
-            records=lambda: reconciler.records, elector=elector,
+            self.seat, recorder=self.recorder, records=lambda: reconciler.records, elector=elector,
             missing_chats=lambda: subscriptions.missing, next_fires=ticker.next_fires,
             interval=s.health_interval, version=lambda: (reconciler.version, ticker.version),
         )  # fmt: skip

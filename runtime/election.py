@@ -28,13 +28,13 @@ from typing import Any
 import msgspec
 
 from core.aio import Backoff, sleep_until
-from core.clock import Clock, iso
+from core.clock import iso
 from core.wire import LeaseOut
 from runtime import lease
-from runtime.client import SpaceClient
 from runtime.events import Bus, RoleChanged, Slept
 from runtime.heartbeat import Heartbeat
 from runtime.leasecalls import LeaseCalls, view_of
+from runtime.seat import Seat
 from runtime.sleepwatch import SleepWatch
 
 log = logging.getLogger(__name__)
@@ -47,21 +47,18 @@ class Elector:
 
     def __init__(
         self,
-        client: SpaceClient,
-        space: str,
-        peer: str,
+        seat: Seat,
         *,
         name: str,
         priority: int = 0,
-        clock: Clock,
         config: lease.Config = lease.DEFAULTS,
         report: Callable[[], dict[str, Any]] | None = None,
         sleepwatch: SleepWatch | None = None,
     ) -> None:
-        self._peer, self._clock, self._cfg = peer, clock, config
-        self._calls = LeaseCalls(client, space, peer)
-        self.heartbeat = Heartbeat(client, space, peer, name, clock=clock, report=report)
-        self._state = lease.State(me=peer, priority=priority)
+        self._peer, self._clock, self._cfg = seat.peer, seat.clock, config
+        self._calls = LeaseCalls(seat)
+        self.heartbeat = Heartbeat(seat, name, report=report)
+        self._state = lease.State(me=seat.peer, priority=priority)
         self._view: lease.LeaseView | None = None
         self._reported = False
         self._wake = asyncio.Event()
@@ -70,7 +67,7 @@ class Elector:
         self._error: str | None = None
         self._down: set[str] = set()  # device parts that are down: hold no lease meanwhile
         # one sleep detector for the device; alone (in tests) the elector has its own
-        self._sleep = sleepwatch or SleepWatch(clock, Bus())
+        self._sleep = sleepwatch or SleepWatch(seat.clock, Bus())
         self.bus = self._sleep.bus  # RoleChanged is published here
         self.bus.subscribe(Slept, lambda _: self.slept())
 

@@ -23,7 +23,6 @@ from typing import Any
 
 import msgspec
 
-from core.clock import Clock
 from core.vocab import RunReason, RunStatus
 from programs.context import RunContext
 from programs.executor import Executor, ExecutorClosed
@@ -35,6 +34,7 @@ from runtime import outcomes
 from runtime.client import ApiError, SpaceClient, retried
 from runtime.dispatch import FireRequest
 from runtime.outcomes import RunIdentity
+from runtime.seat import Seat
 
 TOKEN_MARGIN_S = 30.0  # a run token outlives the run's timeout by this much at most
 TOKEN_FRESH_S = TOKEN_MARGIN_S / 2  # a claim's token is used by a run starting this soon
@@ -73,17 +73,10 @@ class Execute:
     """`load` a fire's program, then `run` it; both answer with an ending, never raise."""
 
     def __init__(
-        self,
-        client: SpaceClient,
-        space: str,
-        url: str,
-        *,
-        executor: Executor,
-        programs: ProgramCache,
-        clock: Clock,
+        self, seat: Seat, url: str, *, executor: Executor, programs: ProgramCache
     ) -> None:
-        self._client, self._space, self._url = client, space, url
-        self._executor, self._programs, self._clock = executor, programs, clock
+        self._client, self._space, _, self._clock = seat
+        self._url, self._executor, self._programs = url, executor, programs
 
     @property
     def size(self) -> int:

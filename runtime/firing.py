@@ -38,19 +38,19 @@ from typing import Any
 import msgspec
 
 from core.aio import TaskSet
-from core.clock import Clock
 from core.vocab import RunReason, RunStatus
 from programs import admission
 from programs.loader import LoadedProgram
 from programs.result import Outcome
 from runtime import outcomes
 from runtime.chatwatch import ChatWatch
-from runtime.client import ApiError, SpaceClient, retried
+from runtime.client import ApiError, retried
 from runtime.dispatch import FireRequest, named
 from runtime.execute import TOKEN_FRESH_S, TOKEN_MARGIN_S, Ending, Execute, new_run_id, work_of
 from runtime.lanes import Claimed, Lanes, Queued
 from runtime.outcomes import RunIdentity
 from runtime.recorder import Recorder
+from runtime.seat import Seat
 from triggers.records import RESERVED_CHAT_WATCH
 from triggers.registry import Diff
 
@@ -64,18 +64,15 @@ class Firing:
 
     def __init__(
         self,
-        client: SpaceClient,
-        space: str,
-        peer: str,
+        seat: Seat,
         *,
         execute: Execute,
         recorder: Recorder,
-        clock: Clock,
         term: Callable[[], int],
         may_fire_floating: Callable[[], bool],
         chatwatch: ChatWatch | None = None,
     ) -> None:
-        self._client, self._space, self._peer, self._clock = client, space, peer, clock
+        self._client, self._space, self._peer, self._clock = seat
         self._execute, self._recorder = execute, recorder
         self._term, self._may_fire_floating, self._chatwatch = term, may_fire_floating, chatwatch
         self._lanes = Lanes(execute.size)

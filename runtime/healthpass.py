@@ -42,11 +42,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core.aio import sleep_until
-from core.clock import Clock, iso
+from core.clock import iso
 from runtime import healthstamps as stamps
-from runtime.client import ApiError, SpaceClient
+from runtime.client import ApiError
 from runtime.election import Elector
 from runtime.recorder import Recorder
+from runtime.seat import Seat
 from triggers import health
 from triggers.records import (
     CHAT_WATCH_PROGRAM,
@@ -71,11 +72,8 @@ class HealthPass:
 
     def __init__(
         self,
-        client: SpaceClient,
-        space: str,
-        peer: str,
+        seat: Seat,
         *,
-        clock: Clock,
         recorder: Recorder,
         records: Records,
         elector: Elector,
@@ -85,8 +83,8 @@ class HealthPass:
         internal_programs: frozenset[str] = INTERNAL_PROGRAMS,
         version: Callable[[], object] | None = None,
     ) -> None:
-        self._client, self._space, self._peer = client, space, PeerId(peer)
-        self._clock, self._records, self._elector = clock, records, elector
+        self._client, self._space, self._peer, self._clock = seat
+        self._records, self._elector = records, elector
         self._recorder = recorder
         self._missing = missing_chats
         self._next_fires = next_fires

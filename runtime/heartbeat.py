@@ -15,8 +15,7 @@ from typing import Any
 
 import msgspec
 
-from core.clock import Clock
-from runtime.client import SpaceClient
+from runtime.seat import Seat
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +24,10 @@ class Heartbeat:
     """One device's heartbeats in one space."""
 
     def __init__(
-        self, client: SpaceClient, space: str, peer: str, name: str, *, clock: Clock,
-        report: Callable[[], dict[str, Any]] | None = None,
-    ) -> None:  # fmt: skip
-        self._client, self._space, self._peer = client, space, peer
-        self._name, self._clock, self._report = name, clock, report
+        self, seat: Seat, name: str, *, report: Callable[[], dict[str, Any]] | None = None
+    ) -> None:
+        self._client, self._space, self._peer, self._clock = seat
+        self._name, self._report = name, report
         self.due = float("-inf")  # monotonic: when the next beat is due
         self.instance = ""  # sent with each beat: a new one restarts the space's upSince
         self.live: frozenset[str] = frozenset()

@@ -14,7 +14,8 @@ import logging
 
 from core.wire import LeaseOut
 from runtime import lease
-from runtime.client import ApiError, SpaceClient
+from runtime.client import ApiError
+from runtime.seat import Seat
 
 log = logging.getLogger("runtime.election")
 
@@ -22,8 +23,8 @@ log = logging.getLogger("runtime.election")
 class LeaseCalls:
     """One device's calls to the election routes of one space."""
 
-    def __init__(self, client: SpaceClient, space: str, peer: str) -> None:
-        self._client, self._space, self._peer = client, space, peer
+    def __init__(self, seat: Seat) -> None:
+        self._client, self._space, self._peer, _ = seat
 
     async def read(self) -> LeaseOut:
         return await self._client.election(self._space)

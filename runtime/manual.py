@@ -27,6 +27,8 @@ from runtime import outcomes
 from runtime.client import SpaceClient
 from runtime.execute import Execute, Work, new_run_id, program_fetch
 from runtime.recorder import Recorder
+from runtime.seat import Seat
+from triggers.records import PeerId
 
 KEY_PREFIX = "manual:"
 
@@ -49,12 +51,13 @@ async def run_by_hand(
     fire = _fire(manual, clock.wall())
     work = Work(args=manual.args, timeout_seconds=manual.timeout_seconds,
                 memory_mb=manual.memory_mb)  # fmt: skip
+    seat = Seat(client, space, PeerId(fire.peer), clock)
     programs = ProgramCache(program_fetch(client, space))
     async with Executor(1) as executor:
-        execute = Execute(client, space, url, executor=executor, programs=programs, clock=clock)
+        execute = Execute(seat, url, executor=executor, programs=programs)
         outcome, reason = await execute.run(fire, await execute.load(fire.program), work, None)
     record = outcomes.run_record(fire, outcome, finished_at=clock.wall(), reason=reason)
-    return await Recorder(client, space, clock=clock).post_run(record), outcome
+    return await Recorder(seat).post_run(record), outcome
 
 
 def _fire(manual: Manual, now: datetime) -> outcomes.RunIdentity:

@@ -37,16 +37,16 @@ from typing import Any
 import msgspec
 
 from core.aio import Backoff, sleep_until
-from core.clock import Clock, iso
+from core.clock import iso
 from core.wire import Change
 from runtime import feedpages as feed
-from runtime.client import SpaceClient
 from runtime.events import Bus, DiffApplied, RecordEdited
+from runtime.seat import Seat
 from runtime.sse import SseEvent
 from runtime.subscribe import Subscription
 from triggers import diffing
 from triggers import registry as reg
-from triggers.records import Loaded, PeerId, Salvaged, TriggerId
+from triggers.records import Loaded, Salvaged, TriggerId
 
 log = logging.getLogger(__name__)
 
@@ -58,18 +58,14 @@ class Reconciler:
 
     def __init__(
         self,
-        client: SpaceClient,
-        space: str,
-        peer: str,
+        seat: Seat,
         *,
-        clock: Clock,
         is_active: Callable[[], bool],
         bus: Bus,
         resync_s: float = 300.0,
         stream_options: dict[str, Any] | None = None,
     ) -> None:
-        self._client, self._space, self._peer = client, space, PeerId(peer)
-        self._clock = clock
+        self._client, self._space, self._peer, self._clock = seat
         self._is_active = is_active
         self._bus = bus
         self._resync_s = resync_s

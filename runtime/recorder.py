@@ -35,11 +35,12 @@ from typing import Any
 
 import msgspec
 
-from core.clock import Clock, iso
+from core.clock import iso
 from programs.rollup import Rollup
 from runtime import outcomes
-from runtime.client import ApiError, SpaceClient, retried
+from runtime.client import ApiError, retried
 from runtime.events import Bus, RunFinished
+from runtime.seat import Seat
 from triggers.records import RESERVED_CHAT_WATCH, Loaded, Trigger, TriggerId
 
 log = logging.getLogger("baton.recorder")
@@ -62,15 +63,13 @@ class Recorder:
 
     def __init__(
         self,
-        client: SpaceClient,
-        space: str,
+        seat: Seat,
         *,
-        clock: Clock,
         next_fire: NextFire | None = None,
         chat_watch: ChatWatchRecord | None = None,
         bus: Bus | None = None,
     ) -> None:
-        self._client, self._space, self._clock = client, space, clock
+        self._client, self._space, _, self._clock = seat
         self._next_fire, self._chat_watch, self._bus = next_fire, chat_watch, bus
         self._waiting: list[Waiting] = []  # the next write's runs, in the order they ended
         self._stamped: dict[TriggerId, Waiting] = {}  # the waiting run carrying a trigger's stamps

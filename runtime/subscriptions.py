@@ -33,7 +33,6 @@ from typing import Any
 import msgspec
 
 from core.aio import Backoff, TaskSet, sleep_until
-from core.clock import Clock
 from core.routes import ApiError
 from runtime.chatfeed import (
     MESSAGE,
@@ -47,8 +46,8 @@ from runtime.chatfeed import (
     wants,
     written_at,
 )
-from runtime.client import SpaceClient
 from runtime.dispatch import Dispatcher, FireRequest, named
+from runtime.seat import Seat
 from runtime.sse import SseEvent
 from runtime.subscribe import DEFAULT_BACKOFF, ConnectionState, Permanent, SubscriptionStatus
 from triggers.records import EventTrigger, Trigger, TriggerId
@@ -63,24 +62,20 @@ class Subscriptions:
 
     def __init__(
         self,
-        client: SpaceClient,
-        space: str,
+        seat: Seat,
         dispatcher: Dispatcher,
         *,
-        clock: Clock,
         reprobe_s: float = 60.0,
         read_timeout: float = 45.0,
         backoff: Backoff = DEFAULT_BACKOFF,
     ) -> None:
-        self._client = client
-        self._space = space
+        self._client, self._space, _, self._clock = seat
         self._dispatcher = dispatcher
-        self._clock = clock
         self._reprobe_s = reprobe_s
         self._stream_options: dict[str, Any] = {"read_timeout": read_timeout, "backoff": backoff}
         self._chats: dict[str, Chat] = {}
         self._where: dict[TriggerId, str] = {}
-        self.up_since = clock.wall()  # this device's start (or its last wake from sleep)
+        self.up_since = self._clock.wall()  # this device's start (or its last wake from sleep)
         self._closing = TaskSet("closing")  # chats being closed: their tasks end
 
     # -- what the daemon calls

@@ -23,9 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from core.clock import Clock
 from core.wire import DeviceOut
-from runtime.client import SpaceClient
+from runtime.seat import Seat
 
 BRIDGE_WINDOW = timedelta(seconds=120)
 """W: a bridge never starts further back (the one clamp of what a takeover fires)."""
@@ -69,17 +68,9 @@ def bridge_start(spans_: Iterable[Span], gained: datetime, window: timedelta) ->
 class Takeover:
     """Reads the space's devices around a takeover and says where its bridge starts."""
 
-    def __init__(
-        self,
-        client: SpaceClient,
-        space: str,
-        peer: str,
-        *,
-        clock: Clock,
-        window: timedelta = BRIDGE_WINDOW,
-    ) -> None:
-        self._client, self._space, self._peer = client, space, peer
-        self._clock, self._window = clock, window
+    def __init__(self, seat: Seat, *, window: timedelta = BRIDGE_WINDOW) -> None:
+        self._client, self._space, self._peer, self._clock = seat
+        self._window = window
 
     async def start(self, gained: datetime, settle: float) -> datetime:
         """The bridge start for a takeover at `gained` (raises `ApiError` if unreadable)."""

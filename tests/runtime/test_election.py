@@ -21,7 +21,9 @@ from runtime.client import SpaceClient
 from runtime.election import Elector
 from runtime.events import RoleChanged
 from runtime.lease import Config
+from runtime.seat import Seat
 from space.app import create_app, default_admin_token_file
+from triggers.records import PeerId
 
 SPACE = "home"
 CFG = Config()  # the defaults: lease 15 s, renew 5 s, margin 5 s, poll 2 s, settle 10 s
@@ -57,7 +59,7 @@ class World:
         token = token or minted["token"]
         client = SpaceClient(self.url, token, clock=self.clock)
         elector = Elector(
-            client, SPACE, peer, name=peer.upper(), priority=priority, clock=self.clock,
+            Seat(client, SPACE, PeerId(peer), self.clock), name=peer.upper(), priority=priority,
             config=CFG, report=report,
         )  # fmt: skip
         dev = Device(self, peer, elector, client)

@@ -27,9 +27,17 @@ from runtime.events import Bus, RunFinished
 from runtime.execute import Execute, program_fetch
 from runtime.firing import Firing
 from runtime.recorder import Recorder
+from runtime.seat import Seat
 from space.app import create_app, default_admin_token_file
 from triggers import schedule
-from triggers.records import CHAT_WATCH_PROGRAM, RESERVED_CHAT_WATCH, FireKey, Trigger, load
+from triggers.records import (
+    CHAT_WATCH_PROGRAM,
+    RESERVED_CHAT_WATCH,
+    FireKey,
+    PeerId,
+    Trigger,
+    load,
+)
 from triggers.registry import Diff
 
 SPACE = "home"
@@ -67,6 +75,10 @@ class World:
         self.clock = FakeClock(datetime.now(UTC).replace(microsecond=0))
         self.firing: Firing | None = None
         self.seen: list[tuple[str, str]] = []  # (method, route) of every request the space answered
+
+    def seat(self) -> Seat:
+        """This device in the space, as the device gives it to its parts."""
+        return Seat(self.device, SPACE, PeerId(PEER), self.clock)
 
     def asked(self, method: str, route: str) -> int:
         return self.seen.count((method, "/v1/spaces/{space}" + route))
@@ -160,12 +172,12 @@ async def executor():
 def make_firing(w: World, executor: Executor, **kw: Any) -> Firing:
     options: dict[str, Any] = {"term": lambda: 0, "may_fire_floating": lambda: True}
     options.update(kw)
-    recorder = Recorder(w.device, SPACE, clock=w.clock, next_fire=options.pop("next_fire", None),
+    seat = w.seat()
+    recorder = Recorder(seat, next_fire=options.pop("next_fire", None),
                         bus=options.pop("bus", None))  # fmt: skip
     programs = ProgramCache(program_fetch(w.device, SPACE))
-    execute = Execute(w.device, SPACE, w.url, executor=executor, programs=programs, clock=w.clock)
-    w.firing = Firing(w.device, SPACE, PEER, execute=execute, recorder=recorder, clock=w.clock,
-                      **options)  # fmt: skip
+    execute = Execute(seat, w.url, executor=executor, programs=programs)
+    w.firing = Firing(seat, execute=execute, recorder=recorder, **options)
     return w.firing
 
 
@@ -542,7 +554,7 @@ def skipped_run(run_id: str, record: Trigger, reason: str) -> dict[str, Any]:
 
 
 async def test_runs_ending_together_are_written_with_their_stamps_in_one_request(world: World):
-    recorder = Recorder(world.device, SPACE, clock=world.clock)
+    recorder = Recorder(world.seat())
     records = [await world.trigger("tick@v1") for _ in range(3)]
     world.seen.clear()
 
@@ -559,7 +571,7 @@ async def test_runs_ending_together_are_written_with_their_stamps_in_one_request
 
 
 async def test_a_run_waiting_for_its_write_is_written_at_close(world: World):
-    recorder = Recorder(world.device, SPACE, clock=world.clock)
+    recorder = Recorder(world.seat())
     record = await world.trigger("tick@v1")
     written = recorder.enqueue(record, skipped_run("run_last", record, "shutdown"), None)
     await recorder.close()

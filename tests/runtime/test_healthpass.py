@@ -22,8 +22,9 @@ from runtime.client import SpaceClient
 from runtime.election import Elector
 from runtime.healthpass import HealthPass
 from runtime.recorder import Recorder
+from runtime.seat import Seat
 from space.app import create_app, default_admin_token_file
-from triggers.records import Loaded, Salvaged, TriggerId, load
+from triggers.records import Loaded, PeerId, Salvaged, TriggerId, load
 
 SPACE = "home"
 START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -95,7 +96,8 @@ async def setup(tmp_path: Path, aiohttp_server):
     await admin.program_put(SPACE, "tick@v1", {"source": "def main(args):\n    return {}\n"})
     token = (await admin.token_device({"peer": "a", "space": SPACE}))["token"]
     device = SpaceClient(url, token, clock=clock)
-    elector = Elector(device, SPACE, "a", name="A", clock=clock)
+    seat = Seat(device, SPACE, PeerId("a"), clock)
+    elector = Elector(seat, name="A")
     task = asyncio.create_task(elector.run())
     async with asyncio.timeout(5):
         await clock.wait_for_sleepers(1)
@@ -103,9 +105,8 @@ async def setup(tmp_path: Path, aiohttp_server):
     known, missing = Known(admin), {"chats": frozenset()}
     armed: dict[TriggerId, datetime] = {}
     health = HealthPass(
-        device, SPACE, "a", clock=clock, recorder=Recorder(device, SPACE, clock=clock),
-        records=known, elector=elector, missing_chats=lambda: missing["chats"],
-        next_fires=lambda: armed,
+        seat, recorder=Recorder(seat), records=known, elector=elector,
+        missing_chats=lambda: missing["chats"], next_fires=lambda: armed,
     )  # fmt: skip
     try:
         yield Setup(admin, known, health, clock, db, missing, url, elector, armed)
@@ -214,10 +215,10 @@ async def test_a_pass_that_cannot_list_programs_stamps_nothing_and_the_loop_goes
     tid = await setup.create(program="nope@v1")
     await setup.known.refresh()
     async with SpaceClient(setup.url, "btd_wrong", clock=setup.clock) as stranger:
+        seat = Seat(stranger, SPACE, PeerId("a"), setup.clock)
         health = HealthPass(
-            stranger, SPACE, "a", clock=setup.clock,
-            recorder=Recorder(stranger, SPACE, clock=setup.clock), records=setup.known,
-            elector=setup.elector, missing_chats=frozenset,
+            seat, recorder=Recorder(seat), records=setup.known, elector=setup.elector,
+            missing_chats=frozenset,
         )  # fmt: skip
         task = asyncio.create_task(health.run())
         try:
@@ -269,7 +270,7 @@ async def test_a_settled_pass_judges_nothing_until_something_it_reads_changes(
 ) -> None:
     version = {"n": 1}
     health = HealthPass(
-        setup.health._client, SPACE, "a", clock=setup.clock,
+        Seat(setup.health._client, SPACE, PeerId("a"), setup.clock),
         recorder=setup.health._recorder, records=setup.known, elector=setup.elector,
         missing_chats=lambda: setup.missing["chats"],
         next_fires=lambda: setup.armed, version=lambda: version["n"],

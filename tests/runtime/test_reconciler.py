@@ -23,10 +23,11 @@ from core.wire import Change
 from runtime.client import SpaceClient
 from runtime.events import Bus, DiffApplied, RecordEdited
 from runtime.reconciler import Reconciler
+from runtime.seat import Seat
 from space import trigger_store
 from space.app import create_app, default_admin_token_file
 from space.db import DB, open_db
-from triggers.records import CronTrigger, Salvaged
+from triggers.records import CronTrigger, PeerId, Salvaged
 from triggers.registry import Diff
 
 SPACE = "home"
@@ -127,9 +128,8 @@ async def start(space: Space) -> AsyncIterator[Callable[..., Any]]:
         bus.subscribe(DiffApplied, lambda event: on_diff(event.diff))
         if on_edit is not None:
             bus.subscribe(RecordEdited, lambda _: on_edit())
-        run.reconciler = Reconciler(
-            client, SPACE, ME, clock=clock, is_active=lambda: run.active, bus=bus, **kw
-        )
+        seat = Seat(client, SPACE, PeerId(ME), clock)
+        run.reconciler = Reconciler(seat, is_active=lambda: run.active, bus=bus, **kw)
         tasks.append(asyncio.create_task(run.reconciler.run()))
         return run
 

@@ -23,6 +23,7 @@ from core.clock import FakeClock
 from runtime.chatfeed import ChatMessage, active_for
 from runtime.client import SpaceClient
 from runtime.dispatch import FireRequest
+from runtime.seat import Seat
 from runtime.subscriptions import Subscriptions
 from space.app import create_app, default_admin_token_file
 from space.chats import TOPICS
@@ -81,7 +82,8 @@ class World:
         self.server, self.db, self.client, self.clock = server, db, client, clock
         self.server_clock = ServerClock()
         self.recorder = Recorder()
-        self.subs = Subscriptions(client, SPACE, self.recorder, clock=clock, reprobe_s=5.0)
+        seat = Seat(client, SPACE, ME, clock)
+        self.subs = Subscriptions(seat, self.recorder, reprobe_s=5.0)
         self.registry = Registry()
         self.general = self.other = ""
 

@@ -32,7 +32,9 @@ from runtime.election import Elector
 from runtime.heartbeat import Heartbeat
 from runtime.lease import Config
 from runtime.leasecalls import LeaseCalls, view_of
+from runtime.seat import Seat
 from runtime.takeover import Takeover
+from triggers.records import PeerId
 
 SPACE, CHAT = "home", "chat_1"
 AT = "2026-12-01T09:00:00.000Z"
@@ -55,6 +57,9 @@ class Foreign:
         self.answers: dict[str, Any] = {name: {} for name in ANSWERED}
         self.got: dict[str, Any] = {}
         self.client: SpaceClient
+
+    def seat(self, peer: str = "box") -> Seat:
+        return Seat(self.client, SPACE, PeerId(peer), FakeClock())
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -102,11 +107,11 @@ async def test_a_device_listing_ignores_unknown_fields_and_defaults_optional_one
 
 async def test_heartbeat_and_takeover_read_a_listing_without_priority_or_name(foreign):
     foreign.answers["devices"] = {"devices": [DEVICE, DEVICE | {"peer": "lap", "live": False}]}
-    beat = Heartbeat(foreign.client, SPACE, "box", "Box", clock=FakeClock())
+    beat = Heartbeat(foreign.seat(), "Box")
     await beat.beat(priority=5, every=5.0)
     assert (beat.live, beat.priorities) == ({"box"}, {"box": 0})
     assert foreign.got["device_put"] == {"name": "Box", "priority": 5}
-    first, last = await Takeover(foreign.client, SPACE, "box", clock=FakeClock()).confirm(0.0)
+    first, last = await Takeover(foreign.seat()).confirm(0.0)
     assert [d.peer for d in first] == [d.peer for d in last] == ["box", "lap"]
 
 
@@ -129,7 +134,7 @@ async def test_a_device_listing_that_does_not_fit_is_malformed(foreign, listing)
 
 async def test_a_lease_ignores_unknown_fields_and_defaults_what_our_space_adds(foreign):
     foreign.answers["election"] = LEASE | {"region": "eu"}
-    lease = await LeaseCalls(foreign.client, SPACE, "lap").read()
+    lease = await LeaseCalls(foreign.seat("lap")).read()
     assert (lease.active, lease.term, lease.expiresAt, lease.want) == ("box", 3, None, None)
     assert (lease.expiresInMs, lease.serverTime, lease.leaseSeconds) == (None, None, None)
     view = view_of(lease, now=100.0)
@@ -137,7 +142,7 @@ async def test_a_lease_ignores_unknown_fields_and_defaults_what_our_space_adds(f
 
 
 async def test_a_claim_and_a_release_read_the_lease_they_answer(foreign):
-    calls = LeaseCalls(foreign.client, SPACE, "box")
+    calls = LeaseCalls(foreign.seat())
     foreign.answers["election_claim"] = LEASE | {"expiresInMs": 15000, "extra": [1]}
     claimed = await calls.claim(3)
     assert claimed is not None and (claimed.active, claimed.expiresInMs) == ("box", 15000)
@@ -159,7 +164,7 @@ async def test_the_elector_follows_the_spaces_lease_length_only_when_it_says_one
     foreign.answers["election"] = foreign.answers["election_claim"] = lease
     foreign.answers["devices"] = {"devices": [DEVICE | {"peer": "lap"}]}
     config = Config(lease_s=3.0, renew_s=1.0, margin_s=1.0, poll_s=0.4, settle_s=2.0)
-    elector = Elector(foreign.client, SPACE, "lap", name="Lap", clock=FakeClock(), config=config)
+    elector = Elector(foreign.seat("lap"), name="Lap", config=config)
     task = asyncio.create_task(elector.run())
     try:
         await eventually(elector.may_fire, what="the elector holding the lease")
@@ -180,8 +185,8 @@ async def test_the_elector_follows_the_spaces_lease_length_only_when_it_says_one
 )
 async def test_a_lease_that_does_not_fit_is_malformed(foreign, lease):
     foreign.answers["election"] = foreign.answers["election_claim"] = lease
-    await malformed(LeaseCalls(foreign.client, SPACE, "box").read(), "election")
-    await malformed(LeaseCalls(foreign.client, SPACE, "box").claim(3), "election_claim")
+    await malformed(LeaseCalls(foreign.seat()).read(), "election")
+    await malformed(LeaseCalls(foreign.seat()).claim(3), "election_claim")
 
 
 # --- spaces
@@ -199,7 +204,7 @@ async def test_a_space_ignores_unknown_fields_and_defaults_name_and_created(fore
 
 async def test_chat_watch_seeds_its_record_from_a_foreign_spaces_answer(foreign):
     foreign.answers["space_get"] = {"id": SPACE, "generalChat": CHAT, "plan": "pro"}
-    assert await ChatLink(foreign.client, SPACE, clock=FakeClock()).seed()
+    assert await ChatLink(foreign.seat()).seed()
     assert foreign.got["trigger_put"]["spec"] == {"dataset": "chat_messages", "objectId": CHAT}
 
 
@@ -209,7 +214,7 @@ async def test_chat_watch_seeds_its_record_from_a_foreign_spaces_answer(foreign)
 async def test_a_space_that_does_not_fit_is_malformed(foreign, space):
     foreign.answers["space_get"] = space
     await malformed(foreign.client.space_get(SPACE), "space_get")
-    assert not await ChatLink(foreign.client, SPACE, clock=FakeClock()).seed()  # retried later
+    assert not await ChatLink(foreign.seat()).seed()  # retried later
 
 
 # --- chat history pages
@@ -235,7 +240,7 @@ async def test_one_bad_message_of_a_page_is_skipped_and_the_rest_delivered(forei
 async def test_chat_watch_history_skips_a_bad_message_and_reads_a_newer_agent(foreign, caplog):
     foreign.answers["chat_messages"] = PAGE
     with caplog.at_level(logging.WARNING):
-        history = await ChatLink(foreign.client, SPACE, clock=FakeClock()).history(SPACE, CHAT, 20)
+        history = await ChatLink(foreign.seat()).history(SPACE, CHAT, 20)
     assert history == [message(1), message(3, agent={"name": "triage@v1", "done": True})]
     assert caplog.text.count("history message left out") == 2
 
