@@ -11,8 +11,9 @@ near (`NEXT_FIRE_HORIZON`), or a due fire still awaiting its run. Functions of
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from programs import breaker, rollup
 from triggers import health
@@ -22,6 +23,7 @@ log = logging.getLogger("runtime.healthpass")
 
 NEXT_FIRE_HORIZON = timedelta(hours=24)
 FULL_PASS = timedelta(minutes=10)  # a settled device still judges every record this often
+T = TypeVar("T")
 
 
 def turns_at(
@@ -54,32 +56,30 @@ def shown(record: Loaded | None) -> tuple[str, str]:
 
 
 def open_breakers(records: Iterable[Loaded]) -> dict[TriggerId, datetime]:
-    found = {}
-    for record in records:
-        if isinstance(record, Salvaged) or not record.breaker:
-            continue
-        try:
-            until = breaker.until(breaker.from_dict(record.breaker))
-        except Exception as exc:  # a stamp written by hand: that record's breaker alone
-            log.warning("health %s: breaker stamp unreadable: %r", record.id, exc)
-            continue
-        if until is not None:
-            found[record.id] = until
-    return found
+    return _read(records, "breaker", lambda s: breaker.until(breaker.from_dict(s)))
 
 
 def last_statuses(records: Iterable[Loaded]) -> dict[TriggerId, str]:
-    found = {}
+    return _read(records, "rollup", lambda s: rollup.from_dict(s).last_status or None)
+
+
+def _read(
+    records: Iterable[Loaded], stamp: str, read: Callable[[dict[str, Any]], T | None]
+) -> dict[TriggerId, T]:
+    """What `read` finds in each record's `stamp` (`breaker`, `rollup`), where it finds
+    something; an unreadable stamp (written by hand) costs that record alone, logged."""
+    found: dict[TriggerId, T] = {}
     for record in records:
-        if isinstance(record, Salvaged) or not record.rollup:
+        written = None if isinstance(record, Salvaged) else getattr(record, stamp)
+        if not written:
             continue
         try:
-            last = rollup.from_dict(record.rollup).last_status
+            value = read(written)
         except Exception as exc:
-            log.warning("health %s: rollup stamp unreadable: %r", record.id, exc)
+            log.warning("health %s: %s stamp unreadable: %r", record.id, stamp, exc)
             continue
-        if last:
-            found[record.id] = last
+        if value is not None:
+            found[record.id] = value
     return found
 
 

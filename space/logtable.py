@@ -1,10 +1,12 @@
 """Append-only logs kept per key and pruned by count and age: run records, agent turns.
 
-Owns the two queries such a log needs: pruning one key's rows (failures kept longer
-than successes, by `RunRetention`) and listing rows oldest first, from `since` or the
-latest `limit`. A log table has the columns `seq` (autoincrement), `space`,
-`started_at` (unix seconds), `failure` (0/1), `body` (JSON) and one key column. Table
-and column names are this package's constants, never request input.
+Owns the queries such a log needs: whether an entry is written already (each is written
+once by its id: the same body again changes nothing, another body is refused), pruning
+one key's rows (failures kept longer than successes, by `RunRetention`) and listing rows
+oldest first, from `since` or the latest `limit`. A log table has the columns `seq`
+(autoincrement), `space`, `started_at` (unix seconds), `failure` (0/1), `body` (JSON), its
+id column and one key column. Table and column names are this package's constants, never
+request input.
 """
 
 from __future__ import annotations
@@ -18,6 +20,22 @@ import sqlite_utils
 from core.wire import Aware
 from space.appstate import RunRetention
 from space.http import Refusal
+
+
+def written(
+    db: sqlite_utils.Database, table: str, id_column: str, space: str, entry_id: str, body: str
+) -> bool:
+    """Whether this very entry is in the log already (then nothing is to be written);
+    409 `<entry>_exists` when its id holds other content (`runs` → `run_exists`)."""
+    row = db.execute(
+        f"SELECT body FROM {table} WHERE space = ? AND {id_column} = ?", [space, entry_id]
+    ).fetchone()
+    if row is None:
+        return False
+    if row[0] != body:
+        what = id_column.removesuffix("_id")
+        raise Refusal(409, f"{what}_exists", f"{what} {entry_id!r} exists with other content")
+    return True
 
 
 def prune(

@@ -54,12 +54,7 @@ def add_run(
     """Insert `run` and bump its rollup; False if this exact run was there already."""
     body = _body(run)
     with transaction(db):
-        row = db.execute(
-            "SELECT body FROM runs WHERE space = ? AND run_id = ?", [space, run.runId]
-        ).fetchone()
-        if row is not None:
-            if row[0] != body:
-                raise Refusal(409, "run_exists", f"run {run.runId!r} exists with other content")
+        if logtable.written(db, "runs", "run_id", space, run.runId, body):
             return False
         failure = run.status in KEPT_LONGER  # the column `failure`: kept longer
         db.execute(

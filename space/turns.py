@@ -57,12 +57,7 @@ def add_turn(
     """Insert `turn` and prune its chat's turns; False if this exact entry was there already."""
     body = _encoder.encode(turn).decode()
     with transaction(db):
-        row = db.execute(
-            "SELECT body FROM agent_turns WHERE space = ? AND turn_id = ?", [space, turn.turnId]
-        ).fetchone()
-        if row is not None:
-            if row[0] != body:
-                raise Refusal(409, "turn_exists", f"turn {turn.turnId!r} exists with other content")
+        if logtable.written(db, "agent_turns", "turn_id", space, turn.turnId, body):
             return False
         failure = turn.outcome is not TurnOutcome.OK
         db.execute(
