@@ -2,9 +2,9 @@
 
 Owns the msgspec Structs the server decodes its requests into and documents its
 answers with (`space/`), shared so the device decodes the very same shapes
-(`runtime/client.py`): runs, turns, fire claims, the lease, heartbeats and devices,
-state, run tokens, stamps, the change feed, programs and spaces (chat messages are
-`core.chatwire`'s), field names as the API answers them. Two bases say which way a
+(`runtime/client.py`): runs, turns, fire claims, state, run tokens, stamps, the change
+feed, programs and spaces (chat messages are `core.chatwire`'s, the lease and the devices
+`core.peerwire`'s), field names as the API answers them. Two bases say which way a
 body travels: a `Body` (a request: user input at the edge) refuses unknown fields; an
 `Answer` ignores them and defaults what the SPEC leaves optional, so a newer space's
 added field or a foreign space's omission breaks no device. Instants are aware
@@ -77,14 +77,20 @@ class RunList(Answer, frozen=True, kw_only=True):
     runs: list[RunIn]
 
 
-class RunResult(Answer, frozen=True, kw_only=True):
+class ItemResult(Answer, frozen=True, kw_only=True):
+    """One item of a posted list, taken or refused on its own: its status, and the
+    refusal's `error` and `detail` as an error body would carry them."""
+
+    status: int
+    error: str | None = None
+    detail: str | None = None
+
+
+class RunResult(ItemResult, frozen=True, kw_only=True):
     """One run of a posted list: its own status (201 written, 200 there already, 4xx
     refused) and, when it carried stamps, theirs (200 applied, 4xx refused)."""
 
     runId: str
-    status: int
-    error: str | None = None
-    detail: str | None = None
     stamps: int | None = None
     stampsError: str | None = None
     stampsDetail: str | None = None
@@ -142,12 +148,11 @@ class FireOut(Answer, frozen=True, kw_only=True):
     expiresAt: str | None = None
 
 
-class FireResult(Answer, frozen=True, kw_only=True):
+class FireResult(ItemResult, frozen=True, kw_only=True):
+    """One claim of a posted list: 201 claimed (with its run's token if it asked), or 409."""
+
     triggerId: str
     key: str
-    status: int
-    error: str | None = None
-    detail: str | None = None
     claimedAt: str | None = None
     token: str | None = None
     expiresAt: str | None = None
@@ -161,59 +166,7 @@ class FireList(Answer, frozen=True, kw_only=True):
     fires: list[FireOut]
 
 
-# --- election
-
-
-class ClaimIn(Body, frozen=True, kw_only=True):
-    peer: Peer
-    term: Term
-
-
-class HandoverIn(ClaimIn, frozen=True, kw_only=True):
-    to: Peer
-
-
-class WantIn(Body, frozen=True, kw_only=True):
-    peer: Peer
-    want: bool = True
-
-
-class LeaseOut(Answer, frozen=True, kw_only=True):
-    """The lease (SPEC: `{active, term, expiresAt, want}`) and what our space adds."""
-
-    active: str | None
-    term: int
-    expiresAt: str | None
-    want: str | None
-    expiresInMs: int | None = None  # absent: the lease reads as lapsed
-    serverTime: str | None = None
-    leaseSeconds: float | None = None  # absent: the device keeps its own lease length
-
-
-# --- devices, spaces and programs
-
-
-class HeartbeatIn(Body, frozen=True, kw_only=True):
-    name: Short | None = None
-    priority: int | None = None
-    status: dict[str, Any] | None = None  # what the device reports of itself, for `baton status`
-    instance: Short | None = None  # one per process run (and per wake): a new one restarts upSince
-    stopped: bool = False  # a clean stop: not live from now on, until the next heartbeat
-
-
-class DeviceOut(Answer, frozen=True, kw_only=True):
-    peer: str
-    lastSeen: Aware
-    upSince: Aware
-    live: bool
-    name: str = ""
-    priority: int = 0
-    stopped: bool = False
-    status: dict[str, Any] = {}
-
-
-class DeviceList(Answer, frozen=True, kw_only=True):
-    devices: list[DeviceOut]
+# --- spaces and programs
 
 
 class Space(Answer, frozen=True, kw_only=True):

@@ -22,8 +22,9 @@ import msgspec
 from core.aio import Backoff, retry
 from core.chatwire import MessagePage
 from core.clock import Clock, SystemClock
+from core.peerwire import DeviceList, LeaseOut
 from core.routes import ROUTES, ApiError, error_from, headers, path_params, target
-from core.wire import Answer, ChangePage, DeviceList, LeaseOut, ProgramList, Space, SpaceList
+from core.wire import Answer, ChangePage, ProgramList, Space, SpaceList
 from runtime.subscribe import Subscription, sse_session
 
 __all__ = ["ApiError", "SpaceClient", "TriggerPage", "retried", "transient"]

@@ -29,7 +29,7 @@ import msgspec
 
 from core.aio import Backoff, sleep_until
 from core.clock import iso
-from core.wire import LeaseOut
+from core.peerwire import LeaseOut
 from runtime import lease
 from runtime.events import Bus, RoleChanged, Slept
 from runtime.heartbeat import Heartbeat

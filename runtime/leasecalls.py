@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from core.wire import LeaseOut
+from core.peerwire import LeaseOut
 from runtime import lease
 from runtime.client import ApiError
 from runtime.seat import Seat

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from core.wire import DeviceOut
+from core.peerwire import DeviceOut
 from runtime.seat import Seat
 
 BRIDGE_WINDOW = timedelta(seconds=120)

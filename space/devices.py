@@ -20,7 +20,7 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from core.wire import DeviceList, DeviceOut, HeartbeatIn
+from core.peerwire import DeviceList, DeviceOut, HeartbeatIn
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso

@@ -19,7 +19,7 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from core.wire import ClaimIn, HandoverIn, LeaseOut, WantIn
+from core.peerwire import ClaimIn, HandoverIn, LeaseOut, WantIn
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.clock import iso

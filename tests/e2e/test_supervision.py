@@ -22,7 +22,7 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
     spaces,
 )
 
-from core.wire import LeaseOut
+from core.peerwire import LeaseOut
 from runtime.cli import main
 from runtime.supervise import PartFailed
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from core.clock import FakeClock
-from core.wire import LeaseOut
+from core.peerwire import LeaseOut
 from runtime.client import SpaceClient
 from runtime.election import Elector
 from runtime.events import RoleChanged

@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from core.wire import DeviceOut
+from core.peerwire import DeviceOut
 from runtime.takeover import bridge_start, covered_since, spans
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

@@ -1,0 +1,70 @@
+"""The presence bodies of the space API: the election's lease and the devices' heartbeats.
+
+Owns the Structs of who is where (SPEC "Who runs what"): a claim, release, hand-over or
+want of the lease and the lease as answered; a heartbeat and the device listing. On
+`core.wire`'s two bases: requests refuse unknown fields; answers ignore them and default
+what SPEC leaves optional, so a newer or a foreign space breaks no device. Imports
+nothing of ours but `core.wire`; must not know tables or HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from core.wire import Answer, Aware, Body, Peer, Short, Term
+
+# --- election
+
+
+class ClaimIn(Body, frozen=True, kw_only=True):
+    peer: Peer
+    term: Term
+
+
+class HandoverIn(ClaimIn, frozen=True, kw_only=True):
+    to: Peer
+
+
+class WantIn(Body, frozen=True, kw_only=True):
+    peer: Peer
+    want: bool = True
+
+
+class LeaseOut(Answer, frozen=True, kw_only=True):
+    """The lease (SPEC: `{active, term, expiresAt, want}`) and what our space adds."""
+
+    active: str | None
+    term: int
+    expiresAt: str | None
+    want: str | None
+    expiresInMs: int | None = None  # absent: the lease reads as lapsed
+    serverTime: str | None = None
+    leaseSeconds: float | None = None  # absent: the device keeps its own lease length
+
+
+# --- heartbeats and devices
+
+
+class HeartbeatIn(Body, frozen=True, kw_only=True):
+    name: Short | None = None
+    priority: int | None = None
+    status: dict[str, Any] | None = None  # what the device reports of itself, for `baton status`
+    instance: Short | None = None  # one per process run (and per wake): a new one restarts upSince
+    stopped: bool = False  # a clean stop: not live from now on, until the next heartbeat
+
+
+class DeviceOut(Answer, frozen=True, kw_only=True):
+    peer: str
+    lastSeen: Aware
+    upSince: Aware
+    live: bool
+    name: str = ""
+    priority: int = 0
+    stopped: bool = False
+    status: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class DeviceList(Answer, frozen=True, kw_only=True):
+    devices: list[DeviceOut]
