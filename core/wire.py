@@ -181,13 +181,15 @@ class SpaceList(Answer, frozen=True, kw_only=True):
 
 
 class ProgramOut(Answer, frozen=True, kw_only=True):
+    """A program as published (SPEC names only its ref and `source`; the rest is ours)."""
+
     ref: str
-    name: str
-    version: int
-    sha256: str
-    anyTool: bool
-    createdAt: str
-    source: str | None = None
+    source: str | None = None  # absent from a listing
+    name: str = ""
+    version: int = 0
+    sha256: str = ""
+    anyTool: bool = False
+    createdAt: str | None = None
 
 
 class ProgramList(Answer, frozen=True, kw_only=True):
@@ -217,11 +219,20 @@ class RunTokenIn(Body, frozen=True, kw_only=True):
 
 class TokenOut(Answer, frozen=True, kw_only=True):
     token: str
-    id: str
+    id: str = ""
     expiresAt: str | None = None
 
 
 # --- triggers
+
+
+class TriggerPage(Answer, frozen=True, kw_only=True):
+    """`GET …/triggers?stored=1&limit=`: raw records, the feed cursor, the next page's `after`
+    (absent or null: the last page, also from a server that does not page)."""
+
+    triggers: list[msgspec.Raw]
+    seq: int = 0
+    next: str | None = None
 
 
 class Change(Answer, frozen=True, kw_only=True):

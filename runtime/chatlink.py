@@ -3,10 +3,11 @@
 Owns seeding the reserved chat responder record (created when missing, never
 overwritten, retried with backoff until it holds: a space that appears while the
 device runs gets its responder without a restart) and the client calls chat-watch
-makes (send, history). Recording each turn (the `agent_turns` entry and the stamps on
-chat-watch's record) is runtime.recorder's, the one writer of stamps. Must not decide
-when chat-watch answers (that is `runtime.chatwatch`). Time only through the injected
-`Clock`.
+makes (send, edit, history), whose answers it decodes typed and hands on as the JSON
+objects chat-watch and the responders take. Recording each turn (the `agent_turns` entry
+and the stamps on chat-watch's record) is runtime.recorder's, the one writer of stamps.
+Must not decide when chat-watch answers (that is `runtime.chatwatch`). Time only through
+the injected `Clock`.
 """
 
 from __future__ import annotations
@@ -65,7 +66,17 @@ class ChatLink:
     async def send(
         self, space: str, object_id: str, text: str, agent: dict[str, Any]
     ) -> dict[str, Any]:
-        return await self._client.chat_send(space, object_id, {"text": text, "agent": agent})
+        """Post an agent message; the message as the space stored it (a JSON object, as
+        chat-watch and the responders take messages)."""
+        body = {"text": text, "agent": agent}
+        return msgspec.to_builtins(await self._client.chat_send(space, object_id, body))
+
+    async def edit(
+        self, space: str, object_id: str, message_id: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Grow an agent message in place; the message as it stands now (a JSON object)."""
+        edited = await self._client.chat_edit(space, object_id, message_id, body)
+        return msgspec.to_builtins(edited)
 
     async def history(self, space: str, object_id: str, limit: int) -> list[dict[str, Any]]:
         """The chat's most recent `limit` messages, oldest first (never its oldest ones), as

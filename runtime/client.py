@@ -13,33 +13,20 @@ interpret what it fetches.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
 
-from core.aio import Backoff, retry
-from core.chatwire import MessagePage
+from core import chatwire, peerwire, wire
 from core.clock import Clock, SystemClock
-from core.peerwire import DeviceList, LeaseOut
 from core.routes import ROUTES, ApiError, error_from, headers, path_params, target
-from core.wire import Answer, ChangePage, ProgramList, Space, SpaceList
 from runtime.subscribe import Subscription, sse_session
 
-__all__ = ["ApiError", "SpaceClient", "TriggerPage", "retried", "transient"]
+__all__ = ["ApiError", "SpaceClient"]
 
 JSON = Any
 T = TypeVar("T")
-
-
-class TriggerPage(Answer, frozen=True, kw_only=True):
-    """`GET …/triggers?stored=1&limit=`: raw records, the feed cursor, the next page's `after`
-    (absent or null: the last page, also from a server that does not page)."""
-
-    triggers: list[msgspec.Raw]
-    seq: int = 0
-    next: str | None = None
 
 
 class SpaceClient:
@@ -124,20 +111,20 @@ class SpaceClient:
     async def openapi(self) -> JSON:
         return await self.call("openapi")
 
-    async def space_create(self, body: JSON) -> Space:
-        return await self.typed("space_create", Space, body)
+    async def space_create(self, body: JSON) -> wire.Space:
+        return await self.typed("space_create", wire.Space, body)
 
-    async def spaces(self) -> SpaceList:
-        return await self.typed("spaces", SpaceList)
+    async def spaces(self) -> wire.SpaceList:
+        return await self.typed("spaces", wire.SpaceList)
 
-    async def space_get(self, space: str) -> Space:
-        return await self.typed("space_get", Space, space=space)
+    async def space_get(self, space: str) -> wire.Space:
+        return await self.typed("space_get", wire.Space, space=space)
 
     async def token_device(self, body: JSON) -> JSON:
         return await self.call("token_device", body)
 
-    async def token_run(self, space: str, body: JSON) -> JSON:
-        return await self.call("token_run", body, space=space)
+    async def token_run(self, space: str, body: JSON) -> wire.TokenOut:
+        return await self.typed("token_run", wire.TokenOut, body, space=space)
 
     async def tokens(self, all: bool | None = None) -> JSON:
         return await self.call("tokens", all=all)
@@ -152,9 +139,11 @@ class SpaceClient:
     async def triggers(self, space: str) -> JSON:
         return await self.call("triggers", space=space)
 
-    async def trigger_page(self, space: str, after: str = "", limit: int = 5000) -> TriggerPage:
+    async def trigger_page(
+        self, space: str, after: str = "", limit: int = 5000
+    ) -> wire.TriggerPage:
         """A page of records as stored, undecoded (`records.load` each): no dict per record."""
-        return await self.typed("triggers", TriggerPage, space=space, after=after or None,
+        return await self.typed("triggers", wire.TriggerPage, space=space, after=after or None,
                                 limit=limit, stored=1)  # fmt: skip
 
     async def trigger_create(self, space: str, body: JSON) -> JSON:
@@ -177,8 +166,8 @@ class SpaceClient:
 
     async def changes(
         self, space: str, since: int | None = None, limit: int | None = None
-    ) -> ChangePage:
-        return await self.typed("changes", ChangePage, space=space, since=since, limit=limit)
+    ) -> wire.ChangePage:
+        return await self.typed("changes", wire.ChangePage, space=space, since=since, limit=limit)
 
     def changes_stream(
         self, space: str, last_id: int | None = None, **options: Any
@@ -192,14 +181,17 @@ class SpaceClient:
     async def chats(self, space: str) -> JSON:
         return await self.call("chats", space=space)
 
-    async def chat_send(self, space: str, object_id: str, body: JSON) -> JSON:
-        return await self.call("chat_send", body, space=space, objectId=object_id)
-
-    async def chat_edit(self, space: str, object_id: str, message_id: str, body: JSON) -> JSON:
-        """Replace an agent message's `text` and/or set its `done` (the reply grows in place)."""
-        return await self.call(
-            "chat_edit", body, space=space, objectId=object_id, messageId=message_id
+    async def chat_send(self, space: str, object_id: str, body: JSON) -> chatwire.Message:
+        return await self.typed(
+            "chat_send", chatwire.Message, body, space=space, objectId=object_id
         )
+
+    async def chat_edit(
+        self, space: str, object_id: str, message_id: str, body: JSON
+    ) -> chatwire.Message:
+        """Replace an agent message's `text` and/or set its `done` (the reply grows in place)."""
+        params = {"space": space, "objectId": object_id, "messageId": message_id}
+        return await self.typed("chat_edit", chatwire.Message, body, **params)
 
     async def chat_messages(
         self,
@@ -209,12 +201,12 @@ class SpaceClient:
         limit: int | None = None,
         *,
         latest: bool = False,
-    ) -> MessagePage[msgspec.Raw]:
+    ) -> chatwire.MessagePage[msgspec.Raw]:
         """A history page, oldest first (`latest`: the newest `limit` messages), each
         message as sent: decode them one by one (`core.chatwire.each`)."""
         params = {"space": space, "objectId": object_id, "after": after, "limit": limit,
                   "latest": 1 if latest else None}  # fmt: skip
-        return await self.typed("chat_messages", MessagePage[msgspec.Raw], **params)
+        return await self.typed("chat_messages", chatwire.MessagePage[msgspec.Raw], **params)
 
     def chat_stream(
         self, space: str, object_id: str, last_id: int | None = None, **options: Any
@@ -226,36 +218,40 @@ class SpaceClient:
     async def program_put(self, space: str, ref: str, body: JSON) -> JSON:
         return await self.call("program_put", body, space=space, ref=ref)
 
-    async def program_get(self, space: str, ref: str) -> JSON:
-        return await self.call("program_get", space=space, ref=ref)
+    async def program_get(self, space: str, ref: str) -> wire.ProgramOut:
+        return await self.typed("program_get", wire.ProgramOut, space=space, ref=ref)
 
-    async def programs(self, space: str) -> ProgramList:
-        return await self.typed("programs", ProgramList, space=space)
+    async def programs(self, space: str) -> wire.ProgramList:
+        return await self.typed("programs", wire.ProgramList, space=space)
 
     # -- devices, election, fires
     async def device_put(self, space: str, peer: str, body: JSON) -> JSON:
         return await self.call("device_put", body, space=space, peer=peer)
 
-    async def devices(self, space: str) -> DeviceList:
-        return await self.typed("devices", DeviceList, space=space)
+    async def devices(self, space: str) -> peerwire.DeviceList:
+        return await self.typed("devices", peerwire.DeviceList, space=space)
 
-    async def election(self, space: str) -> LeaseOut:
-        return await self.typed("election", LeaseOut, space=space)
+    async def election(self, space: str) -> peerwire.LeaseOut:
+        return await self.typed("election", peerwire.LeaseOut, space=space)
 
-    async def election_claim(self, space: str, body: JSON) -> LeaseOut:
-        return await self.typed("election_claim", LeaseOut, body, space=space)
+    async def election_claim(self, space: str, body: JSON) -> peerwire.LeaseOut:
+        return await self.typed("election_claim", peerwire.LeaseOut, body, space=space)
 
-    async def election_release(self, space: str, body: JSON) -> LeaseOut:
-        return await self.typed("election_release", LeaseOut, body, space=space)
+    async def election_release(self, space: str, body: JSON) -> peerwire.LeaseOut:
+        return await self.typed("election_release", peerwire.LeaseOut, body, space=space)
 
-    async def election_handover(self, space: str, body: JSON) -> LeaseOut:
-        return await self.typed("election_handover", LeaseOut, body, space=space)
+    async def election_handover(self, space: str, body: JSON) -> peerwire.LeaseOut:
+        return await self.typed("election_handover", peerwire.LeaseOut, body, space=space)
 
-    async def election_want(self, space: str, body: JSON) -> LeaseOut:
-        return await self.typed("election_want", LeaseOut, body, space=space)
+    async def election_want(self, space: str, body: JSON) -> peerwire.LeaseOut:
+        return await self.typed("election_want", peerwire.LeaseOut, body, space=space)
 
     async def fires_claim(self, space: str, body: JSON) -> JSON:
         return await self.call("fires_claim", body, space=space)
+
+    async def fires_claim_list(self, space: str, claims: list[JSON]) -> wire.FireResults:
+        """Claims in one request, each taken or refused on its own: one result each."""
+        return await self.typed("fires_claim", wire.FireResults, claims, space=space)
 
     async def fires(self, space: str, trigger: str | None = None, limit: int | None = None) -> JSON:
         return await self.call("fires", space=space, trigger=trigger, limit=limit)
@@ -263,6 +259,10 @@ class SpaceClient:
     # -- runs, turns and state
     async def run_create(self, space: str, body: JSON) -> JSON:
         return await self.call("run_create", body, space=space)
+
+    async def run_create_list(self, space: str, runs: list[JSON]) -> wire.RunResults:
+        """Runs (with their stamps) in one request, each written or refused on its own."""
+        return await self.typed("run_create", wire.RunResults, runs, space=space)
 
     async def runs(self, space: str, **query: object) -> JSON:
         return await self.call("runs", space=space, **query)
@@ -281,19 +281,3 @@ class SpaceClient:
 
     async def state_put(self, space: str, trigger_id: str, key: str, body: JSON) -> JSON:
         return await self.call("state_put", body, space=space, triggerId=trigger_id, key=key)
-
-
-SPACE_RETRY = Backoff(base=0.5, cap=2.0, jitter=False)  # waits 0.5 s, then 1 s
-SPACE_TRIES = 3  # a space restart costs no claim nor write; no jitter keeps that window whole
-
-
-def transient(exc: Exception) -> bool:
-    """A refusal worth retrying: no answer at all, or the space failed (5xx)."""
-    return isinstance(exc, ApiError) and (exc.status == 0 or exc.status >= 500)
-
-
-async def retried(work: Callable[[], Awaitable[T]], clock: Clock) -> T:
-    """`work()`, tried again after a transient refusal (`SPACE_TRIES` tries in all);
-    the last refusal, or one that is not transient, is raised."""
-    return await retry(work, clock=clock, backoff=SPACE_RETRY, attempts=SPACE_TRIES,
-                       retry_if=transient)  # fmt: skip

@@ -106,7 +106,7 @@ class Device:
         self.chatlink = ChatLink(self.seat)
         self.chatwatch = ChatWatch(
             self.responder, self.chatlink.send, self.chatlink.history,
-            record_turn=self.recorder.turn, clock=self.clock, edit=self.client.chat_edit,
+            record_turn=self.recorder.turn, clock=self.clock, edit=self.chatlink.edit,
         )  # fmt: skip
         self.readiness = Readiness(self.responder, self.chatwatch, clock=self.clock)
 

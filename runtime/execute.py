@@ -31,10 +31,11 @@ from programs.loader import InvalidProgram, LoadedProgram, ProgramCache, Unknown
 from programs.refs import InvalidRef, ProgramRef
 from programs.result import Outcome
 from runtime import outcomes
-from runtime.client import ApiError, SpaceClient, retried
+from runtime.client import ApiError, SpaceClient
 from runtime.dispatch import FireRequest
 from runtime.outcomes import RunIdentity
 from runtime.seat import Seat
+from runtime.spaceretry import retried
 
 TOKEN_MARGIN_S = 30.0  # a run token outlives the run's timeout by this much at most
 TOKEN_FRESH_S = TOKEN_MARGIN_S / 2  # a claim's token is used by a run starting this soon
@@ -64,7 +65,7 @@ def program_fetch(client: SpaceClient, space: str) -> Callable[[ProgramRef], Awa
             if exc.status == 404:
                 return None
             raise
-        return found["source"]
+        return found.source
 
     return fetch
 
@@ -124,7 +125,7 @@ class Execute:
             answer = await retried(lambda: self._client.token_run(self._space, body), self._clock)
         except ApiError as exc:
             return outcomes.failed_before_run(f"no run token: {exc}")
-        return answer["token"]
+        return answer.token
 
 
 async def run_job(executor: Executor, job: Job) -> Ending:

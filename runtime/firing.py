@@ -39,18 +39,20 @@ import msgspec
 
 from core.aio import TaskSet
 from core.vocab import RunReason, RunStatus
+from core.wire import FireResult
 from programs import admission
 from programs.loader import LoadedProgram
 from programs.result import Outcome
 from runtime import outcomes
 from runtime.chatwatch import ChatWatch
-from runtime.client import ApiError, retried
+from runtime.client import ApiError
 from runtime.dispatch import FireRequest, named
 from runtime.execute import TOKEN_FRESH_S, TOKEN_MARGIN_S, Ending, Execute, new_run_id, work_of
 from runtime.lanes import Claimed, Lanes, Queued
 from runtime.outcomes import RunIdentity
 from runtime.recorder import Recorder
 from runtime.seat import Seat
+from runtime.spaceretry import retried
 from triggers.records import RESERVED_CHAT_WATCH
 from triggers.registry import Diff
 
@@ -145,13 +147,13 @@ class Firing:
         answered as claimed; any other claim of the key is `already_claimed`."""
         bodies = [self._claim_body(queued) for queued in waiting]
         try:
-            answer = await retried(lambda: self._client.fires_claim(self._space, bodies),
+            answer = await retried(lambda: self._client.fires_claim_list(self._space, bodies),
                                    self._clock)  # fmt: skip
         except ApiError as exc:
             return [exc] * len(waiting)
         at = self._clock.monotonic()
         return [_claimed(queued, result, at)
-                for queued, result in zip(waiting, answer["claims"], strict=True)]  # fmt: skip
+                for queued, result in zip(waiting, answer.claims, strict=True)]  # fmt: skip
 
     def _claim_body(self, queued: Queued) -> dict[str, Any]:
         request = queued.request
@@ -287,10 +289,9 @@ def _watch(request: FireRequest) -> bool:
     return request.trigger.id == RESERVED_CHAT_WATCH
 
 
-def _claimed(queued: Queued, result: dict[str, Any], at: float) -> Queued | ApiError:
+def _claimed(queued: Queued, result: FireResult, at: float) -> Queued | ApiError:
     """One claim's answer in a list: the fire as claimed (with its token), or the refusal."""
-    if result["status"] >= 400:
-        return ApiError(result["status"], result.get("error") or "", result.get("detail") or "")
-    token = found if isinstance(found := result.get("token"), str) else None
-    claimed = Claimed(run_id=queued.claimed.run_id, token=token, at=at)
+    if result.status >= 400:
+        return ApiError(result.status, result.error or "", result.detail or "")
+    claimed = Claimed(run_id=queued.claimed.run_id, token=result.token, at=at)
     return msgspec.structs.replace(queued, claimed=claimed)

@@ -36,11 +36,13 @@ from typing import Any
 import msgspec
 
 from core.clock import iso
+from core.wire import RunResult
 from programs.rollup import Rollup
 from runtime import outcomes
-from runtime.client import ApiError, retried
+from runtime.client import ApiError
 from runtime.events import Bus, RunFinished
 from runtime.seat import Seat
+from runtime.spaceretry import retried
 from triggers.records import RESERVED_CHAT_WATCH, Loaded, Trigger, TriggerId
 
 log = logging.getLogger("baton.recorder")
@@ -137,7 +139,7 @@ class Recorder:
 
     async def _write(self, batch: list[Waiting]) -> None:
         bodies = [waiting.body for waiting in batch]
-        post = self._client.run_create
+        post = self._client.run_create_list
         try:
             answer = await retried(lambda: post(self._space, bodies), self._clock)
         except ApiError as exc:
@@ -147,17 +149,17 @@ class Recorder:
                 return
             log.warning("%d runs not written: %s", len(batch), exc)
             return
-        for waiting, result in zip(batch, answer["runs"], strict=True):
+        for waiting, result in zip(batch, answer.runs, strict=True):
             self._written(waiting, result)
 
-    def _written(self, waiting: Waiting, result: dict[str, Any]) -> None:
+    def _written(self, waiting: Waiting, result: RunResult) -> None:
         run = waiting.body
-        if result["status"] >= 400:
-            log.warning("fire %s: run not written: %s: %s", waiting.tid, result.get("error"),
-                        result.get("detail"))  # fmt: skip
-        if (result.get("stamps") or 0) >= 400:
-            log.warning("fire %s: stamps not written: %s: %s", waiting.tid,
-                        result.get("stampsError"), result.get("stampsDetail"))  # fmt: skip
+        if result.status >= 400:
+            log.warning("fire %s: run not written: %s: %s", waiting.tid, result.error,
+                        result.detail)  # fmt: skip
+        if (result.stamps or 0) >= 400:
+            log.warning("fire %s: stamps not written: %s: %s", waiting.tid, result.stampsError,
+                        result.stampsDetail)  # fmt: skip
         if self._bus is not None:
             self._bus.publish(RunFinished(trigger_id=waiting.tid, run_id=run["runId"],
                                           status=run["status"], reason=run["reason"]))  # fmt: skip

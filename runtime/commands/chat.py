@@ -67,7 +67,9 @@ async def chat_of(client: SpaceClient, where: Target, chat: str | None) -> str:
 
 async def send(client: SpaceClient, where: Target, chat: str | None, text: str,
                as_json: bool) -> int:  # fmt: skip
-    sent = await client.chat_send(where.space, await chat_of(client, where, chat), {"text": text})
+    object_id = await chat_of(client, where, chat)
+    body = {"text": text}  # printed as the space answers it
+    sent = await client.call("chat_send", body, space=where.space, objectId=object_id)
     if as_json:
         emit(sent)
     else:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from core.jsonobject import json_object
 from core.vocab import RunStatus
+from core.wire import ProgramOut
 from programs.loader import InvalidProgram, inspect_source
 from programs.refs import ProgramRef, parse_published
 from runtime.cli import UsageError, flag_value
@@ -148,7 +149,7 @@ async def publish(client: SpaceClient, where: Target, ref: ProgramRef, source: s
     return 0
 
 
-async def published(client: SpaceClient, where: Target, ref: ProgramRef) -> dict[str, Any] | None:
+async def published(client: SpaceClient, where: Target, ref: ProgramRef) -> ProgramOut | None:
     try:
         return await client.program_get(where.space, str(ref))
     except ApiError as exc:
@@ -172,7 +173,7 @@ async def list_programs(client: SpaceClient, where: Target, as_json: bool) -> in
 
 
 async def show(client: SpaceClient, where: Target, ref: ProgramRef, as_json: bool) -> int:
-    found = await client.program_get(where.space, str(ref))
+    found = await client.call("program_get", space=where.space, ref=str(ref))  # as answered
     if as_json:
         print(json.dumps(found))
         return 0

@@ -103,7 +103,7 @@ class Space:
     async def chat(self, name: str) -> str:
         return (await self.api.chat_create(SPACE, {"name": name}))["objectId"]
 
-    async def send(self, chat: str, text: str, **fields: Any) -> dict[str, Any]:
+    async def send(self, chat: str, text: str, **fields: Any) -> Message:
         return await self.api.chat_send(SPACE, chat, {"text": text, **fields})
 
     async def publish(self, ref: str, source: str = ECHO) -> None:

@@ -296,7 +296,7 @@ async def test_baton_up_runs_the_demo_answers_the_chat_and_stops_cleanly_on_sigi
             chat = (await api.space_get(space)).generalChat or ""
             sent = await api.chat_send(space, chat, {"text": "help"})
             reply = await eventually(
-                _reply(api, space, chat, sent["seq"]), timeout=15, what="chat-watch's answer"
+                _reply(api, space, chat, sent.seq), timeout=15, what="chat-watch's answer"
             )
             assert HELP in reply.text
 

@@ -62,10 +62,10 @@ async def test_an_event_trigger_fires_once_per_user_message_and_never_for_the_un
     await space.send(chat, "a reply", agent={"name": "triage", "done": True})
     m2 = await space.send(chat, "two")
     runs = by_key(await space.until_runs(tid, 2))
-    assert set(runs) == {m1["messageId"], m2["messageId"]}
-    run = runs[m1["messageId"]]
+    assert set(runs) == {m1.message_id, m2.message_id}
+    run = runs[m1.message_id]
     assert run["status"] == "ok", run
-    event = {"space": SPACE, "objectId": chat, "messageId": m1["messageId"], "text": "one"}
+    event = {"space": SPACE, "objectId": chat, "messageId": m1.message_id, "text": "one"}
     assert run["result"] == {"ok": True, "args": {"who": "me", "event": event}}
     assert run["peer"] == dev.peer and run["term"] >= 1
 
@@ -87,13 +87,13 @@ async def test_an_event_trigger_fires_once_per_user_message_and_never_for_the_un
     await space.until_runs(tid, 4)
     await dev.settled()
 
-    fired = [m1["messageId"], m2["messageId"], m3["messageId"], m4["messageId"]]
+    fired = [m1.message_id, m2.message_id, m3.message_id, m4.message_id]
     texts = {m.message_id: m.text for m in await space.messages(chat)}
     claimed = [texts.get(f["key"]) for f in await space.fires(tid)]
     assert claimed == ["one", "two", "three", "four"]
     runs = await space.runs(tid)
     assert [r["key"] for r in runs] == fired
-    never = {before["messageId"], paused["messageId"], down["messageId"]}
+    never = {before.message_id, paused.message_id, down.message_id}
     assert never.isdisjoint(r["key"] for r in runs)
 
 
@@ -122,7 +122,7 @@ async def test_dropped_streams_and_a_restarted_server_lose_nothing_and_repeat_no
     await dev.settled()
 
     runs = await space.runs(tid)
-    assert sorted(r["key"] for r in runs) == sorted(m["messageId"] for m in sent)
+    assert sorted(r["key"] for r in runs) == sorted(m.message_id for m in sent)
     assert {r["status"] for r in runs} == {"ok"}
     assert [r["result"]["args"]["event"]["text"] for r in runs][:1] == ["m1"]
     connections = dev.chat_state(chat)["connections"]
@@ -289,7 +289,7 @@ async def test_a_wall_clock_jump_fires_only_what_the_rules_allow(
     ]
     texts = [r["result"]["args"]["event"]["text"] for r in await space.runs(event)]
     assert texts == ["awake before", "awake after"]
-    assert keys(await space.runs(event))[-1] == awake["messageId"]
+    assert keys(await space.runs(event))[-1] == awake.message_id
 
 
 def insert_raw(space: Space, *bodies: dict[str, Any]) -> None:
@@ -336,7 +336,7 @@ async def test_bad_records_are_stamped_while_a_healthy_trigger_keeps_firing(
 
     second = await space.send(chat, "second")
     runs = await space.until_runs(healthy, 2)
-    assert keys(runs) == [first["messageId"], second["messageId"]]
+    assert keys(runs) == [first.message_id, second.message_id]
     assert {r["status"] for r in runs} == {"ok"}
     assert not dev.task.done()
     assert await space.runs("trg_hook") == await space.runs("trg_badcron") == []
@@ -369,14 +369,14 @@ async def test_a_program_that_raises_crashes_or_loops_costs_its_run_only(
         runs = await space.until_runs(tid, 2)
         assert [r["status"] for r in runs] == [status, status], runs
     runs = await space.until_runs(healthy, 2)
-    assert keys(runs) == [m["messageId"] for m in sent]
+    assert keys(runs) == [m.message_id for m in sent]
     assert {r["status"] for r in runs} == {"ok"}
     errors = [r for tid in bad for r in await space.runs(tid)]
     assert "boom" in next(r["error"] for r in errors if r["status"] == "error")
 
     third = await space.send(chat, "third")
     runs = await space.until_runs(healthy, 3)
-    assert (runs[-1]["key"], runs[-1]["status"]) == (third["messageId"], "ok")
+    assert (runs[-1]["key"], runs[-1]["status"]) == (third.message_id, "ok")
     assert not dev.task.done()
 
 
@@ -405,7 +405,7 @@ async def test_a_program_answering_into_the_chat_it_watches_does_not_fire_itself
     await dev.settled()
 
     runs = await space.runs(tid)
-    assert keys(runs) == [first["messageId"], second["messageId"]]
+    assert keys(runs) == [first.message_id, second.message_id]
     assert {r["status"] for r in runs} == {"ok"}
     answers = [m for m in await space.messages(chat) if m.text.startswith("you said")]
     assert [m.text for m in answers] == ["you said one", "you said two"]
@@ -494,5 +494,5 @@ async def test_a_sleep_the_elector_notices_first_bridges_nothing_from_the_sleep(
     await space.until_runs(minutely["id"], 1)
     await dev.settled()
 
-    assert keys(await space.runs(event)) == [awake["messageId"]]
+    assert keys(await space.runs(event)) == [awake.message_id]
     assert keys(await space.runs(minutely["id"])) == ["2026-12-01T10:03:00Z"]

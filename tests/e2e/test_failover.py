@@ -32,6 +32,7 @@ from support import (
     write_token,
 )
 
+from core.chatwire import Message
 from runtime.client import SpaceClient
 
 SPACE = "home"
@@ -93,7 +94,7 @@ class Household:
         body = {"kind": "event", "name": name, "spec": spec, "program": "quick@v1"}
         return await self.api.trigger_create(SPACE, body)
 
-    async def send(self, chat: str, text: str) -> dict[str, Any]:
+    async def send(self, chat: str, text: str) -> Message:
         return await self.api.chat_send(SPACE, chat, {"text": text})
 
     async def keys(self, trigger: str) -> list[str]:
@@ -119,8 +120,8 @@ class Household:
             complete, timeout=SETTLE, what=f"every slot of {trigger} from {first} to {last}"
         )
 
-    async def fired_for(self, trigger: str, messages: list[dict[str, Any]]) -> list[str]:
-        ids = {m["messageId"] for m in messages}
+    async def fired_for(self, trigger: str, messages: list[Message]) -> list[str]:
+        ids = {m.message_id for m in messages}
 
         async def all_in() -> list[str] | None:
             keys = await self.keys(trigger)
@@ -128,8 +129,8 @@ class Household:
 
         return await eventually(all_in, timeout=SETTLE, what=f"{trigger} fired for {len(ids)}")
 
-    async def chat_watch_took(self, messages: list[dict[str, Any]]) -> list[str]:
-        ids = {m["messageId"] for m in messages}
+    async def chat_watch_took(self, messages: list[Message]) -> list[str]:
+        ids = {m.message_id for m in messages}
 
         async def all_in() -> list[str] | None:
             took = await self.answered()
@@ -191,9 +192,9 @@ async def test_nothing_from_before_a_record_existed_and_nothing_lost_at_a_clean_
     hello = [await house.send(house.general, "hello")]
     took = await house.chat_watch_took(hello)
     assert min(slots) >= since  # nothing from before the record existed
-    assert not {m["messageId"] for m in before} & set(keys)
-    assert set(keys) == {m["messageId"] for m in after + later}
-    assert unseeded[0]["messageId"] not in took
+    assert not {m.message_id for m in before} & set(keys)
+    assert set(keys) == {m.message_id for m in after + later}
+    assert unseeded[0].message_id not in took
     await house.no_duplicate_claims(cron["id"], event["id"])
 
 
@@ -227,9 +228,9 @@ async def test_paused_time_never_fires_after_a_resume_and_a_takeover(house: Hous
     gap = [s for s in slots if paused[cron["id"]] + S < s < resumed[cron["id"]]]
     assert gap == []  # a slot due as the pause was written may still have fired
     keys = await house.keys(event["id"])
-    assert while_paused[0]["messageId"] not in keys and awake[0]["messageId"] in keys
+    assert while_paused[0].message_id not in keys and awake[0].message_id in keys
     took = await house.answered()
-    assert asleep[0]["messageId"] not in took and hello[0]["messageId"] in took
+    assert asleep[0].message_id not in took and hello[0].message_id in took
     await house.no_duplicate_claims(cron["id"], event["id"])
 
 
@@ -259,7 +260,7 @@ async def test_a_holder_killed_and_back_within_its_lease_loses_nothing_while_sta
     keys = await house.fired_for(event["id"], dead)
     await house.chat_watch_took(dead_chat)
     assert min(slots) >= since
-    assert dead[0]["messageId"] in keys
+    assert dead[0].message_id in keys
     runs = await runs_of(house.api, SPACE, cron["id"])
     assert {r["term"] for r in runs if at(r["key"]) > killed} <= {term}
     await house.no_duplicate_claims(cron["id"], event["id"])
@@ -285,5 +286,5 @@ async def test_downtime_of_every_device_replays_nothing(house: Household) -> Non
     )
     slots = await house.slots(cron["id"])
     assert [s for s in slots if down_from + S < s < down_until] == []
-    assert down[0]["messageId"] not in await house.keys(event["id"])
+    assert down[0].message_id not in await house.keys(event["id"])
     await house.no_duplicate_claims(cron["id"], event["id"])

@@ -91,7 +91,7 @@ async def test_the_reply_streams_into_one_message_that_is_done_at_its_end(
     history = [m["content"] for m in messages[1:-1]]
     assert history == [f"old {i}" for i in range(6, 25)]  # the most recent 19 (+ the new one)
     assert messages[-1] == {"role": "user", "content": "hello agent"}
-    assert sent["messageId"] not in history
+    assert sent.message_id not in history
 
 
 async def test_a_server_that_does_not_stream_answers_in_one_message(

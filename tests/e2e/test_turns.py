@@ -49,7 +49,7 @@ async def test_an_answered_message_leaves_one_turn_and_one_conversation_start(
     sent = await space.send(space.general, "hello there")
 
     record = await until_starts(space, 1)
-    (found,) = await turns_of(space, sent["messageId"])
+    (found,) = await turns_of(space, sent.message_id)
     assert found["outcome"] == "ok" and found["replies"] == 1, found
     assert (found["space"], found["objectId"]) == (SPACE, space.general)
     assert len((await space.api.turns(SPACE))["turns"]) == 1
@@ -70,4 +70,4 @@ async def test_the_count_goes_on_from_the_records_stamp(space: Space, make_devic
 
     sent = await space.send(space.general, "and again")
     await until_starts(space, 5)
-    assert len(await turns_of(space, sent["messageId"])) == 1
+    assert len(await turns_of(space, sent.message_id)) == 1

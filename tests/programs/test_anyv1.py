@@ -36,7 +36,7 @@ async def space(tmp_path: Path, aiohttp_server):
 async def run_client(admin, url, trigger_id, **ctx) -> AnyV1:
     minted = await admin.token_run(SPACE, {"triggerId": trigger_id, "runId": "run_1"})
     fields = {"run_id": "run_1", "trigger_id": trigger_id, "program": "tick@v1", "peer": "lap"}
-    fields |= {"space": SPACE, "url": url, "token": minted["token"], "term": 3, "key": "k1"}
+    fields |= {"space": SPACE, "url": url, "token": minted.token, "term": 3, "key": "k1"}
     return make_use(RunContext(**(fields | ctx)))("any@v1")
 
 
@@ -114,7 +114,7 @@ async def test_cursor_of_another_trigger_is_refused(space):
     other = await admin.trigger_create(SPACE, CRON | {"name": "other"})
     minted = await admin.token_run(SPACE, {"triggerId": trigger["id"], "runId": "r"})
     ctx = RunContext(run_id="r", trigger_id=other["id"], program="tick@v1", peer="lap",
-                     space=SPACE, url=url, token=minted["token"])  # fmt: skip
+                     space=SPACE, url=url, token=minted.token)  # fmt: skip
     with pytest.raises(ApiError) as refused:
         await call(AnyV1(ctx).cursor_set, "seen", 1)
     assert (refused.value.status, refused.value.code) == (403, "forbidden")

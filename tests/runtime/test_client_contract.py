@@ -173,8 +173,8 @@ async def test_chat_send_history_and_stream_resume(space):
     finally:
         await stop(task)
     ids = [e.json()["messageId"] for e in got.of("message")]
-    assert ids == [m["messageId"] for m in sent]
-    page = await admin.chat_messages(SPACE, chat, after=sent[3]["seq"])
+    assert ids == [m.message_id for m in sent]
+    page = await admin.chat_messages(SPACE, chat, after=sent[3].seq)
     assert [m.text for m in read_all(page)] == ["m4", "m5"]
 
 
@@ -217,7 +217,7 @@ async def test_state_through_a_run_token(space):
     admin, _ = space
     made = await admin.trigger_create(SPACE, CRON)
     minted = await admin.token_run(SPACE, {"triggerId": made["id"], "runId": "run_1"})
-    async with SpaceClient(admin.url, minted["token"]) as run:
+    async with SpaceClient(admin.url, minted.token) as run:
         with pytest.raises(ApiError) as unset:
             await run.state_get(SPACE, made["id"], "cursor")
         assert unset.value.status == 404

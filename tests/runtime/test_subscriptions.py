@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from waiting import eventually
 
+from core.chatwire import Message
 from core.clock import FakeClock
 from runtime.chatfeed import ChatMessage, active_for
 from runtime.client import SpaceClient
@@ -94,7 +95,7 @@ class World:
         if bridge_from is not None:
             self.subs.bridge(bridge_from)
 
-    async def send(self, chat: str, text: str, **fields: Any) -> dict[str, Any]:
+    async def send(self, chat: str, text: str, **fields: Any) -> Message:
         return await self.client.chat_send(SPACE, chat, {"text": text, **fields})
 
     def chat(self, object_id: str) -> dict[str, Any]:
@@ -159,12 +160,12 @@ async def test_one_subscription_per_chat_and_each_message_fires_each_trigger_onc
     assert w.recorder.texts("trg_1") == w.recorder.texts("trg_2") == ["a1", "a2"]
     assert w.recorder.texts("trg_3") == ["b1"]
     first = next(r for r in w.recorder.fired if r.trigger.id == "trg_1")
-    assert first.key == a1["messageId"]
-    assert first.due_at == datetime.fromisoformat(a1["createdAt"])
+    assert first.key == a1.message_id
+    assert first.due_at == datetime.fromisoformat(a1.created_at)
     assert first.event == {
         "space": SPACE,
         "objectId": w.general,
-        "messageId": a1["messageId"],
+        "messageId": a1.message_id,
         "text": "a1",
     }
     assert first.trigger.args == args  # the firing pipeline merges args, not this
@@ -312,9 +313,9 @@ async def test_takeover_bridges_messages_since_bridge_from_then_goes_live(world)
     await w.send(w.general, "live")
     await w.recorder.until(lambda r: len(r.fired) == 4)
     assert w.recorder.texts("trg_1") == ["recent 0", "recent 1", "recent 2", "live"]
-    assert [r.key for r in w.recorder.fired[:3]] == [m["messageId"] for m in recent]
+    assert [r.key for r in w.recorder.fired[:3]] == [m.message_id for m in recent]
     assert [r.catchup for r in w.recorder.fired] == [True, True, True, False]
-    assert old[-1]["messageId"] not in {r.key for r in w.recorder.fired}
+    assert old[-1].message_id not in {r.key for r in w.recorder.fired}
 
 
 async def test_takeover_onto_a_live_chat_bridges_only_the_new_trigger(world):

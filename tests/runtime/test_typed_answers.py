@@ -2,7 +2,8 @@
 
 Against a foreign space on 127.0.0.1 that answers each route with the JSON a test gives it
 (any server speaking any@v1 may stand in for ours), per area the device reads — devices,
-the election, spaces, chat history pages: an unknown field is ignored, a field the SPEC
+the election, spaces, chat history pages, chat-watch's posts, and the fire path's claims,
+run tokens, program sources and run writes: an unknown field is ignored, a field the SPEC
 leaves optional is defaulted, an answer that does not fit is `malformed_answer`, and one
 message of a page that does not fit is skipped while the rest are delivered. Requests stay
 strict: a body with an unknown field is refused.
@@ -41,7 +42,8 @@ AT = "2026-12-01T09:00:00.000Z"
 DEVICE = {"peer": "box", "lastSeen": AT, "upSince": AT, "live": True}
 LEASE = {"active": "box", "term": 3, "expiresAt": None, "want": None}
 ANSWERED = ("devices", "device_put", "election", "election_claim", "election_release",
-            "space_get", "spaces", "trigger_put", "chat_messages")  # fmt: skip
+            "space_get", "spaces", "trigger_put", "chat_messages", "chat_send", "chat_edit",
+            "token_run", "program_get", "fires_claim", "run_create")  # fmt: skip
 
 
 def message(seq: int, **more: Any) -> dict[str, Any]:
@@ -259,6 +261,60 @@ async def test_a_page_without_next_or_more_is_the_last(foreign):
 async def test_a_page_that_does_not_fit_is_malformed(foreign, page):
     foreign.answers["chat_messages"] = page
     await malformed(foreign.client.chat_messages(SPACE, CHAT), "chat_messages")
+
+
+async def test_chat_watch_posts_and_grows_a_reply_as_the_space_answers_it(foreign):
+    link = ChatLink(foreign.seat())
+    foreign.answers["chat_send"] = message(5, agent=AGENT | {"done": False}, reactions=[])
+    agent = {"name": "chat-watch", "done": False}
+    sent = await link.send(SPACE, CHAT, "He", agent)
+    assert sent == message(5, agent={"name": "triage@v1", "done": False})
+    assert foreign.got["chat_send"] == {"text": "He", "agent": agent}
+    foreign.answers["chat_edit"] = message(5, agent=AGENT, text="Hello")
+    grown = await link.edit(SPACE, CHAT, "msg_5", {"text": "Hello", "done": True})
+    assert grown == message(5, agent={"name": "triage@v1", "done": True}, text="Hello")
+    foreign.answers["chat_send"] = {"messageId": "msg_6", "text": "no seq"}
+    await malformed(link.send(SPACE, CHAT, "x", {"name": "chat-watch"}), "chat_send")
+
+
+# --- the fire path: claims, run tokens, program sources, run writes
+
+
+async def test_the_fire_paths_answers_ignore_unknown_fields_and_default_optional_ones(foreign):
+    client = foreign.client
+    foreign.answers["token_run"] = {"token": "btr_1", "scope": "run"}
+    assert (await client.token_run(SPACE, {"triggerId": "t", "runId": "r"})).token == "btr_1"
+    foreign.answers["program_get"] = {"ref": "tick@v1", "source": "def main(a): ...", "x": 1}
+    program = await client.program_get(SPACE, "tick@v1")
+    assert (program.source, program.sha256, program.anyTool) == ("def main(a): ...", "", False)
+    claim = {"triggerId": "t", "key": "k", "status": 201, "token": "btr_2", "shard": 3}
+    foreign.answers["fires_claim"] = {"claims": [claim], "took": 1}
+    (claimed,) = (await client.fires_claim_list(SPACE, [{"triggerId": "t"}])).claims
+    assert (claimed.status, claimed.token, claimed.error) == (201, "btr_2", None)
+    run = {"runId": "r", "status": 409, "error": "run_exists", "stored": 1}
+    foreign.answers["run_create"] = {"runs": [run]}
+    (written,) = (await client.run_create_list(SPACE, [{"runId": "r"}])).runs
+    assert (written.status, written.error, written.stamps) == (409, "run_exists", None)
+
+
+@pytest.mark.parametrize(
+    ("route", "answer"),
+    [
+        ("token_run", {"id": "tok_1"}),
+        ("program_get", {"ref": "tick@v1", "source": 3}),
+        ("fires_claim", {"claims": [{"triggerId": "t", "key": "k", "status": "ok"}]}),
+        ("run_create", {"runs": {}}),
+    ],
+)
+async def test_a_fire_path_answer_that_does_not_fit_is_malformed(foreign, route, answer):
+    foreign.answers[route] = answer
+    calls = {
+        "token_run": lambda c: c.token_run(SPACE, {}),
+        "program_get": lambda c: c.program_get(SPACE, "tick@v1"),
+        "fires_claim": lambda c: c.fires_claim_list(SPACE, [{}]),
+        "run_create": lambda c: c.run_create_list(SPACE, [{}]),
+    }
+    await malformed(calls[route](foreign.client), route)
 
 
 # --- the two bases
