@@ -3,7 +3,8 @@
 Owns `Seat`, the one handle `runtime.device` gives every part that talks to its space
 (election and heartbeat, takeover, reconciler, health pass, firing and execute, recorder,
 subscriptions, chat-watch's link), so each part's constructor names only what is its own
-after it. A run by hand (`runtime.manual`) sits as `cli@<host>`. Must not do anything.
+after it. A run by hand (`runtime.manual`) sits as `cli@<host>`. Holds no behaviour: it
+must not call the space nor read the clock itself.
 """
 
 from __future__ import annotations
