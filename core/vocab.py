@@ -48,6 +48,7 @@ class RunReason(enum.StrEnum):
     INVALID_PROGRAM = "invalid_program"
     RUN_TOKEN = "run_token"
     WITHDRAWN = "withdrawn"
+    SLEPT = "slept"  # claimed ahead of its slot, and the machine slept through it
     SHUTDOWN = "shutdown"
 
 

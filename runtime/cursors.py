@@ -156,11 +156,14 @@ def _take_once(entry: Entry, rec: OnceTrigger, now: datetime) -> list[tuple[Fire
     return [(key, rec.spec.at_utc)] if state is schedule.OnceState.FIRE else []
 
 
-def restart(entry: Entry, now: datetime) -> None:
-    """After a suspend or a clock jump: the cursor restarts from `now` (never a stale burst)."""
+def restart(entry: Entry, now: datetime, ahead: timedelta = timedelta(0)) -> None:
+    """After a suspend or a clock jump: the cursor restarts from `now` (never a stale burst).
+
+    A cursor up to `ahead` past `now` is where the ticker's look ahead took it, not a
+    clock that went back: it stays, so nothing taken is taken again."""
     rec = entry.record
     entry.bridge = ()
     if isinstance(rec, CronTrigger):
         fresh = start_cursor(rec, now, now)
-        entry.cursor = max(entry.cursor, fresh) if entry.cursor <= now else fresh
+        entry.cursor = max(entry.cursor, fresh) if entry.cursor <= now + ahead else fresh
     entry.refresh()

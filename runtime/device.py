@@ -223,6 +223,7 @@ class Device:
         # a new instance: the space's upSince restarts, nothing of the sleep counts as up
         self.elector.heartbeat.instance = _instance()
         self.ticker.slept(self.up_since)
+        self.firing.slept()
         self.subscriptions.slept(self.up_since)
 
     # --- what the parts ask ----------------------------------------------------------------

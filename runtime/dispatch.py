@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from triggers.records import FireKey, Trigger
+from triggers.records import RESERVED_CHAT_WATCH, FireKey, Trigger
 
 
 class FireRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -24,6 +24,11 @@ class FireRequest(msgspec.Struct, frozen=True, kw_only=True):
     due_at: datetime  # the slot, the `at`, or when the space accepted the message
     event: dict[str, Any] | None = None  # event fires: {space, objectId, messageId, text, agent?}
     catchup: bool = False  # bridged on a takeover: runs in turn, never crowds out a live fire
+
+    @property
+    def for_chat_watch(self) -> bool:
+        """A fire of chat-watch: by its reserved id, whatever the record says."""
+        return self.trigger.id == RESERVED_CHAT_WATCH
 
 
 class Dispatcher(Protocol):

@@ -7,6 +7,7 @@ and the admission of each fire, and the order of the steps.
     claim (triggerId, key, term, peer, run) ── already_claimed / not_owner → nothing
                                              └─ stale_term → a `rejected` run
     chat-watch (by its reserved id) → the ChatWatch (no run record: its turns are logged)
+    claimed ahead of its slot (runtime.ahead) ── waits for it; withdrawn meanwhile → `skipped`
     admission (overlap policy) ── skip → `skipped` overlap; full queue → `rejected` queue_full
     program (runtime.execute) ── not published → `skipped` unknown_program (the breaker
                               never sees it, and the next fire after publishing runs)
@@ -15,9 +16,10 @@ and the admission of each fire, and the order of the steps.
 
 Fires handed over together (the fires due at one wake of the ticker, the event triggers
 of one chat message) are claimed in one request, the list form of `POST …/fires`, each
-with its own answer as if claimed alone. The run id is chosen before the claim, and the
-claim asks for the run's token too, so a fire costs no request of its own for a token;
-every record of the fire (run or not) carries that run id, so posting it ends the token.
+with its own answer as if claimed alone (runtime.claims). The run id is chosen before
+the claim, and the claim asks for the run's token too, so a fire costs no request of its
+own for a token; every record of the fire (run or not) carries that run id, so posting it
+ends the token.
 A fire that waited in its queue longer than `TOKEN_FRESH_S` has a fresh token minted.
 
 Per trigger, the admission slots, the fires waiting in its queue and its `Book`
@@ -31,34 +33,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import msgspec
-
 from core.aio import TaskSet
 from core.vocab import RunReason, RunStatus
-from core.wire import FireResult
 from programs import admission
 from programs.loader import LoadedProgram
 from programs.result import Outcome
 from runtime import outcomes
+from runtime.ahead import Ahead
 from runtime.chatwatch import ChatWatch
+from runtime.claims import CLAIM_MAX, claim
 from runtime.client import ApiError
 from runtime.dispatch import FireRequest, named
-from runtime.execute import TOKEN_FRESH_S, TOKEN_MARGIN_S, Ending, Execute, new_run_id, work_of
+from runtime.execute import TOKEN_FRESH_S, Ending, Execute, new_run_id, work_of
 from runtime.lanes import Claimed, Lanes, Queued
 from runtime.outcomes import RunIdentity
 from runtime.recorder import Recorder
 from runtime.seat import Seat
-from runtime.spaceretry import retried
-from triggers.records import RESERVED_CHAT_WATCH
 from triggers.registry import Diff
 
 log = logging.getLogger("baton.firing")
-
-CLAIM_MAX = 200  # fires claimed in one request at most (the space mints a token for each)
 
 
 class Firing:
@@ -74,10 +70,12 @@ class Firing:
         may_fire_floating: Callable[[], bool],
         chatwatch: ChatWatch | None = None,
     ) -> None:
+        self._seat = seat
         self._client, self._space, self._peer, self._clock = seat
         self._execute, self._recorder = execute, recorder
         self._term, self._may_fire_floating, self._chatwatch = term, may_fire_floating, chatwatch
         self._lanes = Lanes(execute.size)
+        self._ahead = Ahead(seat.clock)  # fires claimed ahead of their slot (runtime.ahead)
         self._tasks = TaskSet("fire")
         self._closed = False
         self.counts: dict[str, int] = {}
@@ -94,9 +92,14 @@ class Firing:
 
     def apply(self, diff: Diff) -> None:
         """Forget removed triggers; their waiting fires are recorded `skipped` withdrawn."""
+        self._ahead.withdraw(diff.remove, RunReason.WITHDRAWN)
         for tid in diff.remove:
             for queued in self._lanes.remove(tid):
                 self._spawn(self._withdrawn(queued), queued.request)
+
+    def slept(self) -> None:
+        """The machine slept: fires claimed ahead of a slot it slept through never run."""
+        self._ahead.withdraw_all(RunReason.SLEPT)
 
     def status(self) -> dict[str, Any]:
         busy = self._lanes.status()  # inFlight: the tasks (a run and the fires queued after it)
@@ -133,37 +136,17 @@ class Firing:
         term = self._term()
         waiting = [Queued(request=r, term=term, claimed=Claimed(run_id=new_run_id()))
                    for r in requests]  # fmt: skip
-        for queued, answer in zip(waiting, await self._claim(waiting), strict=True):
+        answers = await claim(self._seat, waiting)
+        now = self._clock.wall()
+        for queued, answer in zip(waiting, answers, strict=True):
             if isinstance(answer, ApiError):
                 self._spawn(self._refused(queued, answer), queued.request)
-            elif _watch(queued.request):
+            elif queued.request.for_chat_watch:
                 self._spawn(self._offer(queued.request), queued.request)
+            elif queued.request.due_at > now:  # claimed ahead of its slot (runtime.ahead)
+                self._spawn(self._at_slot(answer), queued.request)
             else:
                 self._admit(answer)
-
-    async def _claim(self, waiting: list[Queued]) -> list[Queued | ApiError]:
-        """Each fire claimed (with its run's token), or its refusal; one request, retried
-        when transient. Each claim has its own id: a retry of one that went through is
-        answered as claimed; any other claim of the key is `already_claimed`."""
-        bodies = [self._claim_body(queued) for queued in waiting]
-        try:
-            answer = await retried(lambda: self._client.fires_claim_list(self._space, bodies),
-                                   self._clock)  # fmt: skip
-        except ApiError as exc:
-            return [exc] * len(waiting)
-        at = self._clock.monotonic()
-        return [_claimed(queued, result, at)
-                for queued, result in zip(waiting, answer.claims, strict=True)]  # fmt: skip
-
-    def _claim_body(self, queued: Queued) -> dict[str, Any]:
-        request = queued.request
-        body: dict[str, Any] = {"triggerId": request.trigger.id, "key": request.key,
-                                "term": queued.term, "peer": self._peer,
-                                "claimId": "clm_" + secrets.token_hex(8)}  # fmt: skip
-        if not _watch(request):
-            ttl = request.trigger.limits.timeout_seconds + TOKEN_MARGIN_S
-            body["run"] = {"runId": queued.claimed.run_id, "ttlSeconds": ttl}
-        return body
 
     async def _refused(self, queued: Queued, exc: ApiError) -> None:
         """A claim the space refused: a stale term or news not here yet is recorded."""
@@ -185,6 +168,22 @@ class Firing:
             log.warning("fire %s@%s: no chat-watch to take it", named(request.trigger), request.key)
             return
         await self._chatwatch.offer(request.event)
+
+    async def _at_slot(self, queued: Queued) -> None:
+        """Admit a fire claimed ahead when its slot comes, unless withdrawn meanwhile: then,
+        or when the device stops first, it is recorded, not run."""
+        try:
+            why = await self._ahead.until_due(queued.request)
+        except asyncio.CancelledError:
+            run = self._unstamped_run(queued, RunStatus.REJECTED, RunReason.SHUTDOWN)
+            self._recorder.enqueue(queued.request.trigger, run, None)
+            raise
+        if why:
+            log.info("fire %s@%s withdrawn: %s", named(queued.request.trigger),
+                     queued.request.key, why)  # fmt: skip
+            await self._unstamped(queued, RunStatus.SKIPPED, why)
+        else:
+            self._admit(queued)
 
     # --- admission, breaker, run ----------------------------------------------------------
 
@@ -254,11 +253,14 @@ class Firing:
 
     async def _unstamped(self, queued: Queued, status: RunStatus, why: str) -> None:
         """A non-run of a trigger this device does not (or no longer) hold: no stamps."""
+        run = self._unstamped_run(queued, status, why)
+        await self._recorder.ended(queued.request.trigger, run, None)
+
+    def _unstamped_run(self, queued: Queued, status: RunStatus, why: str) -> dict[str, Any]:
         fire = self._fire_of(queued)
         self._count(status.value)
-        run = outcomes.run_record(fire, outcomes.not_run(status, why), finished_at=fire.started_at,
-                                  reason=why)  # fmt: skip
-        await self._recorder.ended(queued.request.trigger, run, None)
+        return outcomes.run_record(fire, outcomes.not_run(status, why),
+                                   finished_at=fire.started_at, reason=why)  # fmt: skip
 
     def _finish(
         self, request: FireRequest, fire: RunIdentity, outcome: Outcome, why: str, *, admitted: bool
@@ -283,15 +285,3 @@ class Firing:
 async def _settled(written: asyncio.Future[None]) -> None:
     await asyncio.shield(written)
 
-
-def _watch(request: FireRequest) -> bool:
-    """A fire of chat-watch: by its reserved id, whatever the record says."""
-    return request.trigger.id == RESERVED_CHAT_WATCH
-
-
-def _claimed(queued: Queued, result: FireResult, at: float) -> Queued | ApiError:
-    """One claim's answer in a list: the fire as claimed (with its token), or the refusal."""
-    if result.status >= 400:
-        return ApiError(result.status, result.error or "", result.detail or "")
-    claimed = Claimed(run_id=queued.claimed.run_id, token=result.token, at=at)
-    return msgspec.structs.replace(queued, claimed=claimed)

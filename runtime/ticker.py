@@ -6,7 +6,9 @@ before it never fire. `run()` sleeps until the earliest next fire or a change
 (`apply` wakes it), never longer than `max_sleep`; at every wake it recomputes
 what is due from the wall clock (`schedule.due_slots`, `schedule.once_due`),
 moves the cursors, and hands the fires due to the `Dispatcher` as `FireRequest`s,
-together (`HAND_OFF` at a time), so they are claimed in one request.
+together (`HAND_OFF` at a time), so they are claimed in one request. "Due" looks
+`lead` seconds ahead (runtime.ahead.CLAIM_AHEAD): a slot is claimed just before it
+comes and its run starts at the slot, not a claim's round trip after it.
 A slot is dispatched once by this device; the space's fire claims make it once
 across devices.
 
@@ -46,11 +48,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from core.aio import MAX_SLEEP
 from core.clock import Clock, iso, sleep_or_wake
+from runtime.ahead import CLAIM_AHEAD
 from runtime.cursors import Entry, add_bridge, arm, restart, take
 from runtime.dispatch import Dispatcher, FireRequest, named
 from runtime.nextfires import NextFires
@@ -81,10 +84,12 @@ class Ticker:
         *,
         clock: Clock,
         max_sleep: float = MAX_SLEEP,
+        lead: float = CLAIM_AHEAD,
     ) -> None:
         self._dispatcher = dispatcher
         self._clock = clock
         self._max_sleep = max_sleep
+        self._lead = timedelta(seconds=lead)
         self._entries: dict[TriggerId, Entry] = {}
         self.failed: dict[TriggerId, str] = {}  # entries dropped because they raised
         self.up_since = clock.wall()  # this device's start (or its last wake from sleep)
@@ -168,7 +173,7 @@ class Ticker:
             self._entries.pop(record.id, None)  # a kind change to `event`
             return
         try:
-            entry = arm(record, now, prev, self.up_since)
+            entry = arm(record, now + self._lead, prev, self.up_since)  # as `tick` sees now
         except Exception as exc:
             self._drop(record.id, "arm", exc)
             return
@@ -196,7 +201,7 @@ class Ticker:
         self.up_since = now
         for tid, entry in list(self._entries.items()):
             try:
-                restart(entry, now)
+                restart(entry, now, self._lead)
             except Exception as exc:
                 self._drop(tid, "restart", exc)
         self._pending = {tid: (armed, now) for tid, (armed, _) in self._pending.items()}
@@ -221,7 +226,7 @@ class Ticker:
             await self._nap()
 
     async def tick(self) -> int:
-        """One wake: dispatch every fire due at the wall clock's now; how many there were.
+        """One wake: dispatch every fire due by the wall clock's now plus the lead; how many.
 
         The fires are handed over in batches of up to `HAND_OFF` (each claimed in one
         request), so the first of a large burst are claimed while the later entries are
@@ -229,8 +234,8 @@ class Ticker:
         """
         self._wake.clear()
         await self.arm_pending()
-        now = self._clock.wall()
-        self.last_wake = now
+        self.last_wake = self._clock.wall()
+        now = self.last_wake + self._lead  # what is due by then is claimed now
         batch: list[FireRequest] = []
         count = 0
         for entry in self._heap.pop_due(now):  # a snapshot: `apply` may change entries meanwhile
@@ -261,13 +266,14 @@ class Ticker:
         return len(batch)
 
     def delay(self, now: datetime) -> float:
-        """Seconds to sleep from `now`: until the earliest next fire, at most `max_sleep`."""
+        """Seconds to sleep from `now`: until the lead before the earliest next fire, at
+        most `max_sleep`."""
         if self._pending:
             return 0.0
         earliest = self._heap.earliest()
         if earliest is None:
             return self._max_sleep
-        return min(self._max_sleep, max(0.0, (earliest - now).total_seconds()))
+        return min(self._max_sleep, max(0.0, (earliest - self._lead - now).total_seconds()))
 
     async def _nap(self) -> None:
         await sleep_or_wake(self._clock, self.delay(self._clock.wall()), self._wake)

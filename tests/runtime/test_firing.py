@@ -20,6 +20,7 @@ from waiting import eventually
 from core.clock import FakeClock
 from programs.executor import Executor
 from programs.loader import ProgramCache
+from runtime.ahead import CLAIM_AHEAD
 from runtime.chatwatch import ChatWatch
 from runtime.client import SpaceClient
 from runtime.dispatch import FireRequest
@@ -578,3 +579,60 @@ async def test_a_run_waiting_for_its_write_is_written_at_close(world: World):
     assert written.done()
     [stored] = await world.runs(record)
     assert stored["runId"] == "run_last"
+
+
+# --- fires claimed ahead of their slot (runtime.ahead) ----------------------------------------
+
+
+async def claimed_ahead(w: World, record: Trigger, key: str) -> None:
+    """Hand over a fire due `CLAIM_AHEAD` from now; return once it is claimed and waiting."""
+    assert w.firing is not None
+    await w.firing.fire(w.request(record, key, due_at=w.clock.wall() + AHEAD))
+    async with asyncio.timeout(5):
+        await w.clock.wait_for_sleepers(1)
+    assert w.asked("POST", "/fires") == 1
+
+
+AHEAD = timedelta(seconds=CLAIM_AHEAD)
+
+
+async def test_a_fire_claimed_ahead_of_its_slot_runs_when_the_slot_comes(w: World):
+    await w.publish("tick@v1", OK)
+    record = await w.trigger("tick@v1")
+    await claimed_ahead(w, record, "soon")
+    assert await w.runs(record) == []  # claimed, not started
+    w.clock.advance(CLAIM_AHEAD)
+    await w.fire()
+    [run] = await w.runs(record)
+    assert (run["key"], run["status"], run["lateMs"]) == ("soon", "ok", 0.0)
+
+
+@pytest.mark.parametrize(("act", "reason"), [("remove", "withdrawn"), ("sleep", "slept")])
+async def test_a_fire_claimed_ahead_is_recorded_not_run_when_withdrawn_before_its_slot(
+    w: World, act: str, reason: str
+):
+    await w.publish("tick@v1", OK)
+    record = await w.trigger("tick@v1")
+    await claimed_ahead(w, record, "soon")
+    assert w.firing is not None
+    if act == "remove":
+        w.firing.apply(Diff(remove=(record.id,)))
+    else:
+        w.firing.slept()
+    await w.fire()
+    [run] = await w.runs(record)
+    assert (run["key"], run["status"], run["reason"]) == ("soon", "skipped", reason)
+    assert [f["key"] for f in (await w.admin.fires(SPACE, record.id))["fires"]] == ["soon"]
+
+
+async def test_a_fire_claimed_ahead_is_recorded_when_the_device_stops_before_its_slot(
+    world: World, executor: Executor
+):
+    await world.publish("tick@v1", OK)
+    record = await world.trigger("tick@v1")
+    firing = make_firing(world, executor)
+    await claimed_ahead(world, record, "soon")
+    await firing.close()
+    await firing._recorder.close()
+    [run] = await world.runs(record)
+    assert (run["key"], run["status"], run["reason"]) == ("soon", "rejected", "shutdown")

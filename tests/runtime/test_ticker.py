@@ -15,6 +15,7 @@ import pytest
 
 from core.clock import FakeClock
 from runtime import ticker as ticker_module
+from runtime.ahead import CLAIM_AHEAD
 from runtime.cursors import arm, restart, take
 from runtime.dispatch import FireRequest
 from runtime.ticker import Ticker
@@ -405,6 +406,28 @@ def test_restart_after_a_clock_jump_fires_nothing_stale_then_goes_on(now, next_s
     assert take(entry, next_slot) == [(key(next_slot), next_slot, False)]
 
 
+def test_a_cursor_the_look_ahead_moved_past_now_is_not_a_clock_that_went_back():
+    entry = arm(cron("0 * * * *").record, T0, None, T0)  # type: ignore[arg-type]
+    slot = T0 + timedelta(hours=1)
+    ahead = timedelta(seconds=CLAIM_AHEAD)
+    wake = slot - ahead / 2
+    assert take(entry, wake + ahead) == [(key(slot), slot, False)]  # what the ticker takes
+    restart(entry, wake + ahead / 4, ahead)  # a sleep seen just before the slot
+    assert take(entry, slot + S) == []  # not taken twice
+
+
+async def test_a_slot_is_taken_the_lead_before_it_comes_and_handed_over_due_at_the_slot(
+    running, clock, rec
+):
+    await applied(running, clock, Diff(add=(cron("*/1 * * * * *"),)))
+    assert rec.fires == []
+    await advance(clock, 1 - CLAIM_AHEAD)  # the ticker slept until the lead before 09:00:01
+    assert [(f.key, f.due_at) for f in rec.fires] == [(key(T0 + S), T0 + S)]
+    assert clock.wall() < T0 + S  # handed over before its slot: the dispatcher waits for it
+    await advance(clock, CLAIM_AHEAD)
+    assert len(rec.fires) == 1  # the slot itself takes nothing again
+
+
 class Spawner:
     """A Dispatcher that, like the firing pipeline, starts each fire in its own task."""
 
@@ -515,7 +538,7 @@ async def test_the_heap_fires_entries_in_next_fire_order_and_skips_stale_items(c
     entries = tuple(cron(f"0 {h} * * *", id=f"trg_{h}") for h in (12, 10, 11))
     ticker.apply(Diff(add=entries), T0)
     ticker.apply(Diff(rearm=(edited(entries[2], spec={"expr": "0 13 * * *"}),)), T0)
-    assert ticker.delay(T0) == 3600  # read off the heap: trg_10 at 10:00
+    assert ticker.delay(T0) == 3600 - CLAIM_AHEAD  # read off the heap: trg_10 at 10:00
     order = [e.record.id for e in ticker._heap.pop_due(T0 + timedelta(hours=5))]
     assert order == ["trg_10", "trg_12", "trg_11"]  # the stale 11:00 item of trg_11 skipped
     ticker._heap.rebuild()
