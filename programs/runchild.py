@@ -65,7 +65,7 @@ def child(place: Place, scratch: str, sock: socket.socket, ruleset: int | None =
 
 def _serve(place: Place, sock: socket.socket, request: channel.Request | None, me: int) -> None:
     """Runs `request`, then further runs of its warm key while each leaves nothing."""
-    modules = warm.Modules() if place.warm and request is not None and request.key else None
+    modules = place.modules if request is not None and request.key else None
     while request is not None:
         snapshot = warm.Snapshot(modules) if modules is not None else None
         reply = runner.run_request(request)

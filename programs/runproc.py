@@ -49,6 +49,8 @@ class Place:
         # Keep run processes warm only where no run can reach another process of the
         # worker's (Landlock ABI 6: ptrace and signals scoped) and every one is reaped.
         self.warm = warm.SUPPORTED and self.plan.abi >= 6 and self.subreaper
+        # What a warm run's checks watch, found once here: a run process reads versions only.
+        self.modules = warm.Modules() if self.warm else None
         self.rules = confine.Rules.make(self.plan)
         self.scratch_root = tempfile.gettempdir()
         self._sweep()

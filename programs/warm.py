@@ -61,7 +61,8 @@ SUPPORTED = _versions_work()
 
 class Modules:
     """The namespaces of every loaded module (and the environment), watched by their
-    dict versions; a module loaded by a run is watched from the next run on."""
+    dict versions; a module loaded by a run is watched from the next run on. Made in the
+    worker, before it forks: a run process inherits the views and only reads them."""
 
     def __init__(self) -> None:
         self._kept: list[object] = []  # what is watched, kept alive so no address is reused
@@ -72,6 +73,7 @@ class Modules:
         environ = getattr(os.environ, "_data", None)
         if isinstance(environ, dict):
             self._watch(environ, "the environment", environ)
+        self.versions()
 
     def versions(self) -> list[int]:
         """Each watched namespace's version now (first watching those loaded since)."""
