@@ -56,6 +56,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     cgroup: bool
     subreaper: bool
     read_only: tuple[str, ...]
+    bounded: bool = False  # the worker's bounding set is empty already (`privileges.bounded`)
 
 
 def read_only_paths() -> tuple[str, ...]:
@@ -70,8 +71,9 @@ def read_only_paths() -> tuple[str, ...]:
 
 
 def plan(*, cgroup: bool, subreaper: bool) -> Plan:
-    return Plan(abi=landlock.abi(), root=os.geteuid() == 0, cgroup=cgroup, subreaper=subreaper,
-                read_only=read_only_paths())  # fmt: skip
+    root = os.geteuid() == 0
+    return Plan(abi=landlock.abi(), root=root, cgroup=cgroup, subreaper=subreaper,
+                read_only=read_only_paths(), bounded=root and privileges.bounded())  # fmt: skip
 
 
 def containment(p: Plan) -> Containment:
@@ -179,7 +181,7 @@ def confine(p: Plan, scratch: str, memory_cap: int | None, ruleset: int | None =
     `ruleset`, built ahead by `Rules.ruleset(scratch)`, spares building one here."""
     limit(memory_cap)
     if p.root:
-        privileges.drop_capabilities()
+        privileges.drop_capabilities(bounded=p.bounded)
     if ruleset is None or p.abi <= 0:
         restrict_files(p, scratch)
         return
