@@ -158,13 +158,6 @@ def status(pid: int) -> tuple[bytes, ...] | None:
     return (fields[17], *fields[28:32], descriptors) if len(fields) >= 32 else None
 
 
-def worker_children() -> list[int] | None:
-    """The children of this (single-threaded) worker; None if it cannot say."""
-    me = os.getpid()
-    text = _read(f"/proc/{me}/task/{me}/children") if threading.active_count() == 1 else None
-    return None if text is None else [int(x) for x in text.split()]
-
-
 def leftovers(pid: int, baseline: tuple[bytes, ...] | None, others: set[int],
               found: list[int] | None) -> str:  # fmt: skip
     """What of a finished run is still there, in words; empty when nothing.
