@@ -66,8 +66,18 @@ def read_only_paths() -> tuple[str, ...]:
     stdlib = {paths.get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     packages = {str(PACKAGE_ROOT / "programs")}
     zone = {str(p) for p in map(Path, ("/usr/share/zoneinfo",)) if p.exists()}
-    found = [p for p in sorted(prefixes | stdlib | packages | zone) if p and os.path.exists(p)]
-    return (*found, *SYSTEM_READ)
+    return outermost([*prefixes, *stdlib, *packages, *zone, *SYSTEM_READ])
+
+
+def outermost(paths: list[str]) -> tuple[str, ...]:
+    """The existing `paths`, resolved, but those beneath another: a Landlock rule grants
+    what is beneath its path too, so one rule each for the rest is enough."""
+    found = sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)})
+    kept: list[str] = []
+    for path in found:
+        if not any(path.startswith(f"{parent}/") for parent in kept):
+            kept.append(path)
+    return tuple(kept)
 
 
 def plan(*, cgroup: bool, subreaper: bool) -> Plan:

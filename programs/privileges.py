@@ -26,8 +26,13 @@ SECURE_NO_SETUID_FIXUP, SECURE_NO_SETUID_FIXUP_LOCKED = 1 << 2, 1 << 3
 SECURE_KEEP_CAPS_LOCKED, SECURE_NO_CAP_AMBIENT_RAISE = 1 << 5, 1 << 6
 SECURE_NO_CAP_AMBIENT_RAISE_LOCKED = 1 << 7
 LOCKED_SECUREBITS = (
-    SECURE_NOROOT | SECURE_NOROOT_LOCKED | SECURE_NO_SETUID_FIXUP | SECURE_NO_SETUID_FIXUP_LOCKED
-    | SECURE_KEEP_CAPS_LOCKED | SECURE_NO_CAP_AMBIENT_RAISE | SECURE_NO_CAP_AMBIENT_RAISE_LOCKED
+    SECURE_NOROOT
+    | SECURE_NOROOT_LOCKED
+    | SECURE_NO_SETUID_FIXUP
+    | SECURE_NO_SETUID_FIXUP_LOCKED
+    | SECURE_KEEP_CAPS_LOCKED
+    | SECURE_NO_CAP_AMBIENT_RAISE
+    | SECURE_NO_CAP_AMBIENT_RAISE_LOCKED
 )
 CAP_VERSION_3 = 0x20080522
 
@@ -43,6 +48,9 @@ class _CapHeader(ctypes.Structure):
 class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
                 ("inheritable", ctypes.c_uint32)]  # fmt: skip
+
+
+_NO_CAPABILITIES = (ctypes.byref(_CapHeader(CAP_VERSION_3, 0)), (_CapData * 2)())  # capset's
 
 
 @functools.cache
@@ -82,16 +90,21 @@ def capabilities() -> dict[str, int]:
         text = os.read(fd, 1 << 16)
     finally:
         os.close(fd)
-    found = (line.partition(b":") for line in text.splitlines())
-    return {key.decode(): int(value, 16) for key, _, value in found if key in CAP_SETS}
+    found = {}
+    for key in CAP_SETS:  # lines like "CapEff:\t000001ffffffffff"
+        at = text.find(b"\n" + key + b":")
+        if at >= 0:
+            found[key.decode()] = int(text[at + len(key) + 2 : text.find(b"\n", at + 1)], 16)
+    return found
 
 
 def drop_bounding() -> None:
-    """Locks the securebits and empties the bounding set of this process, for good.
-    Needs CAP_SETPCAP; the process keeps its effective capabilities until it execs."""
+    """Locks the securebits and empties the bounding and ambient sets of this process, for
+    good. Needs CAP_SETPCAP; the process keeps its effective capabilities until it execs."""
     _prctl("securebits", PR_SET_SECUREBITS, LOCKED_SECUREBITS, 0, 0, 0)
     for cap in range(last_cap() + 1):
         _prctl(f"drop capability {cap}", PR_CAPBSET_DROP, cap, 0, 0, 0)
+    _prctl("clear ambient capabilities", PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 
 
 def bounded() -> bool:
@@ -110,9 +123,9 @@ def drop_capabilities(bounded: bool = False) -> None:
     five sets are empty. Needs CAP_SETPCAP for the bounding set."""
     if not bounded:
         drop_bounding()
-    _prctl("clear ambient capabilities", PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    header, data = _CapHeader(CAP_VERSION_3, 0), (_CapData * 2)()
-    if libc().capset(ctypes.byref(header), data) != 0:
+    # Empty permitted and inheritable sets empty the ambient set too (it holds only what
+    # is both), and the effective one.
+    if libc().capset(*_NO_CAPABILITIES) != 0:
         errno = ctypes.get_errno()
         raise PrivilegeError(errno, f"capset: {os.strerror(errno)}")
     left = capabilities()

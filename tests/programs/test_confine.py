@@ -80,6 +80,16 @@ def test_the_abi_is_probed_and_rights_follow_it() -> None:
     assert landlock.scopes(6) == landlock.SCOPE_SIGNAL | landlock.SCOPE_ABSTRACT_UNIX_SOCKET
 
 
+def test_read_only_rules_go_to_the_outermost_paths_only(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "ab").mkdir()  # beside `a`, not beneath it
+    (tmp_path / "link").symlink_to(tmp_path / "a" / "b")
+    (tmp_path / "file").write_text("")
+    paths = [str(tmp_path / name) for name in ("a/b", "link", "a", "ab", "file", "missing")]
+    found = confine.outermost([*paths, ""])
+    assert found == tuple(str(tmp_path.resolve() / name) for name in ("a", "ab", "file"))
+
+
 @needs_landlock
 def test_a_ruleset_allows_what_it_grants_and_nothing_else(tmp_path: Path) -> None:
     (tmp_path / "secret").write_text("s3cret")
