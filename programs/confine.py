@@ -145,7 +145,8 @@ class Rules:
     after it is handed over, so no run gets another's scratch."""
 
     def __init__(self, abi: int, rules: list[tuple[int, int]]) -> None:
-        self.abi, self._rules = abi, rules
+        self.abi, self._fds = abi, [fd for fd, _ in rules]
+        self._rules = [landlock.rule(fd, rights) for fd, rights in rules]
 
     @classmethod
     def make(cls, p: Plan) -> Rules | None:
@@ -171,8 +172,8 @@ class Rules:
         rules and read-write beneath `scratch`."""
         rules = landlock.Ruleset(self.abi)
         try:
-            for fd, rights in self._rules:
-                rules.add(fd, rights)
+            for made in self._rules:
+                rules.add_rule(made)
             if not rules.allow(scratch, landlock.READ_WRITE):
                 raise landlock.LandlockError(2, f"scratch directory {scratch} is gone")
         except BaseException:
@@ -181,9 +182,9 @@ class Rules:
         return rules.detach()
 
     def close(self) -> None:
-        for fd, _ in self._rules:
+        for fd in self._fds:
             os.close(fd)
-        self._rules = []
+        self._fds, self._rules = [], []
 
 
 def confine(p: Plan, scratch: str, memory_cap: int | None, ruleset: int | None = None) -> None:

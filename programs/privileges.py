@@ -134,8 +134,10 @@ def drop_capabilities(bounded: bool = False) -> None:
 
 
 def warm() -> None:
-    """Loads what the drop needs in the worker, before any fork."""
-    libc()
+    """Loads what the drop needs in the worker, before any fork (a run process finds the
+    C functions it calls looked up already)."""
+    for name in ("prctl", "capset"):
+        getattr(libc(), name)
     last_cap()
 
 
