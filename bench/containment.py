@@ -6,7 +6,9 @@ This process plays the worker (it becomes a subreaper and enters its pids cgroup
 as `programs.worker` does) and runs a trivial program (`return {"ok": True}`) `runs`
 times each way; it prints a Markdown table of the cost of one run, wall time from
 the request to the reply with every process of the run reaped, and of the program
-entering `main()`:
+entering `main()`, and the CPU time one run costs (this process and the run
+processes it reaped, from `getrusage`; the machine is shared, so CPU time is the
+steadier figure):
 
 - warm call:               `runner.run_request` in this process, no isolation between
                            runs (what a worker shared by every trigger did before)
@@ -21,23 +23,31 @@ entering `main()`:
 - fork + confine + run:    the cold path (a spare that died while idle)
 - fork + run, unconfined:  the same without Landlock or the privilege drop
 - forking the next spare:  paid after the reply, off the fire path
+- worker process, distinct triggers: a real `python -m programs.worker` (not this
+                           process) driven over its control socket, a new key each run;
+                           CPU from its /proc stat (its own and its reaped children's)
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import socket
 import statistics
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 import msgspec  # noqa: E402
 
-from programs import channel, runner, runproc, worker  # noqa: E402
+from programs import channel, confine, privileges, runner, runproc, worker  # noqa: E402
 from programs.context import RunContext  # noqa: E402
 
 SOURCE = 'def main(args):\n    return {"ok": True}\n'
@@ -53,17 +63,28 @@ def request(key: str = "") -> channel.Request:
 
 
 Sample = tuple[float, float | None]
+Timings = tuple[list[float], list[float], float]
 
 
-def timed(runs: int, one: Callable[[], Sample]) -> tuple[list[float], list[float]]:
-    """(wall ms, ms to main) of each run; `one` returns them for one run."""
+def cpu_seconds() -> float:
+    """CPU time of this process and of the children it reaped."""
+    own, reaped = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+
+def timed(runs: int, one: Callable[[], Sample]) -> Timings:
+    """(wall ms, ms to main) of each run and CPU ms per run; `one` runs one."""
     walls, mains = [], []
+    began = cpu_seconds()
     for _ in range(runs):
         wall, to_main = one()
         walls.append(wall)
         if to_main is not None:
             mains.append(to_main)
-    return walls, mains
+    return walls, mains, (cpu_seconds() - began) * 1000 / runs
 
 
 def since(start: float, entered: float | None = None) -> Sample:
@@ -71,12 +92,13 @@ def since(start: float, entered: float | None = None) -> Sample:
     return (now - start) * 1000, None if entered is None else (entered - start) * 1000
 
 
-def row(name: str, walls: list[float], mains: list[float]) -> str:
+def row(name: str, walls: list[float], mains: list[float], cpu: float) -> str:
     def p(values: list[float], q: float) -> str:
         return f"{statistics.quantiles(values, n=100)[int(q) - 1]:.3f}" if len(values) > 2 else "-"
 
     rate = f"{len(walls) / (sum(walls) / 1000):.0f}"
-    return f"| {name} | {len(walls)} | {p(walls, 50)} | {p(walls, 99)} | {p(mains, 50)} | {rate} |"
+    cells = f"{p(walls, 50)} | {p(walls, 99)} | {p(mains, 50)} | {cpu:.2f} | {rate}"
+    return f"| {name} | {len(walls)} | {cells} |"
 
 
 def looped_rows(place: runproc.Place, fd: int, runs: int) -> None:
@@ -110,7 +132,61 @@ def forking(place: runproc.Place, fd: int) -> Callable[[], Sample]:
     return one
 
 
+def drain(pipe: BinaryIO) -> None:
+    while pipe.read1(1 << 16):
+        pass
+
+
+def worker_process_row(runs: int) -> str:
+    """A real worker process, a new trigger each run; CPU from its /proc stat."""
+    from programs.executor import worker_env  # only now: the rows above measure this process
+
+    ours, theirs = socket.socketpair()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "programs.worker", str(theirs.fileno())],
+        env=worker_env(),
+        pass_fds=(theirs.fileno(),),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    theirs.close()
+    for pipe in (proc.stdout, proc.stderr):  # drained, as the executor does
+        threading.Thread(target=drain, args=(pipe,), daemon=True).start()
+    stream, keys = ours.makefile("rb"), iter(range(1 << 62))
+
+    def receive() -> channel.Reply | channel.Ready:
+        return channel.decode_to_parent(stream.read(channel.body_length(stream.read(4))))
+
+    def one() -> Sample:
+        start = time.monotonic()
+        ours.sendall(channel.frame(request(f"new-{next(keys)}")))
+        return since(start, receive().entered_at)
+
+    def cpu() -> float:  # utime, stime, cutime, cstime
+        with open(f"/proc/{proc.pid}/stat") as f:
+            fields = f.read().rpartition(") ")[2].split()
+        return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+    receive()
+    timed(min(runs, 50), one)  # its first runs: caches, the first spares
+    began = cpu()
+    walls, mains, _ = timed(runs, one)
+    took = (cpu() - began) * 1000 / runs
+    stream.close()
+    ours.close()
+    proc.wait()
+    return row("worker process, distinct triggers (its /proc CPU)", walls, mains, took)
+
+
 def main(runs: int) -> None:
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("| per run | runs | wall p50 ms | wall p99 ms | to main() p50 ms | CPU ms/run | runs/s |")
+    print("|---|---|---|---|---|---|---|")
+    print(worker_process_row(runs), flush=True)  # first: nothing is exec'd after the drop below
+    if os.geteuid() == 0:
+        privileges.drop_bounding()  # as the worker does, once for all its run processes
     worker._preload()  # as the worker does: what runs import is loaded before any run
     place = runproc.Place()
     ours, theirs = socket.socketpair()
@@ -135,20 +211,19 @@ def main(runs: int) -> None:
 
     rows = [("warm call (no isolation)", warm), ("spare, forked ahead (the fire path)", spare),
             ("fork + confine + run (cold)", cold)]  # fmt: skip
-    print(f"containment: {msgspec.to_builtins(runproc.confine.containment(place.plan))}")
-    print("| per run | runs | wall p50 ms | wall p99 ms | to main() p50 ms | runs/s |")
-    print("|---|---|---|---|---|---|")
     for name, one in rows:
         print(row(name, *timed(runs, one)), flush=True)
     looped_rows(place, fd, runs)
-    confined = place.plan
-    place.plan = msgspec.structs.replace(confined, abi=0, root=False)
+    confined, rules = place.plan, place.rules
+    place.plan, place.rules = msgspec.structs.replace(confined, abi=0, root=False), None
     print(row("fork + run, unconfined", *timed(runs, cold)), flush=True)
-    place.plan = confined
+    place.plan, place.rules = confined, rules
     print(row("forking the next spare (off the fire path)", *timed(runs, forking(place, fd))))
     place.close()
     ours.close()
     theirs.close()
+    print(f"containment: {msgspec.to_builtins(confine.containment(place.plan))}")
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

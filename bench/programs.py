@@ -4,7 +4,9 @@ Run: .venv/bin/python bench/programs.py [warm_runs] [cold_runs]
 
 The program is trivial (`return {"ok": True}`), so the figures are the executor's own
 cost. Latency is from the fire (the call that starts the run) to the moment `main()`
-is entered, measured on CLOCK_MONOTONIC on both sides of the process boundary.
+is entered, measured on CLOCK_MONOTONIC on both sides of the process boundary. CPU is
+what a run costs the whole device side: this process (the executor), its workers and
+the run processes they reaped (/proc stat of each child, rusage of this process).
 
 - pool, no trigger:     `Executor(size=2)` started beforehand; one run at a time; a job
                         without a trigger never reuses a run process (a fresh one each)
@@ -19,6 +21,8 @@ is entered, measured on CLOCK_MONOTONIC on both sides of the process boundary.
 from __future__ import annotations
 
 import asyncio
+import os
+import resource
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -48,12 +52,35 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-async def measure(sample: Sample, runs: int, width: int = 1) -> tuple[list[float], float]:
+def cpu_seconds() -> float:
+    """This process's CPU, its children's now (utime, stime, cutime, cstime) and theirs
+    that were reaped."""
+    own, reaped = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/children") as f:
+            pids = f.read().split()
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rpartition(") ")[2].split()
+            except FileNotFoundError:
+                continue
+            total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+async def measure(sample: Sample, runs: int, width: int = 1) -> tuple[list[float], float, float]:
+    """Latencies, runs/s and CPU ms per run."""
     latencies: list[float] = []
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), cpu_seconds()
     for _ in range(runs // width):
         latencies += await asyncio.gather(*(sample() for _ in range(width)))
-    return latencies, len(latencies) / (time.perf_counter() - began)
+    took = (cpu_seconds() - cpu) * 1000 / len(latencies)
+    return latencies, len(latencies) / (time.perf_counter() - began), took
 
 
 def pooled(executor: Executor, trigger: str | None = None, distinct: bool = False) -> Sample:
@@ -95,13 +122,14 @@ async def bare_python() -> float:
     return (float(out) - fired) * 1000
 
 
-def row(name: str, latencies: list[float], rate: float) -> str:
+def row(name: str, latencies: list[float], rate: float, cpu: float) -> str:
     p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
-    return f"{name:<30} {len(latencies):>5} {p50:>9.3f} {p99:>9.3f} {rate:>9.0f}"
+    return f"{name:<30} {len(latencies):>5} {p50:>9.3f} {p99:>9.3f} {rate:>9.0f} {cpu:>9.2f}"
 
 
 async def main(warm_runs: int, cold_runs: int) -> None:
-    print(f"{'mode':<30} {'runs':>5} {'p50 ms':>9} {'p99 ms':>9} {'runs/s':>9}")
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{'mode':<30} {'runs':>5} {'p50 ms':>9} {'p99 ms':>9} {'runs/s':>9} {'CPU ms':>9}")
     async with Executor(size=2) as executor:
         await measure(pooled(executor), 50)  # let caches settle
         print(row("pool, no trigger", *await measure(pooled(executor), warm_runs)))
@@ -113,6 +141,7 @@ async def main(warm_runs: int, cold_runs: int) -> None:
         print(row("pool, distinct triggers", *await measure(distinct, warm_runs)))
     print(row("fresh worker per run", *await measure(fresh_worker, cold_runs)))
     print(row("bare `python -c`", *await measure(bare_python, cold_runs)))
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     cgroup: bool
     subreaper: bool
     read_only: tuple[str, ...]
+    bounded: bool = False  # the worker's bounding set is empty already (`privileges.bounded`)
 
 
 def read_only_paths() -> tuple[str, ...]:
@@ -65,13 +66,24 @@ def read_only_paths() -> tuple[str, ...]:
     stdlib = {paths.get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     packages = {str(PACKAGE_ROOT / "programs")}
     zone = {str(p) for p in map(Path, ("/usr/share/zoneinfo",)) if p.exists()}
-    found = [p for p in sorted(prefixes | stdlib | packages | zone) if p and os.path.exists(p)]
-    return (*found, *SYSTEM_READ)
+    return outermost([*prefixes, *stdlib, *packages, *zone, *SYSTEM_READ])
+
+
+def outermost(paths: list[str]) -> tuple[str, ...]:
+    """The existing `paths`, resolved, but those beneath another: a Landlock rule grants
+    what is beneath its path too, so one rule each for the rest is enough."""
+    found = sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)})
+    kept: list[str] = []
+    for path in found:
+        if not any(path.startswith(f"{parent}/") for parent in kept):
+            kept.append(path)
+    return tuple(kept)
 
 
 def plan(*, cgroup: bool, subreaper: bool) -> Plan:
-    return Plan(abi=landlock.abi(), root=os.geteuid() == 0, cgroup=cgroup, subreaper=subreaper,
-                read_only=read_only_paths())  # fmt: skip
+    root = os.geteuid() == 0
+    return Plan(abi=landlock.abi(), root=root, cgroup=cgroup, subreaper=subreaper,
+                read_only=read_only_paths(), bounded=root and privileges.bounded())  # fmt: skip
 
 
 def containment(p: Plan) -> Containment:
@@ -133,7 +145,8 @@ class Rules:
     after it is handed over, so no run gets another's scratch."""
 
     def __init__(self, abi: int, rules: list[tuple[int, int]]) -> None:
-        self.abi, self._rules = abi, rules
+        self.abi, self._fds = abi, [fd for fd, _ in rules]
+        self._rules = [landlock.rule(fd, rights) for fd, rights in rules]
 
     @classmethod
     def make(cls, p: Plan) -> Rules | None:
@@ -159,8 +172,8 @@ class Rules:
         rules and read-write beneath `scratch`."""
         rules = landlock.Ruleset(self.abi)
         try:
-            for fd, rights in self._rules:
-                rules.add(fd, rights)
+            for made in self._rules:
+                rules.add_rule(made)
             if not rules.allow(scratch, landlock.READ_WRITE):
                 raise landlock.LandlockError(2, f"scratch directory {scratch} is gone")
         except BaseException:
@@ -169,9 +182,9 @@ class Rules:
         return rules.detach()
 
     def close(self) -> None:
-        for fd, _ in self._rules:
+        for fd in self._fds:
             os.close(fd)
-        self._rules = []
+        self._fds, self._rules = [], []
 
 
 def confine(p: Plan, scratch: str, memory_cap: int | None, ruleset: int | None = None) -> None:
@@ -179,7 +192,7 @@ def confine(p: Plan, scratch: str, memory_cap: int | None, ruleset: int | None =
     `ruleset`, built ahead by `Rules.ruleset(scratch)`, spares building one here."""
     limit(memory_cap)
     if p.root:
-        privileges.drop_capabilities()
+        privileges.drop_capabilities(bounded=p.bounded)
     if ruleset is None or p.abi <= 0:
         restrict_files(p, scratch)
         return

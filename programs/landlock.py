@@ -15,6 +15,7 @@ import ctypes
 import functools
 import os
 import stat
+from typing import Any
 
 SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446
 CREATE_RULESET_VERSION = 1 << 0
@@ -73,10 +74,21 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+Rule = Any  # a rule's argument to landlock_add_rule, made once by `rule`
+_PATH_BENEATH, _NO_FLAGS = ctypes.c_int(RULE_PATH_BENEATH), ctypes.c_uint32(0)
+
+
+def rule(fd: int, rights: int) -> Rule:
+    """The rule "`rights` beneath the path open as `fd`" (already masked), made once to be
+    added to many rulesets (`Ruleset.add_rule`); it keeps no copy of `fd`."""
+    return ctypes.byref(_PathBeneath(allowed_access=rights, parent_fd=fd))
+
+
 @functools.cache
 def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)  # its own handle: `syscall` gets a restype
     libc.syscall.restype = ctypes.c_long
+    libc.prctl.restype = ctypes.c_int  # looked up now: a process forked later finds it
     return libc
 
 
@@ -133,10 +145,12 @@ class Ruleset:
         return rights & mask
 
     def add(self, fd: int, rights: int) -> None:
-        """Adds a rule already masked (`masked`): the syscall only."""
-        rule = _PathBeneath(allowed_access=rights, parent_fd=fd)
-        _call(SYS_ADD_RULE, ctypes.c_int(self._fd), ctypes.c_int(RULE_PATH_BENEATH),
-              ctypes.byref(rule), ctypes.c_uint32(0))  # fmt: skip
+        """Adds a rule already masked (`masked`)."""
+        self.add_rule(rule(fd, rights))
+
+    def add_rule(self, made: Rule) -> None:
+        """Adds a rule made beforehand (`rule`): the syscall only."""
+        _call(SYS_ADD_RULE, ctypes.c_int(self._fd), _PATH_BENEATH, made, _NO_FLAGS)
 
     def restrict(self) -> None:
         """No new privileges, then the ruleset on this process: irreversible."""

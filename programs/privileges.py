@@ -5,27 +5,34 @@ for root, lock the securebits so no exec regains root's powers, empty the
 capability bounding set, the ambient set and the effective, permitted and
 inheritable sets (no CAP_KILL, CAP_SYS_RESOURCE, CAP_DAC_OVERRIDE, CAP_SYS_PTRACE…);
 for everyone, hard resource limits equal to the soft ones (address space, file
-size, processes, core dumps), so the program cannot raise them. Must not decide
-what a run is allowed to read (that is Landlock, `programs.confine`).
+size, processes, core dumps), so the program cannot raise them. The securebits and
+the bounding set (one call per capability) can be done once in the worker, which
+execs nothing and keeps its own capabilities (`drop_bounding`); its run processes
+inherit them. Must not decide what a run is allowed to read (that is Landlock,
+`programs.confine`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import os
 import resource
 
-PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_CAP_AMBIENT = 24, 28, 47
+PR_CAPBSET_DROP, PR_GET_SECUREBITS, PR_SET_SECUREBITS, PR_CAP_AMBIENT = 24, 27, 28, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECURE_NOROOT, SECURE_NOROOT_LOCKED = 1 << 0, 1 << 1
 SECURE_NO_SETUID_FIXUP, SECURE_NO_SETUID_FIXUP_LOCKED = 1 << 2, 1 << 3
 SECURE_KEEP_CAPS_LOCKED, SECURE_NO_CAP_AMBIENT_RAISE = 1 << 5, 1 << 6
 SECURE_NO_CAP_AMBIENT_RAISE_LOCKED = 1 << 7
 LOCKED_SECUREBITS = (
-    SECURE_NOROOT | SECURE_NOROOT_LOCKED | SECURE_NO_SETUID_FIXUP | SECURE_NO_SETUID_FIXUP_LOCKED
-    | SECURE_KEEP_CAPS_LOCKED | SECURE_NO_CAP_AMBIENT_RAISE | SECURE_NO_CAP_AMBIENT_RAISE_LOCKED
+    SECURE_NOROOT
+    | SECURE_NOROOT_LOCKED
+    | SECURE_NO_SETUID_FIXUP
+    | SECURE_NO_SETUID_FIXUP_LOCKED
+    | SECURE_KEEP_CAPS_LOCKED
+    | SECURE_NO_CAP_AMBIENT_RAISE
+    | SECURE_NO_CAP_AMBIENT_RAISE_LOCKED
 )
 CAP_VERSION_3 = 0x20080522
 
@@ -43,16 +50,21 @@ class _CapData(ctypes.Structure):
                 ("inheritable", ctypes.c_uint32)]  # fmt: skip
 
 
+_NO_CAPABILITIES = (ctypes.byref(_CapHeader(CAP_VERSION_3, 0)), (_CapData * 2)())  # capset's
+
+
 @functools.cache
 def libc() -> ctypes.CDLL:
     """The C library, loaded once (in the worker, so a run process finds it loaded)."""
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _prctl(what: str, *args: int) -> None:
-    if libc().prctl(*(ctypes.c_ulong(a) for a in args)) != 0:
+def _prctl(what: str, *args: int) -> int:
+    result: int = libc().prctl(*(ctypes.c_ulong(a) for a in args))
+    if result < 0:
         errno = ctypes.get_errno()
         raise PrivilegeError(errno, f"{what}: {os.strerror(errno)}")
+    return result
 
 
 @functools.cache
@@ -64,34 +76,68 @@ def last_cap() -> int:
         return 40
 
 
-def capabilities() -> tuple[int, int]:
-    """(effective, bounding) capability masks of this process, from /proc/self/status."""
-    found = {"CapEff": 0, "CapBnd": 0}
-    with contextlib.suppress(OSError), open("/proc/self/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in found:
-                found[key] = int(value.strip(), 16)
-    return found["CapEff"], found["CapBnd"]
+CAP_SETS = (b"CapInh", b"CapPrm", b"CapEff", b"CapBnd", b"CapAmb")
 
 
-def drop_capabilities() -> None:
-    """Every capability gone for good, bounding set included. Needs CAP_SETPCAP first."""
+def capabilities() -> dict[str, int]:
+    """This process's capability sets (inheritable, permitted, effective, bounding,
+    ambient) by their /proc/self/status names; {} where /proc cannot say."""
+    try:
+        fd = os.open("/proc/self/status", os.O_RDONLY)
+    except OSError:
+        return {}
+    try:
+        text = os.read(fd, 1 << 16)
+    finally:
+        os.close(fd)
+    found = {}
+    for key in CAP_SETS:  # lines like "CapEff:\t000001ffffffffff"
+        at = text.find(b"\n" + key + b":")
+        if at >= 0:
+            found[key.decode()] = int(text[at + len(key) + 2 : text.find(b"\n", at + 1)], 16)
+    return found
+
+
+def drop_bounding() -> None:
+    """Locks the securebits and empties the bounding and ambient sets of this process, for
+    good. Needs CAP_SETPCAP; the process keeps its effective capabilities until it execs."""
     _prctl("securebits", PR_SET_SECUREBITS, LOCKED_SECUREBITS, 0, 0, 0)
     for cap in range(last_cap() + 1):
         _prctl(f"drop capability {cap}", PR_CAPBSET_DROP, cap, 0, 0, 0)
     _prctl("clear ambient capabilities", PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    header, data = _CapHeader(CAP_VERSION_3, 0), (_CapData * 2)()
-    if libc().capset(ctypes.byref(header), data) != 0:
+
+
+def bounded() -> bool:
+    """Whether this process's securebits are locked and its bounding set is empty, so a
+    process it forks has only its own sets left to drop (`drop_capabilities`)."""
+    try:
+        locked = _prctl("securebits", PR_GET_SECUREBITS, 0, 0, 0, 0) == LOCKED_SECUREBITS
+    except PrivilegeError:
+        return False
+    return locked and capabilities().get("CapBnd") == 0
+
+
+def drop_capabilities(bounded: bool = False) -> None:
+    """Every capability gone for good, bounding set included (`bounded`: the parent
+    already emptied it and locked the securebits, `drop_bounding`), then checks that all
+    five sets are empty. Needs CAP_SETPCAP for the bounding set."""
+    if not bounded:
+        drop_bounding()
+    # Empty permitted and inheritable sets empty the ambient set too (it holds only what
+    # is both), and the effective one.
+    if libc().capset(*_NO_CAPABILITIES) != 0:
         errno = ctypes.get_errno()
         raise PrivilegeError(errno, f"capset: {os.strerror(errno)}")
-    if capabilities() != (0, 0):
-        raise PrivilegeError(0, f"capabilities left after the drop: {capabilities()}")
+    left = capabilities()
+    if len(left) != len(CAP_SETS) or any(left.values()):
+        raise PrivilegeError(0, f"capabilities left after the drop: {left or 'unknown'}")
 
 
 def warm() -> None:
-    """Loads what the drop needs in the worker, before any fork."""
-    libc()
+    """Loads what the drop needs in the worker, before any fork (a run process finds the
+    C functions it calls looked up already)."""
+    for name in ("prctl", "capset"):
+        getattr(libc(), name)
     last_cap()
 
 

@@ -17,6 +17,7 @@ import ctypes
 import glob
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -58,11 +59,8 @@ class PidsCgroup:
         """Every process in the cgroup but the worker: the run's."""
         if self.path is None:
             return []
-        try:
-            found = [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return []
-        return [pid for pid in found if pid != os.getpid()]
+        found = _read_pids(f"{self.path}/cgroup.procs")
+        return [] if found is None else [pid for pid in found if pid != os.getpid()]
 
     def remove(self) -> None:
         """Leaves the cgroup (for its parent) and removes it."""
@@ -81,15 +79,32 @@ def _sweep() -> None:
                 os.rmdir(found)
 
 
-def children() -> list[int]:
-    """This process's children, from /proc (every thread's list)."""
-    found: list[int] = []
-    with contextlib.suppress(OSError):
-        for tid in os.listdir("/proc/self/task"):
-            path = f"/proc/self/task/{tid}/children"
-            with contextlib.suppress(OSError, ValueError), open(path) as f:
-                found += [int(x) for x in f.read().split()]
-    return found
+def _read_pids(path: str) -> list[int] | None:
+    """The pids listed in a /proc or cgroup file; None if it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return [int(x) for x in os.read(fd, 1 << 16).split()]
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def children() -> list[int] | None:
+    """This process's children, from /proc; None where it cannot say."""
+    me = os.getpid()
+    if threading.active_count() == 1:  # the worker: one thread, one list
+        return _read_pids(f"/proc/{me}/task/{me}/children")
+    try:
+        lists = [
+            _read_pids(f"/proc/{me}/task/{tid}/children") for tid in os.listdir("/proc/self/task")
+        ]
+    except OSError:
+        return None
+    return None if None in lists else [pid for found in lists for pid in found or ()]
 
 
 def _kill(pids: list[int]) -> None:
@@ -101,31 +116,32 @@ def _kill(pids: list[int]) -> None:
 def reap_all(group: int | None, cgroup: PidsCgroup, keep: int | None = None) -> dict[int, int]:
     """Kills the run's process group, its cgroup and every child until none is left
     (but `keep`, a process of the worker that is not the run's: its spare or warm one).
+    The run process (`group`) is waited for first; once it is reaped, whatever it left
+    is a child of the worker (a subreaper) or in the cgroup, so one look at the
+    children usually says none is left.
 
     Returns the wait statuses of the children reaped, by pid."""
+    statuses: dict[int, int] = {}
     if group is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
-    statuses: dict[int, int] = {}
+    _kill([pid for pid in cgroup.pids() if pid != keep])
+    if group is not None:
+        with contextlib.suppress(ChildProcessError):
+            statuses[group] = os.waitpid(group, 0)[1]
     deadline = time.monotonic() + REAP_DEADLINE_S
     while time.monotonic() < deadline:
-        _kill([pid for pid in cgroup.pids() if pid != keep])
+        left = children()
+        victims = None if left is None else [pid for pid in left if pid != keep]
+        if victims == []:  # none but `keep`
+            return statuses
+        _kill((victims or []) + [pid for pid in cgroup.pids() if pid != keep])
+        if victims is None:  # children we cannot list (no /proc): give them a moment
+            time.sleep(0.001)
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG if victims is None else 0)
         except ChildProcessError:
             return statuses
         if pid:
-            statuses[pid] = status
-            continue
-        left = children()
-        victims = [pid for pid in left if pid != keep]
-        if left and not victims:  # only `keep` is left
-            return statuses
-        _kill(victims)
-        if not victims:  # children we cannot list (no /proc): give them a moment
-            time.sleep(0.001)
-            continue
-        with contextlib.suppress(ChildProcessError):  # one of those just killed exits
-            pid, status = os.waitpid(-1, 0)
             statuses[pid] = status
     return statuses

@@ -65,7 +65,7 @@ def child(place: Place, scratch: str, sock: socket.socket, ruleset: int | None =
 
 def _serve(place: Place, sock: socket.socket, request: channel.Request | None, me: int) -> None:
     """Runs `request`, then further runs of its warm key while each leaves nothing."""
-    modules = warm.Modules() if place.warm and request is not None and request.key else None
+    modules = place.modules if request is not None and request.key else None
     while request is not None:
         snapshot = warm.Snapshot(modules) if modules is not None else None
         reply = runner.run_request(request)
@@ -90,13 +90,24 @@ def _answer(sock: socket.socket, reply: channel.Reply) -> None:
 def _receive(sock: socket.socket) -> channel.Request | None:
     """The next request; None at end of file (the worker discarded this process)."""
     try:
-        with sock.makefile("rb") as stream:
-            header = stream.read(channel.HEADER)
-            if len(header) < channel.HEADER:
-                return None
-            return channel.decode_request(stream.read(channel.body_length(header)))
+        header = _read(sock, channel.HEADER)
+        if header is None:
+            return None
+        body = _read(sock, channel.body_length(header))
     except OSError:
         return None
+    return None if body is None else channel.decode_request(body)
+
+
+def _read(sock: socket.socket, size: int) -> bytes | None:
+    """`size` bytes, or None at end of file (plain recv: no file object to build)."""
+    got = b""
+    while len(got) < size:
+        chunk = sock.recv(size - len(got), socket.MSG_WAITALL)
+        if not chunk:
+            return None
+        got += chunk
+    return got
 
 
 def _enter(scratch: str, keep_fd: int, ruleset: int | None = None) -> None:
@@ -111,7 +122,7 @@ def _enter(scratch: str, keep_fd: int, ruleset: int | None = None) -> None:
         low = fd + 1
     os.closerange(low, max(low, os.sysconf("SC_OPEN_MAX")))
     os.chdir(scratch)
-    os.environ.update(HOME=scratch, TMPDIR=scratch)
+    os.environ["HOME"] = os.environ["TMPDIR"] = scratch
     tempfile.tempdir = None
 
 

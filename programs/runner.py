@@ -14,6 +14,7 @@ import builtins
 import errno
 import inspect
 import linecache
+import os
 import resource
 import sys
 import time
@@ -39,10 +40,15 @@ class NoMain(LookupError):
 def address_space() -> int | None:
     """The bytes of address space this process uses now; None where /proc cannot say."""
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[0]) * resource.getpagesize()
+        fd = os.open("/proc/self/statm", os.O_RDONLY)
     except OSError:
         return None
+    try:
+        return int(os.read(fd, 256).split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return None
+    finally:
+        os.close(fd)
 
 
 def memory_cap(mb: int) -> int | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import glob
+import itertools
 import os
 import select
 import shutil
@@ -49,15 +50,22 @@ class Place:
         # Keep run processes warm only where no run can reach another process of the
         # worker's (Landlock ABI 6: ptrace and signals scoped) and every one is reaped.
         self.warm = warm.SUPPORTED and self.plan.abi >= 6 and self.subreaper
+        # What a warm run's checks watch, found once here: a run process reads versions only.
+        self.modules = warm.Modules() if self.warm else None
         self.rules = confine.Rules.make(self.plan)
-        self.scratch_root = tempfile.gettempdir()
         self._sweep()
+        # The worker's own directory (0700): each run's scratch directory is made in it
+        # under a plain number, so no name is drawn at random per run.
+        self.scratch_root = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+        self._scratches = itertools.count(1)
         privileges.warm()
         gc.freeze()  # what is here now is shared with every run process, never collected
 
     def scratch(self) -> str:
-        """A new scratch directory, named after this worker so a sweep can tell its owner."""
-        return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=self.scratch_root)
+        """A new, empty scratch directory of its own for a run process."""
+        path = f"{self.scratch_root}/{next(self._scratches)}"
+        os.mkdir(path, 0o700)
+        return path
 
     def ruleset(self, scratch: str) -> tuple[int | None, BaseException | None]:
         """The Landlock ruleset of a run process with `scratch`, built here ahead of the
@@ -74,12 +82,11 @@ class Place:
             self.rules.close()
         reaper.reap_all(None, self.cgroup)
         self.cgroup.remove()
-        for path in glob.glob(os.path.join(self.scratch_root, f"{SCRATCH_PREFIX}{os.getpid()}-*")):
-            shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(self.scratch_root, ignore_errors=True)
 
     def _sweep(self) -> None:
         """Removes the scratch directories of workers that are gone (killed, not closed)."""
-        for path in glob.glob(os.path.join(self.scratch_root, f"{SCRATCH_PREFIX}*-*")):
+        for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{SCRATCH_PREFIX}*-*")):
             owner = os.path.basename(path)[len(SCRATCH_PREFIX) :].split("-", 1)[0]
             if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
                 shutil.rmtree(path, ignore_errors=True)
@@ -167,7 +174,7 @@ class Spare:
             return False
         if self.runs >= warm.MAX_RUNS:
             return False
-        found = warm.leftovers(self.pid, self.baseline, others, warm.worker_children())
+        found = warm.leftovers(self.pid, self.baseline, others, reaper.children())
         self.key = request.key if not found else ""
         return not found
 
@@ -189,7 +196,10 @@ class Spare:
             return
         self._status = _end(self.pid, place, keep).get(self.pid)
         self.sock.close()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        try:
+            os.rmdir(self.scratch)  # most runs leave it empty
+        except OSError:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     _status: int | None = None
     _ready = False

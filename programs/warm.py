@@ -61,7 +61,8 @@ SUPPORTED = _versions_work()
 
 class Modules:
     """The namespaces of every loaded module (and the environment), watched by their
-    dict versions; a module loaded by a run is watched from the next run on."""
+    dict versions; a module loaded by a run is watched from the next run on. Made in the
+    worker, before it forks: a run process inherits the views and only reads them."""
 
     def __init__(self) -> None:
         self._kept: list[object] = []  # what is watched, kept alive so no address is reused
@@ -72,6 +73,7 @@ class Modules:
         environ = getattr(os.environ, "_data", None)
         if isinstance(environ, dict):
             self._watch(environ, "the environment", environ)
+        self.versions()
 
     def versions(self) -> list[int]:
         """Each watched namespace's version now (first watching those loaded since)."""
@@ -154,13 +156,6 @@ def status(pid: int) -> tuple[bytes, ...] | None:
     # field 3 (state) on, after the command name in parentheses
     fields: list[bytes] = [] if text is None else text.rpartition(b") ")[2].split()
     return (fields[17], *fields[28:32], descriptors) if len(fields) >= 32 else None
-
-
-def worker_children() -> list[int] | None:
-    """The children of this (single-threaded) worker; None if it cannot say."""
-    me = os.getpid()
-    text = _read(f"/proc/{me}/task/{me}/children") if threading.active_count() == 1 else None
-    return None if text is None else [int(x) for x in text.split()]
 
 
 def leftovers(pid: int, baseline: tuple[bytes, ...] | None, others: set[int],

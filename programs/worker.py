@@ -30,7 +30,7 @@ from typing import BinaryIO, NoReturn
 
 import msgspec
 
-from programs import channel, confine, runproc, warm
+from programs import channel, confine, privileges, runproc, warm
 
 PR_SET_PDEATHSIG = 1
 
@@ -171,6 +171,9 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     _die_with_parent()
     faulthandler.enable()  # a segfaulting program leaves its Python traceback on stderr
+    if os.geteuid() == 0:  # once for every run process (the worker execs nothing)
+        with contextlib.suppress(privileges.PrivilegeError):  # then each run process tries
+            privileges.drop_bounding()
     _preload()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     place = runproc.Place()

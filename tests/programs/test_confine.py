@@ -28,6 +28,7 @@ ABI = landlock.abi()
 needs_landlock = pytest.mark.skipif(ABI < 6, reason="needs Landlock ABI 6 (signal scoping)")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 NOBODY = 65534
+ALL_EMPTY = dict.fromkeys(["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"], 0)
 
 
 def in_child(work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -79,6 +80,16 @@ def test_the_abi_is_probed_and_rights_follow_it() -> None:
     assert landlock.scopes(6) == landlock.SCOPE_SIGNAL | landlock.SCOPE_ABSTRACT_UNIX_SOCKET
 
 
+def test_read_only_rules_go_to_the_outermost_paths_only(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "ab").mkdir()  # beside `a`, not beneath it
+    (tmp_path / "link").symlink_to(tmp_path / "a" / "b")
+    (tmp_path / "file").write_text("")
+    paths = [str(tmp_path / name) for name in ("a/b", "link", "a", "ab", "file", "missing")]
+    found = confine.outermost([*paths, ""])
+    assert found == tuple(str(tmp_path.resolve() / name) for name in ("a", "ab", "file"))
+
+
 @needs_landlock
 def test_a_ruleset_allows_what_it_grants_and_nothing_else(tmp_path: Path) -> None:
     (tmp_path / "secret").write_text("s3cret")
@@ -107,7 +118,7 @@ def test_root_drops_every_capability_for_good() -> None:
     def work() -> dict[str, Any]:
         privileges.drop_capabilities()
         return {
-            "caps": list(privileges.capabilities()),
+            "caps": privileges.capabilities(),
             "euid": os.geteuid(),
             "chown": attempt(lambda: os.chown("/", 1, 1)),
             "raise AS": attempt(lambda: resource.setrlimit(resource.RLIMIT_AS, (-1, -1))),
@@ -115,10 +126,29 @@ def test_root_drops_every_capability_for_good() -> None:
         }
 
     found = in_child(work)
-    assert found["caps"] == [0, 0] and found["euid"] == 0, found
+    assert found["caps"] == ALL_EMPTY and found["euid"] == 0, found
     assert found["chown"] == "PermissionError 1", found  # no CAP_CHOWN although uid 0
     assert found["setuid"] == "PermissionError 1", found  # no CAP_SETUID
     assert found["raise AS"] == "done", found  # still unlimited: nothing pinned here
+
+
+@needs_root
+def test_a_bounding_set_dropped_by_the_parent_leaves_the_child_its_own_sets_to_drop() -> None:
+    def worker() -> dict[str, Any]:
+        before = privileges.bounded()
+        privileges.drop_bounding()  # as the worker does, once
+        after, caps = privileges.bounded(), privileges.capabilities()
+        run = in_child(lambda: {"drop": attempt(lambda: privileges.drop_capabilities(True)),
+                                "caps": privileges.capabilities()})  # fmt: skip
+        return {"before": before, "after": after, "caps": caps, "run": run}
+
+    found = in_child(worker)
+    assert not found["before"] and found["after"], found
+    assert found["caps"]["CapBnd"] == 0 and found["caps"]["CapEff"] != 0, found  # it keeps its own
+    assert found["run"] == {"drop": "done", "caps": ALL_EMPTY}, found
+    # A bounding set wrongly taken as dropped fails the check: the run does not go on.
+    trusted = in_child(lambda: {"drop": attempt(lambda: privileges.drop_capabilities(True))})
+    assert trusted == {"drop": "PrivilegeError 0"}
 
 
 @pytest.fixture
@@ -157,7 +187,9 @@ def test_confine_stops_the_attacks_as_root_and_as_an_ordinary_user(
             os.setresuid(NOBODY, NOBODY, NOBODY)
         plan = confine.plan(cgroup=False, subreaper=True)
         confine.confine(plan, str(scratch), memory_cap(512))
-        return {**attacks(secret, scratch), "caps": list(privileges.capabilities())}
+        # /proc is out of reach now (so is `capabilities()`): what no capability allows
+        setuid, chown = attempt(lambda: os.setuid(1)), attempt(lambda: os.chown(scratch, 1, 1))
+        return {**attacks(secret, scratch), "setuid": setuid, "chown": chown}
 
     found = in_child(work)
     assert found["read secret"] == "PermissionError 13", found
@@ -167,7 +199,7 @@ def test_confine_stops_the_attacks_as_root_and_as_an_ordinary_user(
     if user == "root":  # this interpreter lives under /root, which `nobody` may not enter
         assert found["read stdlib"] == "done", found
     assert found["raise AS"] == "ValueError" and found["raise NPROC"] == "ValueError", found
-    assert found["caps"][0] == 0, found
+    assert found["setuid"] == found["chown"] == "PermissionError 1", found  # no capability
 
 
 @pytest.mark.parametrize(

@@ -83,6 +83,28 @@ async def test_each_run_is_a_fresh_process_with_a_fresh_namespace(pool: Executor
         assert result["names"] == ["builtins", "main", "os", "runs", "use"]
 
 
+async def test_each_run_has_an_empty_scratch_directory_of_its_own_removed_after(
+    pool: Executor,
+) -> None:
+    source = """
+        import os
+        def main(args):
+            found = os.listdir(".")
+            os.makedirs("left/behind")
+            with open("left/behind/file", "w") as f:
+                f.write("x")
+            return {"home": os.environ["HOME"], "cwd": os.getcwd(), "found": found}
+    """
+    results = [(await pool.run(job(source))).result for _ in range(4)]
+    assert len({r["cwd"] for r in results}) == 4, results  # a new one each run
+    for result in results:
+        assert result["home"] == result["cwd"] and result["found"] == [], result
+        assert not os.path.exists(result["cwd"]), result  # removed, with what it held
+    assert len({os.path.dirname(r["cwd"]) for r in results}) <= 2  # under its worker's own
+    for worker in {os.path.dirname(r["cwd"]) for r in results}:
+        assert os.stat(worker).st_mode & 0o777 == 0o700
+
+
 async def test_an_exception_is_an_error_with_the_program_traceback(pool: Executor) -> None:
     source = """
         def helper(x):
