@@ -311,8 +311,8 @@ async def baton_fires(quick: bool) -> Figures:
                 floor = await sse_floor(api, 100 if quick else 500, 100)
                 ev = await event_fires(api, 100, 250 if quick else 1000, device.pid)
                 one = await one_cron(api, 8 if quick else 30)
+                warm = await warm_fires(api, 500 if quick else 1000)
                 burst = await burst_fires(api, 1000, 8 if quick else 10, device.pid)
-                warm = await warm_fires(api, 250 if quick else 1000)
                 grown, fan = await fan_in(api, device.pid, 1000, settle)
             finally:
                 await stop_device(device)
