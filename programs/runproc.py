@@ -138,11 +138,19 @@ class Spare:
 
     @property
     def waiting(self) -> bool:
-        """Still alive and waiting (not ended while idle, e.g. by the OOM killer)."""
-        try:
-            return os.waitpid(self.pid, os.WNOHANG) == (0, 0)
-        except ChildProcessError:
+        """Still alive and waiting (not ended while idle, e.g. by the OOM killer). One that
+        ended is reaped here: its pid is free for any new process from then on, so it is
+        never signalled again (`discard`)."""
+        if self._reaped:
             return False
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = self.pid, None
+        if pid == 0:
+            return True
+        self._reaped, self._status = True, status
+        return False
 
     def run(self, request: channel.Request, place: Place, control_fd: int,
             keep: int | None = None) -> channel.Reply:  # fmt: skip
@@ -194,7 +202,8 @@ class Spare:
         worker's); removes its scratch. Idempotent."""
         if self.sock.fileno() < 0:
             return
-        self._status = _end(self.pid, place, keep).get(self.pid)
+        statuses = _end(None if self._reaped else self.pid, place, keep)
+        self._status = self._status if self._reaped else statuses.get(self.pid)
         self.sock.close()
         try:
             os.rmdir(self.scratch)  # most runs leave it empty
@@ -203,6 +212,7 @@ class Spare:
 
     _status: int | None = None
     _ready = False
+    _reaped = False  # waited for already (`waiting`): its pid may be another process's now
 
 
 def run(request: channel.Request, place: Place, control_fd: int) -> channel.Reply:
@@ -214,7 +224,7 @@ def run(request: channel.Request, place: Place, control_fd: int) -> channel.Repl
         spare.discard(place)
 
 
-def _end(pid: int, place: Place, keep: int | None) -> dict[int, int]:
+def _end(pid: int | None, place: Place, keep: int | None) -> dict[int, int]:
     """Kills and reaps the run's processes; SIGTERM waits until this is done."""
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:

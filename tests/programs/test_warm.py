@@ -230,3 +230,32 @@ def test_a_warm_process_idle_too_long_ends() -> None:
         pytest.skip("warm run processes need Landlock ABI 6 and a subreaper")
     assert found["pids"][0] == found["pids"][1] and found["kept"]
     assert found["ended"] and not found["warm_after"] and not found["alive"]
+
+
+DIED_IDLE_SCRIPT = """
+import json, os, signal, socket, time
+from programs import runproc
+place = runproc.Place()
+ours, theirs = socket.socketpair()
+spare = runproc.Spare.fork(place, theirs.fileno())
+assert spare.ready(time.monotonic() + 10)
+os.kill(spare.pid, signal.SIGKILL)  # ended while idle, as by the OOM killer
+while spare.waiting:
+    time.sleep(0.01)
+signalled = []
+real = os.killpg
+os.killpg = lambda pgid, sig: (signalled.append(pgid), real(pgid, sig))
+spare.discard(place)
+json.dump({"pid": spare.pid, "signalled": signalled, "status": spare._status}, sys.stdout)
+place.close()
+""".replace("import json,", "import json, sys,")
+
+
+def test_a_spare_reaped_after_dying_idle_is_never_signalled_again() -> None:
+    """Its pid may belong to a new process by then: `discard` must not kill that group."""
+    done = subprocess.run([sys.executable, "-c", DIED_IDLE_SCRIPT], capture_output=True,
+                          text=True, env=worker_env(), timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["signalled"] == []
+    assert os.waitstatus_to_exitcode(found["status"]) == -9  # its death is still told
