@@ -6,7 +6,8 @@ fire of the pipeline (runtime.firing) and for a run made by hand (runtime.manual
 
     load the program (ProgramCache: published, inspected) ── not → `error` + reason
     the run's token (the claim's, or minted: `POST …/tokens/run`) ── none → `error` run_token
-    the Job (the program, its args, the RunContext, the limits) → the executor → an ending
+    the Job (the program, its args, the RunContext, the limits; its run process kept warm
+        only for a trigger that ran within a warm process's idle time) → the executor → an ending
 
 An ending is `(Outcome, reason)`: what cannot be had or refused is an ending too, never
 an exception. The token is scoped to the fire's trigger id and run, so a program reaches
@@ -24,6 +25,7 @@ from typing import Any
 import msgspec
 
 from core.vocab import RunReason, RunStatus
+from programs import warm
 from programs.context import RunContext
 from programs.executor import Executor, ExecutorClosed
 from programs.job import Job
@@ -78,6 +80,7 @@ class Execute:
     ) -> None:
         self._client, self._space, _, self._clock = seat
         self._url, self._executor, self._programs = url, executor, programs
+        self._recent: dict[str, float] = {}  # trigger → its last run's start, oldest first
 
     @property
     def size(self) -> int:
@@ -108,8 +111,20 @@ class Execute:
             token = minted
         job = Job(source=program.source, ref=fire.program, args=work.args,
                   context=self.context(fire, token), timeout_seconds=work.timeout_seconds,
-                  memory_mb=work.memory_mb)  # fmt: skip
+                  memory_mb=work.memory_mb, keep_warm=self._repeats(fire.trigger_id))  # fmt: skip
         return await run_job(self._executor, job)
+
+    def _repeats(self, tid: str) -> bool:
+        """Whether `tid` ran within a warm process's idle time (`warm.IDLE_SECONDS`): only
+        then is its run process kept for the next run. A trigger that fires less often
+        would find it gone, and the checks a kept process needs cost every run
+        (docs/performance.md)."""
+        now = self._clock.monotonic()
+        last = self._recent.pop(tid, None)
+        self._recent[tid] = now
+        while (oldest := next(iter(self._recent.items())))[1] < now - warm.IDLE_SECONDS:
+            del self._recent[oldest[0]]
+        return last is not None and now - last < warm.IDLE_SECONDS
 
     def context(self, fire: RunIdentity, token: str) -> RunContext:
         return RunContext(run_id=fire.run_id, trigger_id=fire.trigger_id, program=fire.program,

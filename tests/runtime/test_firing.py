@@ -18,6 +18,7 @@ from pages import read_all
 from waiting import eventually
 
 from core.clock import FakeClock
+from programs import warm
 from programs.executor import Executor
 from programs.loader import ProgramCache
 from runtime.ahead import CLAIM_AHEAD
@@ -636,3 +637,23 @@ async def test_a_fire_claimed_ahead_is_recorded_when_the_device_stops_before_its
     await firing._recorder.close()
     [run] = await world.runs(record)
     assert (run["key"], run["status"], run["reason"]) == ("soon", "rejected", "shutdown")
+
+
+PID = "import os\ndef main(args):\n    return {'ok': True, 'pid': os.getpid()}\n"
+
+
+async def test_a_run_process_is_kept_warm_only_for_a_trigger_that_repeats(
+    w: World, executor: Executor
+):
+    if executor.containment is None or executor.containment.landlock < 6:
+        pytest.skip("warm run processes need Landlock ABI 6")
+    await w.publish("pid@v1", PID)
+    record = await w.trigger("pid@v1")
+    for key in ("a", "b", "c"):
+        await w.fire(w.request(record, key))
+    w.clock.advance(warm.IDLE_SECONDS + 1)  # quiet for longer than a kept process would wait
+    for key in ("d", "e", "f"):
+        await w.fire(w.request(record, key))
+    pid = {r["key"]: r["result"]["pid"] for r in await w.runs(record)}
+    assert pid["a"] != pid["b"] == pid["c"]  # the first run's process is not kept; a repeat's is
+    assert pid["c"] != pid["d"] != pid["e"] == pid["f"]  # after the pause, the same again
