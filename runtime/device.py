@@ -45,6 +45,7 @@ from runtime.subscriptions import Subscriptions
 from runtime.supervise import Supervisor
 from runtime.takeover import BRIDGE_WINDOW, Takeover
 from runtime.ticker import Ticker
+from runtime.touched import Touched
 from triggers.records import RESERVED_CHAT_WATCH, PeerId
 
 log = logging.getLogger("baton.device")
@@ -122,19 +123,20 @@ class Device:
             clock=self.clock, term=lambda: elector.term, may_fire_floating=elector.may_fire,
             chatwatch=self.chatwatch,
         )  # fmt: skip
-        self.ticker = Ticker(self.firing, clock=self.clock)
+        self.touched = Touched()  # records and fires changed: what the health pass judges
+        self.ticker = Ticker(self.firing, clock=self.clock, touched=self.touched)
         self.recorder.read_next_fires_from(self.ticker.next_fire)  # closes Ticker → Recorder
         self.subscriptions = Subscriptions(self.client, s.space, self.firing, clock=self.clock)
         self.reconciler = Reconciler(
             self.client, s.space, s.peer, clock=self.clock, is_active=elector.may_fire,
-            bus=self.bus,
+            bus=self.bus, touched=self.touched,
         )  # fmt: skip
         reconciler, ticker, subscriptions = self.reconciler, self.ticker, self.subscriptions
         self.health = HealthPass(
             self.client, s.space, s.peer, clock=self.clock, recorder=self.recorder,
             records=lambda: reconciler.records, elector=elector,
-            missing_chats=lambda: subscriptions.missing, next_fires=ticker.next_fires,
-            interval=s.health_interval, version=lambda: (reconciler.version, ticker.version),
+            missing_chats=lambda: subscriptions.missing, next_fire=ticker.next_fire,
+            interval=s.health_interval, touched=self.touched, settled=ticker.settled.wait,
         )  # fmt: skip
 
     def _wire(self) -> None:

@@ -18,7 +18,9 @@ and in the armed entry in O(1), with no diff, no `RecordEdited` and no registry 
 (`_restamped`). A full sync keeps the record objects it already holds when the
 listed record is equal, so a resync allocates nothing for what did not change.
 
-Each non-empty diff is published as `DiffApplied` (stamp-only writes make none), and
+Every id whose record arrived, changed (stamps included) or went is added to `touched`,
+for the health pass to judge. Each non-empty diff is published as `DiffApplied`
+(stamp-only writes make none), and
 `RecordEdited` tells of every feed change to a record's user fields, armed here or
 not (a repin between two other devices still changes who stamps it). Skipped
 records are logged once per version. Never dies of a record, a callback or the
@@ -44,6 +46,7 @@ from runtime.client import SpaceClient
 from runtime.events import Bus, DiffApplied, RecordEdited
 from runtime.sse import SseEvent
 from runtime.subscribe import Subscription
+from runtime.touched import Touched
 from triggers import diffing
 from triggers import registry as reg
 from triggers.records import Loaded, PeerId, Salvaged, TriggerId
@@ -67,6 +70,7 @@ class Reconciler:
         bus: Bus,
         resync_s: float = 300.0,
         stream_options: dict[str, Any] | None = None,
+        touched: Touched | None = None,
     ) -> None:
         self._client, self._space, self._peer = client, space, PeerId(peer)
         self._clock = clock
@@ -78,7 +82,7 @@ class Reconciler:
         self.registry = reg.Registry()
         self.ready = asyncio.Event()
         self.seq = 0  # the last change reflected in `records`
-        self.version = 0  # grows at every change to `records` (the health pass reads it)
+        self.touched = Touched() if touched is None else touched  # for the health pass
         self._warned: dict[TriggerId, bytes] = {}
         self._sync_lock = asyncio.Lock()
         self._resync_now = asyncio.Event()
@@ -100,8 +104,15 @@ class Reconciler:
             group.create_task(self._resync_loop())
 
     async def resync(self) -> reg.Diff:
-        """Re-sort responsibility now (e.g. the lease moved), then a full sync; never raises."""
-        local = self._reconcile(list(self.records.values())) if self.ready.is_set() else reg.Diff()
+        """Re-sort responsibility now (e.g. the lease moved), then a full sync; never raises.
+
+        Before the first sync is done, it waits for that one and re-sorts: the first sync
+        reads the role as it sorts, so a second listing of every record would add nothing
+        (at 100,000 records it would double the work of a start)."""
+        if not self.ready.is_set():
+            await self.ready.wait()
+            return self._reconcile(list(self.records.values()))
+        local = self._reconcile(list(self.records.values()))
         try:
             fetched = await self.sync()
         except Exception as exc:
@@ -188,7 +199,6 @@ class Reconciler:
         if not fresh:
             return
         self.seq = fresh[-1].seq
-        self.version += 1
         items = [item for item in map(feed.item, fresh) if not self._restamped(item)]
         if items:
             self._apply_items(items)
@@ -210,6 +220,7 @@ class Reconciler:
         ):
             return False
         self.records[item.id] = item
+        self.touched.add(item.id)
         reg.restamp(self.registry, item)
         return True
 
@@ -217,6 +228,7 @@ class Reconciler:
         edited = False
         for item in items:
             edited = edited or feed.edited(self.records.get(item.id), item)
+            self.touched.add(item.id)
             if isinstance(item, reg.Deleted):
                 self.records.pop(item.id, None)
                 self._warned.pop(item.id, None)
@@ -231,8 +243,9 @@ class Reconciler:
     # --- applying ------------------------------------------------------------------------
 
     def _reconcile(self, records: list[Loaded]) -> reg.Diff:
-        self.version += 1
-        self.records = {r.id: r for r in records}
+        held, self.records = self.records, {r.id: r for r in records}
+        self.touched.update(tid for tid, r in self.records.items() if held.get(tid) is not r)
+        self.touched.update(tid for tid in held if tid not in self.records)
         self._warned = {k: v for k, v in self._warned.items() if k in self.records}
         diff = diffing.reconcile(self.registry, records, self._peer, self._is_active())
         self._publish(diff)

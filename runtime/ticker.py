@@ -54,6 +54,7 @@ from core.clock import Clock, iso, sleep_or_wake
 from runtime.cursors import Entry, add_bridge, arm, restart, take
 from runtime.dispatch import Dispatcher, FireRequest, named
 from runtime.nextfires import NextFires
+from runtime.touched import Touched
 from triggers.records import CronTrigger, OnceTrigger, TriggerId
 from triggers.registry import Armed, Diff
 
@@ -81,6 +82,7 @@ class Ticker:
         *,
         clock: Clock,
         max_sleep: float = MAX_SLEEP,
+        touched: Touched | None = None,
     ) -> None:
         self._dispatcher = dispatcher
         self._clock = clock
@@ -95,14 +97,16 @@ class Ticker:
         self._pending: dict[TriggerId, tuple[Armed, datetime]] = {}  # to arm, with its `now`
         self.chunk = ARM_CHUNK
         self._pending_bridge: datetime | None = None  # a takeover's start, for pending entries
-        self.version = 0  # grows whenever an entry's next fire may have moved
+        self.touched = Touched() if touched is None else touched  # ids whose next fire moved
+        self.settled = asyncio.Event()  # set while nothing waits to be armed
+        self.settled.set()
 
     def apply(self, diff: Diff, now: datetime) -> None:
         """Arm, re-arm, refresh or disarm from a registry diff; event triggers are ignored.
 
         Up to `chunk` entries to arm are armed at once; more wait in `pending` for the run
         loop (`arm_pending`), each armed as of the `now` its diff came with."""
-        self.version += 1
+        self.touched.update(diff.remove)
         for tid in diff.remove:
             self._entries.pop(tid, None)
             self._pending.pop(tid, None)
@@ -117,8 +121,10 @@ class Ticker:
                 self._refresh(armed)
         if len(self._pending) <= self.chunk:
             self._arm_some(len(self._pending))
-        elif diff.add or diff.rearm:  # a large diff: armed by schedule, so entries that share
-            self._pending = dict(sorted(self._pending.items(), key=_by_schedule))  # a slot search
+        else:
+            self.settled.clear()
+        if len(self._pending) > self.chunk and (diff.add or diff.rearm):  # a large diff: armed
+            self._pending = dict(sorted(self._pending.items(), key=_by_schedule))  # by schedule
         self._wake.set()
 
     @property
@@ -146,6 +152,7 @@ class Ticker:
                 self._push(entry)  # a takeover came before its arming
         if not self._pending:
             self._pending_bridge = None
+            self.settled.set()
         return len(taken)
 
     def bridge(self, start: datetime) -> int:
@@ -165,7 +172,8 @@ class Ticker:
         record = armed.record
         self.failed.pop(record.id, None)
         if not isinstance(record, CronTrigger | OnceTrigger):
-            self._entries.pop(record.id, None)  # a kind change to `event`
+            if self._entries.pop(record.id, None) is not None:  # a kind change to `event`
+                self.touched.add(record.id)
             return
         try:
             entry = arm(record, now, prev, self.up_since)
@@ -176,13 +184,13 @@ class Ticker:
         self._push(entry)
 
     def _push(self, entry: Entry) -> None:
-        self.version += 1  # its next fire may have moved
+        self.touched.add(entry.record.id)  # its next fire may have moved
         self._heap.push(entry)
 
     def _drop(self, tid: TriggerId, what: str, exc: Exception) -> None:
         """One entry raised: log it, forget it; the others are untouched."""
         self._entries.pop(tid, None)
-        self.version += 1
+        self.touched.add(tid)
         self.failed[tid] = f"{what}: {type(exc).__name__}: {exc}"
         log.error("ticker: trigger %s dropped, %s", tid, self.failed[tid])
 
@@ -201,7 +209,7 @@ class Ticker:
                 self._drop(tid, "restart", exc)
         self._pending = {tid: (armed, now) for tid, (armed, _) in self._pending.items()}
         self._pending_bridge = None  # nothing of the sleep is bridged
-        self.version += 1
+        self.touched.update(self._entries)
         self._heap.rebuild()
         self._wake.set()
 
