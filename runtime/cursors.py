@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+import msgspec
 
 from runtime.dispatch import named
 from triggers import schedule
@@ -27,9 +28,10 @@ EPSILON = timedelta(microseconds=1)
 Timed = CronTrigger | OnceTrigger
 
 
-@dataclass(slots=True)
-class Entry:
-    """One armed cron or once trigger and where it stands."""
+class Entry(msgspec.Struct, gc=False):
+    """One armed cron or once trigger and where it stands (untracked by the cycle collector:
+    it holds a record, instants and a tuple, never itself; 100,000 of them would otherwise
+    be walked at each full collection)."""
 
     record: Timed
     cursor: datetime  # slots at or before the cursor never fire (cron), but for a bridge
@@ -62,8 +64,10 @@ def start_cursor(record: Timed, now: datetime, up_since: datetime) -> datetime:
         cursor = schedule.arm_cursor(record.spec, now)
     else:
         written = max(since, _aware(record.updated_at) or since)
-        cursor = max(written - EPSILON, up_since, now - schedule.tolerance(record.spec))
-    if since is not None:
+        cursor = max(up_since, now - schedule.tolerance(record.spec))
+        if written > cursor:  # (only then is `written - EPSILON` made: 100,000 at a start)
+            cursor = max(cursor, written - EPSILON)
+    if since is not None and since > cursor:
         cursor = max(cursor, since - EPSILON)  # a slot at `activeSince` itself may fire
     return min(cursor, now)
 

@@ -61,16 +61,14 @@ from triggers.registry import Armed, Diff
 log = logging.getLogger(__name__)
 
 ARM_CHUNK = 500
+"""At most this many entries are armed between two yields to the loop (≈ 5–25 ms)."""
 HAND_OFF = 100
 """At most this many fires of one wake are handed to the dispatcher (claimed) at once."""
-"""At most this many entries are armed between two yields to the loop (≈ 25–100 ms)."""
 
 
-def _by_schedule(item: tuple[TriggerId, tuple[Armed, datetime]]) -> tuple[str, str]:
-    """Pending entries of one (expression, zone) together: armed in a row as of the same
-    `now`, they share their start cursor and so one next-slot search (`schedule.next_fire`)."""
-    record = item[1][0].record
-    return (record.spec.expr, record.spec.tz) if isinstance(record, CronTrigger) else ("", "")
+def _expression(armed: Armed) -> str:
+    record = armed.record
+    return record.spec.expr if isinstance(record, CronTrigger) else ""
 
 
 class Ticker:
@@ -111,7 +109,10 @@ class Ticker:
             self._entries.pop(tid, None)
             self._pending.pop(tid, None)
             self.failed.pop(tid, None)
-        for armed in (*diff.add, *diff.rearm):
+        incoming = (*diff.add, *diff.rearm)
+        if len(incoming) > self.chunk:  # entries of one expression in a row: one slot search
+            incoming = tuple(sorted(incoming, key=_expression))  # (`schedule.next_fire`)
+        for armed in incoming:
             self._pending.pop(armed.record.id, None)
             self._pending[armed.record.id] = (armed, now)
         for armed in diff.update:
@@ -123,8 +124,6 @@ class Ticker:
             self._arm_some(len(self._pending))
         else:
             self.settled.clear()
-        if len(self._pending) > self.chunk and (diff.add or diff.rearm):  # a large diff: armed
-            self._pending = dict(sorted(self._pending.items(), key=_by_schedule))  # by schedule
         self._wake.set()
 
     @property
@@ -144,13 +143,14 @@ class Ticker:
 
     def _arm_some(self, count: int) -> int:
         taken = list(itertools.islice(self._pending.items(), count))
+        start = self._pending_bridge
         for tid, (armed, now) in taken:
             del self._pending[tid]
-            self._arm(armed, now, self._entries.get(tid))
-            entry, start = self._entries.get(tid), self._pending_bridge
+            entry = self._arm(armed, now, self._entries.get(tid))
             if start is not None and entry is not None and add_bridge(entry, start):
                 self._push(entry)  # a takeover came before its arming
         if not self._pending:
+            self._pending = {}  # a dict keeps its size when emptied: 100,000 slots
             self._pending_bridge = None
             self.settled.set()
         return len(taken)
@@ -168,20 +168,21 @@ class Ticker:
         self._wake.set()
         return added
 
-    def _arm(self, armed: Armed, now: datetime, prev: Entry | None) -> None:
+    def _arm(self, armed: Armed, now: datetime, prev: Entry | None) -> Entry | None:
         record = armed.record
         self.failed.pop(record.id, None)
         if not isinstance(record, CronTrigger | OnceTrigger):
             if self._entries.pop(record.id, None) is not None:  # a kind change to `event`
                 self.touched.add(record.id)
-            return
+            return None
         try:
             entry = arm(record, now, prev, self.up_since)
         except Exception as exc:
             self._drop(record.id, "arm", exc)
-            return
+            return None
         self._entries[record.id] = entry
         self._push(entry)
+        return entry
 
     def _push(self, entry: Entry) -> None:
         self.touched.add(entry.record.id)  # its next fire may have moved

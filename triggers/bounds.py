@@ -12,7 +12,6 @@ Pure: no I/O beyond reading the zone database, no clock reads.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
-from triggers import cronwall
+from triggers import cronfields, cronwall
 
 MAX_GRACE_SECONDS = 7 * 24 * 3600.0
 AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
@@ -40,13 +39,19 @@ UnixSeconds = Annotated[float, msgspec.Meta(ge=AT_MIN.timestamp(), le=AT_MAX.tim
 class CronExpr(str):
     """A cron expression: 5 fields, or 6 with seconds first."""
 
+    __slots__ = ()  # no `__dict__`: one shared instance per distinct value
+
 
 class TimeZoneName(str):
     """An IANA time zone name."""
 
+    __slots__ = ()  # no `__dict__`: one shared instance per distinct value
+
 
 class ProgramRef(str):
     """`name@vN` or `internal:<name>`."""
+
+    __slots__ = ()  # no `__dict__`: one shared instance per distinct value
 
 
 def cron_fields(expr: str) -> tuple[str, ...]:
@@ -58,10 +63,10 @@ def cron_fields(expr: str) -> tuple[str, ...]:
 def check_cron(expr: str) -> None:
     """A record's cron expression: valid (`cron_fields`) and matching within 28 years.
 
-    The common grammar is judged without a slot search (`cronwall.matches_every_leap_cycle`:
+    The common grammar is judged without a slot search (`cronfields.matches_every_leap_cycle`:
     28 years hold three 8-year stretches); the rest by its first slot from 2000-01-01."""
     matcher = cronwall.compile(expr)
-    if matcher.fields is not None and cronwall.matches_every_leap_cycle(matcher.fields):
+    if matcher.fields is not None and cronfields.matches_every_leap_cycle(matcher.fields):
         return
     first = matcher.next(datetime(2000, 1, 1)) if matcher.fields is None else None
     if first is None or first >= datetime(2000 + CRON_HORIZON_YEARS, 1, 1):
@@ -109,20 +114,23 @@ _CHECKS: dict[type, Callable[[str], object]] = {
 }
 
 
+_CHECKED: dict[type, dict[str, str]] = {typ: {} for typ in _CHECKS}
+"""Checked marker values by text: records repeat a few expressions and zones, and each
+record shares the one checked string (the key is that string itself)."""
+
+
 def dec_hook(typ: type, obj: Any) -> Any:
-    if typ not in _CHECKS:
+    checked = _CHECKED.get(typ)
+    if checked is None:
         raise NotImplementedError(typ)
     if not isinstance(obj, str):
         raise TypeError(f"Expected `str`, got `{type(obj).__name__}`")
-    return _checked(typ, obj)
-
-
-@functools.lru_cache(maxsize=cronwall.CACHE_SIZE)
-def _checked(typ: type, text: str) -> str:
-    """A checked marker value; cached, since records repeat a few expressions and zones."""
-    _CHECKS[typ](text)
-    checked: str = typ(text)
-    return checked
+    found = checked.get(obj)
+    if found is None:
+        found = typ(obj)
+        _CHECKS[typ](found)  # so a cron expression's parse is cached under this very string
+        cronwall.remember(checked, found, found)
+    return found
 
 
 def enc_hook(obj: Any) -> Any:
