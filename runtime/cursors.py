@@ -59,17 +59,21 @@ def start_cursor(record: Timed, now: datetime, up_since: datetime) -> datetime:
     """
     if isinstance(record, OnceTrigger):
         return now
-    since = record.fires_from
-    if record.spec.catchup is Catchup.LATEST or since is None:
-        cursor = schedule.arm_cursor(record.spec, now)
-    else:
-        written = max(since, _aware(record.updated_at) or since)
-        cursor = max(up_since, now - schedule.tolerance(record.spec))
-        if written > cursor:  # (only then is `written - EPSILON` made: 100,000 at a start)
-            cursor = max(cursor, written - EPSILON)
+    since, spec = record.fires_from, record.spec
+    if spec.catchup is Catchup.LATEST or since is None:
+        cursor = schedule.arm_cursor(spec, now)
+    else:  # max(write - EPSILON, up_since, now - tolerance), the subtraction made only if needed
+        cursor = now - schedule.tolerance(spec)
+        if up_since > cursor:
+            cursor = up_since
+        written = record.updated_at
+        if written is None or written.tzinfo is None or written < since:
+            written = since
+        if written > cursor:
+            cursor = written - EPSILON
     if since is not None and since > cursor:
-        cursor = max(cursor, since - EPSILON)  # a slot at `activeSince` itself may fire
-    return min(cursor, now)
+        cursor = since - EPSILON  # a slot at `activeSince` itself may fire
+    return cursor if cursor < now else now
 
 
 def slots_between(record: CronTrigger, start: datetime, end: datetime) -> list[datetime]:
@@ -89,14 +93,9 @@ def slots_between(record: CronTrigger, start: datetime, end: datetime) -> list[d
     return slots
 
 
-def _aware(when: datetime | None) -> datetime | None:
-    return when if when is not None and when.tzinfo is not None else None
-
-
 def arm(record: Timed, now: datetime, prev: Entry | None, up_since: datetime) -> Entry:
     """A new entry for `record`; `prev` is the entry it re-arms, if any."""
-    cursor = start_cursor(record, now, up_since)
-    entry = Entry(record=record, cursor=cursor)
+    entry = Entry(record, start_cursor(record, now, up_since))
     if prev is not None:
         entry.settled = prev.settled
         if isinstance(prev.record, CronTrigger) and prev.cursor <= now:

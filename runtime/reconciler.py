@@ -83,6 +83,7 @@ class Reconciler:
         self.ready = asyncio.Event()
         self.seq = 0  # the last change reflected in `records`
         self.touched = Touched() if touched is None else touched  # for the health pass
+        self._sorted_as: bool | None = None  # the role the last full sort was made with
         self._warned: dict[TriggerId, bytes] = {}
         self._sync_lock = asyncio.Lock()
         self._resync_now = asyncio.Event()
@@ -108,9 +109,12 @@ class Reconciler:
 
         Before the first sync is done, it waits for that one and re-sorts: the first sync
         reads the role as it sorts, so a second listing of every record would add nothing
-        (at 100,000 records it would double the work of a start)."""
+        (at 100,000 records it would double the work of a start); when that sync sorted
+        with the role as it is now, there is nothing to re-sort either."""
         if not self.ready.is_set():
             await self.ready.wait()
+            if self._sorted_as == self._is_active():
+                return reg.Diff()
             return self._reconcile(list(self.records.values()))
         local = self._reconcile(list(self.records.values()))
         try:
@@ -244,10 +248,14 @@ class Reconciler:
 
     def _reconcile(self, records: list[Loaded]) -> reg.Diff:
         held, self.records = self.records, {r.id: r for r in records}
-        self.touched.update(tid for tid, r in self.records.items() if held.get(tid) is not r)
-        self.touched.update(tid for tid in held if tid not in self.records)
+        if held:
+            self.touched.update(t for t, r in self.records.items() if held.get(t) is not r)
+            self.touched.update(tid for tid in held if tid not in self.records)
+        else:
+            self.touched.update(self.records)  # a first sync: every record is news
         self._warned = {k: v for k, v in self._warned.items() if k in self.records}
-        diff = diffing.reconcile(self.registry, records, self._peer, self._is_active())
+        self._sorted_as = self._is_active()
+        diff = diffing.reconcile(self.registry, records, self._peer, self._sorted_as)
         self._publish(diff)
         return diff
 

@@ -112,9 +112,13 @@ class NaiveInstant(ValueError):
     """An instant without a zone: the schedule never guesses the host's zone."""
 
 
-def floor_second(t: datetime) -> datetime:
+def _check_aware(t: datetime) -> None:
     if t.tzinfo is None or t.utcoffset() is None:
         raise NaiveInstant(f"instant {t.isoformat()} has no zone: pass an aware datetime")
+
+
+def floor_second(t: datetime) -> datetime:
+    _check_aware(t)
     return t.astimezone(UTC).replace(microsecond=0)
 
 
@@ -202,10 +206,12 @@ def gap_hit(r: CronRule, t: datetime) -> bool:
 
 def next_slot(r: CronRule, after: datetime) -> datetime | None:
     """The first fire strictly after `after` (aware), in UTC; None if the rule never fires."""
-    lo = floor_second(after)  # walls strictly after lo's wall are searched
     if r.fixed is not None:  # no transitions: the wall time's next match is the slot
-        found = r.matcher.next(_naive(lo, r.fixed))
-        return None if found is None else _aware(found, r.fixed)
+        _check_aware(after)
+        local = after.astimezone(UTC) + r.fixed  # its fields are the wall time (no `replace`)
+        found = r.matcher.next_in(local, UTC)
+        return found - r.fixed if found is not None and r.fixed else found
+    lo = floor_second(after)  # walls strictly after lo's wall are searched
     seg, off = lo, offset(r.tz, lo)  # seg: an instant known to be at `off`
     for _ in range(_MAX_HOPS):
         wall = r.matcher.next(_naive(lo, off))

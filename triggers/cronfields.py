@@ -100,13 +100,19 @@ def _build(second: Values, minute: Values, hour: Values, day: Values, mon: Value
         hours=_all("hour", hour),
         months=_all("month", mon),
         dom=day,
-        dow=frozenset(wday) if wday is not None else None,
+        dow=None if wday is None else _weekdays(wday),
         day_or=day is not None and wday is not None,
     )
 
 
 _BOUNDS = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 7))  # s, m, h, dom, mon, dow
 _ONE = {n: (n,) for n in range(60)}  # one shared tuple per single value
+_ONE_DAY = {n: frozenset((n,)) for n in range(7)}  # one shared set per single weekday
+_ATOMS = tuple(
+    {"*": None, **{text: _ONE[n % 7 if high == 7 else n]
+                   for n in range(low, high + 1) for text in (str(n), f"{n:02d}")}}
+    for low, high in _BOUNDS
+)  # fmt: skip  # per field: each `*` or number (one or two digits, in range) it may be
 
 
 def _plain(raw: list[str]) -> Fields | None:
@@ -114,16 +120,16 @@ def _plain(raw: list[str]) -> Fields | None:
     parse (≈ 100 µs an expression: 40,000 distinct ones cost seconds); None for anything else.
     A number out of range is left to croniter, whose message names it."""
     fields = raw if len(raw) == 6 else ["0", *raw]
-    values: list[Values] = []
-    for f, (low, high) in zip(fields, _BOUNDS, strict=True):
-        if f == "*":
-            values.append(None)
-        elif len(f) <= 2 and f.isascii() and f.isdigit() and low <= int(f) <= high:
-            values.append(_ONE[int(f) % 7 if high == 7 else int(f)])
-        else:
-            return None
-    second, minute, hour, day, mon, wday = values
+    try:
+        second, minute, hour, day, mon, wday = [a[f] for a, f in zip(_ATOMS, fields, strict=True)]
+    except KeyError:
+        return None
     return _build(second, minute, hour, day, mon, wday)
+
+
+def _weekdays(wday: tuple[int, ...]) -> frozenset[int]:
+    shared = _ONE_DAY.get(wday[0]) if len(wday) == 1 else None
+    return shared if shared is not None else frozenset(wday)
 
 
 def _values(field: list[int | str]) -> Values:

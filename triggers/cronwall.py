@@ -19,7 +19,7 @@ import calendar
 import itertools
 import threading
 from bisect import bisect_left, bisect_right
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import Any, TypeVar
 
 import msgspec
@@ -45,10 +45,17 @@ class Matcher(msgspec.Struct, frozen=True, gc=False):
     wildcard: bool
 
     def next(self, wall: datetime) -> datetime | None:
+        return self.next_in(wall, None)
+
+    def next_in(self, wall: datetime, tz: tzinfo | None) -> datetime | None:
+        """`next` of `wall`'s own fields, whatever its zone, the match made in `tz` (a fixed
+        offset's slot is found with no `datetime.replace`: ≈ 1.5 µs each)."""
         if self.fields is None:
-            return _croniter_step(self.expr, wall, prev=False)
+            found = _croniter_step(self.expr, wall.replace(tzinfo=None), prev=False)
+            return found if found is None or tz is None else found.replace(tzinfo=tz)
+        t = wall  # strictly after its second: the second + 1 carries up like any other step
         try:
-            return _next(self.fields, wall.replace(microsecond=0) + SECOND)
+            return _next(self.fields, (t.year, t.month, t.day, t.hour, t.minute, t.second + 1), tz)
         except (OverflowError, ValueError):  # past year 9999
             return None
 
@@ -89,12 +96,12 @@ def _compile(expr: str) -> Matcher:
     return Matcher(expr, fields, wildcard)
 
 
-def _next(f: Fields, t: datetime) -> datetime | None:
-    """The first matching wall time at or after `t` (whole seconds); raises past year 9999.
+def _next(f: Fields, t: tuple[int, int, int, int, int, int], tz: tzinfo | None) -> datetime | None:
+    """The first matching wall time at or after `t` (year … second); raises past year 9999.
 
     Stepped in integers, a field at a time (a value past a field's end carries into the next
-    field up through the membership checks), and one datetime made at the end."""
-    y, mo, d, h, mi, s = t.year, t.month, t.day, t.hour, t.minute, t.second
+    field up through the membership checks), and one datetime made at the end, in `tz`."""
+    y, mo, d, h, mi, s = t
     months, hours, minutes, seconds = f.months, f.hours, f.minutes, f.seconds
     limit = y + MAX_YEARS
     while y <= limit:
@@ -118,7 +125,7 @@ def _next(f: Fields, t: datetime) -> datetime | None:
             i = bisect_right(seconds, s)
             mi, s = (mi, seconds[i]) if i < len(seconds) else (mi + 1, 0)
         else:
-            return datetime(y, mo, d, h, mi, s)
+            return datetime(y, mo, d, h, mi, s, tzinfo=tz)
     return None
 
 
