@@ -9,8 +9,9 @@ status) and `registry` (the ones this device arms), kept current by (SPEC
    the Subscription with `Last-Event-ID`); a `gap`, or a `hello` whose cursor
    is past ours, is filled from the `changes?since=` pages, and a change at or
    before the last applied `seq` is ignored, so nothing is lost or applied twice;
-3. a slow full resync (`resync_s`) as a safety net, and `resync()` on demand
-   (election flip), which re-sorts the records in memory at once, then fetches.
+3. a slow full resync as a safety net, every `resync_s`, or `RESYNC_SPACING` times the
+   last sync's length when that is longer (a thousandth of the time at most: every 10–15
+   minutes at 100,000); `resync()` on demand (election flip) re-sorts at once, then fetches.
 
 A `stamp` change (the runtime's own writes: `nextFireAt`, `lastStatus` …, never
 `rev` nor `updatedAt`) is not work: it replaces the record's stamps in `records`
@@ -19,10 +20,9 @@ and in the armed entry in O(1), with no diff, no `RecordEdited` and no registry 
 listed record is equal, so a resync allocates nothing for what did not change.
 
 Every id whose record arrived, changed (stamps included) or went is added to `touched`,
-for the health pass to judge. Each non-empty diff is published as `DiffApplied`
-(stamp-only writes make none), and
-`RecordEdited` tells of every feed change to a record's user fields, armed here or
-not (a repin between two other devices still changes who stamps it). Skipped
+for the health pass. Each non-empty diff is published as `DiffApplied` (stamp-only
+writes make none), and `RecordEdited` tells of every feed change to a record's user
+fields, armed here or not (a repin between two other devices still changes who stamps it). Skipped
 records are logged once per version. Never dies of a record, a callback or the
 network: it logs one line, backs off through the Clock and goes on. Must not
 write records or decide when anything fires.
@@ -54,6 +54,7 @@ from triggers.records import Loaded, PeerId, Salvaged, TriggerId
 log = logging.getLogger(__name__)
 
 RETRY = Backoff(base=1.0, cap=30.0, jitter=False)  # a failed sync; the feed retries at the cap
+RESYNC_SPACING = 1000.0  # the slow resync waits at least this many times its last sync's length
 
 
 class Reconciler:
@@ -91,6 +92,7 @@ class Reconciler:
         self._wait = 0.0  # the backoff after the latest failure
         self._error = ""
         self._synced_at: datetime | None = None
+        self._sync_took = 0.0  # seconds the last full sync took
         self._sub: Subscription | None = None
 
     # --- the loop ------------------------------------------------------------------------
@@ -107,10 +109,8 @@ class Reconciler:
     async def resync(self) -> reg.Diff:
         """Re-sort responsibility now (e.g. the lease moved), then a full sync; never raises.
 
-        Before the first sync is done, it waits for that one and re-sorts: the first sync
-        reads the role as it sorts, so a second listing of every record would add nothing
-        (at 100,000 records it would double the work of a start); when that sync sorted
-        with the role as it is now, there is nothing to re-sort either."""
+        Before the first sync is done, it waits for that one (which reads the role as it
+        sorts: a second listing would double a start's work) and re-sorts if the role moved."""
         if not self.ready.is_set():
             await self.ready.wait()
             if self._sorted_as == self._is_active():
@@ -128,6 +128,7 @@ class Reconciler:
     async def sync(self) -> reg.Diff:
         """One full sync from the space: listing, folded with changes past its `seq`."""
         async with self._sync_lock:
+            began = self._clock.monotonic()
             loaded, seq = await feed.listing(self._client, self._space, self._kept)
             while seq < self.seq:  # the feed already applied changes newer than the listing
                 folded = await feed.fold_pages(self._client, self._space, loaded, seq)
@@ -137,7 +138,7 @@ class Reconciler:
                 seq = folded
             self.seq = max(self.seq, seq)
             diff = self._reconcile(list(loaded.values()))
-            self._synced_at = self._clock.wall()
+            self._synced_at, self._sync_took = self._clock.wall(), self._clock.monotonic() - began
             return diff
 
     async def _sync_safely(self) -> bool:
@@ -159,7 +160,8 @@ class Reconciler:
                 self._resync_now.set()  # try again after the backoff
 
     async def _wait_resync(self) -> None:
-        await sleep_until(self._clock, self._clock.monotonic() + self._resync_s, self._resync_now)
+        wait = max(self._resync_s, RESYNC_SPACING * self._sync_took)
+        await sleep_until(self._clock, self._clock.monotonic() + wait, self._resync_now)
 
     # --- the change feed -----------------------------------------------------------------
 

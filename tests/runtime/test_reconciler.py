@@ -351,6 +351,30 @@ async def test_the_slow_resync_catches_what_the_feed_missed(space, start):
     assert "trg_quiet" in run.reconciler.records
 
 
+async def test_the_slow_resync_waits_a_thousand_times_a_long_sync(space, start, aiohttp_server):
+    clock = FakeClock()
+
+    @web.middleware
+    async def slow_listing(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method == "GET" and request.path.endswith("/triggers"):
+            clock.advance(0.1)  # a listing of a large space: 0.1 s
+        return await handler(request)
+
+    await space.restart(aiohttp_server, lambda db: None, slow_listing)
+    run = await start(clock, resync_s=60.0)
+    await ready(run)
+    write_raw(space.db, "trg_quiet", CRON | {"id": "trg_quiet", "owner": ME})  # no feed entry
+    async with asyncio.timeout(5):
+        for _ in range(3):  # 90 s: past `resync_s`, not past 1,000 × 0.1 s
+            await clock.wait_for_sleepers(1)
+            clock.advance(30)
+    assert "trg_quiet" not in run.reconciler.records
+    async with asyncio.timeout(5):
+        await clock.wait_for_sleepers(1)
+        clock.advance(30)
+    await run.until(lambda: "trg_quiet" in run.ids("add"))
+
+
 async def test_an_unreachable_space_is_retried_until_it_answers(space, start, aiohttp_server):
     clock = FakeClock()
     made = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
