@@ -142,10 +142,10 @@ class Ticker:
         return armed
 
     def _arm_some(self, count: int) -> int:
-        taken = list(itertools.islice(self._pending.items(), count))
+        taken = list(itertools.islice(self._pending, count))  # ids: no item tuple each
         start = self._pending_bridge
-        for tid, (armed, now) in taken:
-            del self._pending[tid]
+        for tid in taken:
+            armed, now = self._pending.pop(tid)
             entry = self._arm(armed, now, self._entries.get(tid))
             if start is not None and entry is not None and add_bridge(entry, start):
                 self._push(entry)  # a takeover came before its arming

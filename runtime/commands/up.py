@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -122,8 +123,16 @@ def _setup_logging() -> None:
     logging.getLogger("aiohttp_sse_client").setLevel(logging.CRITICAL)
 
 
+def _freeze_imports() -> None:
+    """Take what the imports made (modules, classes, functions: ≈ 100,000 objects living as
+    long as the process) out of the cycle collector's sight, so a full collection does not
+    walk them again each time (≈ 80 ms over a start with 100,000 triggers)."""
+    gc.freeze()
+
+
 def run_up(args: argparse.Namespace) -> int:
     _setup_logging()
+    _freeze_imports()
     data = data_dir(args.data)
     data.mkdir(mode=0o700, parents=True, exist_ok=True)  # tokens and the space live here
     responder = _responder(args, data)
@@ -234,6 +243,7 @@ def _named(responder: Responder) -> str:
 
 def run_device(args: argparse.Namespace) -> int:
     _setup_logging()
+    _freeze_imports()
     where = target(args)
     responder = _responder(args, data_dir(args.data))
     print(f"baton: device {args.peer!r} joining {where.url} (space {where.space!r}, "
