@@ -26,7 +26,7 @@ def share_fields(record: Any) -> None:
         force_setattr(record, "args", NO_ARGS)
     if type(program := record.program) is str:  # (an input's is a checked, shared marker)
         force_setattr(record, "program", sys.intern(program))
-    if owner := record.owner:
+    if (owner := record.owner) and type(owner) is str:
         force_setattr(record, "owner", sys.intern(owner))
 
 
