@@ -44,9 +44,10 @@ class Entry(msgspec.Struct, gc=False):
         if isinstance(rec, OnceTrigger):
             due = self.settled != schedule.fire_key_once(rec.spec)
             self.next_at = rec.spec.at_utc if due else None
+        elif self.bridge:
+            self.next_at = self.bridge[0]
         else:
-            after = schedule.next_fire(rec.spec, self.cursor)
-            self.next_at = self.bridge[0] if self.bridge else after
+            self.next_at = schedule.next_fire(rec.spec, self.cursor)
 
 
 def start_cursor(record: Timed, now: datetime, up_since: datetime) -> datetime:

@@ -64,6 +64,7 @@ ARM_CHUNK = 500
 """At most this many entries are armed between two yields to the loop (≈ 5–25 ms)."""
 HAND_OFF = 100
 """At most this many fires of one wake are handed to the dispatcher (claimed) at once."""
+_TIMED = (CronTrigger, OnceTrigger)
 
 
 def _expression(armed: Armed) -> str:
@@ -112,9 +113,11 @@ class Ticker:
         incoming = (*diff.add, *diff.rearm)
         if len(incoming) > self.chunk:  # entries of one expression in a row: one slot search
             incoming = tuple(sorted(incoming, key=_expression))  # (`schedule.next_fire`)
+        pending = self._pending
         for armed in incoming:
-            self._pending.pop(armed.record.id, None)
-            self._pending[armed.record.id] = (armed, now)
+            if (tid := armed.record.id) in pending:
+                del pending[tid]  # to the end: it arms after what came before it
+            pending[tid] = (armed, now)
         for armed in diff.update:
             if armed.record.id in self._pending:  # not armed yet: it arms with the newest
                 self._pending[armed.record.id] = (armed, self._pending[armed.record.id][1])
@@ -170,8 +173,9 @@ class Ticker:
 
     def _arm(self, armed: Armed, now: datetime, prev: Entry | None) -> Entry | None:
         record = armed.record
-        self.failed.pop(record.id, None)
-        if not isinstance(record, CronTrigger | OnceTrigger):
+        if self.failed:
+            self.failed.pop(record.id, None)
+        if not isinstance(record, _TIMED):
             if self._entries.pop(record.id, None) is not None:  # a kind change to `event`
                 self.touched.add(record.id)
             return None
