@@ -6,7 +6,8 @@ A real device (`python -m runtime.cli device`, as bench/fire.py starts it) and t
 server (bench/serving.py) on 127.0.0.1; one event trigger, `messages` messages (default
 1,000) posted at 100/s. The device runs with a `gc.callbacks` hook that writes the length of
 every collection to a file; the other variant is the same with `gc.freeze` made a no-op, so
-the heap is never frozen (`runtime/commands/up.py` freezes it after the first sync). Printed
+the heap is never frozen (`runtime/commands/up.py` freezes it after the imports and again
+after the first sync). Printed
 per variant: the collections of each generation from the first sync to the last message's
 run (each one stalls the device's loop for as long as it takes), the longest, and the event
 fires' POST → `main()` latency. The variants alternate, twice each.

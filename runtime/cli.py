@@ -14,10 +14,10 @@ import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from typing import TypeVar
 
 COMMANDS = ("next", "space", "programs", "triggers", "runs", "chat", "devices", "up", "status")
+MODULE_OF = {"device": "up"}  # subcommands registered by a module of another name
 
 
 class UsageError(ValueError):
@@ -40,16 +40,29 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; given the arguments, only the module of the subcommand they name is
+    imported (`baton device` needs neither the space's store nor the other verbs)."""
     parser = _Parser(prog="baton", description="baton: the agent's event-trigger runtime")
-    parser.add_argument("--version", action="version", version=f"baton {version()}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in COMMANDS:
+    named = MODULE_OF.get(argv[0], argv[0]) if argv else None
+    for name in (named,) if named in COMMANDS else COMMANDS:
         importlib.import_module(f"runtime.commands.{name}").register(sub)
     return parser
 
 
+class _Version(argparse.Action):
+    """`--version`, the installed version looked up only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"baton {version()}")
+        parser.exit()
+
+
 def version() -> str:
+    from importlib import metadata  # ≈ 30 ms to import: not on every start
+
     try:
         return metadata.version("baton")
     except metadata.PackageNotFoundError:  # run from a checkout that was never installed
@@ -59,7 +72,7 @@ def version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
         return int(args.func(args))
     except UsageError as exc:
         if "--json" in argv:

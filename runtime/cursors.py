@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+import msgspec
 
 from runtime.dispatch import named
 from triggers import schedule
@@ -27,9 +28,10 @@ EPSILON = timedelta(microseconds=1)
 Timed = CronTrigger | OnceTrigger
 
 
-@dataclass(slots=True)
-class Entry:
-    """One armed cron or once trigger and where it stands."""
+class Entry(msgspec.Struct, gc=False):
+    """One armed cron or once trigger and where it stands (untracked by the cycle collector:
+    it holds a record, instants and a tuple, never itself; 100,000 of them would otherwise
+    be walked at each full collection)."""
 
     record: Timed
     cursor: datetime  # slots at or before the cursor never fire (cron), but for a bridge
@@ -42,9 +44,10 @@ class Entry:
         if isinstance(rec, OnceTrigger):
             due = self.settled != schedule.fire_key_once(rec.spec)
             self.next_at = rec.spec.at_utc if due else None
+        elif self.bridge:
+            self.next_at = self.bridge[0]
         else:
-            after = schedule.next_fire(rec.spec, self.cursor)
-            self.next_at = self.bridge[0] if self.bridge else after
+            self.next_at = schedule.next_fire(rec.spec, self.cursor)
 
 
 def start_cursor(record: Timed, now: datetime, up_since: datetime) -> datetime:
@@ -57,15 +60,21 @@ def start_cursor(record: Timed, now: datetime, up_since: datetime) -> datetime:
     """
     if isinstance(record, OnceTrigger):
         return now
-    since = record.fires_from
-    if record.spec.catchup is Catchup.LATEST or since is None:
-        cursor = schedule.arm_cursor(record.spec, now)
-    else:
-        written = max(since, _aware(record.updated_at) or since)
-        cursor = max(written - EPSILON, up_since, now - schedule.tolerance(record.spec))
-    if since is not None:
-        cursor = max(cursor, since - EPSILON)  # a slot at `activeSince` itself may fire
-    return min(cursor, now)
+    since, spec = record.fires_from, record.spec
+    if spec.catchup is Catchup.LATEST or since is None:
+        cursor = schedule.arm_cursor(spec, now)
+    else:  # max(write - EPSILON, up_since, now - tolerance), the subtraction made only if needed
+        cursor = now - schedule.tolerance(spec)
+        if up_since > cursor:
+            cursor = up_since
+        written = record.updated_at
+        if written is None or written.tzinfo is None or written < since:
+            written = since
+        if written > cursor:
+            cursor = written - EPSILON
+    if since is not None and since > cursor:
+        cursor = since - EPSILON  # a slot at `activeSince` itself may fire
+    return cursor if cursor < now else now
 
 
 def slots_between(record: CronTrigger, start: datetime, end: datetime) -> list[datetime]:
@@ -85,14 +94,9 @@ def slots_between(record: CronTrigger, start: datetime, end: datetime) -> list[d
     return slots
 
 
-def _aware(when: datetime | None) -> datetime | None:
-    return when if when is not None and when.tzinfo is not None else None
-
-
 def arm(record: Timed, now: datetime, prev: Entry | None, up_since: datetime) -> Entry:
     """A new entry for `record`; `prev` is the entry it re-arms, if any."""
-    cursor = start_cursor(record, now, up_since)
-    entry = Entry(record=record, cursor=cursor)
+    entry = Entry(record, start_cursor(record, now, up_since))
     if prev is not None:
         entry.settled = prev.settled
         if isinstance(prev.record, CronTrigger) and prev.cursor <= now:

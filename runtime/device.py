@@ -14,6 +14,7 @@ parts decide. What a device is given comes in one frozen `Settings`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import secrets
@@ -27,6 +28,7 @@ from core.aio import TaskSet
 from core.clock import Clock, SystemClock, iso
 from programs.executor import Executor
 from programs.loader import ProgramCache
+from programs.process import StartFailed
 from runtime.chatlink import ChatLink
 from runtime.chatwatch import ChatWatch
 from runtime.client import ApiError, SpaceClient
@@ -43,9 +45,10 @@ from runtime.responders import BuiltinResponder, Responder
 from runtime.seat import Seat
 from runtime.sleepwatch import SleepWatch
 from runtime.subscriptions import Subscriptions
-from runtime.supervise import Supervisor
+from runtime.supervise import PartFailed, Supervisor
 from runtime.takeover import BRIDGE_WINDOW, Takeover
 from runtime.ticker import Ticker
+from runtime.touched import Touched
 from triggers.records import RESERVED_CHAT_WATCH, PeerId
 
 log = logging.getLogger("baton.device")
@@ -119,15 +122,17 @@ class Device:
             self.seat, execute=execute, recorder=self.recorder, term=lambda: elector.term,
             may_fire_floating=elector.may_fire, chatwatch=self.chatwatch,
         )  # fmt: skip
-        self.ticker = Ticker(self.firing, clock=self.clock)
+        self.touched = Touched()  # records and fires changed: what the health pass judges
+        self.ticker = Ticker(self.firing, clock=self.clock, touched=self.touched)
         self.recorder.read_next_fires_from(self.ticker.next_fire)  # closes Ticker → Recorder
         self.subscriptions = Subscriptions(self.seat, self.firing)
-        self.reconciler = Reconciler(self.seat, is_active=elector.may_fire, bus=self.bus)
+        self.reconciler = Reconciler(self.seat, is_active=elector.may_fire, bus=self.bus,
+                                     touched=self.touched)  # fmt: skip
         reconciler, ticker, subscriptions = self.reconciler, self.ticker, self.subscriptions
         self.health = HealthPass(
             self.seat, recorder=self.recorder, records=lambda: reconciler.records, elector=elector,
-            missing_chats=lambda: subscriptions.missing, next_fires=ticker.next_fires,
-            interval=s.health_interval, version=lambda: (reconciler.version, ticker.version),
+            missing_chats=lambda: subscriptions.missing, next_fire=ticker.next_fire,
+            interval=s.health_interval, touched=self.touched, settled=ticker.settled.wait,
         )  # fmt: skip
 
     def _wire(self) -> None:
@@ -141,9 +146,10 @@ class Device:
     async def run(self) -> None:
         """Run every part until cancelled; then stop them, release the lease, close up.
 
-        Raises `PartFailed` when a part cannot be kept running (the device stops)."""
+        Raises `PartFailed` when a part cannot be kept running (the device stops), and
+        `StartFailed` when the workers cannot start. They start beside the parts (a first
+        sync of 100,000 records need not wait for them); the lease waits for them."""
         try:
-            await self.executor.start()
             if not await self.chatlink.seed():
                 self._background.spawn(self.chatlink.keep_seeding(), name="seed")
             parts = {
@@ -156,9 +162,18 @@ class Device:
             }
             if self.readiness.needed:
                 parts["responder"] = self.readiness.run
-            await self.supervisor.run(parts)
+            self.elector.part_down("executor")  # no lease before a run can start
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._start_executor(), name="executor")
+                group.create_task(self.supervisor.run(parts), name="parts")
+        except* (PartFailed, StartFailed) as failed:
+            raise failed.exceptions[0] from None
         finally:
             await self._close()
+
+    async def _start_executor(self) -> None:
+        await self.executor.start()
+        self.elector.part_up("executor")
 
     async def _close(self) -> None:
         with contextlib.suppress(Exception):

@@ -2,17 +2,16 @@
 
 Owns reading the open breakers and last run statuses from the records' stamps (one
 unreadable stamp costs that record alone, logged), the stamp a record shows now, when
-the clock alone could turn a verdict over the same records (`turns_at`, at most
-`FULL_PASS` away), and the rules for `nextFireAt` writes: equal to the second, not yet
-near (`NEXT_FIRE_HORIZON`), or a due fire still awaiting its run. Functions of
-(records, now): no I/O, no clock.
+the clock alone could turn what a pass decides for a record (`turn`), and the rules
+for `nextFireAt` writes: equal to the second, not yet near (`NEXT_FIRE_HORIZON`), or a
+due fire still awaiting its run. Functions of (records, now): no I/O, no clock.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from programs import breaker, rollup
@@ -22,28 +21,46 @@ from triggers.records import Loaded, OnceTrigger, PeerId, Salvaged, Trigger, Tri
 log = logging.getLogger("runtime.healthpass")
 
 NEXT_FIRE_HORIZON = timedelta(hours=24)
-FULL_PASS = timedelta(minutes=10)  # a settled device still judges every record this often
+HORIZON_STEP = timedelta(hours=1)  # fires coming within the horizon are looked at hourly
+EPSILON = timedelta(microseconds=1)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 T = TypeVar("T")
 
 
-def turns_at(
-    records: Iterable[Loaded], armed: Mapping[TriggerId, datetime], inputs: health.HealthInputs
-) -> datetime:
-    """The first instant at which a pass over the same records could judge otherwise by the
-    clock alone: a stamped `nextFireAt` coming due, a breaker closing, a `once` passing its
-    `at` or its grace, an armed fire coming within the horizon; at most `FULL_PASS` away."""
-    soon = [inputs.now + FULL_PASS, *inputs.breaker_until.values()]
-    for record in records:
-        if isinstance(record, Salvaged):
-            continue
-        if record.next_fire_at is not None:
-            soon.append(record.next_fire_at)
-        elif (want := armed.get(record.id)) is not None:
-            soon.append(want - NEXT_FIRE_HORIZON)
-        if isinstance(record, OnceTrigger):
-            soon += [record.spec.at_utc, record.spec.at_utc + timedelta(
-                seconds=record.spec.grace_seconds)]  # fmt: skip
-    return min(soon)
+def turn(record: Loaded, want: datetime | None, inputs: health.HealthInputs) -> datetime | None:
+    """The first instant after `inputs.now` at which a pass could decide otherwise for
+    `record` by the clock alone, given its armed next fire `want`: its stamped `nextFireAt`
+    coming due (then overdue), its breaker closing, a `once` passing its grace, or `want`
+    coming within the horizon (to the hour: written up to an hour after it comes within).
+    None when only a change of the record or of the pass's inputs could change anything."""
+    if isinstance(record, Salvaged):
+        return None
+    soon: list[datetime | None] = [inputs.breaker_until.get(record.id)]
+    if (due := record.next_fire_at) is not None:
+        soon += [due, _after(due, inputs.overdue_margin)]  # `awaits_run`, then `overdue`
+    elif want is not None:
+        soon.append(_ceil(want - NEXT_FIRE_HORIZON, HORIZON_STEP))  # `not_near` turns
+    if isinstance(record, OnceTrigger):  # `missed`
+        soon.append(_after(record.spec.at_utc, timedelta(seconds=record.spec.grace_seconds)))
+    later = [t for t in soon if t is not None and t > inputs.now]
+    return min(later) if later else None
+
+
+def _after(t: datetime, span: timedelta) -> datetime | None:
+    """The first instant strictly after `t + span` (a verdict that asks `now - t > span`)."""
+    try:
+        return t + span + EPSILON
+    except OverflowError:  # near year 9999: never
+        return None
+
+
+def _ceil(t: datetime, step: timedelta) -> datetime:
+    """`t` rounded up to a multiple of `step` since the epoch (instants share a turn)."""
+    rest = (t - EPOCH) % step
+    try:
+        return t + (step - rest) if rest else t
+    except OverflowError:
+        return t
 
 
 def peer_or_none(peer: str | None) -> PeerId | None:

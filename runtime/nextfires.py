@@ -10,7 +10,6 @@ No clock, no I/O: `now` is passed in.
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections.abc import Mapping
 from datetime import datetime
 
@@ -23,8 +22,7 @@ class NextFires:
 
     def __init__(self, entries: Mapping[TriggerId, Entry]) -> None:
         self._entries = entries
-        self._heap: list[tuple[datetime, int, Entry]] = []  # (next_at, order, entry)
-        self._order = itertools.count()
+        self._heap: list[tuple[datetime, TriggerId]] = []  # (next_at, id): two shared refs
 
     def __len__(self) -> int:
         """Items held, stale ones included."""
@@ -34,18 +32,17 @@ class NextFires:
         """File `entry` under its `next_at`; an older item of it goes stale in the heap."""
         if entry.next_at is None:
             return
-        heapq.heappush(self._heap, (entry.next_at, next(self._order), entry))
+        heapq.heappush(self._heap, (entry.next_at, entry.record.id))
         if len(self._heap) > 2 * len(self._entries) + 1024:
             self.rebuild()
 
     def rebuild(self) -> None:
-        self._heap = [(e.next_at, next(self._order), e)
-                      for e in self._entries.values() if e.next_at is not None]  # fmt: skip
+        self._heap = [(e.next_at, tid) for tid, e in self._entries.items() if e.next_at is not None]
         heapq.heapify(self._heap)
 
-    def _current(self, item: tuple[datetime, int, Entry]) -> bool:
-        at, _, entry = item
-        return entry.next_at == at and self._entries.get(entry.record.id) is entry
+    def _current(self, item: tuple[datetime, TriggerId]) -> bool:
+        entry = self._entries.get(item[1])
+        return entry is not None and entry.next_at == item[0]
 
     def earliest(self) -> datetime | None:
         """The earliest `next_at` of any entry; stale items on top are dropped."""
@@ -57,15 +54,13 @@ class NextFires:
     def first(self) -> tuple[TriggerId, datetime] | None:
         """The entry that fires first, and when."""
         at = self.earliest()
-        return (self._heap[0][2].record.id, at) if at is not None else None
+        return (self._heap[0][1], at) if at is not None else None
 
     def pop_due(self, now: datetime) -> list[Entry]:
         """Every entry due at `now`, earliest first, each once; taken off the heap."""
         due: list[Entry] = []
-        seen: set[int] = set()
         while (at := self.earliest()) is not None and at <= now:
-            entry = heapq.heappop(self._heap)[2]
-            if id(entry) not in seen:
-                seen.add(id(entry))
+            entry = self._entries[heapq.heappop(self._heap)[1]]
+            if not due or due[-1] is not entry:  # an entry pushed twice at the same instant
                 due.append(entry)
         return due

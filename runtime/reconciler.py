@@ -9,8 +9,9 @@ status) and `registry` (the ones this device arms), kept current by (SPEC
    the Subscription with `Last-Event-ID`); a `gap`, or a `hello` whose cursor
    is past ours, is filled from the `changes?since=` pages, and a change at or
    before the last applied `seq` is ignored, so nothing is lost or applied twice;
-3. a slow full resync (`resync_s`) as a safety net, and `resync()` on demand
-   (election flip), which re-sorts the records in memory at once, then fetches.
+3. a slow full resync as a safety net, every `resync_s`, or `RESYNC_SPACING` times the
+   last sync's length when that is longer (a thousandth of the time at most: every 10–15
+   minutes at 100,000); `resync()` on demand (election flip) re-sorts at once, then fetches.
 
 A `stamp` change (the runtime's own writes: `nextFireAt`, `lastStatus` …, never
 `rev` nor `updatedAt`) is not work: it replaces the record's stamps in `records`
@@ -18,9 +19,10 @@ and in the armed entry in O(1), with no diff, no `RecordEdited` and no registry 
 (`_restamped`). A full sync keeps the record objects it already holds when the
 listed record is equal, so a resync allocates nothing for what did not change.
 
-Each non-empty diff is published as `DiffApplied` (stamp-only writes make none), and
-`RecordEdited` tells of every feed change to a record's user fields, armed here or
-not (a repin between two other devices still changes who stamps it). Skipped
+Every id whose record arrived, changed (stamps included) or went is added to `touched`,
+for the health pass. Each non-empty diff is published as `DiffApplied` (stamp-only
+writes make none), and `RecordEdited` tells of every feed change to a record's user
+fields, armed here or not (a repin between two other devices still changes who stamps it). Skipped
 records are logged once per version. Never dies of a record, a callback or the
 network: it logs one line, backs off through the Clock and goes on. Must not
 write records or decide when anything fires.
@@ -44,6 +46,7 @@ from runtime.events import Bus, DiffApplied, RecordEdited
 from runtime.seat import Seat
 from runtime.sse import SseEvent
 from runtime.subscribe import Subscription
+from runtime.touched import Touched
 from triggers import diffing
 from triggers import registry as reg
 from triggers.records import Loaded, Salvaged, TriggerId
@@ -51,6 +54,7 @@ from triggers.records import Loaded, Salvaged, TriggerId
 log = logging.getLogger(__name__)
 
 RETRY = Backoff(base=1.0, cap=30.0, jitter=False)  # a failed sync; the feed retries at the cap
+RESYNC_SPACING = 1000.0  # the slow resync waits at least this many times its last sync's length
 
 
 class Reconciler:
@@ -64,6 +68,7 @@ class Reconciler:
         bus: Bus,
         resync_s: float = 300.0,
         stream_options: dict[str, Any] | None = None,
+        touched: Touched | None = None,
     ) -> None:
         self._client, self._space, self._peer, self._clock = seat
         self._is_active = is_active
@@ -74,7 +79,8 @@ class Reconciler:
         self.registry = reg.Registry()
         self.ready = asyncio.Event()
         self.seq = 0  # the last change reflected in `records`
-        self.version = 0  # grows at every change to `records` (the health pass reads it)
+        self.touched = Touched() if touched is None else touched  # for the health pass
+        self._sorted_as: bool | None = None  # the role the last full sort was made with
         self._warned: dict[TriggerId, bytes] = {}
         self._sync_lock = asyncio.Lock()
         self._resync_now = asyncio.Event()
@@ -82,6 +88,7 @@ class Reconciler:
         self._wait = 0.0  # the backoff after the latest failure
         self._error = ""
         self._synced_at: datetime | None = None
+        self._sync_took = 0.0  # seconds the last full sync took
         self._sub: Subscription | None = None
 
     # --- the loop ------------------------------------------------------------------------
@@ -96,8 +103,16 @@ class Reconciler:
             group.create_task(self._resync_loop())
 
     async def resync(self) -> reg.Diff:
-        """Re-sort responsibility now (e.g. the lease moved), then a full sync; never raises."""
-        local = self._reconcile(list(self.records.values())) if self.ready.is_set() else reg.Diff()
+        """Re-sort responsibility now (e.g. the lease moved), then a full sync; never raises.
+
+        Before the first sync is done, it waits for that one (which reads the role as it
+        sorts: a second listing would double a start's work) and re-sorts if the role moved."""
+        if not self.ready.is_set():
+            await self.ready.wait()
+            if self._sorted_as == self._is_active():
+                return reg.Diff()
+            return self._reconcile(list(self.records.values()))
+        local = self._reconcile(list(self.records.values()))
         try:
             fetched = await self.sync()
         except Exception as exc:
@@ -109,6 +124,7 @@ class Reconciler:
     async def sync(self) -> reg.Diff:
         """One full sync from the space: listing, folded with changes past its `seq`."""
         async with self._sync_lock:
+            began = self._clock.monotonic()
             loaded, seq = await feed.listing(self._client, self._space, self._kept)
             while seq < self.seq:  # the feed already applied changes newer than the listing
                 folded = await feed.fold_pages(self._client, self._space, loaded, seq)
@@ -118,7 +134,7 @@ class Reconciler:
                 seq = folded
             self.seq = max(self.seq, seq)
             diff = self._reconcile(list(loaded.values()))
-            self._synced_at = self._clock.wall()
+            self._synced_at, self._sync_took = self._clock.wall(), self._clock.monotonic() - began
             return diff
 
     async def _sync_safely(self) -> bool:
@@ -140,7 +156,8 @@ class Reconciler:
                 self._resync_now.set()  # try again after the backoff
 
     async def _wait_resync(self) -> None:
-        await sleep_until(self._clock, self._clock.monotonic() + self._resync_s, self._resync_now)
+        wait = max(self._resync_s, RESYNC_SPACING * self._sync_took)
+        await sleep_until(self._clock, self._clock.monotonic() + wait, self._resync_now)
 
     # --- the change feed -----------------------------------------------------------------
 
@@ -184,7 +201,6 @@ class Reconciler:
         if not fresh:
             return
         self.seq = fresh[-1].seq
-        self.version += 1
         items = [item for item in map(feed.item, fresh) if not self._restamped(item)]
         if items:
             self._apply_items(items)
@@ -206,6 +222,7 @@ class Reconciler:
         ):
             return False
         self.records[item.id] = item
+        self.touched.add(item.id)
         reg.restamp(self.registry, item)
         return True
 
@@ -213,6 +230,7 @@ class Reconciler:
         edited = False
         for item in items:
             edited = edited or feed.edited(self.records.get(item.id), item)
+            self.touched.add(item.id)
             if isinstance(item, reg.Deleted):
                 self.records.pop(item.id, None)
                 self._warned.pop(item.id, None)
@@ -227,10 +245,15 @@ class Reconciler:
     # --- applying ------------------------------------------------------------------------
 
     def _reconcile(self, records: list[Loaded]) -> reg.Diff:
-        self.version += 1
-        self.records = {r.id: r for r in records}
+        held, self.records = self.records, {r.id: r for r in records}
+        if held:
+            self.touched.update(t for t, r in self.records.items() if held.get(t) is not r)
+            self.touched.update(tid for tid in held if tid not in self.records)
+        else:
+            self.touched.update(self.records)  # a first sync: every record is news
         self._warned = {k: v for k, v in self._warned.items() if k in self.records}
-        diff = diffing.reconcile(self.registry, records, self._peer, self._is_active())
+        self._sorted_as = self._is_active()
+        diff = diffing.reconcile(self.registry, records, self._peer, self._sorted_as)
         self._publish(diff)
         return diff
 

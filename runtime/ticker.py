@@ -1,16 +1,14 @@
 """The ticker: when armed cron and once triggers are due, dispatched once per slot.
 
-Owns the timers of this device's armed `cron` and `once` entries (SPEC "When
-triggers fire", "Sleep and clocks"). Each entry keeps a *cursor*: slots at or
-before it never fire. `run()` sleeps until the earliest next fire or a change
-(`apply` wakes it), never longer than `max_sleep`; at every wake it recomputes
-what is due from the wall clock (`schedule.due_slots`, `schedule.once_due`),
-moves the cursors, and hands the fires due to the `Dispatcher` as `FireRequest`s,
-together (`HAND_OFF` at a time), so they are claimed in one request. "Due" looks
-`lead` seconds ahead (runtime.ahead.CLAIM_AHEAD): a slot is claimed just before it
-comes and its run starts at the slot, not a claim's round trip after it.
-A slot is dispatched once by this device; the space's fire claims make it once
-across devices.
+Owns the timers of this device's armed `cron` and `once` entries (SPEC "When triggers
+fire", "Sleep and clocks"). Each entry keeps a *cursor*: slots at or before it never
+fire. `run()` sleeps until the earliest next fire or a change (`apply` wakes it), never
+longer than `max_sleep`; at every wake it recomputes what is due from the wall clock
+(`schedule.due_slots`, `schedule.once_due`), moves the cursors, and hands the fires due
+to the `Dispatcher` as `FireRequest`s, together (`HAND_OFF` at a time), so they are
+claimed in one request. "Due" looks `lead` seconds ahead (runtime.ahead.CLAIM_AHEAD): a
+slot is claimed just before it comes, so its run starts at the slot, not a claim's round
+trip after it. A slot is dispatched once by this device; the claims make it once in all.
 
 - Arming (add, resume, start): the cursor starts where the record's last write or
   this device's start left it (`start_cursor`), never before the record's
@@ -22,12 +20,10 @@ across devices.
   passed within the trigger's tolerance, oldest first: the device was up, so they
   are not downtime. Only a detected sleep (`slept(now)`) restarts the cursors at
   `now`, so a machine back from suspend never fires a burst of stale slots.
-- `bridge(start)`: after a takeover, each floating cron entry also fires the slots
-  in `(start, cursor]` not before its `activeSince`; the device computes `start` by
-  the bridge rule (runtime.takeover). Up to the cursor, not only up to where the
-  entry was armed: a holder whose lease wavered kept its entries, and the slots it
-  took while it could not fire were dropped by the dispatcher; the claims drop the
-  ones that did run.
+- `bridge(start)`: after a takeover (`start` by the bridge rule, runtime.takeover),
+  each floating cron entry also fires its slots in `(start, cursor]` not before its
+  `activeSince`: up to the cursor, as a holder whose lease wavered dropped the slots it
+  took while it could not fire; the claims drop the ones that did run.
 
 The entry math (cursors, bridges, what is due at a wake) is `runtime.cursors`, pure;
 the order in which entries come due is `runtime.nextfires`, a heap, so at rest the
@@ -36,11 +32,10 @@ diff (a first sync of 100,000 records) is armed in chunks of `ARM_CHUNK` that yi
 the loop between them, so the election's renewals and the streams never starve; a
 small one is armed at once.
 
-One entry's failure is its own: an entry whose arming or taking raises is
-logged with its id and dropped (`failed` keeps why, for `baton status`), and
-every other entry goes on. Event triggers are not the ticker's
-(runtime.subscriptions). Must not claim, run or record fires (the Dispatcher
-does), and reads time only through the Clock.
+One entry's failure is its own: an entry whose arming or taking raises is logged with
+its id and dropped (`failed` keeps why, for `baton status`), and every other entry goes
+on. Event triggers are not the ticker's (runtime.subscriptions). Must not claim, run or
+record fires (the Dispatcher does), and reads time only through the Clock.
 """
 
 from __future__ import annotations
@@ -57,22 +52,22 @@ from runtime.ahead import CLAIM_AHEAD
 from runtime.cursors import Entry, add_bridge, arm, restart, take
 from runtime.dispatch import Dispatcher, FireRequest, named
 from runtime.nextfires import NextFires
+from runtime.touched import Touched
 from triggers.records import CronTrigger, OnceTrigger, TriggerId
 from triggers.registry import Armed, Diff
 
 log = logging.getLogger(__name__)
 
 ARM_CHUNK = 500
+"""At most this many entries are armed between two yields to the loop (≈ 5–25 ms)."""
 HAND_OFF = 100
 """At most this many fires of one wake are handed to the dispatcher (claimed) at once."""
-"""At most this many entries are armed between two yields to the loop (≈ 25–100 ms)."""
+_TIMED = (CronTrigger, OnceTrigger)
 
 
-def _by_schedule(item: tuple[TriggerId, tuple[Armed, datetime]]) -> tuple[str, str]:
-    """Pending entries of one (expression, zone) together: armed in a row as of the same
-    `now`, they share their start cursor and so one next-slot search (`schedule.next_fire`)."""
-    record = item[1][0].record
-    return (record.spec.expr, record.spec.tz) if isinstance(record, CronTrigger) else ("", "")
+def _expression(armed: Armed) -> str:
+    record = armed.record
+    return record.spec.expr if isinstance(record, CronTrigger) else ""
 
 
 class Ticker:
@@ -85,6 +80,7 @@ class Ticker:
         clock: Clock,
         max_sleep: float = MAX_SLEEP,
         lead: float = CLAIM_AHEAD,
+        touched: Touched | None = None,
     ) -> None:
         self._dispatcher = dispatcher
         self._clock = clock
@@ -100,21 +96,28 @@ class Ticker:
         self._pending: dict[TriggerId, tuple[Armed, datetime]] = {}  # to arm, with its `now`
         self.chunk = ARM_CHUNK
         self._pending_bridge: datetime | None = None  # a takeover's start, for pending entries
-        self.version = 0  # grows whenever an entry's next fire may have moved
+        self.touched = Touched() if touched is None else touched  # ids whose next fire moved
+        self.settled = asyncio.Event()  # set while nothing waits to be armed
+        self.settled.set()
 
     def apply(self, diff: Diff, now: datetime) -> None:
         """Arm, re-arm, refresh or disarm from a registry diff; event triggers are ignored.
 
         Up to `chunk` entries to arm are armed at once; more wait in `pending` for the run
         loop (`arm_pending`), each armed as of the `now` its diff came with."""
-        self.version += 1
+        self.touched.update(diff.remove)
         for tid in diff.remove:
             self._entries.pop(tid, None)
             self._pending.pop(tid, None)
             self.failed.pop(tid, None)
-        for armed in (*diff.add, *diff.rearm):
-            self._pending.pop(armed.record.id, None)
-            self._pending[armed.record.id] = (armed, now)
+        incoming = (*diff.add, *diff.rearm)
+        if len(incoming) > self.chunk:  # entries of one expression in a row: one slot search
+            incoming = tuple(sorted(incoming, key=_expression))  # (`schedule.next_fire`)
+        pending = self._pending
+        for armed in incoming:
+            if (tid := armed.record.id) in pending:
+                del pending[tid]  # to the end: it arms after what came before it
+            pending[tid] = (armed, now)
         for armed in diff.update:
             if armed.record.id in self._pending:  # not armed yet: it arms with the newest
                 self._pending[armed.record.id] = (armed, self._pending[armed.record.id][1])
@@ -122,8 +125,8 @@ class Ticker:
                 self._refresh(armed)
         if len(self._pending) <= self.chunk:
             self._arm_some(len(self._pending))
-        elif diff.add or diff.rearm:  # a large diff: armed by schedule, so entries that share
-            self._pending = dict(sorted(self._pending.items(), key=_by_schedule))  # a slot search
+        else:
+            self.settled.clear()
         self._wake.set()
 
     @property
@@ -142,15 +145,17 @@ class Ticker:
         return armed
 
     def _arm_some(self, count: int) -> int:
-        taken = list(itertools.islice(self._pending.items(), count))
-        for tid, (armed, now) in taken:
-            del self._pending[tid]
-            self._arm(armed, now, self._entries.get(tid))
-            entry, start = self._entries.get(tid), self._pending_bridge
+        taken = list(itertools.islice(self._pending, count))  # ids: no item tuple each
+        start = self._pending_bridge
+        for tid in taken:
+            armed, now = self._pending.pop(tid)
+            entry = self._arm(armed, now, self._entries.get(tid))
             if start is not None and entry is not None and add_bridge(entry, start):
                 self._push(entry)  # a takeover came before its arming
         if not self._pending:
+            self._pending = {}  # a dict keeps its size when emptied: 100,000 slots
             self._pending_bridge = None
+            self.settled.set()
         return len(taken)
 
     def bridge(self, start: datetime) -> int:
@@ -166,28 +171,31 @@ class Ticker:
         self._wake.set()
         return added
 
-    def _arm(self, armed: Armed, now: datetime, prev: Entry | None) -> None:
+    def _arm(self, armed: Armed, now: datetime, prev: Entry | None) -> Entry | None:
         record = armed.record
-        self.failed.pop(record.id, None)
-        if not isinstance(record, CronTrigger | OnceTrigger):
-            self._entries.pop(record.id, None)  # a kind change to `event`
-            return
+        if self.failed:
+            self.failed.pop(record.id, None)
+        if not isinstance(record, _TIMED):
+            if self._entries.pop(record.id, None) is not None:  # a kind change to `event`
+                self.touched.add(record.id)
+            return None
         try:
             entry = arm(record, now + self._lead, prev, self.up_since)  # as `tick` sees now
         except Exception as exc:
             self._drop(record.id, "arm", exc)
-            return
+            return None
         self._entries[record.id] = entry
         self._push(entry)
+        return entry
 
     def _push(self, entry: Entry) -> None:
-        self.version += 1  # its next fire may have moved
+        self.touched.add(entry.record.id)  # its next fire may have moved
         self._heap.push(entry)
 
     def _drop(self, tid: TriggerId, what: str, exc: Exception) -> None:
         """One entry raised: log it, forget it; the others are untouched."""
         self._entries.pop(tid, None)
-        self.version += 1
+        self.touched.add(tid)
         self.failed[tid] = f"{what}: {type(exc).__name__}: {exc}"
         log.error("ticker: trigger %s dropped, %s", tid, self.failed[tid])
 
@@ -206,7 +214,7 @@ class Ticker:
                 self._drop(tid, "restart", exc)
         self._pending = {tid: (armed, now) for tid, (armed, _) in self._pending.items()}
         self._pending_bridge = None  # nothing of the sleep is bridged
-        self.version += 1
+        self.touched.update(self._entries)
         self._heap.rebuild()
         self._wake.set()
 

@@ -12,7 +12,6 @@ Pure: no I/O beyond reading the zone database, no clock reads.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections.abc import Callable
@@ -40,13 +39,19 @@ UnixSeconds = Annotated[float, msgspec.Meta(ge=AT_MIN.timestamp(), le=AT_MAX.tim
 class CronExpr(str):
     """A cron expression: 5 fields, or 6 with seconds first."""
 
+    __slots__ = ()  # no `__dict__`: one shared instance per distinct value
+
 
 class TimeZoneName(str):
     """An IANA time zone name."""
 
+    __slots__ = ()  # no `__dict__`: one shared instance per distinct value
+
 
 class ProgramRef(str):
     """`name@vN` or `internal:<name>`."""
+
+    __slots__ = ()  # no `__dict__`: one shared instance per distinct value
 
 
 def cron_fields(expr: str) -> tuple[str, ...]:
@@ -109,20 +114,23 @@ _CHECKS: dict[type, Callable[[str], object]] = {
 }
 
 
+_CHECKED: dict[type, dict[str, str]] = {typ: {} for typ in _CHECKS}
+"""Checked marker values by text: records repeat a few expressions and zones, and each
+record shares the one checked string (the key is that string itself)."""
+
+
 def dec_hook(typ: type, obj: Any) -> Any:
-    if typ not in _CHECKS:
+    checked = _CHECKED.get(typ)
+    if checked is None:
         raise NotImplementedError(typ)
     if not isinstance(obj, str):
         raise TypeError(f"Expected `str`, got `{type(obj).__name__}`")
-    return _checked(typ, obj)
-
-
-@functools.lru_cache(maxsize=cronwall.CACHE_SIZE)
-def _checked(typ: type, text: str) -> str:
-    """A checked marker value; cached, since records repeat a few expressions and zones."""
-    _CHECKS[typ](text)
-    checked: str = typ(text)
-    return checked
+    found = checked.get(obj)
+    if found is None:
+        found = typ(obj)
+        _CHECKS[typ](found)  # so a cron expression's parse is cached under this very string
+        cronwall.remember(checked, found, found)
+    return found
 
 
 def enc_hook(obj: Any) -> Any:

@@ -25,9 +25,10 @@ Must not read the clock or do I/O; catch-up, grace and fire keys live in schedul
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
+
+import msgspec
 
 from triggers import cronwall
 from triggers.bounds import zone
@@ -38,9 +39,8 @@ _DAY = timedelta(days=1)
 _MAX_HOPS = 10_000  # transitions crossed in one search; real zones need a handful
 
 
-@dataclass(frozen=True, slots=True)
-class CronRule:
-    """A checked cron expression in a zone."""
+class CronRule(msgspec.Struct, frozen=True, gc=False):
+    """A checked cron expression in a zone (made per call: its parts are cached)."""
 
     expr: str
     tz: ZoneInfo
@@ -49,18 +49,19 @@ class CronRule:
     fixed: timedelta | None  # the zone's one offset, if it never changes (UTC, Etc/…)
 
 
-@functools.lru_cache(maxsize=cronwall.CACHE_SIZE)
 def rule(expr: str, tz: str = "UTC") -> CronRule:
-    """Check `expr` and `tz`; ValueError naming what is wrong. Cached per (expr, tz)."""
-    expr = str(expr)  # a plain str: `cronwall.compile`'s cache is keyed by the exact type
-    z, fixed = _zone(str(tz))
-    return CronRule(expr, z, is_wildcard(expr), cronwall.compile(expr), fixed)
+    """Check `expr` and `tz`; ValueError naming what is wrong. The parse is cached per
+    expression and the zone per name, so no object is kept per (expression, zone)."""
+    matcher = cronwall.compile(expr)
+    z, fixed = _zone(tz)
+    return CronRule(matcher.expr, z, matcher.wildcard, matcher, fixed)
 
 
 @functools.lru_cache(maxsize=1024)
 def _zone(name: str) -> tuple[ZoneInfo, timedelta | None]:
     """The zone, and its one offset if it has one for all time by IANA's definition (UTC,
     `Etc/GMT±n`): no transitions to search."""
+    name = str(name)
     z = zone(name)
     fixed = name in ("UTC", "Etc/UTC", "Etc/GMT", "GMT", "UCT", "Zulu", "Universal") or (
         name.startswith("Etc/GMT") and name[7:8] in "+-"
@@ -69,15 +70,12 @@ def _zone(name: str) -> tuple[ZoneInfo, timedelta | None]:
 
 
 def rule_of(spec: CronSpec) -> CronRule:
-    return rule(spec.expr, spec.tz)  # the checked strings themselves: no copy per call
+    return rule(spec.expr, spec.tz)
 
 
 def is_wildcard(expr: str) -> bool:
     """Whether the job follows real time: a time-of-day field starts with `*`."""
-    cronwall.compile(expr)  # ValueError for a bad one
-    fields = expr.split()
-    time_of_day = fields[:3] if len(fields) == 6 else fields[:2]
-    return any(f.startswith("*") for f in time_of_day)
+    return cronwall.compile(expr).wildcard  # ValueError for a bad one
 
 
 # --- wall-clock matching (triggers.cronwall) -------------------------------------------
@@ -114,9 +112,13 @@ class NaiveInstant(ValueError):
     """An instant without a zone: the schedule never guesses the host's zone."""
 
 
-def floor_second(t: datetime) -> datetime:
+def _check_aware(t: datetime) -> None:
     if t.tzinfo is None or t.utcoffset() is None:
         raise NaiveInstant(f"instant {t.isoformat()} has no zone: pass an aware datetime")
+
+
+def floor_second(t: datetime) -> datetime:
+    _check_aware(t)
     return t.astimezone(UTC).replace(microsecond=0)
 
 
@@ -204,10 +206,12 @@ def gap_hit(r: CronRule, t: datetime) -> bool:
 
 def next_slot(r: CronRule, after: datetime) -> datetime | None:
     """The first fire strictly after `after` (aware), in UTC; None if the rule never fires."""
-    lo = floor_second(after)  # walls strictly after lo's wall are searched
     if r.fixed is not None:  # no transitions: the wall time's next match is the slot
-        found = r.matcher.next(_naive(lo, r.fixed))
-        return None if found is None else _aware(found, r.fixed)
+        _check_aware(after)
+        local = after.astimezone(UTC) + r.fixed  # its fields are the wall time (no `replace`)
+        found = r.matcher.next_in(local, UTC)
+        return found - r.fixed if found is not None and r.fixed else found
+    lo = floor_second(after)  # walls strictly after lo's wall are searched
     seg, off = lo, offset(r.tz, lo)  # seg: an instant known to be at `off`
     for _ in range(_MAX_HOPS):
         wall = r.matcher.next(_naive(lo, off))

@@ -1,32 +1,37 @@
-"""Expanded cron fields and the walk over naive wall times to the next or last match.
+"""Cron expressions expanded into their fields: what each field allows, parsed once.
 
-Owns `Fields` (an expression of the common grammar as sorted allowed values per field,
-and the rule that combines its two day fields), whether such fields ever match
-(`matches_every_leap_cycle`), and `walk`: from a wall time, field by field with
-bisection, to the first matching one in either direction (`FORWARD`, `BACKWARD`).
-Parsing an expression into `Fields` is `triggers.cronwall`'s. Must not read the clock;
-zones and DST are `triggers.cron`'s.
+Owns the parse of an expression into `Fields` (sorted allowed seconds, minutes, hours,
+months; days of month and of week), for the common grammar — numbers, ranges, steps,
+lists, `*`, `?`, month and weekday names. croniter parses (`croniter.expand`, so its
+grammar, aliases and checks stay the contract), except for the commonest form (each
+field `*` or one number), parsed here to the same fields at a fraction of the cost.
+Anything else (`L`, `W`, `#`, `H`) has no `Fields`: `triggers.cronwall` leaves it to
+croniter. Also whether an expression can ever match (`matches_every_leap_cycle`).
+Pure: no clock, no I/O; matching wall times is `triggers.cronwall`'s.
 """
 
 from __future__ import annotations
 
 import calendar
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+import re
 
-SECOND = timedelta(seconds=1)
-MAX_YEARS = 50  # a search gives up this far from its start, as croniter does
-_MONTH_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # the most a month has
+import msgspec
+from croniter import croniter
+
+_SIMPLE = re.compile(r"[0-9*/,?-]+")
+_MONTHS = re.compile(r"(?:[0-9*/,?-]|jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)+")
+_DAYS = re.compile(r"(?:[0-9*/,?-]|sun|mon|tue|wed|thu|fri|sat)+")
+_FULL = {"second": tuple(range(60)), "minute": tuple(range(60)), "hour": tuple(range(24)),
+         "month": tuple(range(1, 13))}  # fmt: skip  # shared by every expression
+MONTH_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # the most a month has
 
 Values = tuple[int, ...] | None  # sorted allowed values; None: every value
 
 
-@dataclass(frozen=True, slots=True)
-class Fields:
-    """An expanded expression of the common grammar."""
+class Fields(msgspec.Struct, frozen=True, gc=False):
+    """An expanded expression of the common grammar (untracked by the cycle collector: it
+    holds tuples of ints only, and 40,000 distinct expressions would be walked at each full
+    collection)."""
 
     seconds: tuple[int, ...]
     minutes: tuple[int, ...]
@@ -51,112 +56,89 @@ def matches_every_leap_cycle(f: Fields) -> bool:
     when none of its days fits any of its months (`0 0 30 2 *`)."""
     if f.dom is None or f.dow is not None:
         return True
-    return any(f.dom[0] <= _MONTH_DAYS[m] for m in f.months)
+    return any(f.dom[0] <= MONTH_DAYS[m] for m in f.months)
 
 
-def walk(f: Fields, t: datetime, way: Way) -> datetime | None:
-    """The first matching wall time from `t` on (whole seconds), in `way`'s direction:
-    the first field that does not match moves to its next allowed value that way, the
-    fields below it to their first (or last) value. Raises past year 9999 or before 1."""
-    start = t.year
-    while abs(t.year - start) <= MAX_YEARS:
-        if t.month not in f.months:
-            t = way.month(f, t)
-        elif not f.day_ok(t.year, t.month, t.day):
-            t = way.day(f, t)
-        elif t.hour not in f.hours:
-            t = way.within(t, f.hours, t.hour, "hour") or way.day(f, t)
-        elif t.minute not in f.minutes:
-            t = way.within(t, f.minutes, t.minute, "minute") or way.hour(t)
-        elif t.second not in f.seconds:
-            t = way.within(t, f.seconds, t.second, "second") or way.minute(t)
-        else:
-            return t
-    return None
+def parse(expr: str) -> tuple[Fields | None, bool]:
+    """`expr`'s fields (None: only croniter matches it) and whether a time-of-day field
+    (seconds, minute or hour) starts with `*`; ValueError naming what is wrong."""
+    fields = expr.lower().split()
+    if len(fields) not in (5, 6):
+        raise ValueError(f"cron expression {expr!r} has {len(fields)} fields, expected 5 or 6")
+    time_of_day = fields[:3] if len(fields) == 6 else fields[:2]
+    wildcard = any(f.startswith("*") for f in time_of_day)
+    plain = _plain(fields)
+    if plain is not None:
+        return plain, wildcard
+    try:
+        expanded, nth = croniter.expand(expr, second_at_beginning=True)
+    except (ValueError, KeyError) as exc:
+        raise ValueError(f"invalid cron expression {expr!r}: {exc}") from None
+    return (_fields(fields, expanded) if not nth else None), wildcard
 
 
-_LOWER = {"hour": ("minute", "second"), "minute": ("second",), "second": ()}
-
-
-def _up(t: datetime, allowed: tuple[int, ...], now: int, unit: str) -> datetime | None:
-    """`t` moved to the next allowed `unit` value above `now`, the units below at their start."""
-    i = bisect_right(allowed, now)
-    if i == len(allowed):
+def _fields(raw: list[str], expanded: list[list[int | str]]) -> Fields | None:
+    """The common grammar's fields, or None for what only croniter matches."""
+    *time_of_day, dom, month, dow = raw if len(raw) == 6 else ["0", *raw]
+    if not all(_SIMPLE.fullmatch(f) for f in (*time_of_day, dom)):
         return None
-    fields: dict[str, Any] = {unit: allowed[i], **dict.fromkeys(_LOWER[unit], 0)}
-    return t.replace(**fields)
-
-
-def _down(t: datetime, allowed: tuple[int, ...], now: int, unit: str) -> datetime | None:
-    """`t` moved to the last allowed `unit` value below `now`, the units below at their end."""
-    i = bisect_left(allowed, now) - 1
-    if i < 0:
+    if not (_MONTHS.fullmatch(month) and _DAYS.fullmatch(dow)):
         return None
-    fields: dict[str, Any] = {unit: allowed[i], **dict.fromkeys(_LOWER[unit], 59)}
-    return t.replace(**fields)
+    values = [_values(e) for e in expanded]
+    if any(v == () for v in values):
+        return None  # e.g. `l` left in a field: not ours to match
+    minute, hour, day, mon, wday = values[:5]
+    second = values[5] if len(values) == 6 else (0,)
+    return _build(second, minute, hour, day, mon, wday)
 
 
-def _month_after(f: Fields, t: datetime) -> datetime:
-    i = bisect_left(f.months, t.month)
-    year, month = (t.year, f.months[i]) if i < len(f.months) else (t.year + 1, f.months[0])
-    return datetime(year, month, 1)
+def _build(second: Values, minute: Values, hour: Values, day: Values, mon: Values,
+            wday: Values) -> Fields:  # fmt: skip
+    return Fields(
+        seconds=_all("second", second),
+        minutes=_all("minute", minute),
+        hours=_all("hour", hour),
+        months=_all("month", mon),
+        dom=day,
+        dow=None if wday is None else _weekdays(wday),
+        day_or=day is not None and wday is not None,
+    )
 
 
-def _day_after(f: Fields, t: datetime) -> datetime:
-    """The start of the next matching day of `t`'s month, else of the next month."""
-    year, month = t.year, t.month
-    last = 29 if month == 2 and calendar.isleap(year) else _MONTH_DAYS[month] - (month == 2)
-    if f.dow is None and f.dom is not None:  # the day-of-month field alone: jump to its next
-        i = bisect_right(f.dom, t.day)
-        days: Any = f.dom[i : i + 1] if i < len(f.dom) and f.dom[i] <= last else ()
-    else:
-        days = (d for d in range(t.day + 1, last + 1) if f.day_ok(year, month, d))
-    for day in days:
-        return datetime(year, month, day)
-    return datetime(year + 1, 1, 1) if month == 12 else datetime(year, month + 1, 1)
+_BOUNDS = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 7))  # s, m, h, dom, mon, dow
+_ONE = {n: (n,) for n in range(60)}  # one shared tuple per single value
+_ONE_DAY = {n: frozenset((n,)) for n in range(7)}  # one shared set per single weekday
+_ATOMS = tuple(
+    {"*": None, **{text: _ONE[n % 7 if high == 7 else n]
+                   for n in range(low, high + 1) for text in (str(n), f"{n:02d}")}}
+    for low, high in _BOUNDS
+)  # fmt: skip  # per field: each `*` or number (one or two digits, in range) it may be
 
 
-def _hour_after(t: datetime) -> datetime:
-    return t.replace(minute=0, second=0) + timedelta(hours=1)
+def _plain(raw: list[str]) -> Fields | None:
+    """Fields of the commonest form, each `*` or one number (`30 9 * * 1`), without croniter's
+    parse (≈ 100 µs an expression: 40,000 distinct ones cost seconds); None for anything else.
+    A number out of range is left to croniter, whose message names it."""
+    fields = raw if len(raw) == 6 else ["0", *raw]
+    try:
+        second, minute, hour, day, mon, wday = [a[f] for a, f in zip(_ATOMS, fields, strict=True)]
+    except KeyError:
+        return None
+    return _build(second, minute, hour, day, mon, wday)
 
 
-def _minute_after(t: datetime) -> datetime:
-    return t.replace(second=0) + timedelta(minutes=1)
+def _weekdays(wday: tuple[int, ...]) -> frozenset[int]:
+    shared = _ONE_DAY.get(wday[0]) if len(wday) == 1 else None
+    return shared if shared is not None else frozenset(wday)
 
 
-def _month_before(f: Fields, t: datetime) -> datetime:
-    i = bisect_right(f.months, t.month) - 1
-    year, month = (t.year, f.months[i]) if i >= 0 else (t.year - 1, f.months[-1])
-    return datetime(year, month, calendar.monthrange(year, month)[1], 23, 59, 59)
+def _values(field: list[int | str]) -> Values:
+    if field == ["*"]:
+        return None
+    if not all(isinstance(v, int) for v in field):
+        return ()
+    return tuple(sorted({int(v) for v in field}))
 
 
-def _day_before(f: Fields, t: datetime) -> datetime:
-    """The end of the previous matching day of `t`'s month, else of the previous month."""
-    year, month = t.year, t.month
-    for day in range(t.day - 1, 0, -1):
-        if f.day_ok(year, month, day):
-            return datetime(year, month, day, 23, 59, 59)
-    return datetime(year, month, 1) - SECOND
-
-
-def _hour_before(t: datetime) -> datetime:
-    return t.replace(minute=59, second=59) - timedelta(hours=1)
-
-
-def _minute_before(t: datetime) -> datetime:
-    return t.replace(second=59) - timedelta(minutes=1)
-
-
-@dataclass(frozen=True, slots=True)
-class Way:
-    """One direction of `walk`: how each field steps to its next allowed value."""
-
-    month: Callable[[Fields, datetime], datetime]
-    day: Callable[[Fields, datetime], datetime]
-    within: Callable[[datetime, tuple[int, ...], int, str], datetime | None]
-    hour: Callable[[datetime], datetime]
-    minute: Callable[[datetime], datetime]
-
-
-FORWARD = Way(_month_after, _day_after, _up, _hour_after, _minute_after)
-BACKWARD = Way(_month_before, _day_before, _down, _hour_before, _minute_before)
+def _all(unit: str, values: Values) -> tuple[int, ...]:
+    return _FULL[unit] if values is None else values

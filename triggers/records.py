@@ -35,6 +35,7 @@ from triggers.bounds import (
     enc_hook,
     within_calendar,
 )
+from triggers.sharing import share_fields, share_instants
 
 TriggerId = NewType("TriggerId", str)
 PeerId = NewType("PeerId", str)
@@ -111,7 +112,9 @@ class _Fields(Base, frozen=True, kw_only=True, tag_field="kind"):
     limits: Limits = Limits()
 
     def __post_init__(self) -> None:
-        check_args(self.args)
+        if self.args:
+            check_args(self.args)
+        share_fields(self)
 
     @property
     def kind(self) -> str:
@@ -132,6 +135,12 @@ class _Stored(_Fields, frozen=True, kw_only=True):
     next_fire_at: datetime | None = None
     breaker: dict[str, Any] | None = None
     rollup: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:  # `_Fields`'s, and the instants (one call: 100,000 a sync)
+        if self.args:
+            check_args(self.args)
+        share_fields(self)
+        share_instants(self)
 
     @property
     def floating(self) -> bool:

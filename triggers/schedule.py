@@ -81,11 +81,16 @@ def tolerance(spec: CronSpec) -> timedelta:
     `latest`: `graceSeconds`, default 3600. `none`: 30 s of live slack, lowered to
     `graceSeconds` when that is smaller. Never below one second.
     """
+    if spec.grace_seconds is None:
+        return _LATEST if spec.catchup is Catchup.LATEST else _LIVE
     if spec.catchup is Catchup.LATEST:
-        grace = CRON_LATEST_GRACE if spec.grace_seconds is None else spec.grace_seconds
+        grace = spec.grace_seconds
     else:
-        grace = LIVE_SLACK if spec.grace_seconds is None else min(LIVE_SLACK, spec.grace_seconds)
+        grace = min(LIVE_SLACK, spec.grace_seconds)
     return timedelta(seconds=max(MIN_TOLERANCE, grace))
+
+
+_LIVE, _LATEST = timedelta(seconds=LIVE_SLACK), timedelta(seconds=CRON_LATEST_GRACE)
 
 
 def arm_cursor(spec: CronSpec, now: datetime) -> datetime:

@@ -123,8 +123,16 @@ def _setup_logging() -> None:
     logging.getLogger("aiohttp_sse_client").setLevel(logging.CRITICAL)
 
 
+def _freeze_imports() -> None:
+    """Take what the imports made (modules, classes, functions: ≈ 100,000 objects living as
+    long as the process) out of the cycle collector's sight, so a full collection does not
+    walk them again each time (≈ 80 ms over a start with 100,000 triggers)."""
+    gc.freeze()
+
+
 def run_up(args: argparse.Namespace) -> int:
     _setup_logging()
+    _freeze_imports()
     data = data_dir(args.data)
     data.mkdir(mode=0o700, parents=True, exist_ok=True)  # tokens and the space live here
     responder = _responder(args, data)
@@ -235,6 +243,7 @@ def _named(responder: Responder) -> str:
 
 def run_device(args: argparse.Namespace) -> int:
     _setup_logging()
+    _freeze_imports()
     where = target(args)
     responder = _responder(args, data_dir(args.data))
     print(f"baton: device {args.peer!r} joining {where.url} (space {where.space!r}, "
@@ -267,10 +276,10 @@ def _device(
 
 
 async def _run(device: Device) -> None:
-    """Runs `device`. Once its first sync is in, what the process has built so far
-    (modules, the app, the first records) is frozen out of the cycle collector's reach
-    (`gc.freeze`), so a full collection walks only what came after: a pause of under a
-    millisecond, where tens of milliseconds stalled the loop mid-fire (docs/performance.md)."""
+    """Runs `device`. Once its first sync is in, what the process built since its imports
+    were frozen (`_freeze_imports`: the app, the clients, the first records' bookkeeping)
+    is frozen too, so a full collection walks only what came after: each one stalls the
+    loop, and a fire with it (docs/performance.md, "Collections")."""
 
     async def freeze() -> None:
         await device.reconciler.ready.wait()

@@ -3,6 +3,7 @@ the defaults from the environment, an unreachable server, a refused token, JSON 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import socket
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from clikit import SPACE, Cli, World
 
-from runtime.cli import main
+from runtime.cli import build_parser, main
 
 
 def closed_port() -> int:
@@ -65,6 +66,21 @@ def test_version(capsys: pytest.CaptureFixture[str]):
     assert main(["--version"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("baton ") and out.strip() != "baton"
+
+
+@pytest.mark.parametrize(
+    ("argv", "verbs"),
+    [
+        (["device", "--peer", "p"], {"up", "device"}),  # `baton device` loads its module alone
+        (["status"], {"status"}),
+        (["--help"], {"up", "device", "status", "space", "triggers", "next"}),  # all of them
+        (["nonsense"], {"up", "device", "status", "space", "triggers", "next"}),
+    ],
+)
+def test_the_parser_loads_the_module_of_the_verb_asked_for(argv: list[str], verbs: set[str]):
+    parser = build_parser(argv)
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert verbs <= set(sub.choices) and (len(sub.choices) == len(verbs)) == (len(verbs) < 3)
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from runtime.election import Elector
 from runtime.healthpass import HealthPass
 from runtime.recorder import Recorder
 from runtime.seat import Seat
+from runtime.touched import Touched
 from space.app import create_app, default_admin_token_file
 from triggers.records import Loaded, PeerId, Salvaged, TriggerId, load
 
@@ -80,6 +81,14 @@ class Setup:
         finally:
             conn.close()
 
+    async def elapse(self, seconds: float, step: float = 5.0) -> None:
+        """Move the clock on, letting the elector renew its lease on the way."""
+        while seconds > 0:
+            self.clock.advance(min(step, seconds))
+            seconds -= step
+            async with asyncio.timeout(5):
+                await self.clock.wait_for_sleepers(1)
+
     async def pass_(self) -> int:
         await self.known.refresh()
         return await self.health.run_pass()
@@ -106,7 +115,7 @@ async def setup(tmp_path: Path, aiohttp_server):
     armed: dict[TriggerId, datetime] = {}
     health = HealthPass(
         seat, recorder=Recorder(seat), records=known, elector=elector,
-        missing_chats=lambda: missing["chats"], next_fires=lambda: armed,
+        missing_chats=lambda: missing["chats"], next_fire=armed.get,
     )  # fmt: skip
     try:
         yield Setup(admin, known, health, clock, db, missing, url, elector, armed)
@@ -265,41 +274,49 @@ async def test_a_first_next_fire_beyond_the_horizon_is_not_written_until_it_near
     assert record["nextFireAt"] == iso(START + timedelta(hours=3))
 
 
-async def test_a_settled_pass_judges_nothing_until_something_it_reads_changes(
-    setup: Setup,
-) -> None:
-    version = {"n": 1}
+async def test_a_pass_judges_what_was_touched_and_nothing_else(setup: Setup) -> None:
+    touched = Touched()
     health = HealthPass(
         Seat(setup.health._client, SPACE, PeerId("a"), setup.clock),
         recorder=setup.health._recorder, records=setup.known, elector=setup.elector,
-        missing_chats=lambda: setup.missing["chats"],
-        next_fires=lambda: setup.armed, version=lambda: version["n"],
+        missing_chats=lambda: setup.missing["chats"], next_fire=setup.armed.get,
+        touched=touched,
     )  # fmt: skip
     tid = await setup.create()
+    await setup.create()
     await setup.known.refresh()
-    assert await health.run_pass() == 0  # healthy: settled
-    setup.write_raw({"id": tid, "program": "nope@v1"})  # unseen: the version did not move
+    assert await health.run_pass() == 0 and health.judged == 2  # the first pass: everything
+    setup.write_raw({"id": tid, "program": "nope@v1"})  # unseen: nobody touched it
     await setup.known.refresh()
-    assert await health.run_pass() == 0 and health.passes == 2
-    version["n"] += 1  # the reconciler saw the change
-    assert await health.run_pass() == 1
+    assert await health.run_pass() == 0 and health.judged == 2 and health.passes == 2
+    touched.add(TriggerId(tid))  # the reconciler saw the change
+    assert await health.run_pass() == 1 and health.judged == 3
     assert await setup.stamp_of(tid) == ("unknown_program", "program 'nope@v1' is not published")
+    await setup.admin.program_put(SPACE, "nope@v1", {"source": "def main(args):\n    return {}\n"})
+    await setup.known.refresh()  # the stamp came back (untouched: the programs move it all)
+    assert await health.run_pass() == 1 and health.judged == 5  # the programs changed: all
+    assert await setup.stamp_of(tid) == ("", "")
 
 
-def test_a_settled_pass_wakes_when_a_stamped_fire_comes_due() -> None:
-    from runtime.healthstamps import FULL_PASS, turns_at
-    from triggers import health as verdicts
-
-    due = START + timedelta(minutes=3)
-    record = load({"id": "t", "kind": "cron", "program": "tick@v1", "spec": {"expr": "* * * * *"},
-                   "nextFireAt": iso(due)})  # fmt: skip
-    inputs = verdicts.HealthInputs(
-        now=START, programs=frozenset(), active_peer=None, live=frozenset(),
-        missing_chats=frozenset(), breaker_until={}, last_run_status={},
+async def test_a_stamped_fire_that_comes_due_is_judged_at_its_turn(setup: Setup) -> None:
+    touched = Touched()
+    health = HealthPass(
+        Seat(setup.health._client, SPACE, PeerId("a"), setup.clock),
+        recorder=setup.health._recorder, records=setup.known, elector=setup.elector,
+        missing_chats=lambda: setup.missing["chats"], next_fire=setup.armed.get,
+        touched=touched,
     )  # fmt: skip
-    assert turns_at([record], {}, inputs) == due
-    assert turns_at([], {}, inputs) == START + FULL_PASS
-    far = {TriggerId("t"): START + timedelta(days=40)}
-    yearly = {"expr": "0 0 1 1 *"}
-    unstamped = load({"id": "t", "kind": "cron", "program": "tick@v1", "spec": yearly})
-    assert turns_at([unstamped], far, inputs) == START + FULL_PASS  # further than 10 min away
+    tid = await setup.create()
+    due = START + timedelta(seconds=10)
+    await setup.admin.trigger_status(SPACE, tid, {"nextFireAt": iso(due)})
+    setup.armed[TriggerId(tid)] = due
+    await setup.known.refresh()
+    assert await health.run_pass() == 0 and health.judged == 1
+    assert health._until_turn(30.0) == 10.0  # it sleeps until the fire comes due
+    await setup.elapse(10.0)
+    assert await health.run_pass() == 0 and health.judged == 2  # due, awaiting its run
+    await setup.elapse(60.0)
+    assert await health.run_pass() == 0 and health.judged == 2  # not overdue before the margin
+    await setup.elapse(1.0)
+    assert await health.run_pass() == 1 and health.judged == 3
+    assert (await setup.stamp_of(tid))[0] == "overdue"

@@ -257,6 +257,26 @@ async def test_resync_moves_floating_records_with_the_lease(space, start):
     assert set(rec.registry) == {mine["id"]}
 
 
+async def test_a_resync_asked_before_the_first_sync_lists_the_records_once(
+    space, start, aiohttp_server
+):
+    floating = await space.admin.trigger_create(SPACE, CRON)
+    listings = 0
+
+    @web.middleware
+    async def counted(request: web.Request, handler: Any) -> web.StreamResponse:
+        nonlocal listings
+        listings += request.method == "GET" and request.path.endswith("/triggers")
+        return await handler(request)
+
+    await space.restart(aiohttp_server, lambda db: None, counted)
+    run = await start()
+    run.active = True  # the lease came before the first sync ended (a device's start)
+    diff = await run.reconciler.resync()
+    assert listings == 1 and set(run.reconciler.registry) == {floating["id"]}
+    assert diff.empty  # the first sync armed it, as active already
+
+
 async def test_a_server_restart_on_the_same_file_loses_no_change(space, start, aiohttp_server):
     run = await start()
     await ready(run)
@@ -331,6 +351,30 @@ async def test_the_slow_resync_catches_what_the_feed_missed(space, start):
     assert "trg_quiet" in run.reconciler.records
 
 
+async def test_the_slow_resync_waits_a_thousand_times_a_long_sync(space, start, aiohttp_server):
+    clock = FakeClock()
+
+    @web.middleware
+    async def slow_listing(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method == "GET" and request.path.endswith("/triggers"):
+            clock.advance(0.1)  # a listing of a large space: 0.1 s
+        return await handler(request)
+
+    await space.restart(aiohttp_server, lambda db: None, slow_listing)
+    run = await start(clock, resync_s=60.0)
+    await ready(run)
+    write_raw(space.db, "trg_quiet", CRON | {"id": "trg_quiet", "owner": ME})  # no feed entry
+    async with asyncio.timeout(5):
+        for _ in range(3):  # 90 s: past `resync_s`, not past 1,000 × 0.1 s
+            await clock.wait_for_sleepers(1)
+            clock.advance(30)
+    assert "trg_quiet" not in run.reconciler.records
+    async with asyncio.timeout(5):
+        await clock.wait_for_sleepers(1)
+        clock.advance(30)
+    await run.until(lambda: "trg_quiet" in run.ids("add"))
+
+
 async def test_an_unreachable_space_is_retried_until_it_answers(space, start, aiohttp_server):
     clock = FakeClock()
     made = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
@@ -389,6 +433,7 @@ async def test_a_stamp_change_is_taken_without_a_diff_nor_a_registry_copy(space,
     change = {"seq": rec.seq + 1, "triggerId": made["id"], "op": "stamp", "rev": made["rev"]}
     rec._apply_changes([Change(**change, at=made["updatedAt"], record=stamped)])
     assert rec.registry is registry and len(run.diffs) == 1 and run.edits == edits
+    assert made["id"] in rec.touched.take()  # for the health pass, which judges stamps too
     assert rec.records[made["id"]].last_status == "ok"  # type: ignore[union-attr]
     assert rec.registry[made["id"]].record.next_fire_at is not None  # its stamps kept current
 
@@ -399,5 +444,7 @@ async def test_a_resync_keeps_the_record_objects_it_holds(space, start):
     made = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
     await run.until(lambda: run.ids("add") == [made["id"]])
     held = run.reconciler.records[made["id"]]
+    run.reconciler.touched.take()
     assert (await run.reconciler.sync()).empty
     assert run.reconciler.records[made["id"]] is held
+    assert len(run.reconciler.touched) == 0  # nothing changed: nothing for the health pass

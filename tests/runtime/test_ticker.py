@@ -559,6 +559,7 @@ async def test_a_large_diff_is_armed_in_chunks_that_yield_to_the_loop(clock):
     ticker.apply(Diff(add=tuple(cron(id=f"trg_{i}") for i in range(35))), T0)
     assert ticker.pending == 35 and ticker.next_fires() == {}
     assert ticker.delay(T0) == 0.0  # the loop comes back at once to arm them
+    assert not ticker.settled.is_set() and len(ticker.touched) == 0  # nothing armed yet
     ran: list[int] = []
 
     async def other() -> None:  # another part of the device, wanting the loop meanwhile
@@ -571,8 +572,10 @@ async def test_a_large_diff_is_armed_in_chunks_that_yield_to_the_loop(clock):
     await task
     assert ran and ran[0] < 35  # it ran between two chunks
     assert len(ticker.next_fires()) == 35 and ticker.pending == 0
+    assert ticker.settled.is_set() and ticker.touched.take() == set(ticker.next_fires())
     ticker.apply(Diff(remove=("trg_0",), add=(cron(id="trg_new"),)), T0)
     assert ticker.pending == 0 and "trg_new" in ticker.next_fires()  # a small diff: at once
+    assert ticker.touched.take() == {"trg_0", "trg_new"}  # for the health pass to judge
 
 
 async def test_an_update_or_removal_of_an_entry_still_pending_is_not_lost(clock):

@@ -59,13 +59,17 @@ def test_a_changed_zone_or_expression_gets_its_own_rule_and_slot() -> None:
     assert cron.rule("30 2 * * *", "Europe/Berlin").fixed is None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.integers(0, 59), st.integers(0, 23), st.integers(1, 28), st.integers(1, 12),
-       st.datetimes(datetime(2001, 1, 1), datetime(2090, 1, 1)))  # fmt: skip
+       st.datetimes(datetime(2001, 1, 1), datetime(2090, 1, 1)),
+       st.sampled_from(["UTC", "Etc/GMT-2", "Etc/GMT+5", "Etc/GMT-14", "Etc/GMT+12"]),
+       st.sampled_from(["*", "1", "mon-fri"]))  # fmt: skip
 def test_the_fixed_zone_path_agrees_with_the_zone_search(m: int, h: int, d: int, mon: int,
-                                                         at: datetime) -> None:  # fmt: skip
-    expr = f"{m} {h} {d} {mon} *"
-    fast = cron.rule(expr, "UTC")
+                                                         at: datetime, tz: str,
+                                                         dow: str) -> None:  # fmt: skip
+    expr = f"{m} {h} {d} {mon} {dow}"
+    fast = cron.rule(expr, tz)
+    assert fast.fixed is not None
     slow = cron.CronRule(fast.expr, fast.tz, fast.wildcard, fast.matcher, None)
     after = at.replace(tzinfo=UTC)
     assert cron.next_slot(fast, after) == cron.next_slot(slow, after)

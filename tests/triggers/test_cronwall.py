@@ -15,7 +15,7 @@ from croniter.croniter import CroniterBadDateError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from triggers import cronwall
+from triggers import cronfields, cronwall
 
 MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 DAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
@@ -144,17 +144,13 @@ def test_bad_expressions_name_what_is_wrong(expr: str, says: str) -> None:
      "59 23 * 12 *", "* * * * *", "7 * * * * *", "0 0 0 29 2 *", "05 09 * * *"],
 )  # fmt: skip
 def test_the_plain_form_parses_to_the_fields_croniter_gives(expr):
-    from triggers import cronwall
-
     raw = expr.lower().split()
-    expanded, _ = cronwall.croniter.expand(expr, second_at_beginning=True)
-    assert cronwall._plain(raw) == cronwall._fields(raw, expanded)
+    expanded, _ = cronfields.croniter.expand(expr, second_at_beginning=True)
+    assert cronfields._plain(raw) == cronfields._fields(raw, expanded)
 
 
 @pytest.mark.parametrize("expr", ["60 * * * *", "0 24 * * *", "0 0 0 * *", "0 0 * 13 *"])
 def test_a_plain_number_out_of_range_is_refused_as_croniter_refuses_it(expr):
-    from triggers import cronwall
-
-    assert cronwall._plain(expr.split()) is None
+    assert cronfields._plain(expr.split()) is None
     with pytest.raises(ValueError):
         cronwall.compile(expr)
