@@ -17,8 +17,8 @@ its ratio to the peer, the floor or the goal. Workloads:
 - 1,000 crons due in the same second: `main()` − slot, and when the last run was done;
 - fires/s per device: the burst's 1,000 / the time to its last run;
 - warm fires/s: two event triggers on one chat (one per worker, so each keeps its run
-  process warm), messages posted back to back (4 in flight); both triggers' fires / the
-  time from the first post to the last run;
+  process warm), 500 messages posted back to back (4 in flight); both triggers' fires /
+  the time from the first post to the last run;
 - 100,000 cron triggers at rest (monthly in February: none due): records written to the
   space's SQLite file directly, then the device started; time to ready (start → every
   entry armed, from its log), RSS, idle CPU over a window. The peer: `add_job` × N + start;
@@ -311,7 +311,7 @@ async def baton_fires(quick: bool) -> Figures:
                 floor = await sse_floor(api, 100 if quick else 500, 100)
                 ev = await event_fires(api, 100, 250 if quick else 1000, device.pid)
                 one = await one_cron(api, 8 if quick else 30)
-                warm = await warm_fires(api, 500 if quick else 1000)
+                warm = await warm_fires(api, 500)  # each trigger's runs fit one listing
                 burst = await burst_fires(api, 1000, 8 if quick else 10, device.pid)
                 grown, fan = await fan_in(api, device.pid, 1000, settle)
             finally:
