@@ -272,22 +272,5 @@ def _device(
         lease=lease.scaled(args.lease_seconds),
         health_interval=args.health_seconds,
     )
-    return _run(Device(settings, responder=responder))
+    return Device(settings, responder=responder).run()
 
-
-async def _run(device: Device) -> None:
-    """Runs `device`. Once its first sync is in, what the process built since its imports
-    were frozen (`_freeze_imports`: the app, the clients, the first records' bookkeeping)
-    is frozen too, so a full collection walks only what came after: each one stalls the
-    loop, and a fire with it (docs/performance.md, "Collections")."""
-
-    async def freeze() -> None:
-        await device.reconciler.ready.wait()
-        gc.collect()
-        gc.freeze()
-
-    freezer = asyncio.create_task(freeze(), name="freeze")
-    try:
-        await device.run()
-    finally:
-        freezer.cancel()
