@@ -57,6 +57,15 @@ class Setup:
     async def create(self, **fields) -> str:
         return (await self.admin.trigger_create(SPACE, {**TICK, **fields}))["id"]
 
+    def judging(self, touched: Touched) -> HealthPass:
+        """A second pass over the same space that judges only what `touched` names."""
+        return HealthPass(
+            Seat(self.health._client, SPACE, PeerId("a"), self.clock),
+            recorder=self.health._recorder, records=self.known, elector=self.elector,
+            missing_chats=lambda: self.missing["chats"], next_fire=self.armed.get,
+            touched=touched,
+        )  # fmt: skip
+
     async def stamp_of(self, tid: str) -> tuple[str, str]:
         record = await self.admin.trigger_get(SPACE, tid)
         return record.get("lastStatus", ""), record.get("lastStatusDetail", "")
@@ -276,12 +285,7 @@ async def test_a_first_next_fire_beyond_the_horizon_is_not_written_until_it_near
 
 async def test_a_pass_judges_what_was_touched_and_nothing_else(setup: Setup) -> None:
     touched = Touched()
-    health = HealthPass(
-        Seat(setup.health._client, SPACE, PeerId("a"), setup.clock),
-        recorder=setup.health._recorder, records=setup.known, elector=setup.elector,
-        missing_chats=lambda: setup.missing["chats"], next_fire=setup.armed.get,
-        touched=touched,
-    )  # fmt: skip
+    health = setup.judging(touched)
     tid = await setup.create()
     await setup.create()
     await setup.known.refresh()
@@ -300,12 +304,7 @@ async def test_a_pass_judges_what_was_touched_and_nothing_else(setup: Setup) -> 
 
 async def test_a_stamped_fire_that_comes_due_is_judged_at_its_turn(setup: Setup) -> None:
     touched = Touched()
-    health = HealthPass(
-        Seat(setup.health._client, SPACE, PeerId("a"), setup.clock),
-        recorder=setup.health._recorder, records=setup.known, elector=setup.elector,
-        missing_chats=lambda: setup.missing["chats"], next_fire=setup.armed.get,
-        touched=touched,
-    )  # fmt: skip
+    health = setup.judging(touched)
     tid = await setup.create()
     due = START + timedelta(seconds=10)
     await setup.admin.trigger_status(SPACE, tid, {"nextFireAt": iso(due)})
