@@ -37,9 +37,6 @@ class Ahead:
         self._clock = clock
         self._waiting: dict[TriggerId, set[_Waiter]] = {}
 
-    def __len__(self) -> int:
-        return sum(map(len, self._waiting.values()))
-
     async def until_due(self, request: FireRequest) -> str:
         """Wait until `request` is due: "" then, or the reason it was withdrawn first."""
         left = (request.due_at - self._clock.wall()).total_seconds()

@@ -585,6 +585,9 @@ async def test_a_run_waiting_for_its_write_is_written_at_close(world: World):
 # --- fires claimed ahead of their slot (runtime.ahead) ----------------------------------------
 
 
+AHEAD = timedelta(seconds=CLAIM_AHEAD)
+
+
 async def claimed_ahead(w: World, record: Trigger, key: str) -> None:
     """Hand over a fire due `CLAIM_AHEAD` from now; return once it is claimed and waiting."""
     assert w.firing is not None
@@ -592,9 +595,6 @@ async def claimed_ahead(w: World, record: Trigger, key: str) -> None:
     async with asyncio.timeout(5):
         await w.clock.wait_for_sleepers(1)
     assert w.asked("POST", "/fires") == 1
-
-
-AHEAD = timedelta(seconds=CLAIM_AHEAD)
 
 
 async def test_a_fire_claimed_ahead_of_its_slot_runs_when_the_slot_comes(w: World):
