@@ -36,9 +36,18 @@ def stored(count: int, at: str) -> list[bytes]:
     """`count` records as the space stores them (`trigger_store._new`'s fields)."""
     rows = []
     for i in range(count):
-        body = {"id": f"trg_rest{i:06d}", "name": f"rest {i}", "kind": "cron",
-                "program": "stamp@v1", "owner": PEER, "spec": {"expr": rest_expr(i), "tz": "UTC"},
-                "rev": 1, "createdAt": at, "updatedAt": at, "activeSince": at}  # fmt: skip
+        body = {
+            "id": f"trg_rest{i:06d}",
+            "name": f"rest {i}",
+            "kind": "cron",
+            "program": "stamp@v1",
+            "owner": PEER,
+            "spec": {"expr": rest_expr(i), "tz": "UTC"},
+            "rev": 1,
+            "createdAt": at,
+            "updatedAt": at,
+            "activeSince": at,
+        }
         rows.append(json.dumps(body, separators=(",", ":")).encode())
     return rows
 
@@ -52,7 +61,7 @@ class Nowhere:
 
 async def stages(count: int) -> None:
     from core.clock import FakeClock
-    from runtime.ticker import Ticker
+    from runtime.fire.ticker import Ticker
     from triggers import diffing
     from triggers import registry as reg
     from triggers.records import load
@@ -91,6 +100,7 @@ def report(name: str, t0: float, count: int) -> None:
     else:
         per, what = (rss_mb(os.getpid()) - BASE["rss"]) * 2**20 / count, "more RSS"
     print(f"{name:<26} {took:5.2f} s CPU   {per:5.0f} B {what} per record so far", flush=True)
+
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))

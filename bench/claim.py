@@ -60,19 +60,41 @@ class Device:
         """One fire's claim (with its token), and for `fire` its run record and stamps."""
         self.n += 1
         key, run_id = f"k{self.n}-{way}", f"run_{way}{self.n}"
-        claim = {"triggerId": self.tid, "key": key, "term": 0, "peer": PEER,
-                 "claimId": f"clm_{self.n}{way}", "run": {"runId": run_id, "ttlSeconds": 90}}
-        answer = await self.post("/fires", claim)  # fmt: skip
+        claim = {
+            "triggerId": self.tid,
+            "key": key,
+            "term": 0,
+            "peer": PEER,
+            "claimId": f"clm_{self.n}{way}",
+            "run": {"runId": run_id, "ttlSeconds": 90},
+        }
+        answer = await self.post("/fires", claim)
         assert answer["token"]
         if way == "claim":
             return
         now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-        stamps = {"lastStatus": "ok", "lastStatusDetail": "", "lastRunAt": now,
-                  "rollup": {"runs": self.n, "ok": self.n}}
-        run = {"runId": run_id, "triggerId": self.tid, "program": "p@v1", "peer": PEER,
-               "term": 0, "key": key, "startedAt": now, "finishedAt": now, "durationMs": 1.0,
-               "status": "ok", "result": {"ok": True}, "lateMs": 0.5, "stamps": stamps}
-        written = await self.post("/runs", [run], ok=200)  # fmt: skip
+        stamps = {
+            "lastStatus": "ok",
+            "lastStatusDetail": "",
+            "lastRunAt": now,
+            "rollup": {"runs": self.n, "ok": self.n},
+        }
+        run = {
+            "runId": run_id,
+            "triggerId": self.tid,
+            "program": "p@v1",
+            "peer": PEER,
+            "term": 0,
+            "key": key,
+            "startedAt": now,
+            "finishedAt": now,
+            "durationMs": 1.0,
+            "status": "ok",
+            "result": {"ok": True},
+            "lateMs": 0.5,
+            "stamps": stamps,
+        }
+        written = await self.post("/runs", [run], ok=200)
         assert written["runs"][0]["status"] == 201 and written["runs"][0]["stamps"] == 200
 
 
@@ -119,8 +141,13 @@ async def bench(quick: bool) -> None:
 
             await call("/spaces", {"id": SPACE})
             token = (await call("/tokens/device", {"peer": PEER, "space": SPACE}))["token"]
-            record = {"name": "b", "kind": "cron", "spec": {"expr": "0 0 1 1 *"},
-                      "program": "p@v1", "owner": PEER}  # fmt: skip
+            record = {
+                "name": "b",
+                "kind": "cron",
+                "spec": {"expr": "0 0 1 1 *"},
+                "program": "p@v1",
+                "owner": PEER,
+            }
             tid = (await call(f"/spaces/{SPACE}/triggers", record))["id"]
             device = Device(session, base, token, tid)
             figures: dict[str, list[tuple[float, float, float, float]]] = {"claim": [], "fire": []}
@@ -134,8 +161,10 @@ async def bench(quick: bool) -> None:
     names = {"claim": "claim (answers the token)", "fire": "claim, then run + stamps"}
     for way, rows in figures.items():
         medians = [statistics.median(r[i] for r in rows) for i in range(4)]
-        print(f"{names[way]} | {medians[0]:.2f} | {medians[1]:.2f} | {medians[2]:.0f} | "
-              f"{medians[3]:.2f}")  # fmt: skip
+        print(
+            f"{names[way]} | {medians[0]:.2f} | {medians[1]:.2f} | {medians[2]:.0f} | "
+            f"{medians[3]:.2f}"
+        )
         for r in rows:
             print(f"  round: {r[0]:.2f} | {r[1]:.2f} | {r[2]:.0f} | {r[3]:.2f}")
     print(f"load average {os.getloadavg()[0]:.1f}")

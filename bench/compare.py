@@ -94,8 +94,12 @@ def peer_main(workload: str, n: int, seconds: float) -> None:
         t0 = time.perf_counter()
         sched.start()
         for i in range(n):
-            sched.add_job(done.append, CronTrigger.from_crontab(rest_expr(i), timezone=UTC),
-                          args=[0.0], id=f"j{i}")  # fmt: skip
+            sched.add_job(
+                done.append,
+                CronTrigger.from_crontab(rest_expr(i), timezone=UTC),
+                args=[0.0],
+                id=f"j{i}",
+            )
         print(json.dumps({"ready": time.perf_counter() - t0}), flush=True)
         sys.stdin.read()
         return
@@ -118,9 +122,15 @@ def peer_main(workload: str, n: int, seconds: float) -> None:
 
 async def peer(workload: str, n: int, seconds: float) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--peer", workload, str(n), str(seconds),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        __file__,
+        "--peer",
+        workload,
+        str(n),
+        str(seconds),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stdin is not None
     found = json.loads(await proc.stdout.readline())
     if workload == "rest":
@@ -149,8 +159,11 @@ async def peer_round(quick: bool) -> Figures:
     if wanted("fires"):
         one = await peer("one", 1, 8 if quick else 30)
         burst = await peer("burst", 1000, 6)
-        found |= {"one_p99": pct(one["late"], 99), "burst_p99": pct(burst["late"], 99),
-                  "burst_last": burst["last"]}  # fmt: skip
+        found |= {
+            "one_p99": pct(one["late"], 99),
+            "burst_p99": pct(burst["late"], 99),
+            "burst_last": burst["last"],
+        }
     if wanted("rest"):
         rest = await peer("rest", rest_count(quick), idle_window(quick))
         found |= {"rest_ready": rest["ready"], "rest_rss": rest["rss"], "rest_cpu": rest["cpu"]}
@@ -198,16 +211,22 @@ async def sse_floor(api: Api, count: int, rate: float) -> list[float]:
 
 async def one_cron(api: Api, seconds: float) -> list[float]:
     """One cron trigger every second for `seconds`: `main()` entered − slot, ms."""
-    body = {"name": "every second", "kind": "cron", "spec": {"expr": "* * * * * *"},
-            "program": PROGRAM, "owner": PEER}  # fmt: skip
+    body = {
+        "name": "every second",
+        "kind": "cron",
+        "spec": {"expr": "* * * * * *"},
+        "program": PROGRAM,
+        "owner": PEER,
+    }
     made = await api.call("POST", f"/spaces/{SPACE}/triggers", body, 201)
     since = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     await asyncio.sleep(seconds)
     await api.call("DELETE", f"/spaces/{SPACE}/triggers/{made['id']}")
     await asyncio.sleep(1.0)
     runs = await api.runs(trigger=made["id"], since=since)
-    return [(r["result"]["t"] - parse(r["key"]).timestamp()) * 1e3
-            for r in runs if r["status"] == "ok"]  # fmt: skip
+    return [
+        (r["result"]["t"] - parse(r["key"]).timestamp()) * 1e3 for r in runs if r["status"] == "ok"
+    ]
 
 
 async def fan_in(api: Api, device: int, count: int, settle: float) -> tuple[float, list[float]]:
@@ -255,9 +274,14 @@ async def warm_fires(api: Api, messages: int) -> float:
     chat = (await api.call("POST", f"/spaces/{SPACE}/chats", {"name": "warm"}, 201))["objectId"]
     tids = []
     for i in range(2):
-        body = {"name": f"warm {i}", "kind": "event", "program": PROGRAM, "owner": PEER,
-                "spec": {"dataset": "chat_messages", "objectId": chat},
-                "limits": {"maxQueue": messages}}  # fmt: skip
+        body = {
+            "name": f"warm {i}",
+            "kind": "event",
+            "program": PROGRAM,
+            "owner": PEER,
+            "spec": {"dataset": "chat_messages", "objectId": chat},
+            "limits": {"maxQueue": messages},
+        }
         tids.append((await api.call("POST", f"/spaces/{SPACE}/triggers", body, 201))["id"])
     for tid in tids:
         await subscribed(api, chat, tid)
@@ -273,8 +297,9 @@ async def warm_fires(api: Api, messages: int) -> float:
 
     async def all_ran() -> bool:
         nonlocal runs
-        runs = [r for tid in tids for r in await api.runs(trigger=tid, since=since)
-                if r["key"] in sent]  # fmt: skip
+        runs = [
+            r for tid in tids for r in await api.runs(trigger=tid, since=since) if r["key"] in sent
+        ]
         return len(runs) >= 2 * messages
 
     await until(all_ran, 120, f"{2 * messages} warm fires")
@@ -317,12 +342,18 @@ async def baton_fires(quick: bool) -> Figures:
             finally:
                 await stop_device(device)
             return {
-                "floor_p50": pct(floor, 50), "event_p50": pct(ev.latencies, 50),
-                "event_p99": pct(ev.latencies, 99), "one_p99": pct(one, 99),
-                "burst_p99": pct(burst.main, 99), "burst_last": burst.last,
-                "fires_s": 1000 / burst.last, "warm_s": warm, "chats_rss": grown,
-                "fan_p50": pct(fan, 50), "fan_p99": pct(fan, 99),
-            }  # fmt: skip
+                "floor_p50": pct(floor, 50),
+                "event_p50": pct(ev.latencies, 50),
+                "event_p99": pct(ev.latencies, 99),
+                "one_p99": pct(one, 99),
+                "burst_p99": pct(burst.main, 99),
+                "burst_last": burst.last,
+                "fires_s": 1000 / burst.last,
+                "warm_s": warm,
+                "chats_rss": grown,
+                "fan_p50": pct(fan, 50),
+                "fan_p99": pct(fan, 99),
+            }
 
         return await with_device(Path(tmp), work)
 
@@ -335,15 +366,21 @@ def seed(db: Path, count: int) -> None:
     conn = sqlite3.connect(db)
     with conn:
         for i in range(count):
-            body = {"name": f"rest {i}", "kind": "cron", "program": PROGRAM, "owner": PEER,
-                    "spec": {"expr": rest_expr(i), "tz": "UTC"}}  # fmt: skip
+            body = {
+                "name": f"rest {i}",
+                "kind": "cron",
+                "program": PROGRAM,
+                "owner": PEER,
+                "spec": {"expr": rest_expr(i), "tz": "UTC"},
+            }
             record = trigger_store._new(f"trg_rest{i:06d}", body, now)
             text = json.dumps(record, separators=(",", ":"))
             conn.execute("INSERT INTO trigger_ids VALUES (?, ?)", [SPACE, record["id"]])
             conn.execute("INSERT INTO triggers VALUES (?, ?, 1, ?)", [SPACE, record["id"], text])
             conn.execute(
                 "INSERT INTO changes (space, trigger_id, op, rev, body, at) "
-                "VALUES (?, ?, 'create', 1, ?, ?)", [SPACE, record["id"], text, now],
+                "VALUES (?, ?, 'create', 1, ?, ?)",
+                [SPACE, record["id"], text, now],
             )
     conn.close()
 
@@ -408,36 +445,75 @@ def table(ours: list[Figures], theirs: list[Figures], rest: int) -> list[str]:
         return f"{median(ours, a)[0] / goal:.2f}× goal"
 
     rows = [
-        ("event fire, POST → main(), 100 msg/s, p50", cell(ours, "event_p50", "ms"),
-         f"SSE floor {cell(ours, 'floor_p50', 'ms')}", f"{r('event_p50', ours, 'floor_p50')} "
-         f"floor; {g('event_p50', 3)} (≤ 3 ms)"),
+        (
+            "event fire, POST → main(), 100 msg/s, p50",
+            cell(ours, "event_p50", "ms"),
+            f"SSE floor {cell(ours, 'floor_p50', 'ms')}",
+            f"{r('event_p50', ours, 'floor_p50')} floor; {g('event_p50', 3)} (≤ 3 ms)",
+        ),
         ("event fire, p99", cell(ours, "event_p99", "ms"), "", f"{g('event_p99', 10)} (≤ 10 ms)"),
-        ("one cron trigger, lateness of main() p99", cell(ours, "one_p99", "ms"),
-         f"APScheduler {cell(theirs, 'one_p99', 'ms')}", f"{r('one_p99', theirs, 'one_p99')}"),
-        ("1,000 crons in one second, lateness p99", cell(ours, "burst_p99", "ms"),
-         f"APScheduler {cell(theirs, 'burst_p99', 'ms')}",
-         f"{r('burst_p99', theirs, 'burst_p99')}"),
-        ("1,000 crons, last done", cell(ours, "burst_last", "s"),
-         f"APScheduler {cell(theirs, 'burst_last', 's')}",
-         f"{r('burst_last', theirs, 'burst_last')}"),
-        ("end-to-end fires/s per device, distinct triggers", cell(ours, "fires_s", "/s"), "",
-         f"{g('fires_s', 2000)} (≥ 2,000/s)"),
-        ("end-to-end fires/s per device, repeated fires of warm triggers",
-         cell(ours, "warm_s", "/s"), "", f"{g('warm_s', 5000)} (≥ 5,000/s)"),
-        (f"{rest:,} crons at rest: time to ready", cell(ours, "rest_ready", "s"),
-         f"APScheduler {cell(theirs, 'rest_ready', 's')}",
-         f"{r('rest_ready', theirs, 'rest_ready')} (goal ≤ 0.2× and ≤ 3 s)"),
-        (f"{rest:,} crons at rest: device RSS", cell(ours, "rest_rss", "MB"),
-         f"APScheduler {cell(theirs, 'rest_rss', 'MB')}",
-         f"{r('rest_rss', theirs, 'rest_rss')} (goal ≤ 180 MB)"),
-        (f"{rest:,} crons at rest: idle CPU, % of a core", cell(ours, "rest_cpu", "%"),
-         f"APScheduler {cell(theirs, 'rest_cpu', '%')}", "goal ≈ 0"),
-        ("1,000 chat subscriptions: RSS growth", cell(ours, "chats_rss", "MB"), "",
-         f"{g('chats_rss', 21)} (hold 21 MiB)"),
+        (
+            "one cron trigger, lateness of main() p99",
+            cell(ours, "one_p99", "ms"),
+            f"APScheduler {cell(theirs, 'one_p99', 'ms')}",
+            f"{r('one_p99', theirs, 'one_p99')}",
+        ),
+        (
+            "1,000 crons in one second, lateness p99",
+            cell(ours, "burst_p99", "ms"),
+            f"APScheduler {cell(theirs, 'burst_p99', 'ms')}",
+            f"{r('burst_p99', theirs, 'burst_p99')}",
+        ),
+        (
+            "1,000 crons, last done",
+            cell(ours, "burst_last", "s"),
+            f"APScheduler {cell(theirs, 'burst_last', 's')}",
+            f"{r('burst_last', theirs, 'burst_last')}",
+        ),
+        (
+            "end-to-end fires/s per device, distinct triggers",
+            cell(ours, "fires_s", "/s"),
+            "",
+            f"{g('fires_s', 2000)} (≥ 2,000/s)",
+        ),
+        (
+            "end-to-end fires/s per device, repeated fires of warm triggers",
+            cell(ours, "warm_s", "/s"),
+            "",
+            f"{g('warm_s', 5000)} (≥ 5,000/s)",
+        ),
+        (
+            f"{rest:,} crons at rest: time to ready",
+            cell(ours, "rest_ready", "s"),
+            f"APScheduler {cell(theirs, 'rest_ready', 's')}",
+            f"{r('rest_ready', theirs, 'rest_ready')} (goal ≤ 0.2× and ≤ 3 s)",
+        ),
+        (
+            f"{rest:,} crons at rest: device RSS",
+            cell(ours, "rest_rss", "MB"),
+            f"APScheduler {cell(theirs, 'rest_rss', 'MB')}",
+            f"{r('rest_rss', theirs, 'rest_rss')} (goal ≤ 180 MB)",
+        ),
+        (
+            f"{rest:,} crons at rest: idle CPU, % of a core",
+            cell(ours, "rest_cpu", "%"),
+            f"APScheduler {cell(theirs, 'rest_cpu', '%')}",
+            "goal ≈ 0",
+        ),
+        (
+            "1,000 chat subscriptions: RSS growth",
+            cell(ours, "chats_rss", "MB"),
+            "",
+            f"{g('chats_rss', 21)} (hold 21 MiB)",
+        ),
         ("one message → 1,000 triggers, p50", cell(ours, "fan_p50", "ms"), "", ""),
-        ("one message → 1,000 triggers, p99", cell(ours, "fan_p99", "ms"), "",
-         f"{g('fan_p99', 300)} (≤ 300 ms)"),
-    ]  # fmt: skip
+        (
+            "one message → 1,000 triggers, p99",
+            cell(ours, "fan_p99", "ms"),
+            "",
+            f"{g('fan_p99', 300)} (≤ 300 ms)",
+        ),
+    ]
     return [" | ".join(row) for row in rows if row[1] != "—"]  # `--only`: the rows measured
 
 
@@ -449,8 +525,11 @@ async def compare(quick: bool, rounds: int) -> None:
         for side in (s for s in order if OPTIONS["peer"] or s is baton_round):
             figures = await side(quick)
             (ours if side is baton_round else theirs).append(figures)
-            print(f"round {n + 1}: {side.__name__}: "
-                  + ", ".join(f"{k} {v:.1f}" for k, v in figures.items()), flush=True)  # fmt: skip
+            print(
+                f"round {n + 1}: {side.__name__}: "
+                + ", ".join(f"{k} {v:.1f}" for k, v in figures.items()),
+                flush=True,
+            )
     print("\nwhat | baton | peer / floor | ratio")
     print("\n".join(table(ours, theirs, rest_count(quick))))
     print(f"\nmedian of {rounds} round(s); load average {load_average()}")
@@ -473,8 +552,11 @@ def main() -> None:
     rounds = 1 if quick else 3
     if "--rounds" in sys.argv:
         rounds = int(sys.argv[sys.argv.index("--rounds") + 1])
-    for flag, key, kind in (("--only", "only", str), ("--count", "count", int),
-                            ("--idle", "idle", float)):  # fmt: skip
+    for flag, key, kind in (
+        ("--only", "only", str),
+        ("--count", "count", int),
+        ("--idle", "idle", float),
+    ):
         if flag in sys.argv:
             OPTIONS[key] = kind(sys.argv[sys.argv.index(flag) + 1])
     OPTIONS["peer"] = "--no-peer" not in sys.argv

@@ -53,13 +53,28 @@ from programs.context import RunContext  # noqa: E402
 SOURCE = 'def main(args):\n    return {"ok": True}\n'
 
 
-CONTEXT = RunContext(run_id="bench", trigger_id="bench", program="bench@v1", peer="bench",
-                     space="bench", url="http://127.0.0.1:9", token="bench")  # fmt: skip
+CONTEXT = RunContext(
+    run_id="bench",
+    trigger_id="bench",
+    program="bench@v1",
+    peer="bench",
+    space="bench",
+    url="http://127.0.0.1:9",
+    token="bench",
+)
 
 
 def request(key: str = "") -> channel.Request:
-    return channel.Request(source=SOURCE, ref="bench@v1", args={}, context=CONTEXT, memory_mb=512,
-                        timeout_seconds=10, marker=b"", key=key)  # fmt: skip
+    return channel.Request(
+        source=SOURCE,
+        ref="bench@v1",
+        args={},
+        context=CONTEXT,
+        memory_mb=512,
+        timeout_seconds=10,
+        marker=b"",
+        key=key,
+    )
 
 
 Sample = tuple[float, float | None]
@@ -209,8 +224,11 @@ def main(runs: int) -> None:
         start = time.monotonic()
         return since(start, runproc.run(req, place, fd).entered_at)
 
-    rows = [("warm call (no isolation)", warm), ("spare, forked ahead (the fire path)", spare),
-            ("fork + confine + run (cold)", cold)]  # fmt: skip
+    rows = [
+        ("warm call (no isolation)", warm),
+        ("spare, forked ahead (the fire path)", spare),
+        ("fork + confine + run (cold)", cold),
+    ]
     for name, one in rows:
         print(row(name, *timed(runs, one)), flush=True)
     looped_rows(place, fd, runs)

@@ -65,10 +65,21 @@ async def start_device(tmp: Path, base: str, token: str) -> asyncio.subprocess.P
     log = (tmp / "device.log").open("wb")
     root = str(Path(__file__).resolve().parent.parent)
     return await asyncio.create_subprocess_exec(
-        *python("device", "-m", "runtime.cli", "device"), "--peer", PEER, "--url", base,
-        "--token-file", str(tmp / "device.token"), "--space", SPACE, "--data", str(tmp),
-        stdout=log, stderr=log, cwd=root,
-    )  # fmt: skip
+        *python("device", "-m", "runtime.cli", "device"),
+        "--peer",
+        PEER,
+        "--url",
+        base,
+        "--token-file",
+        str(tmp / "device.token"),
+        "--space",
+        SPACE,
+        "--data",
+        str(tmp),
+        stdout=log,
+        stderr=log,
+        cwd=root,
+    )
 
 
 async def stop_device(proc: asyncio.subprocess.Process) -> None:
@@ -88,8 +99,11 @@ def rss_mb(pid: int) -> float:
 
 
 def children_rss_mb(pid: int) -> tuple[int, float]:
-    kids = [k for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            if Path(f"/proc/{k}").exists()]  # fmt: skip
+    kids = [
+        k
+        for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        if Path(f"/proc/{k}").exists()
+    ]
     return len(kids), sum(rss_mb(int(k)) for k in kids)
 
 
@@ -168,8 +182,9 @@ async def event_fires(
     if chat is None:
         made = await api.call("POST", f"/spaces/{SPACE}/chats", {"name": f"r{rate}"}, 201)
         chat = made["objectId"]
-    tid = await api.trigger(f"event {rate}/s", "event", {"dataset": "chat_messages",
-                                                         "objectId": chat})  # fmt: skip
+    tid = await api.trigger(
+        f"event {rate}/s", "event", {"dataset": "chat_messages", "objectId": chat}
+    )
     await subscribed(api, chat, tid)
     sent: dict[str, float] = {}
 
@@ -196,10 +211,14 @@ async def event_rate(api: Api, rate: float, count: int, device: int) -> list[str
     lat, statuses, per_fire, posting = await event_fires(api, rate, count, device)
     return [
         f"event fire, {rate:g} msg/s (posted in {posting:.1f} s; device CPU "
-        f"{per_fire:.1f} ms per fire)", f"{count}",
-        f"{statuses}", f"{min(lat):.1f}", f"{pct(lat, 50):.1f}", f"{pct(lat, 99):.1f}",
+        f"{per_fire:.1f} ms per fire)",
+        f"{count}",
+        f"{statuses}",
+        f"{min(lat):.1f}",
+        f"{pct(lat, 50):.1f}",
+        f"{pct(lat, 99):.1f}",
         f"{max(lat):.1f}",
-    ]  # fmt: skip
+    ]
 
 
 async def subscribed(api: Api, chat: str, tid: str) -> None:
@@ -255,9 +274,7 @@ class Burst(NamedTuple):
     took: float  # seconds the creation took
 
 
-async def burst_fires(
-    api: Api, count: int, lead: float, device: int, expr: str = ""
-) -> Burst:
+async def burst_fires(api: Api, count: int, lead: float, device: int, expr: str = "") -> Burst:
     """`count` cron triggers due at one second `lead` s ahead (or all of `expr`'s next slot)."""
     slot = (datetime.now(UTC) + timedelta(seconds=lead)).replace(microsecond=0)
     expr = expr or f"{slot.second} {slot.minute} * * * *"  # hourly: due once during the bench
@@ -287,13 +304,25 @@ async def cron_burst(api: Api, count: int, lead: float, device: int) -> tuple[li
     """`count` cron triggers due at one second `lead` s ahead; rows and the creation time."""
     late, main, last, statuses, per_fire, took = await burst_fires(api, count, lead, device)
     rows = [
-        [f"cron, {count} due in one second: lateMs (device CPU {per_fire:.1f} ms per fire)",
-         f"{count}", f"{statuses}",
-         f"{min(late):.0f}", f"{pct(late, 50):.0f}", f"{pct(late, 99):.0f}", f"{max(late):.0f}"],
-        [f"cron, same: main() entered - slot (last run done {last:.1f} s)",
-         f"{len(main)}", "", f"{min(main):.0f}", f"{pct(main, 50):.0f}", f"{pct(main, 99):.0f}",
-         f"{max(main):.0f}"],
-    ]  # fmt: skip
+        [
+            f"cron, {count} due in one second: lateMs (device CPU {per_fire:.1f} ms per fire)",
+            f"{count}",
+            f"{statuses}",
+            f"{min(late):.0f}",
+            f"{pct(late, 50):.0f}",
+            f"{pct(late, 99):.0f}",
+            f"{max(late):.0f}",
+        ],
+        [
+            f"cron, same: main() entered - slot (last run done {last:.1f} s)",
+            f"{len(main)}",
+            "",
+            f"{min(main):.0f}",
+            f"{pct(main, 50):.0f}",
+            f"{pct(main, 99):.0f}",
+            f"{max(main):.0f}",
+        ],
+    ]
     return [" | ".join(r) for r in rows], took
 
 
@@ -353,11 +382,15 @@ async def bench(quick: bool, fires_only: bool) -> None:
             dev, srv = cpu_seconds(device.pid) - cpu[0], cpu_seconds(server.pid) - cpu[1]
             listing = (await api.call("GET", f"/spaces/{SPACE}/triggers"))["triggers"]
             stamped = sum(bool(t.get("nextFireAt")) for t in listing)
-            print(f"device armed 10,000 and went quiet {settle:.0f} s after the last create; "
-                  f"CPU from the first create to quiet: device {dev:.1f} s, server {srv:.1f} s; "
-                  f"records with nextFireAt: {stamped}")  # fmt: skip
-            print(f"idle, {(await api.report()).get('armed')} armed:",
-                  await idle(device.pid, server.pid, window))  # fmt: skip
+            print(
+                f"device armed 10,000 and went quiet {settle:.0f} s after the last create; "
+                f"CPU from the first create to quiet: device {dev:.1f} s, server {srv:.1f} s; "
+                f"records with nextFireAt: {stamped}"
+            )
+            print(
+                f"idle, {(await api.report()).get('armed')} armed:",
+                await idle(device.pid, server.pid, window),
+            )
         finally:
             if device is not None:
                 await stop_device(device)

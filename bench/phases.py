@@ -34,15 +34,36 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 from programs import channel, confine, landlock, privileges, runchild, runner, runproc, warm, worker  # noqa: E402  # noqa: E402
 from programs.context import RunContext  # noqa: E402
 
-CHILD = [(runchild, "_enter"), (runner, "address_space"), (confine, "limit"),
-         (privileges, "drop_capabilities"), (landlock, "restrict_self"), (warm, "Snapshot"),
-         (runchild, "_receive"), (runner, "run_request")]  # fmt: skip
-WORKER = [(runproc.Place, "scratch"), (runproc.Place, "ruleset"), (runproc.Spare, "ready"),
-          (runproc, "_await_reply"), (runproc, "_end"), (runproc.Spare, "keepable"),
-          (warm, "status"), (runproc.Spare, "clear_scratch")]  # fmt: skip
+CHILD = [
+    (runchild, "_enter"),
+    (runner, "address_space"),
+    (confine, "limit"),
+    (privileges, "drop_capabilities"),
+    (landlock, "restrict_self"),
+    (warm, "Snapshot"),
+    (runchild, "_receive"),
+    (runner, "run_request"),
+]
+WORKER = [
+    (runproc.Place, "scratch"),
+    (runproc.Place, "ruleset"),
+    (runproc.Spare, "ready"),
+    (runproc, "_await_reply"),
+    (runproc, "_end"),
+    (runproc.Spare, "keepable"),
+    (warm, "status"),
+    (runproc.Spare, "clear_scratch"),
+]
 SOURCE = 'def main(args):\n    return {"ok": True}\n'
-CONTEXT = RunContext(run_id="bench", trigger_id="bench", program="bench@v1", peer="bench",
-                     space="bench", url="http://127.0.0.1:9", token="bench")  # fmt: skip
+CONTEXT = RunContext(
+    run_id="bench",
+    trigger_id="bench",
+    program="bench@v1",
+    peer="bench",
+    space="bench",
+    url="http://127.0.0.1:9",
+    token="bench",
+)
 
 cpu: dict[str, float] = collections.defaultdict(float)  # this process's, or a run process's
 faults: dict[str, float] = collections.defaultdict(float)
@@ -89,8 +110,16 @@ def instrument() -> None:
 
 
 def request(key: str) -> channel.Request:
-    return channel.Request(source=SOURCE, ref="bench@v1", args={}, context=CONTEXT,
-                           memory_mb=512, timeout_seconds=10, marker=b"", key=key)  # fmt: skip
+    return channel.Request(
+        source=SOURCE,
+        ref="bench@v1",
+        args={},
+        context=CONTEXT,
+        memory_mb=512,
+        timeout_seconds=10,
+        marker=b"",
+        key=key,
+    )
 
 
 def totals() -> tuple[float, int, float, int]:
@@ -98,8 +127,12 @@ def totals() -> tuple[float, int, float, int]:
         resource.getrusage(resource.RUSAGE_SELF),
         resource.getrusage(resource.RUSAGE_CHILDREN),
     )
-    return (own.ru_utime + own.ru_stime, own.ru_minflt,
-            reaped.ru_utime + reaped.ru_stime, reaped.ru_minflt)  # fmt: skip
+    return (
+        own.ru_utime + own.ru_stime,
+        own.ru_minflt,
+        reaped.ru_utime + reaped.ru_stime,
+        reaped.ru_minflt,
+    )
 
 
 def main(runs: int) -> None:
@@ -127,8 +160,11 @@ def main(runs: int) -> None:
         procs.close()
         os.dup2(saved, 2)
         out.seek(0)
-        lines = [json.loads(line[7:]) for line in out.read().decode().splitlines()
-                 if line.startswith("PHASES ")]  # fmt: skip
+        lines = [
+            json.loads(line[7:])
+            for line in out.read().decode().splitlines()
+            if line.startswith("PHASES ")
+        ]
     place.close()
     report(runs, began, ended, lines)
 

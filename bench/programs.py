@@ -40,8 +40,15 @@ from programs.executor import Executor, Job, worker_env  # noqa: E402
 from programs.process import WorkerProcess  # noqa: E402
 
 JOB = Job(source="def main(args):\n    return {'ok': True}\n", ref="bench@v1", timeout_seconds=30)
-CONTEXT = RunContext(run_id="bench", trigger_id="bench-trigger", program="bench@v1", peer="bench",
-                     space="bench", url="http://127.0.0.1:9", token="bench")  # fmt: skip
+CONTEXT = RunContext(
+    run_id="bench",
+    trigger_id="bench-trigger",
+    program="bench@v1",
+    peer="bench",
+    space="bench",
+    url="http://127.0.0.1:9",
+    token="bench",
+)
 BARE = "import sys, time; sys.stdout.write(repr(time.monotonic()))"
 
 Sample = Callable[[], Awaitable[float]]

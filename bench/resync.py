@@ -25,10 +25,10 @@ from serving import ROOT, start_server, stop_server
 
 async def resyncs(count: int, times: int = 6) -> None:
     from core.clock import SystemClock
-    from runtime.client import SpaceClient
+    from runtime.client.api import SpaceClient
+    from runtime.client.seat import Seat
     from runtime.events import Bus
-    from runtime.reconciler import Reconciler
-    from runtime.seat import Seat
+    from runtime.feeds.reconciler import Reconciler
     from triggers.records import PeerId
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -44,8 +44,11 @@ async def resyncs(count: int, times: int = 6) -> None:
                     t0 = time.perf_counter()
                     await rec.sync()
                     gc.collect()
-                    print(f"sync {i}: {time.perf_counter() - t0:.2f} s, armed {len(rec.registry)}, "
-                          f"RSS {rss_mb(os.getpid()):.1f} MB", flush=True)  # fmt: skip
+                    print(
+                        f"sync {i}: {time.perf_counter() - t0:.2f} s, armed {len(rec.registry)}, "
+                        f"RSS {rss_mb(os.getpid()):.1f} MB",
+                        flush=True,
+                    )
         finally:
             await stop_server(server)
 

@@ -72,8 +72,9 @@ async def start_server(
     extra = [str(ok_runs_kept)] if ok_runs_kept else []
     proc = await asyncio.create_subprocess_exec(
         *python("space", __file__, str(tmp / "space.db"), *extra),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
     assert proc.stdout is not None
     port = int((await proc.stdout.readline()).decode())
     token = (tmp / "admin.token").read_text().strip()

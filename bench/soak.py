@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.vocab import NOT_RAN  # noqa: E402
-from runtime.client import ApiError, SpaceClient  # noqa: E402
+from runtime.client.api import ApiError, SpaceClient  # noqa: E402
 
 SPACE = "home"
 LEASE = 3.0
@@ -137,20 +137,54 @@ class Harness:
 
     async def spawn(self, name: str) -> None:
         if name == "space":
-            args = ["space", "serve", "--db", str(self.tmp / "space.db"), "--port", str(self.port),
-                    "--lease-seconds", str(LEASE), "--live-seconds", str(2 * LEASE)]  # fmt: skip
+            args = [
+                "space",
+                "serve",
+                "--db",
+                str(self.tmp / "space.db"),
+                "--port",
+                str(self.port),
+                "--lease-seconds",
+                str(LEASE),
+                "--live-seconds",
+                str(2 * LEASE),
+            ]
         else:
             token = self.tmp / f"{name}.token"
-            args = ["device", "--peer", name, "--url", self.url, "--token-file", str(token),
-                    "--space", SPACE, "--data", str(self.tmp / name), "--health-seconds", "2",
-                    "--workers", "1"]  # fmt: skip
+            args = [
+                "device",
+                "--peer",
+                name,
+                "--url",
+                self.url,
+                "--token-file",
+                str(token),
+                "--space",
+                SPACE,
+                "--data",
+                str(self.tmp / name),
+                "--health-seconds",
+                "2",
+                "--workers",
+                "1",
+            ]
         log = (self.tmp / f"{name}.log").open("ab")
-        env = {**os.environ, "BATON_LOG": os.environ.get("BATON_SOAK_LOG", "WARNING"),
-               "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        env = {
+            **os.environ,
+            "BATON_LOG": os.environ.get("BATON_SOAK_LOG", "WARNING"),
+            "PYTHONUNBUFFERED": "1",
+        }
         self.procs[name] = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "runtime.cli", *args, cwd=ROOT, env=env,
-            stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "runtime.cli",
+            *args,
+            cwd=ROOT,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+        )
         if name == "space":
             self.lives[name].started(now(), joined=now())
             await self._until_listening()
@@ -475,11 +509,7 @@ class Check:
 
     def duplicates(self) -> None:
         keys = Counter((c[0], c[1]) for c in self.claims)
-        ran = Counter(
-            (r["triggerId"], r["key"])
-            for r in self.runs
-            if r["status"] not in NOT_RAN
-        )
+        ran = Counter((r["triggerId"], r["key"]) for r in self.runs if r["status"] not in NOT_RAN)
         answered = Counter(m for t in self.turns for m in t["messageIds"])
         for what, counts in (("claim", keys), ("run", ran), ("answer", answered)):
             for item, n in counts.items():

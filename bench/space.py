@@ -59,9 +59,12 @@ class Tally:
 
 
 async def subscribe(
-    session: aiohttp.ClientSession, url: str, headers: dict[str, str],
-    ready: Callable[[], None], tally: Tally,
-) -> None:  # fmt: skip
+    session: aiohttp.ClientSession,
+    url: str,
+    headers: dict[str, str],
+    ready: Callable[[], None],
+    tally: Tally,
+) -> None:
     """Read one chat stream: `ready()` at hello, `tally.received` for each message."""
     async with session.get(url, headers=headers, timeout=NO_TIMEOUT) as resp:
         resp.raise_for_status()
@@ -101,9 +104,13 @@ async def close_streams(tasks: list[asyncio.Task[None]]) -> None:
 
 
 async def post_messages(
-    api: aiohttp.ClientSession, base: str, headers: dict[str, str],
-    targets: list[tuple[str, str]], tally: Tally, concurrency: int,
-) -> None:  # fmt: skip
+    api: aiohttp.ClientSession,
+    base: str,
+    headers: dict[str, str],
+    targets: list[tuple[str, str]],
+    tally: Tally,
+    concurrency: int,
+) -> None:
     """Post each `(chat, text)`; the clock for latency starts just before each POST."""
 
     def job(chat: str, text: str) -> Callable[[], Awaitable[None]]:
@@ -132,9 +139,14 @@ def row(name: str, subs: int, posted: int, tally: Tally) -> tuple[Any, ...]:
 
 
 async def fan_out(
-    sse: aiohttp.ClientSession, api: aiohttp.ClientSession, base: str, h: dict[str, str],
-    chat: str, subscribers: int, messages: int,
-) -> tuple[Any, ...]:  # fmt: skip
+    sse: aiohttp.ClientSession,
+    api: aiohttp.ClientSession,
+    base: str,
+    h: dict[str, str],
+    chat: str,
+    subscribers: int,
+    messages: int,
+) -> tuple[Any, ...]:
     tally = Tally(subscribers * messages)
     url = f"{base}/v1/spaces/{SPACE}/chats/{chat}/stream"
     tasks = await open_streams(sse, [url] * subscribers, h, tally)
@@ -147,9 +159,13 @@ async def fan_out(
 
 
 async def many_chats(
-    sse: aiohttp.ClientSession, api: aiohttp.ClientSession, base: str, h: dict[str, str],
-    chats: int, per_chat: int,
-) -> tuple[Any, ...]:  # fmt: skip
+    sse: aiohttp.ClientSession,
+    api: aiohttp.ClientSession,
+    base: str,
+    h: dict[str, str],
+    chats: int,
+    per_chat: int,
+) -> tuple[Any, ...]:
     ids = []
     for i in range(chats):
         async with api.post(
@@ -170,8 +186,13 @@ async def many_chats(
 async def fire_claims(
     api: aiohttp.ClientSession, base: str, h: dict[str, str], claims: int
 ) -> tuple[Any, ...]:
-    record = {"name": "bench", "kind": "cron", "spec": {"expr": "* * * * *"},
-              "program": "bench@v1", "owner": PEER}  # fmt: skip
+    record = {
+        "name": "bench",
+        "kind": "cron",
+        "spec": {"expr": "* * * * *"},
+        "program": "bench@v1",
+        "owner": PEER,
+    }
     async with api.post(f"{base}/v1/spaces/{SPACE}/triggers", json=record, headers=h) as r:
         assert r.status == 201, await r.text()
         tid = (await r.json())["id"]

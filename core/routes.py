@@ -4,7 +4,7 @@ Owns, per route: its name, method, path template, whether it takes a JSON body,
 which query parameters and headers it accepts, and whether it answers with an
 SSE stream. The server registers its handlers by route name (`space.http.add_route`),
 and both clients, the synchronous one for programs (`programs.anyv1`) and the async
-one for the daemon and CLI (`runtime.client`), build their requests from it, so
+one for the daemon and CLI (`runtime.client.api`), build their requests from it, so
 neither side can drift. Also owns what a client raises on a refusal (`ApiError`,
 built from the house error body) and the pure helpers that turn a route and its
 parameters into a request target. No I/O; imports nothing of ours.

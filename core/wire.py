@@ -2,7 +2,7 @@
 
 Owns the msgspec Structs the server decodes its requests into and documents its
 answers with (`space/`), shared so the device decodes the very same shapes
-(`runtime/client.py`): runs, turns, fire claims, state, run tokens, stamps, the change
+(`runtime/client/api.py`): runs, turns, fire claims, state, run tokens, stamps, the change
 feed, programs and spaces (chat messages are `core.chatwire`'s, the lease and the devices
 `core.peerwire`'s), field names as the API answers them. Two bases say which way a
 body travels: a `Body` (a request: user input at the edge) refuses unknown fields; an
@@ -62,7 +62,7 @@ class RunIn(Body, frozen=True, kw_only=True):
     stamps: Stamps | None = None  # the trigger's stamps, written with the run (never stored in it)
 
 
-class Rollup(Answer, frozen=True, kw_only=True):
+class RollupRow(Answer, frozen=True, kw_only=True):
     triggerId: str
     runs: int
     counts: dict[str, int]
@@ -70,7 +70,7 @@ class Rollup(Answer, frozen=True, kw_only=True):
 
 
 class RollupList(Answer, frozen=True, kw_only=True):
-    rollups: list[Rollup]
+    rollups: list[RollupRow]
 
 
 class RunList(Answer, frozen=True, kw_only=True):

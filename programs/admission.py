@@ -28,7 +28,7 @@ from msgspec.structs import replace
 from core.vocab import Overlap, RunReason, RunStatus
 
 
-class Verdict(enum.StrEnum):
+class Ruling(enum.StrEnum):
     START = "start"  # run it now
     QUEUED = "queued"  # keep it; `finished` says when to start it
     SKIPPED = RunStatus.SKIPPED.value  # a run record with status skipped
@@ -36,7 +36,7 @@ class Verdict(enum.StrEnum):
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
-    verdict: Verdict
+    verdict: Ruling
     reason: str = ""  # `overlap` or `queue_full` for skipped/rejected
 
 
@@ -48,8 +48,8 @@ class Slots(msgspec.Struct, frozen=True, kw_only=True):
 
 
 IDLE = Slots()
-START = Decision(verdict=Verdict.START)
-QUEUED = Decision(verdict=Verdict.QUEUED)
+START = Decision(verdict=Ruling.START)
+QUEUED = Decision(verdict=Ruling.QUEUED)
 
 
 def admit(
@@ -62,12 +62,12 @@ def admit(
     if state.running < capacity and state.queued == 0:
         return START, replace(state, running=state.running + 1)
     if policy is Overlap.SKIP:
-        return Decision(verdict=Verdict.SKIPPED, reason=RunReason.OVERLAP), replace(
+        return Decision(verdict=Ruling.SKIPPED, reason=RunReason.OVERLAP), replace(
             state, skipped=state.skipped + 1
         )
     if state.queued < max_queue:
         return QUEUED, replace(state, queued=state.queued + 1)
-    return Decision(verdict=Verdict.REJECTED, reason=RunReason.QUEUE_FULL), replace(
+    return Decision(verdict=Ruling.REJECTED, reason=RunReason.QUEUE_FULL), replace(
         state, rejected=state.rejected + 1
     )
 

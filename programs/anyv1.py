@@ -48,9 +48,7 @@ class AnyV1:
             "key": c.key,
         }
 
-    def chat_send(
-        self, space: str, object_id: str, message: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    def chat_send(self, space: str, object_id: str, message: Mapping[str, Any]) -> dict[str, Any]:
         """Send `{"text", "agent"?}`; the stored message (`messageId`, `seq`, …)."""
         sent: dict[str, Any] = self._call(
             "chat_send", dict(message), space=space, objectId=object_id

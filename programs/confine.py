@@ -82,8 +82,14 @@ def outermost(paths: list[str]) -> tuple[str, ...]:
 
 def plan(*, cgroup: bool, subreaper: bool) -> Plan:
     root = os.geteuid() == 0
-    return Plan(abi=landlock.abi(), root=root, cgroup=cgroup, subreaper=subreaper,
-                read_only=read_only_paths(), bounded=root and privileges.bounded())  # fmt: skip
+    return Plan(
+        abi=landlock.abi(),
+        root=root,
+        cgroup=cgroup,
+        subreaper=subreaper,
+        read_only=read_only_paths(),
+        bounded=root and privileges.bounded(),
+    )
 
 
 def containment(p: Plan) -> Containment:
@@ -96,17 +102,24 @@ def containment(p: Plan) -> Containment:
     if not signals and p.root:
         weaker.append("root without Landlock ABI 6: a run may signal root's processes")
     if not p.cgroup:
-        weaker.append("no pids cgroup: the process count is a per-user rlimit"
-                      + (" (not enforced for root)" if p.root else ""))  # fmt: skip
+        weaker.append(
+            "no pids cgroup: the process count is a per-user rlimit"
+            + (" (not enforced for root)" if p.root else "")
+        )
     if not p.subreaper:
         weaker.append("no subreaper: a descendant that leaves its process group may outlive it")
     full = p.abi >= 6 and p.subreaper and (p.cgroup or not p.root)
     level = "full" if full else "partial" if p.abi > 0 else "none"
-    return Containment(level=level, landlock=p.abi, filesystem=p.abi > 0, signals=signals,
-                       privileges="dropped" if p.root else "unprivileged",
-                       processes="pids cgroup" if p.cgroup else "rlimit (per user)",
-                       reaper="subreaper" if p.subreaper else "process group",
-                       weaker=weaker)  # fmt: skip
+    return Containment(
+        level=level,
+        landlock=p.abi,
+        filesystem=p.abi > 0,
+        signals=signals,
+        privileges="dropped" if p.root else "unprivileged",
+        processes="pids cgroup" if p.cgroup else "rlimit (per user)",
+        reaper="subreaper" if p.subreaper else "process group",
+        weaker=weaker,
+    )
 
 
 def limit(memory_cap: int | None) -> None:

@@ -26,8 +26,8 @@ from core.aio import TaskSet
 from core.vocab import RunStatus
 from programs.confine import Containment
 from programs.job import Job
+from programs.outcome import Outcome
 from programs.process import StartFailed, WorkerProcess
-from programs.result import Outcome
 
 __all__ = ["Executor", "ExecutorClosed", "Job", "PoolStats", "worker_env"]
 
@@ -110,8 +110,14 @@ class Executor:
     rarely: a new worker costs ≈ 0.1 s of CPU, and warm runs come by the thousand).
     """
 
-    def __init__(self, size: int | None = None, env: Mapping[str, str] | None = None, *,
-                 max_runs: int = 100_000, start_timeout: float = 10.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        size: int | None = None,
+        env: Mapping[str, str] | None = None,
+        *,
+        max_runs: int = 100_000,
+        start_timeout: float = 10.0,
+    ) -> None:
         if size is not None and size < 1:
             raise ValueError(f"size: must be at least 1, got {size}")
         self.size = size or default_size()
@@ -133,8 +139,9 @@ class Executor:
             raise
         return self
 
-    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:  # fmt: skip
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.close()
 
     async def start(self) -> None:

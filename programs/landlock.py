@@ -65,8 +65,11 @@ class LandlockError(OSError):
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]  # fmt: skip
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
 
 
 class _PathBeneath(ctypes.Structure):
@@ -118,10 +121,15 @@ class Ruleset:
 
     def __init__(self, version: int) -> None:
         self.version, self.handled = version, fs_rights(version)
-        attr = _RulesetAttr(handled_access_fs=self.handled, handled_access_net=0,
-                            scoped=scopes(version))  # fmt: skip
-        self._fd = _call(SYS_CREATE_RULESET, ctypes.byref(attr),
-                         ctypes.c_size_t(_attr_size(version)), ctypes.c_uint32(0))  # fmt: skip
+        attr = _RulesetAttr(
+            handled_access_fs=self.handled, handled_access_net=0, scoped=scopes(version)
+        )
+        self._fd = _call(
+            SYS_CREATE_RULESET,
+            ctypes.byref(attr),
+            ctypes.c_size_t(_attr_size(version)),
+            ctypes.c_uint32(0),
+        )
 
     def allow(self, path: str, rights: int) -> bool:
         """Grants `rights` (masked to what the ABI handles, and to a file's rights for a

@@ -1,22 +1,15 @@
-"""Program loading: inspect a source text without running it, and cache it by version.
+"""Program loading: a published program fetched, checked and compiled once per version.
 
-Owns two things:
-
-- `inspect_source`: the publish-time check of a program. It compiles the text,
-  requires a top-level `def main(args)` (plain or `async`), reads `__any_tool__`
-  from a top-level literal assignment, and returns `ProgramMeta`. It never
-  executes the program: everything is read from the syntax tree.
-- `ProgramCache`: fetches a program's source by `ProgramRef` through a function it
-  is given (the daemon passes a space-client call), inspects and compiles it once
-  per content hash, and keeps a bounded number of entries. Versions are immutable,
-  so a cached `name@vN` is never refetched.
+Owns `ProgramCache`: it fetches a program's source by `ProgramRef` through a function it
+is given (the daemon passes a space-client call), checks and compiles it once per content
+hash (`programs.source`), and keeps a bounded number of entries. Versions are immutable,
+so a cached `name@vN` is never refetched.
 
 It must not run program code, talk to the space itself, or read the clock.
 """
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import hashlib
 import inspect
@@ -26,30 +19,16 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
-import msgspec
-
 from programs.refs import InvalidRef, ProgramRef, parse_ref
+from programs.source import ProgramMeta, inspect_compiled
 
-MAX_SOURCE_BYTES = 256 * 1024
 CACHE_ENTRIES = 128
-ANY_TOOL = "__any_tool__"
 
 Fetch = Callable[[ProgramRef], Awaitable[str | None]] | Callable[[ProgramRef], str | None]
 
 
-class InvalidProgram(ValueError):
-    """A source text that cannot be published; the message says where and why."""
-
-
 class UnknownProgram(LookupError):
     """No program is published under this ref."""
-
-
-class ProgramMeta(msgspec.Struct, frozen=True, kw_only=True):
-    main_is_async: bool
-    any_tool: bool
-    sha256: str
-    size: int  # bytes of UTF-8 source
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,96 +39,6 @@ class LoadedProgram:
     source: str
     meta: ProgramMeta
     code: CodeType
-
-
-def inspect_source(source: str, *, filename: str = "<program>") -> ProgramMeta:
-    """Check a program without running it; raise `InvalidProgram` naming line and reason."""
-    meta, _ = _inspect(source, filename)
-    return meta
-
-
-def _inspect(source: str, filename: str) -> tuple[ProgramMeta, CodeType]:
-    if not isinstance(source, str):
-        raise InvalidProgram(f"source must be text, got {type(source).__name__}")
-    data = source.encode("utf-8", errors="surrogatepass")
-    if len(data) > MAX_SOURCE_BYTES:
-        raise InvalidProgram(f"source is {len(data)} bytes, the limit is {MAX_SOURCE_BYTES}")
-    tree = _parse(source, filename)
-    main = _find_main(tree)
-    meta = ProgramMeta(
-        main_is_async=isinstance(main, ast.AsyncFunctionDef),
-        any_tool=_any_tool(tree),
-        sha256=hashlib.sha256(data).hexdigest(),
-        size=len(data),
-    )
-    return meta, compile(tree, filename, "exec", dont_inherit=True)
-
-
-def _parse(source: str, filename: str) -> ast.Module:
-    try:
-        tree = ast.parse(source, filename)  # compile(..., PyCF_ONLY_AST), typed as a Module
-        compile(tree, filename, "exec", dont_inherit=True)  # some errors appear only here
-    except SyntaxError as exc:
-        raise InvalidProgram(_syntax_message(exc)) from None
-    except (ValueError, RecursionError, MemoryError) as exc:
-        raise InvalidProgram(f"source does not compile: {exc}") from None
-    return tree
-
-
-def _syntax_message(exc: SyntaxError) -> str:
-    if not exc.lineno:
-        return f"syntax error: {exc.msg}"
-    where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
-    text = (exc.text or "").strip()
-    shown = f": {text!r}" if text else ""
-    return f"syntax error at {where}: {exc.msg}{shown}"
-
-
-def _find_main(tree: ast.Module) -> ast.FunctionDef | ast.AsyncFunctionDef:
-    mains = [
-        n
-        for n in tree.body
-        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == "main"
-    ]
-    if not mains:
-        raise InvalidProgram("no top-level `def main(args)` (or `async def main(args)`)")
-    main = mains[-1]  # the last definition wins, as when the module runs
-    if not _takes_one_arg(main.args):
-        raise InvalidProgram(f"line {main.lineno}: `main` must accept exactly one argument, args")
-    return main
-
-
-def _takes_one_arg(a: ast.arguments) -> bool:
-    positional = len(a.posonlyargs) + len(a.args)
-    required = positional - len(a.defaults)
-    kw_required = sum(d is None for d in a.kw_defaults)
-    return required <= 1 and (positional >= 1 or a.vararg is not None) and kw_required == 0
-
-
-def _any_tool(tree: ast.Module) -> bool:
-    value = False
-    for node in tree.body:
-        target, expr = _assignment(node)
-        if target != ANY_TOOL:
-            continue
-        try:
-            found = ast.literal_eval(expr) if expr is not None else None
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            found = None
-        if not isinstance(found, bool):
-            raise InvalidProgram(f"line {node.lineno}: {ANY_TOOL} must be True or False")
-        value = found
-    return value
-
-
-def _assignment(node: ast.stmt) -> tuple[str | None, ast.expr | None]:
-    """The simple name a top-level statement assigns, and the value it assigns."""
-    if isinstance(node, ast.Assign) and len(node.targets) == 1:
-        target = node.targets[0]
-        return (target.id if isinstance(target, ast.Name) else None), node.value
-    if isinstance(node, ast.AnnAssign | ast.AugAssign) and isinstance(node.target, ast.Name):
-        return node.target.id, node.value
-    return None, None
 
 
 class ProgramCache:
@@ -206,7 +95,7 @@ class ProgramCache:
         sha = hashlib.sha256(source.encode("utf-8", errors="surrogatepass")).hexdigest()
         loaded = self._by_hash.get(sha)
         if loaded is None:
-            meta, code = _inspect(source, str(ref))
+            meta, code = inspect_compiled(source, str(ref))
             self.compiles += 1
             loaded = LoadedProgram(ref=ref, source=source, meta=meta, code=code)
         self._remember(self._by_ref, ref, sha)

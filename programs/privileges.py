@@ -46,8 +46,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]  # fmt: skip
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 _NO_CAPABILITIES = (ctypes.byref(_CapHeader(CAP_VERSION_3, 0)), (_CapData * 2)())  # capset's

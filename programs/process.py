@@ -23,7 +23,7 @@ from core.vocab import RunStatus
 from programs import channel
 from programs.confine import Containment
 from programs.job import Job
-from programs.result import Outcome, exit_reason
+from programs.outcome import Outcome, exit_reason
 from programs.tail import Channel
 
 GRACE_SECONDS = 2.0  # how long output may trail a reply or a death
@@ -43,8 +43,12 @@ async def _pump(stream: asyncio.StreamReader, channel: Channel) -> None:
 class WorkerProcess:
     """A started worker. `run()` never raises for the worker's faults; see `usable`."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:  # fmt: skip
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
         self.proc, self.pid = proc, proc.pid
         self._reader, self._writer = reader, writer
         self._out, self._err = Channel(), Channel()
@@ -230,11 +234,14 @@ def _failure_text(exc: Exception) -> str:
 async def _exec(child_end: socket.socket, env: dict[str, str]) -> asyncio.subprocess.Process:
     fd = child_end.fileno()
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "programs.worker", str(fd),
+        sys.executable,
+        "-m",
+        "programs.worker",
+        str(fd),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=env,
         pass_fds=(fd,),
         start_new_session=True,  # one process group: killing it kills what the program started
-    )  # fmt: skip
+    )

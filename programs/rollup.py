@@ -34,9 +34,13 @@ MAX_INDEX = math.ceil(math.log(1e9) / _LOG_GAMMA)  # 1e9 ms ≈ 11.6 days
 
 # the rollup's counter of each run status
 COUNTER: dict[str, str] = {
-    RunStatus.OK: "ok", RunStatus.ERROR: "errors", RunStatus.TIMEOUT: "timeouts",
-    RunStatus.CRASHED: "crashed", RunStatus.REJECTED: "rejected", RunStatus.SKIPPED: "skipped",
-}  # fmt: skip
+    RunStatus.OK: "ok",
+    RunStatus.ERROR: "errors",
+    RunStatus.TIMEOUT: "timeouts",
+    RunStatus.CRASHED: "crashed",
+    RunStatus.REJECTED: "rejected",
+    RunStatus.SKIPPED: "skipped",
+}
 
 Count = Annotated[int, msgspec.Meta(ge=0)]
 

@@ -33,8 +33,13 @@ PR_SET_PDEATHSIG = 1
 READY = b"R"  # a spare's first byte: confined, waiting for its request
 
 
-def child(place: Place, scratch: str, sock: socket.socket, ruleset: int | None = None,
-          failed_ahead: BaseException | None = None) -> None:  # fmt: skip
+def child(
+    place: Place,
+    scratch: str,
+    sock: socket.socket,
+    ruleset: int | None = None,
+    failed_ahead: BaseException | None = None,
+) -> None:
     """`ruleset`: the Landlock ruleset the worker built for this process and `scratch`
     alone (`programs.confine.Rules`); `failed_ahead`: why the worker could not build it."""
     me = os.getpid()

@@ -31,7 +31,7 @@ import time
 
 from core.vocab import RunStatus
 from programs import channel, confine, privileges, reaper, runchild, warm
-from programs.result import exit_reason
+from programs.outcome import exit_reason
 
 SCRATCH_PREFIX = "baton-run-"
 
@@ -152,8 +152,9 @@ class Spare:
         self._reaped, self._status = True, status
         return False
 
-    def run(self, request: channel.Request, place: Place, control_fd: int,
-            keep: int | None = None) -> channel.Reply:  # fmt: skip
+    def run(
+        self, request: channel.Request, place: Place, control_fd: int, keep: int | None = None
+    ) -> channel.Reply:
         """Runs `request`. A run that timed out or died is ended (all its processes but
         `keep` gone) on return; otherwise the caller ends it or keeps it (`keepable`)."""
         deadline = time.monotonic() + request.timeout_seconds
@@ -174,8 +175,9 @@ class Spare:
                 self.discard(place, keep)
         return reply if reply is not None else _died(self._status)
 
-    def keepable(self, request: channel.Request, reply: channel.Reply, place: Place,
-                 others: set[int]) -> bool:  # fmt: skip
+    def keepable(
+        self, request: channel.Request, reply: channel.Reply, place: Place, others: set[int]
+    ) -> bool:
         """The process answered clean for `request`'s warm key and /proc agrees: nothing
         of the run is left (`others` are the worker's processes that are not this run's)."""
         if not (place.warm and request.key and reply.warm == request.key) or self.sock.fileno() < 0:
@@ -238,8 +240,9 @@ def _died(status: int | None) -> channel.Reply:
     return channel.Reply(status=RunStatus.CRASHED, error=exit_reason(code))
 
 
-def _await_reply(sock: socket.socket, control_fd: int, deadline: float,
-                 timeout: float) -> channel.Reply | None:  # fmt: skip
+def _await_reply(
+    sock: socket.socket, control_fd: int, deadline: float, timeout: float
+) -> channel.Reply | None:
     """The run's reply; a timeout reply at the deadline; None if it died without one."""
     poller = select.poll()
     poller.register(sock, select.POLLIN)

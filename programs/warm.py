@@ -32,8 +32,13 @@ from collections.abc import Mapping
 
 MAX_RUNS = 1000  # runs of one warm process, then a fresh one
 IDLE_SECONDS = 60.0  # a warm process idle this long ends
-LIMITS = (resource.RLIMIT_AS, resource.RLIMIT_FSIZE, resource.RLIMIT_NPROC,
-          resource.RLIMIT_NOFILE, resource.RLIMIT_CORE)  # fmt: skip
+LIMITS = (
+    resource.RLIMIT_AS,
+    resource.RLIMIT_FSIZE,
+    resource.RLIMIT_NPROC,
+    resource.RLIMIT_NOFILE,
+    resource.RLIMIT_CORE,
+)
 TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
 _VERSION_OFFSET = object.__basicsize__ + ctypes.sizeof(ctypes.c_ssize_t)  # after ma_used
 _VALUE = operator.attrgetter("value")
@@ -158,8 +163,9 @@ def status(pid: int) -> tuple[bytes, ...] | None:
     return (fields[17], *fields[28:32], descriptors) if len(fields) >= 32 else None
 
 
-def leftovers(pid: int, baseline: tuple[bytes, ...] | None, others: set[int],
-              found: list[int] | None) -> str:  # fmt: skip
+def leftovers(
+    pid: int, baseline: tuple[bytes, ...] | None, others: set[int], found: list[int] | None
+) -> str:
     """What of a finished run is still there, in words; empty when nothing.
 
     `found` are the worker's children now; `others` the worker's processes that are not

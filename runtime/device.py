@@ -5,11 +5,11 @@ written in `_wire` as subscriptions to the device's event bus (runtime.events):
 the reconciler's diffs go to the ticker, the chat subscriptions and the firing
 pipeline, and kick the health pass, as record edits do; the election's turns re-sync
 responsibility, and a takeover bridges what came while this device did not hold the
-lease (runtime.takeover says from when); a detected sleep makes every part distrust
+lease (runtime.election.takeover says from when); a detected sleep makes every part distrust
 what it knew and starts a new instance (the space's `upSince` restarts). The parts
 run supervised (runtime.supervise): one that dies is restarted while the device holds
 no lease, and one that keeps dying stops the device. It must not decide anything the
-parts decide. What a device is given comes in one frozen `Settings`.
+parts decide. What a device is given comes in one frozen `DeviceSettings`.
 """
 
 from __future__ import annotations
@@ -29,33 +29,33 @@ from core.clock import Clock, SystemClock, iso
 from programs.executor import Executor
 from programs.loader import ProgramCache
 from programs.process import StartFailed
-from runtime.chatlink import ChatLink
-from runtime.chatwatch import ChatWatch
-from runtime.client import ApiError, SpaceClient
-from runtime.election import Elector
+from runtime.chat.link import ChatLink
+from runtime.chat.readiness import Readiness
+from runtime.chat.responders import BuiltinResponder, Responder
+from runtime.chat.watch import ChatWatch
+from runtime.client.api import ApiError, SpaceClient
+from runtime.client.seat import Seat
+from runtime.election.decision import Config as LeaseConfig
+from runtime.election.loop import Elector
+from runtime.election.sleepwatch import SleepWatch
+from runtime.election.takeover import BRIDGE_WINDOW, Takeover
 from runtime.events import Bus, DiffApplied, RecordEdited, RoleChanged, Slept
-from runtime.execute import Execute, program_fetch
-from runtime.firing import Firing
-from runtime.healthpass import HealthPass
-from runtime.lease import Config as LeaseConfig
-from runtime.readiness import Readiness
-from runtime.reconciler import Reconciler
-from runtime.recorder import Recorder
-from runtime.responders import BuiltinResponder, Responder
-from runtime.seat import Seat
-from runtime.sleepwatch import SleepWatch
-from runtime.subscriptions import Subscriptions
+from runtime.feeds.chats import Subscriptions
+from runtime.feeds.reconciler import Reconciler
+from runtime.fire.execute import Execute, program_fetch
+from runtime.fire.firing import Firing
+from runtime.fire.recorder import Recorder
+from runtime.fire.ticker import Ticker
+from runtime.health.stamper import HealthPass
+from runtime.health.touched import Touched
 from runtime.supervise import PartFailed, Supervisor
-from runtime.takeover import BRIDGE_WINDOW, Takeover
-from runtime.ticker import Ticker
-from runtime.touched import Touched
 from triggers.records import RESERVED_CHAT_WATCH, PeerId
 
 log = logging.getLogger("baton.device")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Settings:
+class DeviceSettings:
     """What one device is: where its space is, who it is, and its few knobs."""
 
     url: str
@@ -74,7 +74,11 @@ class Device:
     """A device of one space: `await run()` until cancelled; it stops cleanly."""
 
     def __init__(
-        self, settings: Settings, *, clock: Clock | None = None, responder: Responder | None = None
+        self,
+        settings: DeviceSettings,
+        *,
+        clock: Clock | None = None,
+        responder: Responder | None = None,
     ) -> None:
         self.settings = s = settings
         self.space, self.peer = s.space, PeerId(s.peer)
@@ -88,15 +92,20 @@ class Device:
         self._background = TaskSet("device")  # resyncs, takeovers and re-seeds in flight
         self.sleepwatch = SleepWatch(self.clock, self.bus)
         self.elector = Elector(
-            self.seat, name=s.name or s.peer, priority=s.priority, config=s.lease,
-            report=self._report, sleepwatch=self.sleepwatch,
-        )  # fmt: skip
+            self.seat,
+            name=s.name or s.peer,
+            priority=s.priority,
+            config=s.lease,
+            report=self._report,
+            sleepwatch=self.sleepwatch,
+        )
         self.elector.heartbeat.instance = _instance()
         self.takeover = Takeover(self.seat, window=timedelta(seconds=s.bridge_seconds))
         self.recorder = Recorder(
-            self.seat, bus=self.bus,
+            self.seat,
+            bus=self.bus,
             chat_watch=lambda: self.reconciler.records.get(RESERVED_CHAT_WATCH),
-        )  # fmt: skip  # the reconciler is made next; read when a run ends
+        )  # the reconciler is made next; read when a run ends
         self._compose_chat(responder)
         self._compose_triggers()
         self.supervisor = Supervisor(
@@ -108,9 +117,13 @@ class Device:
         self.responder = responder or BuiltinResponder(self.clock.wall)
         self.chatlink = ChatLink(self.seat)
         self.chatwatch = ChatWatch(
-            self.responder, self.chatlink.send, self.chatlink.history,
-            record_turn=self.recorder.turn, clock=self.clock, edit=self.chatlink.edit,
-        )  # fmt: skip
+            self.responder,
+            self.chatlink.send,
+            self.chatlink.history,
+            record_turn=self.recorder.turn,
+            clock=self.clock,
+            edit=self.chatlink.edit,
+        )
         self.readiness = Readiness(self.responder, self.chatwatch, clock=self.clock)
 
     def _compose_triggers(self) -> None:
@@ -119,21 +132,32 @@ class Device:
         s, elector = self.settings, self.elector
         execute = Execute(self.seat, s.url, executor=self.executor, programs=self.programs)
         self.firing = Firing(
-            self.seat, execute=execute, recorder=self.recorder, term=lambda: elector.term,
-            may_fire_floating=elector.may_fire, chatwatch=self.chatwatch,
-        )  # fmt: skip
+            self.seat,
+            execute=execute,
+            recorder=self.recorder,
+            term=lambda: elector.term,
+            may_fire_floating=elector.may_fire,
+            offer=self.chatwatch.offer,
+        )
         self.touched = Touched()  # records and fires changed: what the health pass judges
         self.ticker = Ticker(self.firing, clock=self.clock, touched=self.touched)
         self.recorder.read_next_fires_from(self.ticker.next_fire)  # closes Ticker → Recorder
         self.subscriptions = Subscriptions(self.seat, self.firing)
-        self.reconciler = Reconciler(self.seat, is_active=elector.may_fire, bus=self.bus,
-                                     touched=self.touched)  # fmt: skip
+        self.reconciler = Reconciler(
+            self.seat, is_active=elector.may_fire, bus=self.bus, touched=self.touched
+        )
         reconciler, ticker, subscriptions = self.reconciler, self.ticker, self.subscriptions
         self.health = HealthPass(
-            self.seat, recorder=self.recorder, records=lambda: reconciler.records, elector=elector,
-            missing_chats=lambda: subscriptions.missing, next_fire=ticker.next_fire,
-            interval=s.health_interval, touched=self.touched, settled=ticker.settled.wait,
-        )  # fmt: skip
+            self.seat,
+            recorder=self.recorder,
+            records=lambda: reconciler.records,
+            elector=elector,
+            missing_chats=lambda: subscriptions.missing,
+            next_fire=ticker.next_fire,
+            interval=s.health_interval,
+            touched=self.touched,
+            settled=ticker.settled.wait,
+        )
 
     def _wire(self) -> None:
         """Who hears what, in this order (the elector hears `Slept` first: it subscribed
@@ -208,8 +232,9 @@ class Device:
     def _on_role(self, event: RoleChanged) -> None:
         self.sleepwatch.check()  # a sleep the elector saw first must not open the bridge into it
         if event.active:
-            self._background.spawn(self._take_over(self.clock.wall(), self.elector.term),
-                                   name="takeover")  # fmt: skip
+            self._background.spawn(
+                self._take_over(self.clock.wall(), self.elector.term), name="takeover"
+            )
         else:
             self._background.spawn(self._resync(), name="resync")
 
@@ -217,7 +242,7 @@ class Device:
         await self.reconciler.resync()
 
     async def _take_over(self, gained: datetime, term: int) -> None:
-        """Arm the floating triggers live, then bridge what came before (runtime.takeover)."""
+        """Arm the floating triggers live, then bridge what came before (election.takeover)."""
         await self.reconciler.resync()
         settle = 2 * self.elector.beat_seconds
         try:
@@ -228,8 +253,13 @@ class Device:
         if not (self.elector.may_fire() and self.elector.term == term):
             return  # lost again meanwhile: the next holder bridges
         slots, chats = self.ticker.bridge(start), self.subscriptions.bridge(start)
-        log.info("takeover at term %d: bridging from %s: %d cron slots, %d chats",
-                 term, iso(start), slots, chats)  # fmt: skip
+        log.info(
+            "takeover at term %d: bridging from %s: %d cron slots, %d chats",
+            term,
+            iso(start),
+            slots,
+            chats,
+        )
 
     def _on_slept(self, event: Slept) -> None:
         """The elector already stopped acting (it hears `Slept` first)."""

@@ -17,8 +17,8 @@ from space import (
     chats,
     dashboard,
     devices,
-    election,
     fires,
+    leases,
     metrics,
     openapi,
     programs,
@@ -30,13 +30,20 @@ from space import (
     triggers,
     turns,
 )
-from space.appstate import ADMIN_TOKEN_PATH, CLOCK, ROUTE_DOCS, SETTINGS, RunRetention, Settings
-from space.clock import ServerClock, system_clock
+from space.appstate import (
+    ADMIN_TOKEN_PATH,
+    CLOCK,
+    ROUTE_DOCS,
+    SETTINGS,
+    RunRetention,
+    SpaceSettings,
+)
 from space.db import DB, open_db
 from space.http import refusals
+from space.servertime import ServerClock, system_clock
 
 ADMIN_TOKEN_FILE = "admin.token"
-_AREAS = (spaces, tokens, triggers, changes, election, fires, programs, devices, runs, turns, state)
+_AREAS = (spaces, tokens, triggers, changes, leases, fires, programs, devices, runs, turns, state)
 
 
 def default_admin_token_file(db_path: str | Path) -> Path:
@@ -61,7 +68,7 @@ def create_app(
     owner-only (`token_store.LooseFile` otherwise); the database is created 0600
     and a missing directory 0700.
     """
-    settings = Settings(
+    settings = SpaceSettings(
         lease_seconds=lease_seconds,
         live_seconds=live_seconds,
         retention=retention or RunRetention(),

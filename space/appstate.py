@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 from aiohttp import web
 
-from space.clock import ServerClock
+from space.servertime import ServerClock
 
 
 class RunRetention(msgspec.Struct, frozen=True, kw_only=True):
@@ -23,7 +23,7 @@ class RunRetention(msgspec.Struct, frozen=True, kw_only=True):
     failure_per_trigger: int = 1000
 
 
-class Settings(msgspec.Struct, frozen=True, kw_only=True):
+class SpaceSettings(msgspec.Struct, frozen=True, kw_only=True):
     lease_seconds: float = 15.0
     max_body_bytes: int = 1024 * 1024
     live_seconds: float = 15.0
@@ -43,7 +43,7 @@ class RouteDoc(msgspec.Struct, frozen=True, kw_only=True):
     answer: object = None  # a msgspec type, or None
 
 
-SETTINGS = web.AppKey("settings", Settings)
+SETTINGS = web.AppKey("settings", SpaceSettings)
 CLOCK: web.AppKey[ServerClock] = web.AppKey("clock")
 ROUTE_DOCS = web.AppKey("route_docs", list[RouteDoc])
 ADMIN_TOKEN_PATH = web.AppKey("admin_token_path", Path)

@@ -33,7 +33,7 @@ from space import token_store
 from space.appstate import CLOCK
 from space.db import DB
 from space.http import Handler, Refusal
-from space.sse import STREAMS, EventStream
+from space.streams import STREAMS, EventStream
 from space.token_store import Principal, Role, mint_token, token_hash
 
 __all__ = ["PRINCIPAL", "Principal", "Role", "mint_token", "principal", "token_hash"]

@@ -13,12 +13,12 @@ import json
 from aiohttp import web
 
 from core.wire import ChangePage
-from space import sse, trigger_store
+from space import streams, trigger_store
 from space.db import DB
 from space.http import Refusal, add_route, answer, int64, int_query
 from space.spaces import require_space
 
-FANOUT = web.AppKey("change_fanout", sse.Fanout[str])
+FANOUT = web.AppKey("change_fanout", streams.Fanout[str])
 PAGE_DEFAULT = 500
 PAGE_MAX = 5000
 
@@ -31,7 +31,7 @@ def notify(app: web.Application, space: str) -> None:
 def cursor(request: web.Request) -> int:
     if "since" in request.query:
         return int_query(request, "since", 0)
-    resume = sse.last_event_id(request)
+    resume = streams.last_event_id(request)
     if resume is None or not (resume.isascii() and resume.isdigit()):
         return 0  # no cursor, or not one of ours: from the start
     seq = int64(resume)
@@ -58,7 +58,7 @@ async def stream_changes(request: web.Request) -> web.StreamResponse:
     space = require_space(request)
     since = cursor(request)
     fanout = request.app[FANOUT]
-    async with sse.EventStream.open(request) as stream:
+    async with streams.EventStream.open(request) as stream:
         fanout.add(space, stream)
         try:
             await stream.send(json.dumps({"cursor": since}), id=since, event="hello")
@@ -70,7 +70,9 @@ async def stream_changes(request: web.Request) -> web.StreamResponse:
     return stream.response
 
 
-async def _send_since(request: web.Request, stream: sse.EventStream, space: str, since: int) -> int:
+async def _send_since(
+    request: web.Request, stream: streams.EventStream, space: str, since: int
+) -> int:
     while not stream.closed:
         page = trigger_store.changes_since(request.app[DB], space, since, PAGE_DEFAULT)
         for change in page:
@@ -82,8 +84,8 @@ async def _send_since(request: web.Request, stream: sse.EventStream, space: str,
 
 
 def setup(app: web.Application) -> None:
-    sse.install(app)
-    app[FANOUT] = sse.Fanout()
+    streams.install(app)
+    app[FANOUT] = streams.Fanout()
     add_route(
         app,
         "changes",

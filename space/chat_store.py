@@ -20,8 +20,8 @@ import sqlite_utils
 
 from core.chatwire import NAME_MAX, Message, MessageEdit, MessageIn
 from core.wire import Body
-from space.clock import iso
 from space.db import transaction
+from space.servertime import iso
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (

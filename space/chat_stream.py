@@ -29,7 +29,7 @@ import sqlite_utils
 
 from space import chat_store
 from space.http import int64
-from space.sse import EventStream, Fanout, last_event_id
+from space.streams import EventStream, Fanout, last_event_id
 
 REPLAY_PAGE = 500
 MESSAGE, UPDATE = "message", "update"

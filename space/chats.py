@@ -26,11 +26,11 @@ from space import (
     trigger_store,
 )
 from space.chat_store import ChatIn, NotEditable, UnknownChat
-from space.clock import epoch
 from space.db import DB
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
+from space.servertime import epoch
 from space.spaces import require_space
-from space.sse import EventStream, install
+from space.streams import EventStream, install
 
 
 class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):

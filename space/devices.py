@@ -23,9 +23,9 @@ from aiohttp import web
 from core.peerwire import DeviceList, DeviceOut, HeartbeatIn
 from space.appstate import SETTINGS
 from space.auth import require_peer
-from space.clock import iso
 from space.db import DB, add_columns, transaction
 from space.http import Refusal, add_route, answer, decode, now_of, raw_body
+from space.servertime import iso
 from space.spaces import require_space
 
 PEER_MAX = 200  # characters of a peer name

@@ -16,7 +16,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from core.vocab import RAN
-from space import election, fires, trigger_store
+from space import fires, leases, trigger_store
 from space.auth import Principal, Role, principal
 from space.db import DB
 from space.http import Refusal, now_of
@@ -47,8 +47,10 @@ def require_claimed(
         return
     tid, key = fire
     if fires.claim_of(request.app[DB], space, tid, key) != (peer, term):
-        detail = (f"{tid}@{key} was not claimed by {peer!r} at term {term}; a device "
-                  "records runs of its own fires - at `$.key`")  # fmt: skip
+        detail = (
+            f"{tid}@{key} was not claimed by {peer!r} at term {term}; a device "
+            "records runs of its own fires - at `$.key`"
+        )
         raise Refusal(403, "not_claimed", detail)
 
 
@@ -61,12 +63,14 @@ def require_stamper(request: web.Request, space: str, tid: str) -> None:
     _, record = trigger_store.current(db, space, tid)
     if record.get("owner") == who.peer:
         return
-    lease = election.load(db, space)
+    lease = leases.load(db, space)
     if not lease.lapsed(now_of(request)) and lease.active == who.peer:
         return
     if fires.last_claimer(db, space, tid) == who.peer:
         return
     owner = record.get("owner") or "floating"
-    detail = (f"peer {who.peer!r} does not answer for trigger {tid!r} ({owner}, lease held "
-              f"by {lease.active!r}): stamps come from its owner or the active device")  # fmt: skip
+    detail = (
+        f"peer {who.peer!r} does not answer for trigger {tid!r} ({owner}, lease held "
+        f"by {lease.active!r}): stamps come from its owner or the active device"
+    )
     raise Refusal(403, "forbidden", detail)

@@ -18,7 +18,7 @@ import sqlite_utils
 
 from core.vocab import RunReason
 from core.wire import FireIn
-from space import chat_store, election, trigger_store
+from space import chat_store, leases, trigger_store
 from space.http import Refusal
 
 
@@ -33,7 +33,7 @@ def record_to_claim(
         if fire.peer != owner:
             raise Refusal(409, "not_owner", f"trigger {fire.triggerId!r} is pinned to {owner!r}")
         return record
-    lease = election.load(db, space)
+    lease = leases.load(db, space)
     if lease.lapsed(now) or lease.active != fire.peer or lease.term != fire.term:
         holder = lease.active if not lease.lapsed(now) else None
         raise Refusal(

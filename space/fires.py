@@ -26,9 +26,9 @@ from core.wire import FireIn, FireList, FireOut
 from space import fence, metrics, token_store
 from space.appstate import SETTINGS
 from space.auth import require_peer
-from space.clock import iso
 from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, int_query, now_of, read_body
+from space.servertime import iso
 from space.spaces import require_space
 from triggers import records
 
@@ -100,8 +100,9 @@ def _run_token(
     assert fire.run is not None
     ttl = min(fire.run.ttlSeconds, run_timeout(record) + margin)
     expires = now + timedelta(seconds=ttl)
-    token = token_store.mint_run(db, space, fire.triggerId, fire.run.runId, now.timestamp(),
-                                 expires.timestamp())  # fmt: skip
+    token = token_store.mint_run(
+        db, space, fire.triggerId, fire.run.runId, now.timestamp(), expires.timestamp()
+    )
     return {"token": token, "expiresAt": iso(expires)}
 
 

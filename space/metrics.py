@@ -27,7 +27,7 @@ from space import auth, chat_store
 from space.appstate import CLOCK
 from space.db import DB
 from space.http import Refusal, answer
-from space.sse import STREAMS
+from space.streams import STREAMS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -115,6 +115,7 @@ def _family(name: str, kind: str, help_text: str, samples: Iterable[str]) -> lis
     return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]
 
 
+# long: one table of every metric family, in exposition order
 def render(app: web.Application, now: datetime) -> str:
     db, m = app[DB], app[METRICS]
     runs = db.execute(
@@ -124,30 +125,65 @@ def render(app: web.Application, now: datetime) -> str:
     leases = db.execute("SELECT space, active, term, expires_at FROM leases").fetchall()
     streams = Counter(_feed(s.request.path) for s in app[STREAMS].streams())
     out = [
-        *_family("baton_runs_total", "counter", "Run records by status (never pruned).",
-                 (f"baton_runs_total{_labels({'space': s, 'status': st})} {n}"
-                  for s, st, n in runs)),
-        *_family("baton_fires_total", "counter", "Fires claimed (exactly once each).",
-                 (f"baton_fires_total{_labels({'space': s})} {n}" for s, n in fires)),
-        *_family("baton_claims_total", "counter",
-                 "Fire claims answered since start, by result (claimed or the refusal).",
-                 (f"baton_claims_total{_labels({'space': s, 'result': r})} {n}"
-                  for (s, r), n in sorted(m.claims.items()))),
-        *_family("baton_fire_latency_seconds", "histogram",
-                 "From the instant a fire was due (slot, message) to its accepted claim.",
-                 m.fire_latency.lines("baton_fire_latency_seconds")),
-        *_family("baton_run_lateness_seconds", "histogram",
-                 "How late runs started (their lateMs), posted since start.",
-                 m.lateness.lines("baton_run_lateness_seconds")),
-        *_family("baton_sse_subscribers", "gauge", "Open event streams, by feed.",
-                 (f"baton_sse_subscribers{_labels({'feed': f})} {streams.get(f, 0)}"
-                  for f in ("chat", "changes"))),
-        *_family("baton_election_term", "gauge", "The election term of each space.",
-                 (f"baton_election_term{_labels({'space': s})} {t}" for s, _, t, _ in leases)),
-        *_family("baton_election_active", "gauge", "1 for the device holding a live lease.",
-                 (f"baton_election_active{_labels({'space': s, 'peer': a})} 1"
-                  for s, a, _, exp in leases if a and exp and exp > now.timestamp())),
-    ]  # fmt: skip
+        *_family(
+            "baton_runs_total",
+            "counter",
+            "Run records by status (never pruned).",
+            (f"baton_runs_total{_labels({'space': s, 'status': st})} {n}" for s, st, n in runs),
+        ),
+        *_family(
+            "baton_fires_total",
+            "counter",
+            "Fires claimed (exactly once each).",
+            (f"baton_fires_total{_labels({'space': s})} {n}" for s, n in fires),
+        ),
+        *_family(
+            "baton_claims_total",
+            "counter",
+            "Fire claims answered since start, by result (claimed or the refusal).",
+            (
+                f"baton_claims_total{_labels({'space': s, 'result': r})} {n}"
+                for (s, r), n in sorted(m.claims.items())
+            ),
+        ),
+        *_family(
+            "baton_fire_latency_seconds",
+            "histogram",
+            "From the instant a fire was due (slot, message) to its accepted claim.",
+            m.fire_latency.lines("baton_fire_latency_seconds"),
+        ),
+        *_family(
+            "baton_run_lateness_seconds",
+            "histogram",
+            "How late runs started (their lateMs), posted since start.",
+            m.lateness.lines("baton_run_lateness_seconds"),
+        ),
+        *_family(
+            "baton_sse_subscribers",
+            "gauge",
+            "Open event streams, by feed.",
+            (
+                f"baton_sse_subscribers{_labels({'feed': f})} {streams.get(f, 0)}"
+                for f in ("chat", "changes")
+            ),
+        ),
+        *_family(
+            "baton_election_term",
+            "gauge",
+            "The election term of each space.",
+            (f"baton_election_term{_labels({'space': s})} {t}" for s, _, t, _ in leases),
+        ),
+        *_family(
+            "baton_election_active",
+            "gauge",
+            "1 for the device holding a live lease.",
+            (
+                f"baton_election_active{_labels({'space': s, 'peer': a})} 1"
+                for s, a, _, exp in leases
+                if a and exp and exp > now.timestamp()
+            ),
+        ),
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -179,4 +215,3 @@ def setup(app: web.Application) -> None:
     app[METRICS] = Metrics()
     app.router.add_get("/healthz", get_healthz)
     app.router.add_get("/metrics", get_metrics)
-

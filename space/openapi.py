@@ -31,7 +31,7 @@ ERROR_SCHEMA = {
 _MARKERS = {
     bounds.CronExpr: {"type": "string", "description": "croniter syntax, 5 fields or 6"},
     bounds.TimeZoneName: {"type": "string", "description": "an IANA time zone name"},
-    bounds.ProgramRef: {"type": "string", "pattern": f"^({bounds.PROGRAM_REF.pattern})$"},
+    bounds.RefText: {"type": "string", "pattern": f"^({bounds.PROGRAM_REF.pattern})$"},
 }
 
 

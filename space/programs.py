@@ -2,7 +2,7 @@
 
 Owns the `programs` table and the publish routes. The ref and the source are
 checked by the device's own rules (`programs.refs.parse_ref`,
-`programs.loader.inspect_source`), so the space stores only what every device
+`programs.source.inspect_source`), so the space stores only what every device
 will load; `internal:` refs are never published. The source is also capped in
 size by the server's setting; `__any_tool__` is kept as metadata. The same
 source again is a no-op; another source is 409. Must not run the program.
@@ -16,12 +16,13 @@ import sqlite_utils
 from aiohttp import web
 
 from core.wire import Body, ProgramList, ProgramOut
-from programs import loader, refs
-from programs.loader import ProgramMeta
+from programs import refs
+from programs import source as source_check
+from programs.source import ProgramMeta
 from space.appstate import SETTINGS
-from space.clock import iso
 from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, now_of, read_body
+from space.servertime import iso
 from space.spaces import require_space
 
 SCHEMA = """
@@ -56,8 +57,8 @@ def parse_ref(text: str) -> tuple[str, int]:
 def inspect_source(source: str) -> ProgramMeta:
     """The device loader's check of `source`, its refusal as a 400 `invalid_program`."""
     try:
-        return loader.inspect_source(source)
-    except loader.InvalidProgram as exc:
+        return source_check.inspect_source(source)
+    except source_check.InvalidProgram as exc:
         raise Refusal(400, "invalid_program", f"{exc} - at `$.source`") from None
 
 

@@ -25,9 +25,9 @@ from core.wire import RollupList, RunIn, RunList, RunResult, Stamps
 from space import auth, duties, logtable, metrics, token_store, trigger_store
 from space.appstate import SETTINGS, RunRetention
 from space.changes import notify
-from space.clock import iso
 from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
+from space.servertime import iso
 from space.spaces import require_space
 
 SCHEMA = """
@@ -155,8 +155,16 @@ async def post_run(request: web.Request) -> web.Response:
         run, added = _one(request, space, body, now)
         if body.stamps is not None:
             _stamp(request, space, run, body.stamps, now)
-    _written(request, space, [body], [RunResult(runId=run.runId, status=201 if added else 200,
-                                                stamps=200 if body.stamps else None)])  # fmt: skip
+    _written(
+        request,
+        space,
+        [body],
+        [
+            RunResult(
+                runId=run.runId, status=201 if added else 200, stamps=200 if body.stamps else None
+            )
+        ],
+    )
     return answer(wire(run), status=201 if added else 200)
 
 
@@ -174,16 +182,20 @@ def _one(request: web.Request, space: str, posted: RunIn, now: datetime) -> tupl
 def _stamp(request: web.Request, space: str, run: RunIn, stamps: Stamps, now: datetime) -> bool:
     """Apply a run's stamps to its trigger, fenced as `POST …/status`; whether they changed it."""
     duties.require_stamper(request, space, run.triggerId)
-    _, written = trigger_store.stamp(request.app[DB], space, run.triggerId, stamp_fields(stamps),
-                                     iso(now))  # fmt: skip
+    _, written = trigger_store.stamp(
+        request.app[DB], space, run.triggerId, stamp_fields(stamps), iso(now)
+    )
     return written
 
 
 def stamp_fields(stamps: Stamps) -> dict[str, Any]:
     """The stamps given, as the record holds them (instants in the one wire format)."""
     given = {f: getattr(stamps, f) for f in stamps.__struct_fields__}
-    return {f: iso(v) if isinstance(v, datetime) else v
-            for f, v in given.items() if v is not msgspec.UNSET}  # fmt: skip
+    return {
+        f: iso(v) if isinstance(v, datetime) else v
+        for f, v in given.items()
+        if v is not msgspec.UNSET
+    }
 
 
 def _result(request: web.Request, space: str, posted: RunIn, now: datetime) -> RunResult:
@@ -202,8 +214,15 @@ def _result(request: web.Request, space: str, posted: RunIn, now: datetime) -> R
         stamped, s_error, s_detail = 200, None, None
     except Refusal as exc:
         stamped, s_error, s_detail = exc.status, exc.code, exc.detail
-    return RunResult(runId=posted.runId, status=status, error=error, detail=detail,
-                     stamps=stamped, stampsError=s_error, stampsDetail=s_detail)  # fmt: skip
+    return RunResult(
+        runId=posted.runId,
+        status=status,
+        error=error,
+        detail=detail,
+        stamps=stamped,
+        stampsError=s_error,
+        stampsDetail=s_detail,
+    )
 
 
 def _written(request: web.Request, space: str, runs: list[RunIn], results: list[RunResult]) -> None:

@@ -16,9 +16,9 @@ from aiohttp import web
 
 from core.wire import Body, Space, SpaceList
 from space import auth, chat_store
-from space.clock import epoch, iso
 from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, now_of, read_body
+from space.servertime import epoch, iso
 
 SPACE_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 GENERAL_CHAT_NAME = "general"

@@ -12,9 +12,9 @@ import sqlite_utils
 from aiohttp import web
 
 from core.wire import StateIn, StateOut
-from space.clock import iso
 from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, now_of, read_body
+from space.servertime import iso
 from space.spaces import require_space
 
 MAX_KEY = 200

@@ -94,9 +94,17 @@ def store_token(
     db.execute(
         "INSERT OR IGNORE INTO tokens (hash, role, peer, space, trigger_id, run_id, created_at, "
         "expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [token_hash(token), who.role.value, who.peer, who.space, who.trigger_id, who.run_id,
-         now, expires_at],
-    )  # fmt: skip
+        [
+            token_hash(token),
+            who.role.value,
+            who.peer,
+            who.space,
+            who.trigger_id,
+            who.run_id,
+            now,
+            expires_at,
+        ],
+    )
 
 
 def mint_token(
@@ -120,9 +128,14 @@ def lookup(db: sqlite_utils.Database, token: str, now: float) -> Principal:
         raise TokenError("token_expired", "the bearer token has expired")
     if row["role"] != Role.RUN and (row["last_used_at"] or 0) + LAST_USED_GRAIN <= now:
         db.execute("UPDATE tokens SET last_used_at = ? WHERE hash = ?", [now, row["hash"]])
-    return Principal(role=Role(row["role"]), id=row["hash"][:ID_DIGITS], peer=row["peer"],
-                     space=row["space"], trigger_id=row["trigger_id"],
-                     run_id=row["run_id"])  # fmt: skip
+    return Principal(
+        role=Role(row["role"]),
+        id=row["hash"][:ID_DIGITS],
+        peer=row["peer"],
+        space=row["space"],
+        trigger_id=row["trigger_id"],
+        run_id=row["run_id"],
+    )
 
 
 def revoke(db: sqlite_utils.Database, tid: str, now: float) -> dict[str, Any] | None:
@@ -186,11 +199,19 @@ def listing(
 def _entry(row: dict[str, Any], now: float) -> dict[str, Any]:
     expired = row["expires_at"] is not None and row["expires_at"] <= now
     state = "revoked" if row["revoked_at"] is not None else "expired" if expired else "live"
-    return {"id": row["hash"][:ID_DIGITS], "role": row["role"], "peer": row["peer"],
-            "space": row["space"], "triggerId": row["trigger_id"], "runId": row["run_id"],
-            "createdAt": row["created_at"], "expiresAt": row["expires_at"],
-            "lastUsedAt": row["last_used_at"], "revokedAt": row["revoked_at"],
-            "state": state}  # fmt: skip
+    return {
+        "id": row["hash"][:ID_DIGITS],
+        "role": row["role"],
+        "peer": row["peer"],
+        "space": row["space"],
+        "triggerId": row["trigger_id"],
+        "runId": row["run_id"],
+        "createdAt": row["created_at"],
+        "expiresAt": row["expires_at"],
+        "lastUsedAt": row["last_used_at"],
+        "revokedAt": row["revoked_at"],
+        "state": state,
+    }
 
 
 # --- files ---------------------------------------------------------------------------------

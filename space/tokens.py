@@ -22,9 +22,9 @@ from core.wire import Answer, Body, Name, RunTokenIn, TokenOut
 from space import fires, token_store, trigger_store
 from space.appstate import ADMIN_TOKEN_PATH, SETTINGS
 from space.auth import Principal, Role, end_streams, principal
-from space.clock import iso
 from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, now_of, read_body
+from space.servertime import iso
 from space.spaces import SPACE_ID, require_space
 
 
@@ -55,8 +55,11 @@ async def post_device_token(request: web.Request) -> web.Response:
     body = await read_body(request, DeviceTokenIn)
     db = request.app[DB]
     if not SPACE_ID.fullmatch(body.space):  # one that does not exist yet may: its device waits
-        raise Refusal(400, "invalid_body", f"space id {body.space!r} must match "
-                       "[a-z0-9][a-z0-9_-]{0,63} - at `$.space`")  # fmt: skip
+        raise Refusal(
+            400,
+            "invalid_body",
+            f"space id {body.space!r} must match [a-z0-9][a-z0-9_-]{{0,63}} - at `$.space`",
+        )
     who = Principal(role=Role.DEVICE, peer=body.peer, space=body.space)
     token = token_store.mint_token(db, who, now_of(request).timestamp())
     out = {"token": token, "id": token_store.token_id(token), "peer": body.peer}
@@ -70,8 +73,9 @@ async def post_run_token(request: web.Request) -> web.Response:
     ttl = min(body.ttlSeconds, _allowed_ttl(request, space, body))
     expires = now + timedelta(seconds=ttl)
     with transaction(db):
-        token = token_store.mint_run(db, space, body.triggerId, body.runId, now.timestamp(),
-                                     expires.timestamp())  # fmt: skip
+        token = token_store.mint_run(
+            db, space, body.triggerId, body.runId, now.timestamp(), expires.timestamp()
+        )
     out = {"token": token, "id": token_store.token_id(token), "expiresAt": iso(expires)}
     return answer(out, status=201)
 
@@ -83,13 +87,18 @@ def _allowed_ttl(request: web.Request, space: str, body: RunTokenIn) -> float:
     if who.role is Role.ADMIN:
         return settings.max_run_token_seconds
     if body.key is None:
-        raise Refusal(400, "invalid_body", "a device mints a run token for a fire: `key` "
-                       "is required - at `$.key`")  # fmt: skip
+        raise Refusal(
+            400,
+            "invalid_body",
+            "a device mints a run token for a fire: `key` is required - at `$.key`",
+        )
     db = request.app[DB]
     claim = fires.claim_of(db, space, body.triggerId, body.key)
     if claim is None or claim[0] != who.peer:
-        detail = (f"{body.triggerId}@{body.key} was not claimed by {who.peer!r}; a device "
-                  "mints run tokens only for its own fires - at `$.key`")  # fmt: skip
+        detail = (
+            f"{body.triggerId}@{body.key} was not claimed by {who.peer!r}; a device "
+            "mints run tokens only for its own fires - at `$.key`"
+        )
         raise Refusal(403, "not_claimed", detail)
     _, record = trigger_store.current(db, space, body.triggerId)
     return fires.run_timeout(record) + settings.run_token_margin_seconds
@@ -119,8 +128,11 @@ async def delete_token(request: web.Request) -> web.Response:
         found = token_store.listing(db, now, everything=True, id_=tid)
         last = found and found[0]["state"] == "live" and token_store.live_admins(db) <= 1
         if last and found[0]["role"] == Role.ADMIN:
-            raise Refusal(409, "last_admin_token", "this is the only admin token; "
-                               "rotate it instead (POST /v1/tokens/admin/rotate)")  # fmt: skip
+            raise Refusal(
+                409,
+                "last_admin_token",
+                "this is the only admin token; rotate it instead (POST /v1/tokens/admin/rotate)",
+            )
         revoked = token_store.revoke(db, tid, now)
     if revoked is None:
         raise Refusal(404, "unknown_token", f"no token with id {tid!r}")
@@ -141,19 +153,41 @@ async def post_rotate_admin(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     doc = {"answer": TokenOut}
-    add_route(app, "token_device", post_device_token,
-              "Mint a device token bound to one space and one peer (shown once)",
-              body=DeviceTokenIn, **doc)  # fmt: skip
-    add_route(app, "token_run", post_run_token,
-              "Mint a run token for one trigger and run (a device: only for a fire it claimed; "
-              "a claim can also answer one, `run` on POST …/fires)",
-              body=RunTokenIn, **doc)  # fmt: skip
-    add_route(app, "tokens", list_tokens,
-              "Tokens without their secrets; `?all=1` adds revoked and expired ones",
-              answer=TokenList)  # fmt: skip
-    add_route(app, "token_revoke", delete_token,
-              "Revoke a token by its id (the only admin token cannot be revoked: rotate it)",
-              answer=TokenInfo)  # fmt: skip
-    add_route(app, "token_rotate_admin", post_rotate_admin,
-              "A new admin token; every other admin token is revoked, the token file rewritten",
-              **doc)  # fmt: skip
+    add_route(
+        app,
+        "token_device",
+        post_device_token,
+        "Mint a device token bound to one space and one peer (shown once)",
+        body=DeviceTokenIn,
+        **doc,
+    )
+    add_route(
+        app,
+        "token_run",
+        post_run_token,
+        "Mint a run token for one trigger and run (a device: only for a fire it claimed; "
+        "a claim can also answer one, `run` on POST …/fires)",
+        body=RunTokenIn,
+        **doc,
+    )
+    add_route(
+        app,
+        "tokens",
+        list_tokens,
+        "Tokens without their secrets; `?all=1` adds revoked and expired ones",
+        answer=TokenList,
+    )
+    add_route(
+        app,
+        "token_revoke",
+        delete_token,
+        "Revoke a token by its id (the only admin token cannot be revoked: rotate it)",
+        answer=TokenInfo,
+    )
+    add_route(
+        app,
+        "token_rotate_admin",
+        post_rotate_admin,
+        "A new admin token; every other admin token is revoked, the token file rewritten",
+        **doc,
+    )

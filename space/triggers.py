@@ -18,9 +18,9 @@ from core.wire import Answer, Body, Stamps
 from space import duties, record_view, trigger_store
 from space.auth import limit_patch
 from space.changes import notify
-from space.clock import iso
 from space.db import DB
 from space.http import Refusal, add_route, answer, decode, int64, int_query, now_of, raw_body
+from space.servertime import iso
 from space.spaces import require_space
 from triggers import bounds, records
 
@@ -34,7 +34,7 @@ class TriggerPatch(Body, frozen=True, kw_only=True):
     name: str | msgspec.UnsetType = msgspec.UNSET
     kind: Literal["cron", "once", "event"] | msgspec.UnsetType = msgspec.UNSET
     spec: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET  # as the kind says
-    program: bounds.ProgramRef | msgspec.UnsetType = msgspec.UNSET
+    program: bounds.RefText | msgspec.UnsetType = msgspec.UNSET
     args: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
     owner: str | msgspec.UnsetType = msgspec.UNSET
     enabled: bool | msgspec.UnsetType = msgspec.UNSET

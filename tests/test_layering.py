@@ -3,8 +3,11 @@
 - `triggers/` imports nothing from `programs/` or `runtime/`, does no I/O and reads no clock.
 - `programs/` imports nothing from `runtime/` or `triggers/`.
 - `core/` (the clock, the async kit, the vocabulary) imports none of the packages.
-- No package imports `space/` but the CLI (`runtime/commands/`, `runtime/cli.py`), and
-  `space/` imports nothing from `runtime/` (it stands on `triggers/` and the clock).
+- No package imports `space/` but the CLI (`runtime/cli/`), and `space/` imports nothing
+  from `runtime/`; of `triggers/` and `programs/` it imports only the shared pure rules
+  (`SPACE_MAY_IMPORT`).
+- The rooms of `runtime/` import only the rooms `ROOMS` gives them: the client and the
+  chat stand alone, the daemon never imports the CLI.
 - Only the Clock reads a clock in `runtime/` and `space/`: no `time.monotonic()`,
   `datetime.now()`, `loop.time()`, nor a deadline on the loop clock (`asyncio.timeout`,
   `call_later`) that a fake clock cannot drive.
@@ -100,7 +103,7 @@ def test_the_checks_catch_a_violation():
 # --- who may import space/ -----------------------------------------------------------
 
 PACKAGES = ("core", "triggers", "programs", "runtime", "space")
-CLI = ("runtime/commands/", "runtime/cli.py")
+CLI = ("runtime/cli/",)
 CLOCK_MODULES = {"runtime/clock.py", "core/clock.py"}
 # fixed by the restructure; remove when gone
 KNOWN_SPACE_ON_RUNTIME: set[str] = set()
@@ -149,6 +152,112 @@ def test_space_imports_nothing_from_runtime():
     assert found <= KNOWN_SPACE_ON_RUNTIME, f"space/ imports runtime/: {sorted(found)}"
     stale = KNOWN_SPACE_ON_RUNTIME - found
     assert not stale, f"no longer import runtime/, remove from KNOWN_SPACE_ON_RUNTIME: {stale}"
+
+
+# --- the rooms of runtime/ ----------------------------------------------------------
+
+# room → the rooms of runtime/ its modules may import ("" is runtime/ itself: the device,
+# its bus and its supervisor). core/ and the pure packages are open to every room but
+# the client and the chat, which see only `triggers.records` of them.
+ROOMS: dict[str, set[str]] = {
+    "client": set(),
+    "chat": {"client"},
+    "election": {"client", ""},
+    "fire": {"client", "health", ""},
+    "feeds": {"client", "fire", "health", ""},
+    "health": {"client", "election", "fire", ""},
+    "": {"client", "chat", "election", "fire", "feeds", "health", ""},
+    "cli": {"client", "chat", "election", "fire", "feeds", "health", "", "cli"},
+}
+STANDALONE = {"client", "chat"}  # of triggers/ and programs/, only `triggers.records`
+SPACE_MAY_IMPORT = {"triggers.records", "triggers.bounds", "programs.refs", "programs.source"}
+
+
+def room_of(file: str) -> str | None:
+    """`runtime/fire/ticker.py` → "fire"; `runtime/device.py` → ""; elsewhere None."""
+    parts = file.split("/")
+    if parts[0] != "runtime":
+        return None
+    return parts[1] if len(parts) > 2 else ""
+
+
+def imported_modules(tree: ast.AST) -> set[str]:
+    """Every dotted name imported (`from a.b import c` gives a.b and a.b.c)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def room_breaches(files: dict[str, str]) -> set[str]:
+    rooms = {room_of(f) for f in files} - {None}
+    breaches = set()
+    for name, text in files.items():
+        room = room_of(name)
+        if room is None:
+            continue
+        for imported in imported_modules(parse(text)):
+            parts = imported.split(".")
+            if parts[0] == "runtime" and len(parts) > 1:
+                target = parts[1] if parts[1] in rooms else ""
+                if target != room and target not in ROOMS[room]:
+                    breaches.add(f"{name} imports {imported}")
+            elif room in STANDALONE and parts[0] in {"triggers", "programs", "space"}:
+                if imported not in {"triggers", "triggers.records"} and not imported.startswith(
+                    "triggers.records."
+                ):
+                    breaches.add(f"{name} imports {imported}")
+    return breaches
+
+
+def space_reaches(files: dict[str, str]) -> set[str]:
+    """What space/ imports of triggers/ and programs/ beyond the shared pure rules."""
+    found = set()
+    for name, text in files.items():
+        if not name.startswith("space/"):
+            continue
+        for imported in imported_modules(parse(text)):
+            if imported.split(".")[0] in {"triggers", "programs"} and "." in imported:
+                module = ".".join(imported.split(".")[:2])
+                if module not in SPACE_MAY_IMPORT:
+                    found.add(f"{name} imports {imported}")
+    return found
+
+
+def test_each_room_imports_only_the_rooms_it_may():
+    files = package_files()
+    assert {room_of(f) for f in files} - {None} == set(ROOMS), "a room without a rule"
+    assert room_breaches(files) == set()
+
+
+def test_space_imports_only_the_shared_pure_rules():
+    assert space_reaches(package_files()) == set()
+
+
+def test_the_room_checks_catch_a_violation():
+    files = {
+        "runtime/fire/firing.py": "from runtime.chat.watch import ChatWatch\n",
+        "runtime/chat/watch.py": "from triggers import health\nfrom triggers.records import X\n",
+        "runtime/client/api.py": "from core import wire\n",
+        "runtime/device.py": "from runtime.cli import demo\n",
+        "runtime/cli/up.py": "from runtime.device import Device\n",
+        "space/programs.py": "from programs.loader import ProgramCache\nfrom programs import refs\n",
+    }
+    assert room_breaches(files) == {
+        "runtime/fire/firing.py imports runtime.chat.watch",
+        "runtime/fire/firing.py imports runtime.chat.watch.ChatWatch",
+        "runtime/chat/watch.py imports triggers.health",
+        "runtime/device.py imports runtime.cli",
+        "runtime/device.py imports runtime.cli.demo",
+    }
+    assert space_reaches(files) == {
+        "space/programs.py imports programs.loader",
+        "space/programs.py imports programs.loader.ProgramCache",
+    }
 
 
 # --- only the Clock reads a clock ----------------------------------------------------
@@ -321,8 +430,8 @@ def test_no_import_circles():
 def test_the_new_checks_catch_a_violation():
     files = {
         "runtime/device.py": "from space import app\n",
-        "runtime/commands/up.py": "import space.app\n",
-        "space/fires.py": "from runtime.firing import Firing\n",
+        "runtime/cli/up.py": "import space.app\n",
+        "space/fires.py": "from runtime.fire.firing import Firing\n",
         "space/chats.py": "import time\nfrom time import perf_counter\n"
         "def f(loop):\n    time.monotonic(); datetime.now(UTC); loop.time()\n"
         "    asyncio.get_running_loop().call_later(1, f); perf_counter()\n"
@@ -332,9 +441,12 @@ def test_the_new_checks_catch_a_violation():
     assert space_importers(files) == {"runtime/device.py"}
     assert runtime_importers(files) == {"space/fires.py"}
     assert {read for _, read in clock_readers(files)} == {
-        "time.monotonic", "datetime.now", "loop.time",
-        "asyncio.get_running_loop().call_later", "perf_counter",
-    }  # fmt: skip
+        "time.monotonic",
+        "datetime.now",
+        "loop.time",
+        "asyncio.get_running_loop().call_later",
+        "perf_counter",
+    }
     graph = import_graph(
         {
             "space.a": "def f():\n    from space import b\n",
@@ -347,5 +459,8 @@ def test_the_new_checks_catch_a_violation():
     )
     assert circles(graph) == {("space.a", "space.b", "space.c")}
     assert a_cycle(graph, ("space.a", "space.b", "space.c")) == [
-        "space.a", "space.b", "space.c", "space.a",
-    ]  # fmt: skip
+        "space.a",
+        "space.b",
+        "space.c",
+        "space.a",
+    ]

@@ -1,17 +1,23 @@
-"""Shape of the code, checked on the source: no module over 300 lines, no function over 40.
+"""Shape of the code, checked on the source: the formatter lays it out, the design sizes it.
 
-A longer function is allowed when the line before its `def` (or its decorators), or its
-docstring, says why with `long:` (`# long: one table of all routes`). Today's offenders
-are listed in KNOWN; a test fails when an entry is no longer needed, so the list only
-shrinks.
+A module over 300 lines is reported as a warning (a concept may need the room) and fails
+over 400. A function's body (its statements, not the signature the formatter spreads
+over lines) over 40 lines fails unless the line before its `def` (or its decorators), or
+its docstring, says why with `long:` (`# long: one table of all routes`). Today's
+offenders are listed in KNOWN; a test fails when an entry is no longer needed, so the list
+only shrinks. No formatter opt-out comment anywhere: `ruff format --check` is in CI.
 """
 
 import ast
+import warnings
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("core", "triggers", "programs", "runtime", "space")
-MAX_MODULE_LINES = 300
+WARN_MODULE_LINES = 300
+MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 40
 # fixed by the restructure; remove when gone
 KNOWN: set[str] = set()
@@ -39,7 +45,7 @@ def long_functions(tree: ast.AST, lines: list[str], prefix: str = "") -> list[st
     for node in ast.iter_child_nodes(tree):
         name = f"{prefix}{getattr(node, 'name', '')}"
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            size = node.end_lineno - node.lineno + 1
+            size = node.end_lineno - node.body[0].lineno + 1
             if size > MAX_FUNCTION_LINES and not explained(node, lines):
                 found.append(name)
         scope = isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
@@ -59,6 +65,36 @@ def offenders(files: dict[str, str]) -> set[str]:
     return found
 
 
+def large_modules(files: dict[str, str]) -> list[str]:
+    return sorted(
+        f"{path} ({n} lines)"
+        for path, text in files.items()
+        if WARN_MODULE_LINES < (n := len(text.splitlines())) <= MAX_MODULE_LINES
+    )
+
+
+@pytest.mark.filterwarnings("default")
+def test_large_modules_are_reported():
+    large = large_modules(package_files())
+    if large:
+        warnings.warn(f"modules over {WARN_MODULE_LINES} lines: {', '.join(large)}", stacklevel=1)
+    assert all(path in package_files() for path in (name.split(" ")[0] for name in large))
+
+
+def test_nothing_opts_out_of_the_formatter():
+    texts = {
+        **package_files(),
+        **{
+            p.relative_to(ROOT).as_posix(): p.read_text()
+            for d in ("tests", "bench")
+            for p in (ROOT / d).rglob("*.py")
+        },
+    }
+    marks = ("fmt: " + "skip", "fmt: " + "off")
+    found = sorted(path for path, text in texts.items() if any(m in text for m in marks))
+    assert found == []
+
+
 def test_no_module_or_function_is_over_its_limit():
     found = offenders(package_files())
     new = found - KNOWN
@@ -69,17 +105,22 @@ def test_no_module_or_function_is_over_its_limit():
 
 
 def test_the_check_catches_a_violation():
-    def body(indent: int, lines: int = MAX_FUNCTION_LINES) -> str:
+    def body(indent: int, lines: int = MAX_FUNCTION_LINES + 1) -> str:
         return "".join(f"{' ' * indent}x{i} = {i}\n" for i in range(lines))
 
     files = {
         "space/big.py": "x = 1\n" * (MAX_MODULE_LINES + 1),
         "space/fine.py": "x = 1\n" * MAX_MODULE_LINES,
+        "space/wide.py": "def f(\n" + "    a,\n" * 50 + "):\n    return a\n",
         "runtime/a.py": f"class A:\n    def run(self):\n{body(8)}",
         "runtime/b.py": f"# long: one table of every route\n@cache\ndef routes():\n{body(4)}",
         "runtime/c.py": f'def f():\n    """long: the loop reads in one place"""\n{body(4)}',
         "runtime/d.py": f"def outer():\n    def inner():\n{body(8)}",
-        "runtime/e.py": f"def ok():\n{body(4, MAX_FUNCTION_LINES - 1)}",
+        "runtime/e.py": f"def ok():\n{body(4, MAX_FUNCTION_LINES)}",
     }
-    assert offenders(files) == {"space/big.py", "runtime/a.py:A.run", "runtime/d.py:outer",
-                                "runtime/d.py:outer.inner"}  # fmt: skip
+    assert offenders(files) == {
+        "space/big.py",
+        "runtime/a.py:A.run",
+        "runtime/d.py:outer",
+        "runtime/d.py:outer.inner",
+    }

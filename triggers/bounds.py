@@ -4,7 +4,7 @@ Owns what SPEC "Bad input" calls the bounds the runtime computes within:
 `graceSeconds` 0 … 7 days, `once.at` within years 1970 … 9999 in UTC, integers in
 `args` within 64 bits and floats finite, a cron expression that matches at least
 once in 28 years, a program reference `name@vN` or `internal:<name>`. The marker
-types (`CronExpr`, `TimeZoneName`, `ProgramRef`) are checked by the decode hook, so
+types (`CronExpr`, `TimeZoneName`, `RefText`) are checked by the decode hook, so
 a bad value fails with the field's own path. `records` builds its Structs on these.
 
 Pure: no I/O beyond reading the zone database, no clock reads.
@@ -48,7 +48,7 @@ class TimeZoneName(str):
     __slots__ = ()  # no `__dict__`: one shared instance per distinct value
 
 
-class ProgramRef(str):
+class RefText(str):
     """`name@vN` or `internal:<name>`."""
 
     __slots__ = ()  # no `__dict__`: one shared instance per distinct value
@@ -110,7 +110,7 @@ def check_program_ref(ref: str) -> None:
 _CHECKS: dict[type, Callable[[str], object]] = {
     CronExpr: check_cron,
     TimeZoneName: zone,
-    ProgramRef: check_program_ref,
+    RefText: check_program_ref,
 }
 
 

@@ -21,8 +21,12 @@ from croniter import croniter
 _SIMPLE = re.compile(r"[0-9*/,?-]+")
 _MONTHS = re.compile(r"(?:[0-9*/,?-]|jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)+")
 _DAYS = re.compile(r"(?:[0-9*/,?-]|sun|mon|tue|wed|thu|fri|sat)+")
-_FULL = {"second": tuple(range(60)), "minute": tuple(range(60)), "hour": tuple(range(24)),
-         "month": tuple(range(1, 13))}  # fmt: skip  # shared by every expression
+_FULL = {
+    "second": tuple(range(60)),
+    "minute": tuple(range(60)),
+    "hour": tuple(range(24)),
+    "month": tuple(range(1, 13)),
+}  # shared by every expression
 MONTH_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # the most a month has
 
 Values = tuple[int, ...] | None  # sorted allowed values; None: every value
@@ -92,8 +96,9 @@ def _fields(raw: list[str], expanded: list[list[int | str]]) -> Fields | None:
     return _build(second, minute, hour, day, mon, wday)
 
 
-def _build(second: Values, minute: Values, hour: Values, day: Values, mon: Values,
-            wday: Values) -> Fields:  # fmt: skip
+def _build(
+    second: Values, minute: Values, hour: Values, day: Values, mon: Values, wday: Values
+) -> Fields:
     return Fields(
         seconds=_all("second", second),
         minutes=_all("minute", minute),
@@ -109,10 +114,16 @@ _BOUNDS = ((0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 7))  # s, m, h, dom,
 _ONE = {n: (n,) for n in range(60)}  # one shared tuple per single value
 _ONE_DAY = {n: frozenset((n,)) for n in range(7)}  # one shared set per single weekday
 _ATOMS = tuple(
-    {"*": None, **{text: _ONE[n % 7 if high == 7 else n]
-                   for n in range(low, high + 1) for text in (str(n), f"{n:02d}")}}
+    {
+        "*": None,
+        **{
+            text: _ONE[n % 7 if high == 7 else n]
+            for n in range(low, high + 1)
+            for text in (str(n), f"{n:02d}")
+        },
+    }
     for low, high in _BOUNDS
-)  # fmt: skip  # per field: each `*` or number (one or two digits, in range) it may be
+)  # per field: each `*` or number (one or two digits, in range) it may be
 
 
 def _plain(raw: list[str]) -> Fields | None:

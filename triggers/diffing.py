@@ -45,7 +45,7 @@ from triggers.registry import (
 )
 
 
-class Change(enum.Enum):
+class Edit(enum.Enum):
     NONE = "none"
     UPDATE = "update"  # name, program, args or limits: fire times stay
     REARM = "rearm"  # kind, spec, enabled or owner: fire times move
@@ -62,14 +62,14 @@ def same_version(prev: Trigger, record: Trigger) -> bool:
     )
 
 
-def change(old: Armed, record: Trigger) -> Change:
+def change(old: Armed, record: Trigger) -> Edit:
     """What moving from the armed record to `record` changes; stamps and server fields do not."""
     if old.record is record or same_version(old.record, record):
-        return Change.NONE
+        return Edit.NONE
     return _moved(old, record)
 
 
-def _moved(old: Armed, record: Trigger) -> Change:
+def _moved(old: Armed, record: Trigger) -> Edit:
     prev = old.record
     if (
         type(prev) is not type(record)  # the class is the kind
@@ -78,12 +78,12 @@ def _moved(old: Armed, record: Trigger) -> Change:
         or prev.enabled != record.enabled
         or prev.active_since != record.active_since  # a pause and resume seen as one write
     ):
-        return Change.REARM
+        return Edit.REARM
     if prev.name != record.name or prev.program != record.program or prev.limits != record.limits:
-        return Change.UPDATE
+        return Edit.UPDATE
     if args_json.encode(record.args) != old.args_json:
-        return Change.UPDATE
-    return Change.NONE
+        return Edit.UPDATE
+    return Edit.NONE
 
 
 def responsible(record: Loaded, me: PeerId, active: bool) -> bool:
@@ -143,8 +143,8 @@ class _Collect:
         if same_version(prev, record):
             return
         moved = _moved(old, record)
-        if moved is not Change.NONE:
-            (self.rearm if moved is Change.REARM else self.update).append(arm(record))
+        if moved is not Edit.NONE:
+            (self.rearm if moved is Edit.REARM else self.update).append(arm(record))
         elif (prev.rev, prev.updated_at, prev.last_run_at) != (
             record.rev,
             record.updated_at,

@@ -27,7 +27,7 @@ from core.vocab import Overlap
 from triggers.bounds import (
     CronExpr,
     Grace,
-    ProgramRef,
+    RefText,
     TimeZoneName,
     UnixSeconds,
     check_args,
@@ -56,7 +56,6 @@ class InvalidRecord(ValueError):
 class Catchup(enum.StrEnum):
     NONE = "none"
     LATEST = "latest"
-
 
 
 class Base(msgspec.Struct, frozen=True, kw_only=True, rename="camel", gc=False):
@@ -210,7 +209,7 @@ class LimitsInput(Limits, frozen=True, kw_only=True, forbid_unknown_fields=True)
 
 
 class _Input(_Fields, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    program: ProgramRef
+    program: RefText
     limits: LimitsInput = LimitsInput()
 
 

@@ -65,7 +65,7 @@ def next_fire(spec: CronSpec | OnceSpec, after: datetime) -> datetime | None:
 
 @functools.lru_cache(maxsize=1024)
 def _cron_next(expr: str, tz: str, after: datetime) -> datetime | None:
-    """One slot search per (expression, zone, instant): entries armed together (runtime.ticker
+    """One slot search per (expression, zone, instant): entries armed together (runtime.fire.ticker
     arms them sorted by expression and zone) share their cursor and so their next slot."""
     return cron.next_slot(cron.rule(expr, tz), after)
 

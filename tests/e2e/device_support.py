@@ -24,12 +24,12 @@ from pages import read_all
 
 from core.chatwire import Message
 from core.clock import FakeClock
-from runtime.client import SpaceClient
-from runtime.device import Device, Settings
+from runtime.client.api import SpaceClient
+from runtime.device import Device, DeviceSettings
 from runtime.events import RoleChanged
 from space.app import create_app, default_admin_token_file
-from space.clock import system_clock
-from space.sse import STREAMS
+from space.servertime import system_clock
+from space.streams import STREAMS
 
 SPACE = "home"
 DEADLINE = 10.0
@@ -251,7 +251,7 @@ async def make_device(spaces: Spaces) -> AsyncIterator[MakeDevice]:
 
     Overrides: `space` (a `Space`; default the test's real-time one), `space_id` (default
     SPACE), `peer` (default `dev1`, `dev2`, …), `clock`, `responder` and any field of
-    `Settings` (`executor_size`, `lease`, …).
+    `DeviceSettings` (`executor_size`, `lease`, …).
     """
     running: list[Running] = []
 
@@ -262,7 +262,7 @@ async def make_device(spaces: Spaces) -> AsyncIterator[MakeDevice]:
         token = overrides.pop("token", None) or await space.device_token(peer, space_id)
         parts = {k: overrides.pop(k) for k in ("clock", "responder") if k in overrides}
         options: dict[str, Any] = {"executor_size": 2, **overrides}
-        settings = Settings(url=space.url, token=token, space=space_id, peer=peer, **options)
+        settings = DeviceSettings(url=space.url, token=token, space=space_id, peer=peer, **options)
         device = Device(settings, **parts)
         task = asyncio.create_task(device.run(), name=f"device {peer} {secrets.token_hex(2)}")
         run = Running(device, task, space)

@@ -23,7 +23,7 @@ from typing import Any
 
 import waiting
 
-from runtime.client import SpaceClient
+from runtime.client.api import SpaceClient
 
 ROOT = Path(__file__).resolve().parents[2]
 LISTENING = re.compile(r"listening on (http://127\.0\.0\.1:\d+)")

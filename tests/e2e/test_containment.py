@@ -30,7 +30,7 @@ from support import (
     write_token,
 )
 
-from runtime.client import SpaceClient
+from runtime.client.api import SpaceClient
 
 SPACE = "home"
 PEER = "box"
@@ -43,8 +43,9 @@ DEADLINE = 30.0
 class Rig:
     """One space server and one device (one worker), as processes."""
 
-    def __init__(self, api: SpaceClient, procs: Procs, space: Proc, device: Proc,
-                 tmp: Path) -> None:  # fmt: skip
+    def __init__(
+        self, api: SpaceClient, procs: Procs, space: Proc, device: Proc, tmp: Path
+    ) -> None:
         self.api, self.procs, self.space, self.device, self.tmp = api, procs, space, device, tmp
         self.count = 0
 
@@ -55,20 +56,27 @@ class Rig:
     def workers(self) -> list[int]:
         return children(self.device.proc.pid)
 
-    async def run(self, source: str, args: dict[str, Any] | None = None,
-                  limits: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    async def run(
+        self, source: str, args: dict[str, Any] | None = None, limits: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Publishes `source`, fires it once (a cron that is paused after its first run),
         and returns that run's record."""
         self.count += 1
         ref = f"attack{self.count}@v1"
         await self.api.program_put(SPACE, ref, {"source": textwrap.dedent(source)})
-        body = {**EVERY_SECOND, "name": ref, "program": ref, "args": args or {},
-                "limits": limits or {}}  # fmt: skip
+        body = {
+            **EVERY_SECOND,
+            "name": ref,
+            "program": ref,
+            "args": args or {},
+            "limits": limits or {},
+        }
         tid = (await self.api.trigger_create(SPACE, body))["id"]
 
         async def ran() -> dict[str, Any] | None:
-            return next((r for r in await runs_of(self.api, SPACE, tid) if r["status"] in RAN),
-                        None)  # fmt: skip
+            return next(
+                (r for r in await runs_of(self.api, SPACE, tid) if r["status"] in RAN), None
+            )
 
         run = await eventually(ran, timeout=DEADLINE, what=f"a run of {ref}")
         await self.api.trigger_patch(SPACE, tid, {"enabled": False})
@@ -115,16 +123,34 @@ def alive(pid: int) -> bool:
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     async with Procs(tmp_path) as procs:
         admin_file = tmp_path / "admin.token"
-        space, url = await serve(procs, tmp_path / "space.db", "--admin-token-file",
-                                 str(admin_file), "--lease-seconds", "3")  # fmt: skip
+        space, url = await serve(
+            procs,
+            tmp_path / "space.db",
+            "--admin-token-file",
+            str(admin_file),
+            "--lease-seconds",
+            "3",
+        )
         async with SpaceClient(url, admin_file.read_text().strip()) as api:
             await api.space_create({"id": SPACE})
             minted = await api.token_device({"peer": PEER, "space": SPACE})
             token = write_token(tmp_path / "device.token", minted["token"])
             device = await procs.start(
-                "device", "device", "--peer", PEER, "--url", url, "--token-file", str(token),
-                "--space", SPACE, "--data", str(tmp_path / "data"), "--workers", "1",
-            )  # fmt: skip
+                "device",
+                "device",
+                "--peer",
+                PEER,
+                "--url",
+                url,
+                "--token-file",
+                str(token),
+                "--space",
+                SPACE,
+                "--data",
+                str(tmp_path / "data"),
+                "--workers",
+                "1",
+            )
 
             async def active() -> bool:
                 return (await api.election(SPACE)).active == PEER
@@ -369,8 +395,12 @@ async def test_nothing_of_one_triggers_run_reaches_another_triggers_run(rig: Rig
     assert patched["status"] == "ok", patched
     observed = await rig.run(OBSERVE)
     assert observed["status"] == "ok", observed
-    assert observed["result"] == {"worker": patched["result"]["worker"], "marker": None,
-                                  "json": "[1]", "stolen": None}  # fmt: skip
+    assert observed["result"] == {
+        "worker": patched["result"]["worker"],
+        "marker": None,
+        "json": "[1]",
+        "stolen": None,
+    }
 
 
 async def test_the_device_reports_how_contained_its_runs_are(rig: Rig) -> None:
@@ -383,8 +413,9 @@ async def test_the_device_reports_how_contained_its_runs_are(rig: Rig) -> None:
     assert found["landlock"] >= 6 and found["signals"] and found["filesystem"], found
     admin = str(rig.tmp / "admin.token")
     url = (await matched(rig.space, LISTENING)).group(1)
-    code, out = await rig.procs.run("status", "status", "--url", url, "--token-file", admin,
-                                    "--space", SPACE)  # fmt: skip
+    code, out = await rig.procs.run(
+        "status", "status", "--url", url, "--token-file", admin, "--space", SPACE
+    )
     assert code == 0, out
     row = next(line for line in out.splitlines() if line.startswith(PEER))
     assert row.split()[-1] == "full", out

@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 from support import Procs, eventually, matched, serve
 
-from runtime.client import SpaceClient
+from runtime.client.api import SpaceClient
 from space.token_store import token_id
 
 
@@ -55,12 +55,31 @@ async def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
         loose.chmod(0o644)
         commands = {
             "list": ("space", "token", "list", "--url", url, "--token-file", str(loose)),
-            "device": ("device", "--peer", "p", "--url", url, "--token-file", str(loose),
-                       "--space", "home", "--data", str(tmp_path / "d")),
-            "serve": ("space", "serve", "--db", str(tmp_path / "other.db"), "--port", "0",
-                      "--admin-token-file", str(loose)),
+            "device": (
+                "device",
+                "--peer",
+                "p",
+                "--url",
+                url,
+                "--token-file",
+                str(loose),
+                "--space",
+                "home",
+                "--data",
+                str(tmp_path / "d"),
+            ),
+            "serve": (
+                "space",
+                "serve",
+                "--db",
+                str(tmp_path / "other.db"),
+                "--port",
+                "0",
+                "--admin-token-file",
+                str(loose),
+            ),
             "up": ("up", "--data", str(tmp_path / "up"), "--port", "0"),
-        }  # fmt: skip
+        }
         (tmp_path / "up").mkdir(mode=0o700)
         (tmp_path / "up" / "admin.token").write_text(admin.read_text())
         (tmp_path / "up" / "admin.token").chmod(0o640)
@@ -85,8 +104,9 @@ async def test_tokens_are_listed_revoked_and_the_admin_token_rotated_from_the_cl
             headers = {"Authorization": f"Bearer {old}"}
             await session.post(url + "/v1/spaces", json={"id": "home"}, headers=headers)
         where = ("--url", url, "--token-file", str(admin_file))
-        code, out = await procs.run("mint", "space", "token", "--peer", "laptop", "--space",
-                                    "home", "--db", str(db))  # fmt: skip
+        code, out = await procs.run(
+            "mint", "space", "token", "--peer", "laptop", "--space", "home", "--db", str(db)
+        )
         device = out.strip().splitlines()[-1]
         assert code == 0 and device.startswith("btd_")
         code, out = await procs.run("list", "space", "token", "list", "--json", *where)
@@ -115,8 +135,10 @@ async def test_a_stop_does_not_wait_on_a_half_sent_body(tmp_path: Path) -> None:
         token = (db.parent / "admin.token").read_text().strip()
         port = int(url.rsplit(":", 1)[1])
         _, writer = await asyncio.open_connection("127.0.0.1", port)
-        head = (f"POST /v1/spaces HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
-                "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n")  # fmt: skip
+        head = (
+            f"POST /v1/spaces HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        )
         writer.write(head.encode() + b'{"id": "ha')  # and never the rest
         await writer.drain()
         # A whole request on another connection answered: the server has read the first one.
@@ -138,8 +160,18 @@ async def test_baton_up_mints_its_device_token_for_its_space_and_peer(tmp_path: 
     seen = []
     async with Procs(tmp_path) as procs:
         for run, space in enumerate(("home", "home", "work")):
-            up = await procs.start(f"up-{run}", "up", "--data", str(data), "--port", "0",
-                                   "--peer", "solo", "--space", space)  # fmt: skip
+            up = await procs.start(
+                f"up-{run}",
+                "up",
+                "--data",
+                str(data),
+                "--port",
+                "0",
+                "--peer",
+                "solo",
+                "--space",
+                space,
+            )
             url = (await matched(up, UP_URL)).group(1)
             admin = (data / "admin.token").read_text().strip()
             async with SpaceClient(url, admin) as api:

@@ -25,9 +25,15 @@ playwright = pytest.importorskip("playwright.async_api")
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 DASHBOARD_LINE = re.compile(r"baton: dashboard on (http://127\.0\.0\.1:\d+/#token=\S+)$")
 WAIT_MS = 20_000
 
@@ -37,12 +43,28 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/ch
 @pytest.fixture
 async def baton_up(tmp_path: Path) -> AsyncIterator[str]:
     """`baton up --demo` on a free port; the dashboard URL it prints."""
-    argv = ["-m", "runtime.cli", "up", "--demo", "--data", str(tmp_path / "data"),
-            "--port", "0", "--peer", "laptop", "--lease-seconds", "3"]  # fmt: skip
+    argv = [
+        "-m",
+        "runtime.cli",
+        "up",
+        "--demo",
+        "--data",
+        str(tmp_path / "data"),
+        "--port",
+        "0",
+        "--peer",
+        "laptop",
+        "--lease-seconds",
+        "3",
+    ]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, *argv, cwd=ROOT, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+        sys.executable,
+        *argv,
+        cwd=ROOT,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     try:
         yield await _printed_url(proc)
     finally:

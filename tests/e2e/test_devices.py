@@ -32,8 +32,8 @@ from support import (
 )
 
 from core.chatwire import Message
-from runtime.client import SpaceClient
-from runtime.responders import HELP
+from runtime.chat.responders import HELP
+from runtime.client.api import SpaceClient
 
 SPACE = "home"
 LEASE = 3.0
@@ -51,9 +51,7 @@ Runs = list[dict[str, Any]]
 
 
 class Cluster:
-    def __init__(
-        self, api: SpaceClient, procs: Procs, devices: dict[str, Proc], url: str
-    ) -> None:
+    def __init__(self, api: SpaceClient, procs: Procs, devices: dict[str, Proc], url: str) -> None:
         self.api, self.procs, self.devices, self.url = api, procs, devices, url
 
     async def restart(self, peer: str, run: int) -> None:
@@ -275,9 +273,18 @@ async def test_baton_up_runs_the_demo_answers_the_chat_and_stops_cleanly_on_sigi
     data, space = tmp_path / "up", "default"
     async with Procs(tmp_path) as procs:
         up = await procs.start(
-            "up", "up", "--data", str(data), "--port", "0", "--demo", "--peer", "solo",
-            "--lease-seconds", str(LEASE),
-        )  # fmt: skip
+            "up",
+            "up",
+            "--data",
+            str(data),
+            "--port",
+            "0",
+            "--demo",
+            "--peer",
+            "solo",
+            "--lease-seconds",
+            str(LEASE),
+        )
         printed = await matched(up, UP_URL)
         url, port = printed.group(1), int(printed.group(2))
         assert port != 0

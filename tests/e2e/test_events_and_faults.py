@@ -35,9 +35,9 @@ from pages import read_all
 
 from core.chatwire import Message
 from core.clock import FakeClock
-from runtime.cli import main
-from runtime.client import ApiError
-from runtime.lease import Config as LeaseConfig
+from runtime.cli.main import main
+from runtime.client.api import ApiError
+from runtime.election.decision import Config as LeaseConfig
 from space.app import default_admin_token_file
 from triggers.records import RESERVED_CHAT_WATCH as CHAT_WATCH
 

@@ -33,7 +33,7 @@ from support import (
 )
 
 from core.chatwire import Message
-from runtime.client import SpaceClient
+from runtime.client.api import SpaceClient
 
 SPACE = "home"
 LEASE = 3.0
@@ -65,8 +65,9 @@ class Household:
             write_token(token, minted["token"])
         where = ("--url", self.url, "--token-file", str(token), "--space", SPACE)
         tuning = ("--health-seconds", "1", "--workers", "1", "--data", str(self.procs.logs / peer))
-        proc = await self.procs.start(f"{peer}-{len(self.procs.started)}", "device", "--peer",
-                                      peer, *where, *tuning)  # fmt: skip
+        proc = await self.procs.start(
+            f"{peer}-{len(self.procs.started)}", "device", "--peer", peer, *where, *tuning
+        )
         self.devices[peer] = proc
         return proc
 

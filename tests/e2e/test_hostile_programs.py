@@ -163,8 +163,9 @@ async def test_a_token_kept_after_its_run_is_refused(space: Space, make_device: 
     status, body = await use_token(space, token, "PUT", f"/state/{leaker['id']}/k", {"value": 1})
     assert (status, body["error"]) == (401, "token_revoked"), body
     general = (await space.api.space_get(SPACE)).generalChat
-    status, body = await use_token(space, token, "POST", f"/chats/{general}/messages",
-                                   {"text": "after the end"})  # fmt: skip
+    status, body = await use_token(
+        space, token, "POST", f"/chats/{general}/messages", {"text": "after the end"}
+    )
     assert status == 401, body
     await canary_fires(space, dev, chat, canary["id"])
 

@@ -28,10 +28,10 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
 from fake_llm import FakeLlm
 
 from core.chatwire import Agent, Message
-from runtime.client import SpaceClient
-from runtime.commands.common import Target
-from runtime.commands.status import gather, human
-from runtime.openai_responder import LlmConfig, OpenAIResponder
+from runtime.chat.openai import LlmConfig, OpenAIResponder
+from runtime.cli.common import Target
+from runtime.cli.status import gather, human
+from runtime.client.api import SpaceClient
 from triggers.records import RESERVED_CHAT_WATCH as CHAT_WATCH
 
 PROMPT = "You are the agent. Be brief."

@@ -28,9 +28,10 @@ EVERY_SECOND = {"kind": "cron", "spec": {"expr": "* * * * * *"}, "program": "ech
 
 async def scrape(space: Space, token: str | None) -> tuple[int, str, str]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with aiohttp.ClientSession() as http, http.get(
-        f"{space.url}/metrics", headers=headers
-    ) as resp:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{space.url}/metrics", headers=headers) as resp,
+    ):
         return resp.status, resp.headers.get("Content-Type", ""), await resp.text()
 
 

@@ -24,19 +24,28 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
     spaces,
 )
 
-COMMON = {"program": "echo@v1", "owner": "", "enabled": True, "name": "odd",
-          "createdAt": "2026-01-01T00:00:00Z", "updatedAt": "2026-01-01T00:00:00Z"}  # fmt: skip
+COMMON = {
+    "program": "echo@v1",
+    "owner": "",
+    "enabled": True,
+    "name": "odd",
+    "createdAt": "2026-01-01T00:00:00Z",
+    "updatedAt": "2026-01-01T00:00:00Z",
+}
 ODD: dict[str, tuple[dict[str, Any], str]] = {
     # id: (the record's own fields, the stamp it must get)
-    "trg_grace": ({"kind": "once", "spec": {"at": "2026-01-01T00:00:00Z", "graceSeconds": 1e308}},
-                  "invalid_spec"),
+    "trg_grace": (
+        {"kind": "once", "spec": {"at": "2026-01-01T00:00:00Z", "graceSeconds": 1e308}},
+        "invalid_spec",
+    ),
     "trg_at_far": ({"kind": "once", "spec": {"at": 1e300}}, "invalid_spec"),
-    "trg_at_edge": ({"kind": "once", "spec": {"at": "9999-12-31T23:59:59-14:00"}},
-                    "invalid_spec"),
-    "trg_bigarg": ({"kind": "cron", "spec": {"expr": "* * * * * *"}, "args": {"n": 2**70}},
-                   "invalid_record"),
+    "trg_at_edge": ({"kind": "once", "spec": {"at": "9999-12-31T23:59:59-14:00"}}, "invalid_spec"),
+    "trg_bigarg": (
+        {"kind": "cron", "spec": {"expr": "* * * * * *"}, "args": {"n": 2**70}},
+        "invalid_record",
+    ),
     "trg_never": ({"kind": "cron", "spec": {"expr": "0 0 30 2 *"}}, "invalid_spec"),
-}  # fmt: skip
+}
 DEEP = '{"x":' + "[" * 5000 + "]" * 5000 + "}"
 
 

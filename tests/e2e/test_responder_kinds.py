@@ -1,7 +1,7 @@
 # ruff: noqa: F811  (pytest fixtures imported from device_support are parameters here)
 """A device answers its chat through the responder its settings choose: a command or a callable.
 
-Real device, real space; the responder is built by `runtime.responder_config` from the
+Real device, real space; the responder is built by `runtime.cli.responder` from the
 spec a person would give `--responder`.
 """
 
@@ -21,7 +21,7 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
     spaces,
 )
 
-from runtime import responder_config
+from runtime.cli import responder as responder_config
 from triggers.records import RESERVED_CHAT_WATCH as CHAT_WATCH
 
 COMMAND = """import json, sys

@@ -16,9 +16,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 async def test_a_minute_of_chaos_breaks_no_invariant() -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "bench" / "soak.py"), "--seconds", "60", "--quiet", "15",
-        "--json", cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        sys.executable,
+        str(ROOT / "bench" / "soak.py"),
+        "--seconds",
+        "60",
+        "--quiet",
+        "15",
+        "--json",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=240)
     assert out, err.decode()[-3000:]
     result = json.loads(out)

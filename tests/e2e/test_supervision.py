@@ -23,7 +23,7 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
 )
 
 from core.peerwire import LeaseOut
-from runtime.cli import main
+from runtime.cli.main import main
 from runtime.supervise import PartFailed
 
 

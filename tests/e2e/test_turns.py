@@ -23,7 +23,7 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
 )
 
 from programs import rollup
-from runtime.outcomes import stamped_rollup
+from runtime.fire.bodies import stamped_rollup
 from triggers.records import RESERVED_CHAT_WATCH as CHAT_WATCH
 
 

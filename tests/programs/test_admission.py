@@ -4,15 +4,15 @@ from core.vocab import Overlap
 from programs.admission import (
     IDLE,
     Decision,
+    Ruling,
     Slots,
-    Verdict,
     admit,
     as_policy,
     drop_queued,
     finished,
 )
 
-START, QUEUED, SKIPPED, REJECTED = Verdict.START, Verdict.QUEUED, Verdict.SKIPPED, Verdict.REJECTED
+START, QUEUED, SKIPPED, REJECTED = Ruling.START, Ruling.QUEUED, Ruling.SKIPPED, Ruling.REJECTED
 
 
 @pytest.mark.parametrize(
@@ -58,7 +58,7 @@ def test_admit(
     policy: str,
     max_queue: int,
     pool: int,
-    verdict: Verdict,
+    verdict: Ruling,
     reason: str,
     after: Slots,
 ) -> None:

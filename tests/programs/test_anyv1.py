@@ -14,7 +14,7 @@ from core.routes import ROUTES
 from programs.anyv1 import AnyV1, ApiError
 from programs.context import RunContext
 from programs.use import make_use
-from runtime.client import SpaceClient
+from runtime.client.api import SpaceClient
 from space.app import create_app, default_admin_token_file
 
 SPACE = "home"
@@ -113,8 +113,15 @@ async def test_cursor_of_another_trigger_is_refused(space):
     admin, url, _, trigger = space
     other = await admin.trigger_create(SPACE, CRON | {"name": "other"})
     minted = await admin.token_run(SPACE, {"triggerId": trigger["id"], "runId": "r"})
-    ctx = RunContext(run_id="r", trigger_id=other["id"], program="tick@v1", peer="lap",
-                     space=SPACE, url=url, token=minted.token)  # fmt: skip
+    ctx = RunContext(
+        run_id="r",
+        trigger_id=other["id"],
+        program="tick@v1",
+        peer="lap",
+        space=SPACE,
+        url=url,
+        token=minted.token,
+    )
     with pytest.raises(ApiError) as refused:
         await call(AnyV1(ctx).cursor_set, "seen", 1)
     assert (refused.value.status, refused.value.code) == (403, "forbidden")
@@ -122,15 +129,29 @@ async def test_cursor_of_another_trigger_is_refused(space):
 
 @pytest.mark.parametrize("key", ["", None])
 def test_cursor_key_must_be_a_non_empty_string(key):
-    ctx = RunContext(run_id="r", trigger_id="t", program="p@v1", peer="lap", space=SPACE,
-                     url="http://127.0.0.1:9", token="x")  # fmt: skip
+    ctx = RunContext(
+        run_id="r",
+        trigger_id="t",
+        program="p@v1",
+        peer="lap",
+        space=SPACE,
+        url="http://127.0.0.1:9",
+        token="x",
+    )
     with pytest.raises(ValueError, match="key"):
         AnyV1(ctx).cursor_get(key)
 
 
 def test_no_server_is_unreachable():
-    ctx = RunContext(run_id="r", trigger_id="t", program="p@v1", peer="lap", space=SPACE,
-                     url="http://127.0.0.1:9", token="x")  # fmt: skip
+    ctx = RunContext(
+        run_id="r",
+        trigger_id="t",
+        program="p@v1",
+        peer="lap",
+        space=SPACE,
+        url="http://127.0.0.1:9",
+        token="x",
+    )
     with pytest.raises(ApiError) as caught:
         AnyV1(ctx, timeout=5).triggers(SPACE)
     assert (caught.value.status, caught.value.code) == (0, "unreachable")

@@ -241,6 +241,6 @@ def test_unknown_fields_are_ignored() -> None:
 
 
 def test_agrees_with_run_statuses() -> None:
-    result = pytest.importorskip("programs.result")
+    result = pytest.importorskip("programs.outcome")
     for status in RunStatus:
         assert is_failure(status) is result.Outcome(status=status).failed, status

@@ -138,8 +138,12 @@ def test_a_bounding_set_dropped_by_the_parent_leaves_the_child_its_own_sets_to_d
         before = privileges.bounded()
         privileges.drop_bounding()  # as the worker does, once
         after, caps = privileges.bounded(), privileges.capabilities()
-        run = in_child(lambda: {"drop": attempt(lambda: privileges.drop_capabilities(True)),
-                                "caps": privileges.capabilities()})  # fmt: skip
+        run = in_child(
+            lambda: {
+                "drop": attempt(lambda: privileges.drop_capabilities(True)),
+                "caps": privileges.capabilities(),
+            }
+        )
         return {"before": before, "after": after, "caps": caps, "run": run}
 
     found = in_child(worker)
@@ -206,18 +210,32 @@ def test_confine_stops_the_attacks_as_root_and_as_an_ordinary_user(
     ("plan", "level", "weaker"),
     [
         (Plan(abi=7, root=True, cgroup=True, subreaper=True, read_only=()), "full", []),
-        (Plan(abi=6, root=False, cgroup=False, subreaper=True, read_only=()), "full",
-         ["no pids cgroup: the process count is a per-user rlimit"]),
-        (Plan(abi=6, root=True, cgroup=False, subreaper=True, read_only=()), "partial",
-         ["no pids cgroup: the process count is a per-user rlimit (not enforced for root)"]),
-        (Plan(abi=4, root=False, cgroup=True, subreaper=True, read_only=()), "partial",
-         ["Landlock ABI 4 < 6: no signal or abstract-socket scoping"]),
-        (Plan(abi=0, root=True, cgroup=True, subreaper=False, read_only=()), "none",
-         ["no Landlock: a run can read and write what its user can",
-          "root without Landlock ABI 6: a run may signal root's processes",
-          "no subreaper: a descendant that leaves its process group may outlive it"]),
+        (
+            Plan(abi=6, root=False, cgroup=False, subreaper=True, read_only=()),
+            "full",
+            ["no pids cgroup: the process count is a per-user rlimit"],
+        ),
+        (
+            Plan(abi=6, root=True, cgroup=False, subreaper=True, read_only=()),
+            "partial",
+            ["no pids cgroup: the process count is a per-user rlimit (not enforced for root)"],
+        ),
+        (
+            Plan(abi=4, root=False, cgroup=True, subreaper=True, read_only=()),
+            "partial",
+            ["Landlock ABI 4 < 6: no signal or abstract-socket scoping"],
+        ),
+        (
+            Plan(abi=0, root=True, cgroup=True, subreaper=False, read_only=()),
+            "none",
+            [
+                "no Landlock: a run can read and write what its user can",
+                "root without Landlock ABI 6: a run may signal root's processes",
+                "no subreaper: a descendant that leaves its process group may outlive it",
+            ],
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_containment_level_says_what_is_weaker(plan: Plan, level: str, weaker: list) -> None:
     found = confine.containment(plan)
     assert (found.level, found.weaker) == (level, weaker)
@@ -236,10 +254,12 @@ def test_a_ruleset_built_ahead_gives_its_run_its_own_scratch_only(tmp_path: Path
 
     def work() -> dict[str, Any]:
         confine.confine(plan, str(mine), memory_cap(512), ahead[0])
-        return {"write mine": attempt(lambda: (mine / "note").write_text("mine")),
-                "read theirs": attempt(lambda: (theirs / "left").read_text()),
-                "write theirs": attempt(lambda: (theirs / "planted").write_text("x")),
-                "read stdlib": attempt(lambda: Path(json.__file__).read_text())}  # fmt: skip
+        return {
+            "write mine": attempt(lambda: (mine / "note").write_text("mine")),
+            "read theirs": attempt(lambda: (theirs / "left").read_text()),
+            "write theirs": attempt(lambda: (theirs / "planted").write_text("x")),
+            "read stdlib": attempt(lambda: Path(json.__file__).read_text()),
+        }
 
     try:
         found = in_child(work)

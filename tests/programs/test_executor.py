@@ -15,8 +15,8 @@ from waiting import eventually
 from core.vocab import RunStatus
 from programs.context import RunContext
 from programs.executor import Executor, ExecutorClosed, Job
+from programs.outcome import Outcome
 from programs.process import StartFailed
-from programs.result import Outcome
 from programs.tail import LIMIT
 
 OK = "def main(args):\n    return {'ok': True, 'args': args}\n"
@@ -240,8 +240,17 @@ async def test_workers_see_a_filtered_environment(monkeypatch: pytest.MonkeyPatc
     assert "hunter2" not in str(outcome.result)
     assert outcome.result["BATON_EXTRA"] == "yes"
     assert outcome.result["PATH"] == os.environ["PATH"]
-    assert set(outcome.result) <= {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME", "TMPDIR",
-                                   "PYTHONPATH", "BATON_EXTRA"}  # fmt: skip
+    assert set(outcome.result) <= {
+        "PATH",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TZ",
+        "HOME",
+        "TMPDIR",
+        "PYTHONPATH",
+        "BATON_EXTRA",
+    }
 
 
 async def test_use_without_a_context_names_the_missing_capabilities(pool: Executor) -> None:
@@ -253,8 +262,15 @@ async def test_use_without_a_context_names_the_missing_capabilities(pool: Execut
 
 
 async def test_use_with_a_context_comes_from_the_capability_registry(pool: Executor) -> None:
-    context = RunContext(run_id="run_1", trigger_id="trg_1", program="p@v1", peer="laptop",
-                         space="bao", url="http://127.0.0.1:9", token="tok")  # fmt: skip
+    context = RunContext(
+        run_id="run_1",
+        trigger_id="trg_1",
+        program="p@v1",
+        peer="laptop",
+        space="bao",
+        url="http://127.0.0.1:9",
+        token="tok",
+    )
     source = "def main(args):\n    return [callable(use), type(use).__module__]\n"
     outcome = await pool.run(job(source, context=context))
     assert (outcome.status, outcome.result) == (RunStatus.OK, [True, "programs.use"])
@@ -336,8 +352,10 @@ def run_processes(executor: Executor) -> list[int]:
     found = []
     for worker in executor._workers:
         with contextlib.suppress(OSError):
-            found += [int(p) for p in Path(f"/proc/{worker.pid}/task/{worker.pid}/children")
-                      .read_text().split()]  # fmt: skip
+            found += [
+                int(p)
+                for p in Path(f"/proc/{worker.pid}/task/{worker.pid}/children").read_text().split()
+            ]
     return found
 
 

@@ -2,15 +2,9 @@ import asyncio
 
 import pytest
 
-from programs.loader import (
-    MAX_SOURCE_BYTES,
-    InvalidProgram,
-    ProgramCache,
-    ProgramMeta,
-    UnknownProgram,
-    inspect_source,
-)
+from programs.loader import ProgramCache, UnknownProgram
 from programs.refs import InvalidRef, ProgramRef, parse_ref
+from programs.source import MAX_SOURCE_BYTES, InvalidProgram, ProgramMeta, inspect_source
 
 TRIAGE = '''"""Route incoming requests."""
 

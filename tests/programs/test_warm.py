@@ -22,7 +22,7 @@ from programs import warm
 from programs.confine import MiB
 from programs.context import RunContext
 from programs.executor import Executor, Job, worker_env
-from programs.result import Outcome
+from programs.outcome import Outcome
 
 pytestmark = pytest.mark.skipif(not warm.SUPPORTED, reason="no dict versions on this Python")
 
@@ -30,9 +30,15 @@ PID = "import os\ndef main(args):\n    return os.getpid()\n"
 
 
 def job(source: str, trigger: str = "T", **overrides: object) -> Job:
-    context = RunContext(run_id=f"run-{os.urandom(4).hex()}", trigger_id=trigger,
-                         program="prog@v1", peer="p", space="s", url="http://127.0.0.1:9",
-                         token=f"token-{os.urandom(4).hex()}")  # fmt: skip
+    context = RunContext(
+        run_id=f"run-{os.urandom(4).hex()}",
+        trigger_id=trigger,
+        program="prog@v1",
+        peer="p",
+        space="s",
+        url="http://127.0.0.1:9",
+        token=f"token-{os.urandom(4).hex()}",
+    )
     fields: dict = {"ref": "prog@v1", "timeout_seconds": 5.0, "context": context} | overrides
     return Job(source=textwrap.dedent(source), **fields)
 
@@ -222,8 +228,14 @@ place.close()
 
 
 def test_a_warm_process_idle_too_long_ends() -> None:
-    done = subprocess.run([sys.executable, "-c", IDLE_SCRIPT], capture_output=True, text=True,
-                          env=worker_env(), timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", IDLE_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=worker_env(),
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     if not found["enabled"]:
@@ -253,8 +265,14 @@ place.close()
 
 def test_a_spare_reaped_after_dying_idle_is_never_signalled_again() -> None:
     """Its pid may belong to a new process by then: `discard` must not kill that group."""
-    done = subprocess.run([sys.executable, "-c", DIED_IDLE_SCRIPT], capture_output=True,
-                          text=True, env=worker_env(), timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", DIED_IDLE_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=worker_env(),
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     assert found["signalled"] == []

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from runtime.cli import main
-from runtime.client import SpaceClient
+from runtime.cli.main import main
+from runtime.client.api import SpaceClient
 from space.app import create_app, default_admin_token_file
 
 SPACE = "home"
@@ -87,9 +87,14 @@ class Follower:
     async def start(cls, world: World, *argv: str) -> AsyncIterator[Follower]:
         """Started here; killed at the end if the test did not stop it."""
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "runtime.cli", *argv, *world.flags(),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "runtime.cli",
+            *argv,
+            *world.flags(),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         try:
             yield cls(proc)
         finally:

@@ -9,9 +9,9 @@ from typing import Any
 from chats_support import FakeClock, start_space
 
 from core.clock import SystemClock
-from runtime.sse import SseEvent
-from runtime.subscribe import Subscription
-from space.sse import STREAMS
+from runtime.client.sse import SseEvent
+from runtime.client.stream import Subscription
+from space.streams import STREAMS
 
 
 async def test_a_subscription_survives_server_side_drops_without_loss_or_repeat(

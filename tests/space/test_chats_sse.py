@@ -10,8 +10,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer, make_mocked_request
 
 from core.clock import FakeClock
-from space import sse
-from space.sse import EventStream, Fanout, frame
+from space import streams
+from space.streams import EventStream, Fanout, frame
 
 
 @pytest.mark.parametrize(
@@ -85,7 +85,7 @@ async def test_the_heartbeat_is_the_clocks_deadline() -> None:
         return s.response
 
     app = web.Application()
-    sse.install(app)
+    streams.install(app)
     app.router.add_get("/stream", handler)
     async with (
         TestServer(app) as server,

@@ -12,7 +12,7 @@ from chats_support import Event, FakeClock, Space, SseReader, start_space
 from waiting import eventually
 
 from space.chats import TOPICS
-from space.sse import STREAMS
+from space.streams import STREAMS
 
 DEADLINE = 5
 

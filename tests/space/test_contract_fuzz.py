@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis.generation import GenerationMode
 
 from space.app import create_app, default_admin_token_file
-from space.runner import SpaceRunner
+from space.serving import SpaceRunner
 
 EXAMPLES = int(os.environ.get("BATON_FUZZ_EXAMPLES", "12"))  # per operation and mode
 SPACE = "home"
@@ -168,8 +168,10 @@ def test_no_request_gets_a_5xx(
 
             probe()
     with capsys.disabled():
-        print(f"\ncontract fuzz group {group}: {len(operations)} of {len(everything)} "
-              f"operations, {sent} requests, {refusals} refused (4xx), "
-              f"{len(failures)} answers >= 500")  # fmt: skip
+        print(
+            f"\ncontract fuzz group {group}: {len(operations)} of {len(everything)} "
+            f"operations, {sent} requests, {refusals} refused (4xx), "
+            f"{len(failures)} answers >= 500"
+        )
     assert sent >= len(operations) * 2
     assert failures == []

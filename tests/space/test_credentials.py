@@ -35,8 +35,11 @@ async def test_a_device_token_works_in_its_own_space_only(api: Api) -> None:
     assert (await laptop.put(f"{S}/devices/laptop", {}))[0] == 200
     status, listing = await laptop.get("/spaces")
     assert status == 200 and [s["id"] for s in listing["spaces"]] == [SPACE]
-    for method, path in [("PUT", "/spaces/work/devices/laptop"), ("GET", "/spaces/work/triggers"),
-                         ("GET", "/spaces/work")]:  # fmt: skip
+    for method, path in [
+        ("PUT", "/spaces/work/devices/laptop"),
+        ("GET", "/spaces/work/triggers"),
+        ("GET", "/spaces/work"),
+    ]:
         status, body = await laptop.call(method, path, {} if method == "PUT" else None)
         assert (status, body["error"]) == (403, "forbidden"), (method, path, body)
     status, body = await api.post("/tokens/device", {"peer": "x", "space": "Not A Space"})
@@ -59,9 +62,19 @@ async def test_a_device_token_from_before_space_binding_is_refused(api: Api) -> 
 async def test_nothing_is_written_as_another_peer(api: Api) -> None:
     laptop = api.as_(await api.device_token("laptop"))
     tid, key = await claimed(api, api.as_(await api.device_token("phone")), "phone")
-    turn = {"turnId": "t1", "space": SPACE, "objectId": "c", "messageIds": [], "calls": 0,
-            "replies": 0, "startedAt": RUN["startedAt"], "finishedAt": RUN["startedAt"],
-            "durationMs": 0, "outcome": "ok", "peer": "phone"}  # fmt: skip
+    turn = {
+        "turnId": "t1",
+        "space": SPACE,
+        "objectId": "c",
+        "messageIds": [],
+        "calls": 0,
+        "replies": 0,
+        "startedAt": RUN["startedAt"],
+        "finishedAt": RUN["startedAt"],
+        "durationMs": 0,
+        "outcome": "ok",
+        "peer": "phone",
+    }
     as_phone = [
         (
             "POST",
@@ -174,8 +187,14 @@ async def test_a_run_token_changes_owner_and_enabled_only(api: Api, field: str) 
     mine, other = await api.create_trigger(), await api.create_trigger()
     minted = await api.post(f"{S}/tokens/run", {"triggerId": mine["id"], "runId": "r"})
     run = api.as_(minted[1]["token"])
-    values = {"program": "evil@v1", "args": {"x": 1}, "spec": {"expr": "* * * * *"},
-              "kind": "once", "name": "evil", "limits": {"timeoutSeconds": 1}}  # fmt: skip
+    values = {
+        "program": "evil@v1",
+        "args": {"x": 1},
+        "spec": {"expr": "* * * * *"},
+        "kind": "once",
+        "name": "evil",
+        "limits": {"timeoutSeconds": 1},
+    }
     for tid in (mine["id"], other["id"]):
         status, body = await run.patch(f"{S}/triggers/{tid}", {field: values[field]})
         assert (status, body["error"]) == (403, "forbidden"), body
@@ -198,7 +217,11 @@ async def test_tokens_are_listed_without_secrets_and_revoked(api: Api) -> None:
     entries = {t["id"]: t for t in listing["tokens"]}
     entry = entries[token_id(device)]
     assert (entry["role"], entry["peer"], entry["space"], entry["state"]) == (
-        "device", "laptop", SPACE, "live")  # fmt: skip
+        "device",
+        "laptop",
+        SPACE,
+        "live",
+    )
     assert device not in str(listing) and api.token not in str(listing)
     assert entry["createdAt"].endswith("Z") and entry["expiresAt"] is None
     status, body = await api.delete(f"/tokens/{token_id(device)}")
@@ -260,8 +283,14 @@ async def test_a_claim_with_run_answers_the_runs_token(api: Api, space_clock: Fa
     phone = api.as_(await api.device_token("phone"))
     mine = await api.create_trigger(owner="phone", limits={"timeoutSeconds": 5})
     other = await api.create_trigger(owner="phone")
-    fire = {"triggerId": mine["id"], "key": "2026-12-01T09:05:00Z", "term": 0, "peer": "phone",
-            "claimId": "clm_1", "run": {"runId": "r1", "ttlSeconds": 3600}}  # fmt: skip
+    fire = {
+        "triggerId": mine["id"],
+        "key": "2026-12-01T09:05:00Z",
+        "term": 0,
+        "peer": "phone",
+        "claimId": "clm_1",
+        "run": {"runId": "r1", "ttlSeconds": 3600},
+    }
     status, claimed = await phone.post(f"{S}/fires", fire)
     assert status == 201 and claimed["claimedAt"] == "2026-12-01T09:00:00.000Z"
     assert claimed["expiresAt"] == "2026-12-01T09:00:35.000Z"  # timeout + 30 s, as POST tokens/run
@@ -301,8 +330,14 @@ async def test_a_refused_claim_mints_no_token(api: Api, space_clock: FakeClock) 
     pinned = await api.create_trigger(owner="phone")
     floating = await api.create_trigger()
     run = {"runId": "r1", "ttlSeconds": 60}
-    fire = {"triggerId": pinned["id"], "key": "2026-12-01T09:05:00Z", "term": 0, "peer": "phone",
-            "claimId": "clm_1", "run": run}  # fmt: skip
+    fire = {
+        "triggerId": pinned["id"],
+        "key": "2026-12-01T09:05:00Z",
+        "term": 0,
+        "peer": "phone",
+        "claimId": "clm_1",
+        "run": run,
+    }
     assert (await phone.post(f"{S}/fires", {**fire, "run": None}))[0] == 201
     refusals = [
         (phone, {**fire, "claimId": "clm_2"}, 409, "already_claimed"),
@@ -340,11 +375,15 @@ async def test_a_list_of_claims_answers_a_token_for_each_claimed_one(api: Api) -
     assert status == 200
     claims = body["claims"]
     assert [(c["status"], "token" in c) for c in claims] == [
-        (409, False), (201, True), (201, True), (201, False),
-    ]  # fmt: skip
+        (409, False),
+        (201, True),
+        (201, True),
+        (201, False),
+    ]
     assert {(t["triggerId"], t["runId"]) for t in await live_run_tokens(api)} == {
-        (one["id"], "r1"), (two["id"], "r2"),
-    }  # fmt: skip
+        (one["id"], "r1"),
+        (two["id"], "r2"),
+    }
     first, second = api.as_(claims[1]["token"]), api.as_(claims[2]["token"])
     assert (await first.get(f"{S}/state/{one['id']}/x"))[0] in (200, 404)
     assert (await first.get(f"{S}/state/{two['id']}/x"))[0] == 403
@@ -355,6 +394,8 @@ def test_forgetting_expired_tokens_searches_an_index(tmp_path: Any) -> None:
     """`prune` runs at every run token minted, a claim's included: no scan of all tokens."""
     db = sqlite_utils.Database(tmp_path / "t.db")
     token_store.ensure_schema(db)
-    plan = db.execute("EXPLAIN QUERY PLAN DELETE FROM tokens WHERE expires_at IS NOT NULL "
-                      "AND expires_at <= ?", [0.0]).fetchall()  # fmt: skip
+    plan = db.execute(
+        "EXPLAIN QUERY PLAN DELETE FROM tokens WHERE expires_at IS NOT NULL AND expires_at <= ?",
+        [0.0],
+    ).fetchall()
     assert any("USING INDEX tokens_by_expiry" in str(row[-1]) for row in plan), plan

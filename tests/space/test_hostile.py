@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from space import sse
+from space import streams
 from space.app import create_app, default_admin_token_file
 from space.http import refusals
-from space.runner import SpaceRunner
+from space.serving import SpaceRunner
 
 SPACE = "home"
 
@@ -135,7 +135,7 @@ async def test_chat_history_after_beyond_64_bits_is_400(served: Served) -> None:
 
 
 async def failing_stream(request: web.Request) -> web.StreamResponse:
-    async with sse.EventStream.open(request) as stream:
+    async with streams.EventStream.open(request) as stream:
         await stream.send("{}", id=1, event="hello")
         raise OverflowError("a bug after the 200")
     return stream.response
@@ -145,7 +145,7 @@ async def test_a_stream_that_fails_after_its_200_carries_no_second_response(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     app = web.Application(middlewares=[refusals])
-    sse.install(app)
+    streams.install(app)
     app.router.add_get("/stream", failing_stream)
     async for port in serve(app):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)

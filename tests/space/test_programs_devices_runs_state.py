@@ -156,8 +156,10 @@ def run(run_id: str, status: str = "ok", trigger: str = "trg_a", minute: int = 0
 
 
 async def test_runs_are_answered_with_instants_in_the_one_format(api: Api) -> None:
-    body = run("r9") | {"startedAt": "2026-12-01T10:00:00.123456+01:00",
-                        "finishedAt": "2026-12-01T09:00:01.5Z"}  # fmt: skip
+    body = run("r9") | {
+        "startedAt": "2026-12-01T10:00:00.123456+01:00",
+        "finishedAt": "2026-12-01T09:00:01.5Z",
+    }
     assert (await api.post(f"{S}/runs", body))[0] == 201
     _, listing = await api.get(f"{S}/runs")
     (found,) = listing["runs"]

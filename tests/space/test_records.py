@@ -244,10 +244,17 @@ async def test_get_fills_in_defaults_and_keeps_unknown_fields(api: Api) -> None:
     status, one = await api.get(f"{T}/{made['id']}")
     assert status == 200
     assert (one["enabled"], one["owner"], one["args"]) == (True, "", {})
-    assert one["limits"] == {"timeoutSeconds": 60.0, "memoryMB": 512, "overlap": None,
-                             "maxQueue": 100}  # fmt: skip
+    assert one["limits"] == {
+        "timeoutSeconds": 60.0,
+        "memoryMB": 512,
+        "overlap": None,
+        "maxQueue": 100,
+    }
     assert (one["spec"]["expr"], one["spec"]["tz"], one["spec"]["catchup"]) == (
-        "*/5 * * * *", "UTC", "none")  # fmt: skip
+        "*/5 * * * *",
+        "UTC",
+        "none",
+    )
     status, listed = await api.get(f"/spaces/{SPACE}/triggers")
     assert [r for r in listed["triggers"] if r["id"] == made["id"]] == [one]
 

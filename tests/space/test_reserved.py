@@ -14,8 +14,12 @@ T = f"{S}/triggers"
 
 async def seed(api: Api) -> dict[str, Any]:
     _, space = await api.get(S)
-    body = {"name": "Chat responder", "kind": "event", "program": "internal:chat-watch",
-            "spec": {"dataset": "chat_messages", "objectId": space["generalChat"]}}  # fmt: skip
+    body = {
+        "name": "Chat responder",
+        "kind": "event",
+        "program": "internal:chat-watch",
+        "spec": {"dataset": "chat_messages", "objectId": space["generalChat"]},
+    }
     status, record = await api.put(f"{T}/chat-watch", body)
     assert status == 201, record
     return record
@@ -54,8 +58,11 @@ async def test_chat_watch_cannot_be_seeded_as_something_else(api: Api) -> None:
 async def test_no_other_record_may_use_an_internal_program(api: Api, method: str) -> None:
     record = await api.create_trigger()
     path = T if method == "POST" else f"{T}/{record['id']}"
-    body = {**CRON, "program": "internal:chat-watch"} if method == "POST" else {
-        "program": "internal:chat-watch"}  # fmt: skip
+    body = (
+        {**CRON, "program": "internal:chat-watch"}
+        if method == "POST"
+        else {"program": "internal:chat-watch"}
+    )
     before = snapshot(api.db_path)
     status, answer = await api.call(method, path, body)
     assert status == 400 and "`$.program`" in answer["detail"] and "reserved" in answer["detail"]

@@ -10,9 +10,16 @@ S = f"/spaces/{SPACE}"
 
 
 def run(run_id: str, trigger: str, status: str = "skipped", **extra: Any) -> dict[str, Any]:
-    return {"runId": run_id, "triggerId": trigger, "peer": "box", "key": f"k{run_id}",
-            "startedAt": "2026-12-01T09:00:00Z", "status": status, "reason": "overlap",
-            **extra}  # fmt: skip
+    return {
+        "runId": run_id,
+        "triggerId": trigger,
+        "peer": "box",
+        "key": f"k{run_id}",
+        "startedAt": "2026-12-01T09:00:00Z",
+        "status": status,
+        "reason": "overlap",
+        **extra,
+    }
 
 
 STAMPS = {
@@ -34,11 +41,16 @@ async def test_a_list_of_runs_writes_each_run_and_its_stamps_in_one_request(api:
     ]
     status, answer = await api.post(f"{S}/runs", body)
     assert status == 200
-    got = [(r["runId"], r["status"], r.get("error"), r.get("stamps"), r.get("stampsError"))
-           for r in answer["runs"]]  # fmt: skip
-    assert got == [("r1", 201, None, 200, None), ("r2", 201, None, 200, None),
-                   ("r0", 409, "run_exists", None, None),
-                   ("r3", 201, None, 404, "unknown_trigger")]  # fmt: skip
+    got = [
+        (r["runId"], r["status"], r.get("error"), r.get("stamps"), r.get("stampsError"))
+        for r in answer["runs"]
+    ]
+    assert got == [
+        ("r1", 201, None, 200, None),
+        ("r2", 201, None, 200, None),
+        ("r0", 409, "run_exists", None, None),
+        ("r3", 201, None, 404, "unknown_trigger"),
+    ]
     _, stamped = await api.get(f"{S}/triggers/{a['id']}")
     assert (stamped["lastStatus"], stamped["lastStatusDetail"]) == ("skipped", "overlap")
     assert stamped["lastRunAt"] == "2026-12-01T09:00:00.000Z"  # in the one wire format

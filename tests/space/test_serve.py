@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from runtime.commands.common import SPACE_DB, data_dir
-from runtime.commands.space import default_db
+from runtime.cli.common import SPACE_DB, data_dir
+from runtime.cli.space import default_db
 from space.app import default_admin_token_file
 
 pytestmark = pytest.mark.e2e  # the server as a process

@@ -33,8 +33,12 @@ def test_the_analytic_check_agrees_with_croniter(dom: str, month: str, dow: str)
     assert cronfields.matches_every_leap_cycle(fields) == croniter_matches(expr)
 
 
-NEVER = [("0 0 30 2 *", False), ("0 0 29 2 *", True), ("0 0 31 4,6 *", False),
-         ("0 0 31 4,7 *", True)]  # fmt: skip
+NEVER = [
+    ("0 0 30 2 *", False),
+    ("0 0 29 2 *", True),
+    ("0 0 31 4,6 *", False),
+    ("0 0 31 4,7 *", True),
+]
 
 
 @pytest.mark.parametrize(("expr", "ok"), NEVER)
@@ -60,13 +64,18 @@ def test_a_changed_zone_or_expression_gets_its_own_rule_and_slot() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(0, 59), st.integers(0, 23), st.integers(1, 28), st.integers(1, 12),
-       st.datetimes(datetime(2001, 1, 1), datetime(2090, 1, 1)),
-       st.sampled_from(["UTC", "Etc/GMT-2", "Etc/GMT+5", "Etc/GMT-14", "Etc/GMT+12"]),
-       st.sampled_from(["*", "1", "mon-fri"]))  # fmt: skip
-def test_the_fixed_zone_path_agrees_with_the_zone_search(m: int, h: int, d: int, mon: int,
-                                                         at: datetime, tz: str,
-                                                         dow: str) -> None:  # fmt: skip
+@given(
+    st.integers(0, 59),
+    st.integers(0, 23),
+    st.integers(1, 28),
+    st.integers(1, 12),
+    st.datetimes(datetime(2001, 1, 1), datetime(2090, 1, 1)),
+    st.sampled_from(["UTC", "Etc/GMT-2", "Etc/GMT+5", "Etc/GMT-14", "Etc/GMT+12"]),
+    st.sampled_from(["*", "1", "mon-fri"]),
+)
+def test_the_fixed_zone_path_agrees_with_the_zone_search(
+    m: int, h: int, d: int, mon: int, at: datetime, tz: str, dow: str
+) -> None:
     expr = f"{m} {h} {d} {mon} {dow}"
     fast = cron.rule(expr, tz)
     assert fast.fixed is not None

@@ -96,9 +96,19 @@ def test_next_and_prev_are_croniters(expr: str, wall: datetime) -> None:
 
 @pytest.mark.parametrize(
     "expr",
-    ["*/5 * * * *", "0 9 * * MON-FRI", "5/15 * * * *", "30 2 * * *", "0 0 31 * 1",
-     "0 0 29 2 *", "*/10 30 2 * * *", "0 0 1-31/2 * *", "0 0 ? JAN,JUL SUN", "0 0 * * 0-7"],
-)  # fmt: skip
+    [
+        "*/5 * * * *",
+        "0 9 * * MON-FRI",
+        "5/15 * * * *",
+        "30 2 * * *",
+        "0 0 31 * 1",
+        "0 0 29 2 *",
+        "*/10 30 2 * * *",
+        "0 0 1-31/2 * *",
+        "0 0 ? JAN,JUL SUN",
+        "0 0 * * 0-7",
+    ],
+)
 def test_common_expressions_are_matched_here(expr: str) -> None:
     matcher = cronwall.compile(expr)
     assert matcher.fields is not None
@@ -130,9 +140,12 @@ def test_no_match_and_the_calendars_end_are_none() -> None:
 
 @pytest.mark.parametrize(
     ("expr", "says"),
-    [("* * * *", "has 4 fields"), ("61 * * * *", "invalid cron expression"),
-     ("* * * * FOO", "invalid cron expression")],
-)  # fmt: skip
+    [
+        ("* * * *", "has 4 fields"),
+        ("61 * * * *", "invalid cron expression"),
+        ("* * * * FOO", "invalid cron expression"),
+    ],
+)
 def test_bad_expressions_name_what_is_wrong(expr: str, says: str) -> None:
     with pytest.raises(ValueError, match=says):
         cronwall.compile(expr)
@@ -140,9 +153,20 @@ def test_bad_expressions_name_what_is_wrong(expr: str, says: str) -> None:
 
 @pytest.mark.parametrize(
     "expr",
-    ["30 9 * * *", "0 0 1 1 *", "5 4 31 2 *", "0 12 * * 7", "0 12 * * 0", "0 12 13 * 5",
-     "59 23 * 12 *", "* * * * *", "7 * * * * *", "0 0 0 29 2 *", "05 09 * * *"],
-)  # fmt: skip
+    [
+        "30 9 * * *",
+        "0 0 1 1 *",
+        "5 4 31 2 *",
+        "0 12 * * 7",
+        "0 12 * * 0",
+        "0 12 13 * 5",
+        "59 23 * 12 *",
+        "* * * * *",
+        "7 * * * * *",
+        "0 0 0 29 2 *",
+        "05 09 * * *",
+    ],
+)
 def test_the_plain_form_parses_to_the_fields_croniter_gives(expr):
     raw = expr.lower().split()
     expanded, _ = cronfields.croniter.expand(expr, second_at_beginning=True)

@@ -9,13 +9,19 @@ from triggers.health import HEALTHY, HealthInputs, due, verdict
 from triggers.records import OnceTrigger, PeerId, TriggerId, load
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-ONCE = {"id": "trg_o", "kind": "once", "program": "p@v1",
-        "spec": {"at": "2026-12-01T09:00:00Z"}, "lastRunAt": "2026-12-01T09:00:01Z"}  # fmt: skip
+ONCE = {
+    "id": "trg_o",
+    "kind": "once",
+    "program": "p@v1",
+    "spec": {"at": "2026-12-01T09:00:00Z"},
+    "lastRunAt": "2026-12-01T09:00:01Z",
+}
 
 
 def inputs(status: str) -> HealthInputs:
-    return HealthInputs(now=NOW, programs=frozenset({"p@v1"}),
-                        last_run_status={TriggerId("trg_o"): status})  # fmt: skip
+    return HealthInputs(
+        now=NOW, programs=frozenset({"p@v1"}), last_run_status={TriggerId("trg_o"): status}
+    )
 
 
 def test_a_once_whose_only_run_failed_is_not_done_nor_missed() -> None:
@@ -30,7 +36,8 @@ def test_a_record_whose_verdict_raises_is_stamped_alone() -> None:
     assert isinstance(odd, OnceTrigger)
     odd = msgspec.structs.replace(odd, spec=msgspec.structs.replace(odd.spec, at="garbage"))
     me = PeerId("me")
-    found = due([odd, good], me, HealthInputs(now=NOW, programs=frozenset({"p@v1"}),
-                                              active_peer=me))  # fmt: skip
+    found = due(
+        [odd, good], me, HealthInputs(now=NOW, programs=frozenset({"p@v1"}), active_peer=me)
+    )
     by_id = {s.id: s.status for s in found}
     assert by_id["trg_o"] == "invalid_record" and by_id["trg_ok"] == "done"

@@ -25,8 +25,16 @@ from triggers.bounds import AT_MAX, AT_MIN, INT64_MAX, INT64_MIN, MAX_GRACE_SECO
 from triggers.records import CronTrigger, InvalidRecord, OnceTrigger, Salvaged, load, validate_input
 
 BOUNDED = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata",
-         "Pacific/Chatham", "America/Sao_Paulo", "Africa/Casablanca"]  # fmt: skip
+ZONES = [
+    "UTC",
+    "Europe/Berlin",
+    "America/New_York",
+    "Australia/Lord_Howe",
+    "Asia/Kolkata",
+    "Pacific/Chatham",
+    "America/Sao_Paulo",
+    "Africa/Casablanca",
+]
 
 # --- generators ------------------------------------------------------------------------
 

@@ -1,0 +1,185 @@
+"""chat-watch's replies: what a turn posts in its chat, whole or streamed, and the apology.
+
+Owns posting into a chat (SPEC "chat-watch"): a reply sent as one agent message, or
+streamed (posted at its first words with `done` false, then edited in place as it
+grows, at most every `stream_interval` seconds, and `done` at its end); a reply cut
+short by a failure keeps the words written so far and ends; a failed turn's apology.
+Also what a turn and its chat share: the chat (`Conversation`: its inbox, its live turn), the
+edges the daemon binds to the space (`Edges`), the settings (`TurnSettings`) and the
+counters. Every call is bounded on the Clock (`core.aio.within`).
+
+Must not call the responder nor decide what a turn answers (runtime.chat.turn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import msgspec
+
+from core.aio import within
+from core.clock import Clock
+from runtime.chat.responders import MessageJson
+
+log = logging.getLogger("runtime.chat.watch")
+T = TypeVar("T")
+ChatKey = tuple[str, str]  # (space, objectId)
+Send = Callable[..., Awaitable[Any]]  # send(space, object_id, text, agent={...}) -> message?
+Edit = Callable[[str, str, str, dict[str, Any]], Awaitable[Any]]  # (space, chat, id, body)
+History = Callable[[str, str, int], Awaitable[list[MessageJson]]]
+RecordTurn = Callable[[dict[str, Any]], Awaitable[Any]]
+
+AGENT_NAME = "chat-watch"
+DEFAULT_APOLOGY = "Sorry, I could not answer that just now."
+
+
+class Counters(msgspec.Struct, kw_only=True):
+    offered: int = 0  # fires handed to offer()
+    malformed: int = 0
+    ignored: int = 0  # agent messages that are not nudges (its own replies included)
+    duplicates: int = 0
+    nudges: int = 0  # accepted `trigger:<job>` messages
+    dropped: int = 0  # oldest waiting messages pushed out of a full chat queue
+    starts: int = 0  # conversation starts: turns begun
+    answered: int = 0  # messages handed to the responder
+    replies: int = 0
+    failed: int = 0  # turns that ended in error or timeout
+    unrecorded: int = 0  # turns whose entry `record_turn` did not take
+
+
+class Conversation:
+    """One chat's waiting messages and its live turn, if any."""
+
+    def __init__(self, key: ChatKey) -> None:
+        self.key = key
+        self.inbox: deque[MessageJson] = deque()
+        self.task: asyncio.Task[None] | None = None
+        self.turn_id = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Edges:
+    """Where turns meet the space: the daemon binds them (tests bind fakes)."""
+
+    send: Send
+    history: History
+    record_turn: RecordTurn
+    edit: Edit | None = None  # None: replies are posted whole, never streamed
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnSettings:
+    snapshot_size: int = 20  # messages of history a turn sees
+    reply_timeout: float = 120.0  # seconds for one responder call
+    io_timeout: float = 30.0  # seconds for one space call
+    stream_interval: float = 0.25  # at most one edit of a growing reply this often
+    apology: str | None = DEFAULT_APOLOGY  # posted when a turn fails; None: nothing
+
+
+class Post:
+    """What one turn has posted in its chat."""
+
+    def __init__(self, chat: Conversation) -> None:
+        self.chat = chat
+        self.replies = 0
+        self.posted = False  # the current call has put words in the chat
+        self.growing: tuple[MessageJson, str] | None = None  # a streamed reply not yet ended
+
+
+def reason(exc: BaseException) -> str:
+    """An exception as a turn's error: its type, and its message if it has one."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Replies:
+    """Posts a turn's replies through the edges; `more()` says whether more will follow."""
+
+    def __init__(
+        self,
+        edges: Edges,
+        settings: TurnSettings,
+        *,
+        clock: Clock,
+        counters: Counters,
+        more: Callable[[Conversation], bool],
+    ) -> None:
+        self._edges, self._settings, self._clock = edges, settings, clock
+        self._counters, self._more = counters, more
+
+    async def io(self, work: Awaitable[T], what: str) -> T:
+        """`work` bounded by the settings' `io_timeout`."""
+        return await within(self._clock, self._settings.io_timeout, work, what)
+
+    async def reply(self, post: Post, text: str, done: bool | None = None) -> MessageJson:
+        """Post `text` whole; `done` unless more messages wait (or as told)."""
+        chat = post.chat
+        done = not self._more(chat) if done is None else done
+        agent = {"name": AGENT_NAME, "done": done}
+        sent = await self.io(self._edges.send(*chat.key, text, agent=agent), "send")
+        post.posted = True
+        post.replies += 1
+        self._counters.replies += 1
+        if isinstance(sent, dict) and "messageId" in sent:
+            return sent
+        return {"objectId": chat.key[1], "text": text, "agent": agent}
+
+    async def stream(self, post: Post, pieces: AsyncIterator[str]) -> MessageJson | None:
+        """Post the reply at its first words and grow it in place as the pieces come."""
+        text, flushed, message, last = "", "", None, 0.0
+        async for piece in pieces:
+            text += piece
+            if message is not None:
+                post.growing = (message, text)
+            if message is None and text.strip():
+                message = await self.reply(post, text, done=False)
+                flushed, last = text, self._clock.monotonic()
+                post.growing = (message, text)
+            elif message and self._clock.monotonic() - last >= self._settings.stream_interval:
+                message = await self._grow(post.chat, message, text, None)
+                flushed, last = text, self._clock.monotonic()
+        if message is None:
+            return None
+        done = not self._more(post.chat)
+        post.growing = None
+        if not done and text == flushed:
+            return message
+        return await self._grow(post.chat, message, text, done)
+
+    async def end_growing(self, post: Post) -> None:
+        """A reply cut short (failure, timeout) keeps the words written so far and ends."""
+        if post.growing is None or self._edges.edit is None:
+            return
+        message, text = post.growing
+        post.growing = None
+        try:
+            await self._grow(post.chat, message, text, True)
+        except Exception as exc:
+            log.warning("chat-watch %s/%s: cut reply not ended: %s", *post.chat.key, reason(exc))
+
+    async def _grow(
+        self, chat: Conversation, message: MessageJson, text: str, done: bool | None
+    ) -> MessageJson:
+        assert self._edges.edit is not None
+        body: dict[str, Any] = {"text": text} if text != message.get("text") else {}
+        if done is not None:
+            body["done"] = done
+        if not body or "messageId" not in message:
+            return message
+        edited = await self.io(self._edges.edit(*chat.key, message["messageId"], body), "edit")
+        return edited if isinstance(edited, dict) and "messageId" in edited else message
+
+    async def apologise(self, chat: Conversation) -> None:
+        apology = self._settings.apology
+        if apology is None:
+            return
+        agent = {"name": AGENT_NAME, "done": True}
+        try:
+            await self.io(self._edges.send(*chat.key, apology, agent=agent), "send")
+        except Exception as exc:
+            log.warning("chat-watch %s/%s: apology not sent: %s", *chat.key, reason(exc))

@@ -1,0 +1,118 @@
+"""Pluggable chat responders: what chat-watch asks for a reply.
+
+Owns the `Responder` protocol — `ready` and `respond(snapshot, pending) -> str | None`
+(None: no reply) — its errors, and two kinds: `BuiltinResponder` (deterministic, no
+network, for the demo) and `CallableResponder` (a Python callable, sync or async). The
+other kinds are `runtime.chat.command` (an external command) and
+`runtime.chat.openai` (a model behind an OpenAI-compatible endpoint); how a spec
+names one is `runtime.chat.choose`. A responder may also offer
+`stream(snapshot, pending)`, an async iterator of the reply's pieces (chat-watch then
+grows one message as they come), `probe() -> str` (why it is not ready, '' when it is)
+and `close()`.
+
+A responder's failure is an exception carrying a clear reason (`ResponderFailed`,
+`ResponderTimeout`, and `ResponderUnavailable` when what it needs cannot be reached);
+deciding what a failure means for a conversation is chat-watch's.
+Must not read the clock (the built-in one is handed `now`), post messages or know about
+turns, dedup or readiness policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+MessageJson = dict[str, Any]
+
+
+class ResponderFailed(RuntimeError):
+    """The responder could not produce a reply; the message says why."""
+
+
+class ResponderUnavailable(ResponderFailed):
+    """What the responder needs (its model's endpoint) cannot be reached: not ready."""
+
+
+class ResponderTimeout(TimeoutError):
+    """The responder did not answer in time."""
+
+
+class InvalidResponderSpec(ValueError):
+    """A responder spec that cannot be parsed or loaded."""
+
+
+@runtime_checkable
+class Responder(Protocol):
+    @property
+    def ready(self) -> bool: ...
+
+    async def respond(self, snapshot: list[MessageJson], pending: list[MessageJson]) -> str | None:
+        """A reply to `pending` (oldest first) seen after `snapshot` (recent history)."""
+        ...
+
+
+def check_reply(reply: object) -> str | None:
+    """`reply` if it is a str or None; an empty or blank string means no reply."""
+    if reply is None or isinstance(reply, str):
+        return reply if reply and reply.strip() else None
+    raise ResponderFailed(f"reply: must be a string or null, got {type(reply).__name__}")
+
+
+# ---------------------------------------------------------------- builtin
+
+
+HELP = "I answer 'help' and 'time?'; anything else I acknowledge."
+
+
+class BuiltinResponder:
+    """The demo responder: acknowledges each message and answers `help` and `time?`."""
+
+    ready = True
+    describe = "builtin"
+
+    def __init__(self, now: Callable[[], datetime]) -> None:
+        self._now = now
+
+    async def respond(self, snapshot: list[MessageJson], pending: list[MessageJson]) -> str | None:
+        if not pending:
+            return None
+        count = f"{len(pending)} message" + ("s" if len(pending) > 1 else "")
+        lines = [f"Answering {count}:"] + [f"- {self._answer(m)}" for m in pending]
+        return "\n".join(lines)
+
+    def _answer(self, message: MessageJson) -> str:
+        text = str(message.get("text", "")).strip()
+        command = text.lower().rstrip("?!. ")
+        if command in ("help", "/help"):
+            return HELP
+        if command in ("time", "/time", "what time is it"):
+            return f"it is {self._now():%Y-%m-%d %H:%M} UTC"
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        return f"noted: {shown!r}"
+
+
+# ---------------------------------------------------------------- callable
+
+
+class CallableResponder:
+    """A Python callable `fn(snapshot, pending)`; a sync one runs in a thread, off the loop."""
+
+    ready = True
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        if not callable(fn):
+            raise InvalidResponderSpec(f"fn: must be callable, got {type(fn).__name__}")
+        self._fn = fn
+        module, name = getattr(fn, "__module__", "?"), getattr(fn, "__qualname__", "?")
+        self.describe = f"python {module}:{name}"
+
+    async def respond(self, snapshot: list[MessageJson], pending: list[MessageJson]) -> str | None:
+        if inspect.iscoroutinefunction(self._fn):
+            return check_reply(await self._fn(snapshot, pending))
+        result = await asyncio.to_thread(self._fn, snapshot, pending)
+        if inspect.isawaitable(result):
+            result = await result
+        return check_reply(result)

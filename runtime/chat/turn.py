@@ -1,0 +1,208 @@
+"""A chat-watch turn: the conversation that answers one chat's waiting messages.
+
+Owns a turn (SPEC "chat-watch"): a snapshot of recent history taken once, then
+responder calls while the chat's inbox is non-empty, so a message arriving mid-turn
+joins that turn; a call that finds the responder unavailable puts its messages back to
+wait and says why (`unavailable`); a failure ends the turn (its reply cut, an apology
+posted: runtime.chat.reply); and the `agent_turns` entry each turn leaves (`AgentTurn`),
+handed to `record_turn`. Each responder call is bounded by `reply_timeout` on the Clock.
+
+Which fires are answered, the waiting and readiness are runtime.chat.watch's; what a
+recorded turn stamps is runtime.fire.recorder's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable
+from datetime import datetime
+
+import msgspec
+
+from core.aio import within
+from core.clock import Clock
+from core.vocab import TurnOutcome
+from runtime.chat.reply import (
+    Conversation,
+    Counters,
+    Edges,
+    Post,
+    Replies,
+    TurnSettings,
+    reason,
+)
+from runtime.chat.responders import MessageJson, Responder, ResponderUnavailable, check_reply
+
+log = logging.getLogger("runtime.chat.watch")
+
+
+class AgentTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One `agent_turns` entry (not a run record)."""
+
+    turn_id: str
+    space: str
+    object_id: str
+    message_ids: list[str]
+    calls: int  # responder calls (more than one when messages joined mid-turn)
+    replies: int  # messages posted (the apology of a failed turn not included)
+    started_at: datetime
+    finished_at: datetime
+    duration_ms: float
+    outcome: TurnOutcome
+    error: str = ""
+
+
+class _Turn:
+    def __init__(self, chat: Conversation, clock: Clock) -> None:
+        self.chat, self.clock = chat, clock
+        self.turn_id = "turn_" + secrets.token_hex(6)
+        self.started_at, self.t0 = clock.wall(), clock.monotonic()
+        self.message_ids: list[str] = []
+        self.calls = 0
+        self.post = Post(chat)
+        self.outcome, self.error = TurnOutcome.OK, ""
+
+    def fail(self, outcome: TurnOutcome, error: str) -> None:
+        if self.outcome is TurnOutcome.OK:  # the first failure is the one that counts
+            self.outcome, self.error = outcome, error
+
+    def entry(self) -> AgentTurn:
+        space, object_id = self.chat.key
+        return AgentTurn(
+            turn_id=self.turn_id,
+            space=space,
+            object_id=object_id,
+            message_ids=list(self.message_ids),
+            calls=self.calls,
+            replies=self.post.replies,
+            started_at=self.started_at,
+            finished_at=self.clock.wall(),
+            duration_ms=round((self.clock.monotonic() - self.t0) * 1000, 3),
+            outcome=self.outcome,
+            error=self.error,
+        )
+
+
+class _Deferred(Exception):
+    """The responder was unavailable: the turn's messages wait for it again."""
+
+
+class Turns:
+    """Runs the turns of chat-watch's chats, one `run(chat)` per turn."""
+
+    def __init__(
+        self,
+        responder: Responder,
+        edges: Edges,
+        settings: TurnSettings,
+        *,
+        clock: Clock,
+        counters: Counters,
+        ready: Callable[[], bool],
+        unavailable: Callable[[str], None],
+    ) -> None:
+        self._responder, self._edges, self._settings = responder, edges, settings
+        self._clock, self._counters = clock, counters
+        self._ready, self._unavailable = ready, unavailable
+        self._replies = Replies(
+            edges,
+            settings,
+            clock=clock,
+            counters=counters,
+            more=lambda chat: bool(chat.inbox) and ready(),
+        )
+
+    async def run(self, chat: Conversation) -> None:
+        """One turn of `chat`: answer its inbox until empty (or not ready), then record it."""
+        turn = _Turn(chat, self._clock)
+        chat.turn_id = turn.turn_id
+        self._counters.starts += 1
+        log.info("turn %s %s/%s ← %d message(s)", turn.turn_id, *chat.key, len(chat.inbox))
+        try:
+            try:
+                await self._converse(turn)
+            except _Deferred as deferred:
+                turn.fail(TurnOutcome.ERROR, f"responder unavailable, messages wait: {deferred}")
+                self._counters.failed += 1
+            except Exception as exc:
+                timed_out = isinstance(exc, TimeoutError)
+                turn.fail(TurnOutcome.TIMEOUT if timed_out else TurnOutcome.ERROR, reason(exc))
+                self._counters.failed += 1
+                await self._replies.end_growing(turn.post)
+                await self._replies.apologise(chat)
+        except asyncio.CancelledError:
+            turn.fail(TurnOutcome.CANCELLED, "chat-watch closed during the turn")
+            await self._finish(turn)
+            raise
+        await self._finish(turn)
+
+    async def _converse(self, turn: _Turn) -> None:
+        chat = turn.chat
+        view = await self._snapshot(chat)
+        while chat.inbox and self._ready():
+            pending = list(chat.inbox)
+            chat.inbox.clear()
+            ids = {m["messageId"] for m in pending}
+            turn.message_ids += [m["messageId"] for m in pending]
+            self._counters.answered += len(pending)
+            context = [m for m in view if m.get("messageId") not in ids]
+            turn.post.posted = False
+            try:
+                reply = await within(
+                    self._clock,
+                    self._settings.reply_timeout,
+                    self._answer(turn, context, pending),
+                    "responder",
+                )
+            except ResponderUnavailable as exc:
+                if turn.post.posted:
+                    raise
+                self._defer(turn, pending, str(exc))
+            turn.calls += 1
+            view = context + pending
+            if reply is not None:
+                view.append(reply)
+            view = view[-self._settings.snapshot_size :]
+
+    def _defer(self, turn: _Turn, pending: list[MessageJson], reason: str) -> None:
+        """Put `pending` back to wait, oldest first, and stop answering until ready again."""
+        chat = turn.chat
+        chat.inbox.extendleft(reversed(pending))
+        turn.message_ids = turn.message_ids[: len(turn.message_ids) - len(pending)]
+        self._counters.answered -= len(pending)
+        self._unavailable(reason)
+        raise _Deferred(reason)
+
+    async def _answer(
+        self, turn: _Turn, context: list[MessageJson], pending: list[MessageJson]
+    ) -> MessageJson | None:
+        """The reply posted in the chat (streamed in place when the responder can), or None."""
+        stream = getattr(self._responder, "stream", None)
+        if stream is None or self._edges.edit is None:
+            text = check_reply(await self._responder.respond(context, pending))
+            return None if text is None else await self._replies.reply(turn.post, text)
+        return await self._replies.stream(turn.post, stream(context, pending))
+
+    async def _snapshot(self, chat: Conversation) -> list[MessageJson]:
+        """Recent history, taken once per turn, oldest first."""
+        size = self._settings.snapshot_size
+        messages = await self._replies.io(self._edges.history(*chat.key, size), "history")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise TypeError("history: must return a list of message objects")
+        if all(isinstance(m.get("seq"), int) for m in messages):
+            messages = sorted(messages, key=lambda m: m["seq"])
+        return messages[-self._settings.snapshot_size :]
+
+    async def _finish(self, turn: _Turn) -> None:
+        entry = turn.entry()
+        turn.chat.turn_id = ""
+        detail = f": {entry.error}" if entry.error else ""
+        log.info("turn %s ← %s %.0f ms%s", entry.turn_id, entry.outcome, entry.duration_ms, detail)
+        try:
+            raw = msgspec.to_builtins(entry)
+            await self._replies.io(self._edges.record_turn(raw), "record_turn")
+        except Exception as exc:
+            self._counters.unrecorded += 1
+            log.warning("turn %s not recorded: %s", entry.turn_id, reason(exc))

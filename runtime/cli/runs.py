@@ -1,0 +1,212 @@
+"""`baton runs`: the run history of the space, filtered, and followed as it grows.
+
+    baton runs [--trigger ID] [--status S] [--since T] [--limit N] [--follow] [--json]
+
+Lists runs oldest first: the latest `--limit` (default 20), or with `--since` (an
+RFC 3339 instant, or a duration back from now: `90s`, `15m`, `2h`, `7d`) the first
+`--limit` from then. `--follow` then prints each new run as it is recorded, until
+Ctrl-C or SIGTERM (exit 0). The space has no run stream, so following asks for
+the runs of the last `LOOKBACK` before the newest one seen, once a `POLL_S`, and
+prints those not yet printed: a run that started more than `LOOKBACK` before the
+newest one shown is not followed. With `--json` the list is one object
+`{"runs": [...]}`; followed, each run is one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from core.clock import Clock, SystemClock, iso
+from core.vocab import RAN, RunStatus
+from runtime.cli.common import Target, add_space_options, until_signalled
+from runtime.cli.main import UsageError
+from runtime.cli.next import instant
+from runtime.cli.talk import emit, talk
+from runtime.client.api import SpaceClient
+
+STATUSES = tuple(s.value for s in RunStatus)
+HEADERS = ("STARTED", "RUN", "TRIGGER", "STATUS", "DURATION", "LATE", "PROGRAM", "REASON")
+WIDTHS = (24, 20, 20, 8, 10, 10, 16, 0)  # followed lines line up without knowing what comes
+POLL_S = 1.0
+LOOKBACK = timedelta(minutes=15)
+PAGE = 1000
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_AGO = re.compile(r"(\d{1,9})([smhd])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("runs", help="run history, filtered; --follow for new runs")
+    p.add_argument("--trigger", metavar="ID", help="runs of this trigger only")
+    p.add_argument("--status", metavar="S", help=f"one of {', '.join(STATUSES)}")
+    p.add_argument("--since", metavar="T", help="RFC 3339 instant, or a duration ago: 15m, 2h, 7d")
+    p.add_argument("--limit", default="20", metavar="N", help="how many (default 20, max 1000)")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new runs")
+    add_space_options(p)
+    p.set_defaults(func=cmd_runs)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    query = parse_query(args, SystemClock())
+    if args.follow:
+        return talk(args, lambda client, where: follow(client, where, query, args.json))
+    return talk(args, lambda client, where: list_runs(client, where, query, args.json))
+
+
+# --- parsing -----------------------------------------------------------------------------
+
+
+def parse_query(args: argparse.Namespace, clock: Clock) -> dict[str, Any]:
+    if args.status is not None and args.status not in STATUSES:
+        raise UsageError(f"--status: must be one of {', '.join(STATUSES)}, got {args.status!r}")
+    since = None if args.since is None else iso(parse_since(args.since, clock.wall()))
+    query = {"trigger": args.trigger, "status": args.status, "since": since}
+    return {**query, "limit": parse_limit(args.limit)}
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    ago = _AGO.fullmatch(text.strip())
+    if ago is not None:
+        return now - timedelta(**{_UNITS[ago.group(2)]: int(ago.group(1))})
+    try:
+        return instant("--since", text)
+    except UsageError:
+        raise UsageError(
+            f"--since: {text!r} is neither an RFC 3339 instant nor a duration like 15m"
+        ) from None
+
+
+def parse_limit(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= PAGE:
+        raise UsageError(f"--limit: must be a whole number from 1 to {PAGE}, got {text!r}")
+    return int(text)
+
+
+# --- listing and following -----------------------------------------------------------------
+
+
+async def list_runs(
+    client: SpaceClient, where: Target, query: dict[str, Any], as_json: bool
+) -> int:
+    runs = (await client.runs(where.space, **query))["runs"]
+    if as_json:
+        emit({"runs": runs})
+    elif not runs:
+        print(f"no runs in space {where.space}" + (" matching" if _filtered(query) else ""))
+    else:
+        print("\n".join([line(HEADERS), *(line(run_row(r)) for r in runs)]))
+    return 0
+
+
+async def follow(
+    client: SpaceClient,
+    where: Target,
+    query: dict[str, Any],
+    as_json: bool,
+    clock: Clock | None = None,
+) -> int:
+    """What `list_runs` shows, then each new run, until SIGINT or SIGTERM (from the start)."""
+    await until_signalled(_follow(client, where, query, as_json, clock or SystemClock()))
+    return 0
+
+
+async def _follow(
+    client: SpaceClient, where: Target, query: dict[str, Any], as_json: bool, clock: Clock
+) -> None:
+    first = (await client.runs(where.space, **query))["runs"]
+    if not as_json:
+        print(line(HEADERS), flush=True)
+    seen = Seen(floor=_floor(query, first))
+    for run in seen.new(first):
+        _show(run, as_json)
+    while True:
+        await clock.sleep(POLL_S)
+        page = {**query, "since": iso(seen.since()), "limit": PAGE}
+        for run in seen.new((await client.runs(where.space, **page))["runs"]):
+            _show(run, as_json)
+
+
+class Seen:
+    """The runs printed so far, within the window that later polls still ask about."""
+
+    def __init__(self, floor: datetime | None) -> None:
+        self.floor = floor  # runs that started before it were not asked for, or were forgotten
+        self.newest: datetime | None = None
+        self.ids: dict[str, datetime] = {}
+
+    def new(self, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        fresh = []
+        for run in runs:
+            started = datetime.fromisoformat(run["startedAt"])
+            if run["runId"] in self.ids or (self.floor is not None and started < self.floor):
+                continue
+            self.ids[run["runId"]] = started
+            self.newest = max(self.newest or started, started)
+            fresh.append(run)
+        self.floor = self.since()  # what is older is forgotten: it must not come back as new
+        self.ids = {k: t for k, t in self.ids.items() if t >= self.floor}
+        return fresh
+
+    def since(self) -> datetime:
+        """Where the next poll asks from: `LOOKBACK` before the newest run, not before the floor."""
+        back = (self.newest or self.floor or EPOCH) - LOOKBACK
+        return max(back, self.floor) if self.floor is not None else back
+
+
+def _floor(query: dict[str, Any], first: list[dict[str, Any]]) -> datetime | None:
+    if query.get("since"):
+        return datetime.fromisoformat(query["since"])
+    return datetime.fromisoformat(first[0]["startedAt"]) if first else None
+
+
+def _show(run: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit(run)
+    else:
+        print(line(run_row(run)), flush=True)
+
+
+def _filtered(query: dict[str, Any]) -> bool:
+    return any(query.get(k) for k in ("trigger", "status", "since"))
+
+
+# --- rows ----------------------------------------------------------------------------------
+
+
+def run_row(run: dict[str, Any]) -> tuple[str, ...]:
+    ran = run["status"] in RAN
+    late = run.get("lateMs")
+    return (
+        shown(run["startedAt"]),
+        run["runId"],
+        run["triggerId"],
+        run["status"],
+        f"{run.get('durationMs') or 0:.0f} ms" if ran else "-",
+        f"{late:.0f} ms" if isinstance(late, int | float) else "-",
+        run.get("program", ""),
+        why(run),
+    )
+
+
+def shown(instant: str) -> str:
+    """An instant as people see it everywhere: RFC 3339 UTC with milliseconds and `Z`."""
+    try:
+        return iso(datetime.fromisoformat(instant))
+    except (TypeError, ValueError):
+        return str(instant)
+
+
+def why(run: dict[str, Any]) -> str:
+    """The reason a run ended as it did: its `reason`, else its error's last line."""
+    if run.get("reason"):
+        return str(run["reason"])
+    lines = [x.strip() for x in str(run.get("error") or "").splitlines() if x.strip()]
+    return lines[-1][:120] if lines else ""
+
+
+def line(cells: tuple[str, ...]) -> str:
+    """One row, each column at least as wide as `WIDTHS` says."""
+    return "  ".join(str(c).ljust(w) for c, w in zip(cells, WIDTHS, strict=True)).rstrip()

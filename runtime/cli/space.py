@@ -1,0 +1,198 @@
+"""`baton space`: run the embedded space server, mint device tokens.
+
+    baton space serve --db PATH [--host H] [--port P] [--admin-token-file F]
+                      [--lease-seconds S] [--live-seconds S]
+    baton space token --peer NAME [--space ID] [--db PATH] [--out FILE]
+    baton space token list|revoke ID|rotate-admin   (runtime.cli.tokens)
+    baton space create ID [--name N]      (over the API: --url, --token-file, --json)
+    baton space list
+
+`serve` binds 127.0.0.1 unless `--host` says otherwise, prints where it listens
+and where the admin token file is, and stops cleanly on Ctrl-C or SIGTERM.
+`--lease-seconds` is the election lease length and `--live-seconds` how long a
+device counts as live after its last heartbeat (both default 15).
+`token` mints a device token straight in the store (the server may be running)
+and writes it to stdout (or to `--out FILE`, created 0600): it is shown this
+once. It is bound to `--space` (default `$BATON_SPACE`, else the local space,
+else `default`; it may be created later) and to `--peer`. `--db` defaults to
+`$BATON_DB`, else `space.db` in the data directory (`$BATON_DATA`, else
+`~/.baton`), the same file `baton up` serves. The database is created 0600 in a
+directory created 0700; an admin token file that group or others may read is
+refused (exit 2). A shell over `space`.
+`create` makes a space with its general chat (admin token) and prints its id and
+`generalChat`; `list` lists the spaces. Both talk to a running server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from runtime.cli import tokens
+from runtime.cli.common import (
+    DEFAULT_PORT,
+    DEFAULT_SPACE,
+    SPACE_DB,
+    Target,
+    add_space_options,
+    data_dir,
+    local_settings,
+    port,
+    seconds,
+    until_signalled,
+)
+from runtime.cli.main import UsageError
+from runtime.cli.table import render
+from runtime.cli.talk import emit, talk
+from runtime.client.api import SpaceClient
+from space import spaces, token_store
+from space.app import create_app, default_admin_token_file
+from space.db import open_db
+from space.servertime import system_clock
+from space.serving import SpaceRunner
+
+PEER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def default_db() -> Path:
+    return Path(os.environ.get("BATON_DB") or data_dir() / SPACE_DB)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("space", help="the embedded space server")
+    sub = p.add_subparsers(dest="space_command", required=True, parser_class=type(p))
+    serve = sub.add_parser("serve", help="run the space server")
+    serve.add_argument("--db", type=Path, default=None, help="SQLite file (created if missing)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=port, default=DEFAULT_PORT, help="port (0: any free port)")
+    serve.add_argument(
+        "--admin-token-file",
+        type=Path,
+        default=None,
+        help="admin token file (default admin.token beside the database)",
+    )
+    for flag in ("--lease-seconds", "--live-seconds"):
+        serve.add_argument(flag, type=seconds, default=15.0, help="seconds (default 15)")
+    serve.set_defaults(func=run_serve)
+    token = sub.add_parser("token", help="mint a device token (printed once); list, revoke")
+    token.add_argument("--peer", default=None, help="the device's peer id (to mint)")
+    token.add_argument("--space", default=None, help="the space it is bound to (to mint)")
+    token.add_argument("--db", type=Path, default=None, help="SQLite file of the space")
+    token.add_argument("--out", type=Path, default=None, help="write it to FILE (0600), not stdout")
+    token.set_defaults(func=run_token)
+    _register_spaces(sub)
+    tokens.register(token, type(p))
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    db = args.db or default_db()
+    port = args.port
+    token_file = args.admin_token_file or default_admin_token_file(db)
+    try:
+        app = create_app(
+            db,
+            admin_token_file=token_file,
+            lease_seconds=args.lease_seconds,
+            live_seconds=args.live_seconds,
+        )
+    except token_store.TokenFileError as exc:
+        raise UsageError(f"--admin-token-file: {exc}") from None
+    asyncio.run(serve(app, args.host, port, token_file))
+    return 0
+
+
+async def serve(app: web.Application, host: str, port: int, token_file: Path) -> None:
+    runner = SpaceRunner(app, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0][1] if runner.addresses else port
+        print(f"baton space: listening on http://{host}:{bound}", flush=True)
+        print(f"baton space: admin token in {token_file}", flush=True)
+        await until_signalled(asyncio.Event().wait())  # serve until Ctrl-C or SIGTERM
+    finally:
+        await runner.cleanup()
+    print("baton space: stopped", flush=True)
+
+
+def run_token(args: argparse.Namespace) -> int:
+    if args.peer is None:
+        raise UsageError("--peer: required to mint a device token (or: list, revoke, rotate-admin)")
+    if not PEER.fullmatch(args.peer):
+        raise UsageError(f"--peer: {args.peer!r} must be 1-200 of letters, digits, '.', '_', '-'")
+    space = _space(args)
+    if not spaces.SPACE_ID.fullmatch(space):
+        raise UsageError(f"--space: {space!r} must match [a-z0-9][a-z0-9_-]{{0,63}}")
+    db = open_db(args.db or default_db())
+    try:
+        token_store.ensure_schema(db)
+        who = token_store.Principal(role=token_store.Role.DEVICE, peer=args.peer, space=space)
+        token = token_store.mint_token(db, who, system_clock().timestamp())
+    finally:
+        db.conn.close()
+    if args.out is not None:
+        token_store.write_private(args.out, token + "\n")
+    else:
+        sys.stdout.write(token + "\n")
+    return 0
+
+
+# --- spaces over the API: create, list -----------------------------------------------------
+
+
+def _register_spaces(sub: argparse._SubParsersAction) -> None:
+    create = sub.add_parser("create", help="create a space (with its general chat)")
+    create.add_argument("id", metavar="ID", help="[a-z0-9][a-z0-9_-]{0,63}")
+    create.add_argument("--name", default=None, metavar="N", help="a name for people")
+    create.set_defaults(func=run_create)
+    listing = sub.add_parser("list", help="the spaces of the server")
+    listing.set_defaults(func=run_list)
+    for parser in (create, listing):
+        add_space_options(parser)
+
+
+def run_create(args: argparse.Namespace) -> int:
+    if not spaces.SPACE_ID.fullmatch(args.id):
+        raise UsageError(f"ID: {args.id!r} must match [a-z0-9][a-z0-9_-]{{0,63}}")
+    body = {"id": args.id} | ({"name": args.name} if args.name is not None else {})
+    return talk(args, lambda client, where: create_space(client, body, args.json))
+
+
+def run_list(args: argparse.Namespace) -> int:
+    return talk(args, lambda client, where: list_spaces(client, where, args.json))
+
+
+async def create_space(client: SpaceClient, body: dict[str, str], as_json: bool) -> int:
+    created = await client.call("space_create", body)  # printed as the space answers it
+    if as_json:
+        emit(created)
+    else:
+        print("\n".join(render(["id", "generalChat"], [[created["id"], created["generalChat"]]])))
+    return 0
+
+
+async def list_spaces(client: SpaceClient, where: Target, as_json: bool) -> int:
+    found = (await client.call("spaces"))["spaces"]  # printed as the space answers them
+    if as_json:
+        emit({"spaces": found})
+    elif not found:
+        print(f"no spaces on {where.url}")
+    else:
+        rows = [
+            [s["id"], s.get("name", ""), s.get("generalChat") or "-", s.get("createdAt", "")]
+            for s in found
+        ]
+        print("\n".join(render(["id", "name", "general chat", "created"], rows)))
+    return 0
+
+
+def _space(args: argparse.Namespace) -> str:
+    local = local_settings(data_dir())
+    return args.space or os.environ.get("BATON_SPACE") or local.get("space") or DEFAULT_SPACE

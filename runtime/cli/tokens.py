@@ -1,0 +1,98 @@
+"""`baton space token list|revoke|rotate-admin`: the space's credentials, managed by the admin.
+
+    baton space token list [--all] [--url U] [--token-file F] [--data DIR] [--json]
+    baton space token revoke ID [--url U] [--token-file F] [--data DIR] [--json]
+    baton space token rotate-admin [--url U] [--token-file F] [--data DIR] [--json]
+
+`list` shows every live token without its secret (id, role, peer, space, created,
+expires, last used); `--all` adds revoked and expired ones. `revoke ID` ends a
+token at once (its next request is a 401). `rotate-admin` mints a new admin
+token, revokes every other one, and writes it to the token file (0600; the
+server rewrites its own file too). Talks to the space with the admin token
+(`--token-file`, default the local one). A shell over the `/v1/tokens` routes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from runtime.cli.common import add_space_options, target, token_file
+from runtime.cli.table import render
+from runtime.client.api import ApiError, SpaceClient
+from space.token_store import write_private
+
+COLUMNS = ("id", "role", "peer", "space", "createdAt", "expiresAt", "lastUsedAt", "state")
+
+
+def register(token: argparse.ArgumentParser, parser_class: type[argparse.ArgumentParser]) -> None:
+    """Add `list`, `revoke` and `rotate-admin` under `baton space token`."""
+    sub = token.add_subparsers(dest="token_command", parser_class=parser_class)
+    listing = sub.add_parser("list", help="tokens without their secrets")
+    listing.add_argument("--all", action="store_true", help="revoked and expired ones too")
+    listing.set_defaults(func=run_list)
+    revoke = sub.add_parser("revoke", help="end a token at once")
+    revoke.add_argument("id", help="the token's id, as `list` shows it")
+    revoke.set_defaults(func=run_revoke)
+    rotate = sub.add_parser("rotate-admin", help="a new admin token; the old ones stop working")
+    rotate.set_defaults(func=run_rotate)
+    for parser in (listing, revoke, rotate):
+        add_space_options(parser)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    async def work(client: SpaceClient) -> Any:
+        return (await client.tokens(all=True if args.all else None))["tokens"]
+
+    return _talk(args, work, human=_table)
+
+
+def run_revoke(args: argparse.Namespace) -> int:
+    async def work(client: SpaceClient) -> Any:
+        return await client.token_revoke(args.id)
+
+    return _talk(args, work, human=lambda t: f"revoked {t['id']} ({t['role']} {t['peer'] or ''})")
+
+
+def run_rotate(args: argparse.Namespace) -> int:
+    path = token_file(args)
+
+    async def work(client: SpaceClient) -> Any:
+        rotated = await client.token_rotate_admin()
+        write_private(path, rotated["token"] + "\n")  # the server rewrote its own file
+        return {"id": rotated["id"], "file": str(path)}
+
+    return _talk(args, work, human=lambda r: f"new admin token {r['id']} written to {r['file']}")
+
+
+def _talk(
+    args: argparse.Namespace,
+    work: Callable[[SpaceClient], Awaitable[Any]],
+    human: Callable[[Any], str],
+) -> int:
+    where = target(args)
+
+    async def go() -> Any:
+        async with SpaceClient(where.url, where.token) as client:
+            return await work(client)
+
+    try:
+        found = asyncio.run(go())
+    except ApiError as exc:
+        error = {"error": exc.code, "detail": exc.detail}
+        print(
+            json.dumps(error) if args.json else f"baton: {exc.code}: {exc.detail or exc}",
+            file=sys.stderr,
+        )
+        return 2 if exc.status in (400, 404, 413, 422) else 1
+    print(json.dumps(found, indent=2) if args.json else human(found))
+    return 0
+
+
+def _table(tokens: list[dict[str, Any]]) -> str:
+    rows = [[t.get(c) if t.get(c) is not None else "-" for c in COLUMNS] for t in tokens]
+    return "\n".join(render(COLUMNS, rows))

@@ -1,0 +1,262 @@
+"""`baton triggers`: manage trigger records as `temporal schedule` and `kubectl` do.
+
+    baton triggers add --name N (--cron EXPR [--tz TZ] [--catchup latest] | --at TIME
+                       | --chat OBJECTID) --program REF [--args JSON] [--pin PEER] [--paused]
+    baton triggers list | show ID
+    baton triggers edit ID [--name N] [--cron EXPR] [--tz TZ] [--at TIME] [--program REF]
+                       [--args JSON]
+    baton triggers pause ID | resume ID | float ID | rm ID | run ID
+    baton triggers repin ID PEER [--force]
+
+Every verb also takes `--url`, `--token-file`, `--space`, `--json`. Flags are
+checked before anything is sent (`trigger_flags`); `edit` changes only what it is
+given, compare-and-set on the rev it read (a record changed meanwhile is exit 1).
+`repin` (and `add --pin`) refuse with exit 2 a peer the space has never seen,
+unless `--force`. `run` runs the trigger's program now with its own args, limits
+and state, recorded as a run of that trigger (`runtime.fire.manual`), and prints the run
+record: exit 0 when it is ok, 1 when not; it neither claims a fire nor stamps the
+record. Mutations print one line (`--json`: the record as stored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from core.clock import SystemClock
+from core.vocab import RunStatus
+from runtime.cli import trigger_flags as flags
+from runtime.cli import trigger_views as views
+from runtime.cli.common import Target, add_space_options
+from runtime.cli.main import UsageError
+from runtime.cli.programs import render_run
+from runtime.cli.talk import Failure, emit, talk
+from runtime.client.api import SpaceClient
+from runtime.fire.manual import Manual, run_by_hand
+from triggers.records import INTERNAL_PREFIX, Salvaged, load
+
+Record = dict[str, Any]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("triggers", help="add, list, show, edit, pause, run triggers")
+    sub = p.add_subparsers(dest="triggers_command", required=True, parser_class=type(p))
+    _add_parser(sub)
+    _edit_parser(sub)
+    for name, func, text in VERBS:
+        verb = sub.add_parser(name, help=text)
+        if name != "list":
+            verb.add_argument("id", metavar="ID")
+        verb.set_defaults(func=func)
+    repin = sub.add_parser("repin", help="pin a trigger to one device")
+    repin.add_argument("id", metavar="ID")
+    repin.add_argument("peer", metavar="PEER")
+    repin.add_argument("--force", action="store_true", help="even to a peer never seen")
+    repin.set_defaults(func=cmd_repin)
+    for parser in sub.choices.values():
+        add_space_options(parser)
+
+
+def _add_parser(sub: argparse._SubParsersAction) -> None:
+    add = sub.add_parser("add", help="create a trigger")
+    add.add_argument("--name", required=True, metavar="N")
+    when = add.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", metavar="EXPR", help="cron expression (5 fields, or 6)")
+    when.add_argument("--at", metavar="TIME", help="once: RFC 3339 with offset, or unix seconds")
+    when.add_argument("--chat", metavar="OBJECTID", help="on each new message of this chat")
+    add.add_argument("--tz", metavar="TZ", help="IANA zone of --cron (default UTC)")
+    add.add_argument("--catchup", choices=("none", "latest"), help="--cron: fire a missed slot")
+    add.add_argument("--program", required=True, metavar="REF", help="name@vN")
+    add.add_argument("--args", metavar="JSON", help="main's args (a JSON object)")
+    add.add_argument("--pin", metavar="PEER", help="run on this device only (default floating)")
+    add.add_argument("--force", action="store_true", help="--pin even to a peer never seen")
+    add.add_argument("--paused", action="store_true", help="create it paused")
+    add.set_defaults(func=cmd_add)
+
+
+def _edit_parser(sub: argparse._SubParsersAction) -> None:
+    edit = sub.add_parser("edit", help="change a trigger's name, schedule, program or args")
+    edit.add_argument("id", metavar="ID")
+    edit.add_argument("--name", metavar="N")
+    when = edit.add_mutually_exclusive_group()
+    when.add_argument("--cron", metavar="EXPR")
+    when.add_argument("--at", metavar="TIME")
+    edit.add_argument("--tz", metavar="TZ")
+    edit.add_argument("--program", metavar="REF")
+    edit.add_argument("--args", metavar="JSON", help="replaces the args whole")
+    edit.set_defaults(func=cmd_edit)
+
+
+# --- commands: parse, call one function --------------------------------------------------
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    body = flags.record_of(args)
+    return talk(args, lambda c, w: add(c, w, body, args.force, args.json))
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    return talk(args, lambda c, w: list_triggers(c, w, args.json))
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    return talk(args, lambda c, w: show(c, w, args.id, args.json))
+
+
+def cmd_edit(args: argparse.Namespace) -> int:
+    return talk(args, lambda c, w: edit(c, w, args, args.json))
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    return talk(args, lambda c, w: change(c, w, args.id, {"enabled": False}, "paused", args.json))
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    return talk(args, lambda c, w: change(c, w, args.id, {"enabled": True}, "resumed", args.json))
+
+
+def cmd_float(args: argparse.Namespace) -> int:
+    return talk(args, lambda c, w: change(c, w, args.id, {"owner": ""}, "floating", args.json))
+
+
+def cmd_repin(args: argparse.Namespace) -> int:
+    return talk(args, lambda c, w: repin(c, w, args.id, args.peer, args.force, args.json))
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    return talk(args, lambda c, w: remove(c, w, args.id, args.json))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    return talk(args, lambda c, w: run_now(c, w, args.id, args.json))
+
+
+VERBS = (
+    ("list", cmd_list, "the space's triggers"),
+    ("show", cmd_show, "a record, its next 10 fires and last 10 runs"),
+    ("pause", cmd_pause, "stop it firing (what passes meanwhile never fires)"),
+    ("resume", cmd_resume, "let it fire again, from now on"),
+    ("float", cmd_float, "unpin: the active device runs it"),
+    ("run", cmd_run, "run it now with its own args and state; prints the run"),
+    ("rm", cmd_rm, "delete it"),
+)
+
+
+# --- the conversations -----------------------------------------------------------------------
+
+
+async def add(client: SpaceClient, where: Target, body: Record, force: bool, as_json: bool) -> int:
+    if body["owner"]:
+        await require_seen(client, where, body["owner"], force, flag="--pin")
+    if body["kind"] == "event":
+        await require_chat(client, where, body["spec"]["objectId"])
+    created = await client.trigger_create(where.space, body)
+    _done(created, f"created {created['id']} ({created['name']})", as_json)
+    return 0
+
+
+async def list_triggers(client: SpaceClient, where: Target, as_json: bool) -> int:
+    found = (await client.triggers(where.space))["triggers"]
+    if as_json:
+        emit({"triggers": found})
+    elif not found:
+        print(f"no triggers in space {where.space}")
+    else:
+        print("\n".join(views.list_rows(found)))
+    return 0
+
+
+async def show(client: SpaceClient, where: Target, tid: str, as_json: bool) -> int:
+    record = await client.trigger_get(where.space, tid)
+    runs = (await client.runs(where.space, trigger=tid, limit=views.NEXT_FIRES))["runs"]
+    doc = {"record": record, "next": views.next_fires(record, SystemClock().wall()), "runs": runs}
+    if as_json:
+        emit(doc)
+    else:
+        print(views.show_text(doc))
+    return 0
+
+
+async def edit(client: SpaceClient, where: Target, args: argparse.Namespace, as_json: bool) -> int:
+    current = await client.trigger_get(where.space, args.id)
+    if current.get("undecodable"):
+        raise Failure("undecodable_record", f"trigger {args.id} does not decode; delete it")
+    patch = flags.patch_of(args, current)
+    if not patch:
+        _done(current, f"{args.id} already says so: nothing changed", as_json)
+        return 0
+    changed = await client.trigger_patch(where.space, args.id, patch, rev=current["rev"])
+    _done(changed, f"edited {args.id}: {', '.join(sorted(patch))}", as_json)
+    return 0
+
+
+async def change(
+    client: SpaceClient, where: Target, tid: str, patch: Record, done: str, as_json: bool
+) -> int:
+    changed = await client.trigger_patch(where.space, tid, patch)
+    _done(changed, f"{done} {tid} ({changed.get('name', '')})", as_json)
+    return 0
+
+
+async def repin(
+    client: SpaceClient, where: Target, tid: str, peer: str, force: bool, as_json: bool
+) -> int:
+    await client.trigger_get(where.space, tid)  # an unknown id is exit 1 before the peer check
+    await require_seen(client, where, peer, force, flag="PEER")
+    return await change(client, where, tid, {"owner": peer}, f"pinned to {peer}:", as_json)
+
+
+async def remove(client: SpaceClient, where: Target, tid: str, as_json: bool) -> int:
+    gone = await client.trigger_delete(where.space, tid)
+    _done(gone, f"deleted {tid}", as_json)
+    return 0
+
+
+async def run_now(client: SpaceClient, where: Target, tid: str, as_json: bool) -> int:
+    record = load(await client.trigger_get(where.space, tid))
+    if isinstance(record, Salvaged):
+        raise Failure("undecodable_record", f"trigger {tid} does not decode: {record.error}")
+    if record.program.startswith(INTERNAL_PREFIX):
+        raise UsageError(f"ID: {tid} runs {record.program}, which only the runtime runs")
+    manual = Manual(
+        trigger_id=record.id,
+        program=record.program,
+        args=dict(record.args),
+        timeout_seconds=record.limits.timeout_seconds,
+        memory_mb=record.limits.memory_mb,
+    )
+    stored, outcome = await run_by_hand(client, where.space, where.url, manual)
+    print(json.dumps(stored) if as_json else render_run(stored, outcome.stdout_tail))
+    return 0 if outcome.status is RunStatus.OK else 1
+
+
+# --- checks ----------------------------------------------------------------------------------
+
+
+async def require_seen(
+    client: SpaceClient, where: Target, peer: str, force: bool, *, flag: str
+) -> None:
+    """A peer the space has never seen is refused (exit 2) unless `force`."""
+    if force:
+        return
+    known = [d.peer for d in (await client.devices(where.space)).devices]
+    if peer not in known:
+        seen = ", ".join(known) or "none yet"
+        raise UsageError(
+            f"{flag}: space {where.space} has never seen device {peer!r} "
+            f"(seen: {seen}); --force pins it anyway"
+        )
+
+
+async def require_chat(client: SpaceClient, where: Target, object_id: str) -> None:
+    chats = [c["objectId"] for c in (await client.chats(where.space))["chats"]]
+    if object_id not in chats:
+        raise UsageError(f"--chat: space {where.space} has no chat {object_id!r}")
+
+
+def _done(record: Record, text: str, as_json: bool) -> None:
+    if as_json:
+        emit(record)
+    else:
+        print(text)

@@ -1,0 +1,238 @@
+"""Our SSE subscription loop: one stream URL, followed across drops, without loss or repeats.
+
+Owns the life of one subscription: connecting with `Last-Event-ID`, parsing with
+aiohttp-sse-client's `EventSource` used for ONE connection only (a new one per
+connection, its own reconnect stopped), delivering `hello`, `message`, `gap` (and
+any other named event) to the caller's async callback as `SseEvent`s,
+deduplicating by integer event id, noticing a silently dead stream by a read
+timeout longer than the server's heartbeat, and reconnecting with capped
+full-jitter backoff slept through the injected `Clock`.
+
+Failures are classified here, not by the package: a 4xx other than 408/429 is
+permanent (`Permanent` is raised, carrying status, code and detail, e.g. 404
+`unknown_chat`); everything else (5xx, 408, 429, 204, refused connections, abrupt
+drops, a clean end of stream, a read timeout, an unparseable stream) is transient
+and retried. It must not decide what an event means (that is the caller's) and
+never sleeps except through the Clock.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from datetime import datetime
+
+import aiohttp
+import msgspec
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp_sse_client import client as sse_client
+
+from core.aio import Backoff
+from core.clock import Clock
+from runtime.client.sse import (
+    OneConnection,
+    Permanent,
+    Retry,
+    SseEvent,
+    StreamEnded,
+    TracedResponse,
+    refusal,
+    sse_session,
+)
+
+OnEvent = Callable[[SseEvent], Awaitable[None]]
+
+
+class ConnectionState(enum.StrEnum):
+    CONNECTING = "connecting"
+    LIVE = "live"
+    BACKOFF = "backoff"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+DEFAULT_BACKOFF = Backoff(base=0.5, cap=30.0)  # full jitter, at least a Retry-After
+
+
+class SubscriptionStatus(msgspec.Struct, frozen=True, kw_only=True):
+    state: ConnectionState
+    since: datetime  # when this state began (the Clock's wall time)
+    attempt: int  # failed connections since the last good one
+    connections: int  # connections opened so far
+    last_id: int | None
+    last_error: str = ""
+
+
+# OSError covers TimeoutError and the package's ConnectionError family; UnicodeDecodeError
+# is its strict UTF-8 decoding, HttpProcessingError aiohttp's LineTooLong (a line > 512 KiB).
+_TRANSIENT = (aiohttp.ClientError, OSError, HttpProcessingError, UnicodeDecodeError, Retry)
+# The package's status errors: "fetch <url> failed: 503", "… wrong response status: 204".
+
+
+class _CallerFailed(Exception):
+    """The caller's callback raised: re-raised as itself, never retried as a network error."""
+
+
+class Subscription:
+    """Follows one SSE URL until cancelled or permanently refused."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        clock: Clock,
+        session: aiohttp.ClientSession | None = None,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        read_timeout: float = 45.0,
+        connect_timeout: float = 10.0,
+        last_id: int | None = None,
+        draw: Callable[[], float] = random.random,
+        on_status: Callable[[SubscriptionStatus], None] | None = None,
+    ) -> None:
+        self.url = url
+        self._token = token
+        self._clock = clock
+        self._session = session
+        self._retry = backoff.streak(draw)
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=connect_timeout, sock_read=read_timeout
+        )
+        self._on_status = on_status
+        self._last_id = last_id
+        self._connections = 0
+        self._error = ""
+        self._status = self._make_status(ConnectionState.CONNECTING)
+
+    @property
+    def status(self) -> SubscriptionStatus:
+        return self._status
+
+    @property
+    def last_id(self) -> int | None:
+        return self._last_id
+
+    async def run(self, on_event: OnEvent) -> None:
+        """Deliver events to `on_event` until cancelled; raise `Permanent` when refused for good."""
+        async with AsyncExitStack() as stack:
+            session = self._session
+            if session is None:
+                session = await stack.enter_async_context(sse_session())
+            try:
+                await self._follow(session, on_event)
+            except _CallerFailed as exc:
+                raise exc.__cause__ from None  # type: ignore[misc]
+            finally:
+                if self._status.state != ConnectionState.FAILED:
+                    self._set(ConnectionState.STOPPED)
+
+    async def _follow(self, session: aiohttp.ClientSession, on_event: OnEvent) -> None:
+        while True:
+            retry_after = None
+            try:
+                await self._connect(session, on_event)
+                self._error = "the stream ended"
+            except Permanent as exc:
+                self._error = str(exc)
+                self._set(ConnectionState.FAILED)
+                raise
+            except _TRANSIENT as exc:
+                self._error = _describe(exc)
+                retry_after = exc.retry_after if isinstance(exc, Retry) else None
+            await self._pause(retry_after)
+
+    async def _pause(self, retry_after: float | None) -> None:
+        delay = self._retry.failed(retry_after)
+        self._set(ConnectionState.BACKOFF)
+        await self._clock.sleep(delay)
+
+    async def _connect(self, session: aiohttp.ClientSession, on_event: OnEvent) -> None:
+        """One connection: returns when the server ends the stream, raises on anything else."""
+        self._connections += 1
+        self._set(ConnectionState.CONNECTING)
+        answer = TracedResponse()
+        source = OneConnection(
+            self.url,
+            session=session,
+            headers=self._headers(),
+            timeout=self._timeout,
+            answer=answer,
+        )
+        try:
+            async with source:
+                self._set(ConnectionState.LIVE)
+                async for message in source:
+                    await self._deliver(_event(message), on_event)
+        except StreamEnded:
+            return
+        except ConnectionError as exc:
+            await refusal(exc, answer.response)
+            raise
+        finally:
+            answer.close()
+
+    async def _deliver(self, event: SseEvent, on_event: OnEvent) -> None:
+        if event.event == "hello":
+            self._retry.reset()
+            if self._last_id is None:
+                self._last_id = _hello_cursor(event)
+        elif event.event != "gap" and self._seen(event.seq):
+            return
+        try:
+            await on_event(event)
+        except Exception as exc:
+            raise _CallerFailed() from exc
+        if event.event != "hello" and event.seq is not None:
+            self._last_id = event.seq  # a gap's id may go back: the stream goes on from there
+            self._retry.reset()
+
+    def _seen(self, seq: int | None) -> bool:
+        return seq is not None and self._last_id is not None and seq <= self._last_id
+
+    def _headers(self) -> dict[str, str]:
+        """A new dict per connection (the package adds Accept and Cache-Control to it)."""
+        headers: dict[str, str] = {}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        if self._last_id is not None:
+            headers["Last-Event-ID"] = str(self._last_id)
+        return headers
+
+    def _set(self, state: ConnectionState) -> None:
+        self._status = self._make_status(state)
+        if self._on_status is not None:
+            self._on_status(self._status)
+
+    def _make_status(self, state: ConnectionState) -> SubscriptionStatus:
+        return SubscriptionStatus(
+            state=state,
+            since=self._clock.wall(),
+            attempt=self._retry.failures,
+            connections=self._connections,
+            last_id=self._last_id,
+            last_error=self._error,
+        )
+
+
+def _event(message: sse_client.MessageEvent) -> SseEvent:
+    return SseEvent(
+        event=message.type or "message", data=message.data, id=message.last_event_id or None
+    )
+
+
+def _hello_cursor(event: SseEvent) -> int | None:
+    """The cursor a `hello` carries: `data.cursor`, else its integer id."""
+    try:
+        cursor = event.json().get("cursor")
+    except (ValueError, AttributeError):
+        cursor = None
+    if isinstance(cursor, int) and not isinstance(cursor, bool):
+        return cursor
+    return event.seq
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

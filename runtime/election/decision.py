@@ -1,0 +1,155 @@
+"""The election decision: what this device does next about the floating-trigger lease.
+
+Pure: every function takes the last lease read from the space and this device's
+monotonic `now` (seconds), and returns data. The loop that talks to the space and
+sleeps lives in `runtime/election/loop.py`; it must not decide anything itself.
+
+Rules (SPEC "Who runs what"):
+- Only the space's clock decides whether a lease lapsed: the space answers with
+  `expiresInMs`, which we turn into a local monotonic deadline at read time. No
+  device compares its wall clock with another's.
+- The holder renews every `renew_s`, and may fire floating triggers only until
+  `sent + lease_s - margin_s`, where `sent` is when it sent its last successful
+  renewal. It stops at once on a conflict, on seeing another holder, or when the
+  machine slept; it must renew before it fires again.
+- A follower claims when the lease is free or lapsed, never preempting a holder
+  that renews (no flapping).
+- A device with a higher priority than the holder, once live for `settle_s`,
+  asks for the lease (`want`); the holder hands over to it at its next renewal.
+  A follower that reads itself as the holder (a hand-over to it, or a lease it
+  held before a restart) renews at that term, which starts its tenure.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+
+class Config(msgspec.Struct, frozen=True, kw_only=True):
+    lease_s: float = 15.0
+    renew_s: float = 5.0
+    margin_s: float = 5.0
+    poll_s: float = 2.0
+    settle_s: float = 10.0
+
+
+DEFAULTS = Config()
+
+
+def scaled(lease_s: float, like: Config | None = None) -> Config:
+    """`like`'s timings (default: the defaults, 15 s → 5, 5, 2, 10) stretched to `lease_s`."""
+    base = like or Config()
+    k = lease_s / base.lease_s
+    return Config(
+        lease_s=lease_s,
+        renew_s=base.renew_s * k,
+        margin_s=base.margin_s * k,
+        poll_s=base.poll_s * k,
+        settle_s=base.settle_s * k,
+    )
+
+
+class LeaseView(msgspec.Struct, frozen=True, kw_only=True):
+    """The lease as last read from the space, anchored to local monotonic time."""
+
+    active: str | None
+    term: int
+    expires_at_mono: float  # read time + expiresInMs
+    want: str | None = None
+
+
+class State(msgspec.Struct, frozen=True, kw_only=True):
+    """This device's standing: the lease it holds (if any) and until when it may act."""
+
+    me: str
+    priority: int = 0
+    term: int = 0
+    holding: bool = False
+    acts_until: float = float("-inf")  # monotonic; floating fires only before this
+    last_renew_sent: float = float("-inf")
+    live_since: float = 0.0  # monotonic: when this device last became healthy
+
+
+class Act(enum.StrEnum):
+    WAIT = "wait"
+    RENEW = "renew"
+    CLAIM = "claim"
+    HANDOVER = "handover"
+    WANT = "want"
+
+
+class Step(msgspec.Struct, frozen=True, kw_only=True):
+    act: Act
+    term: int = 0
+    to: str | None = None  # HANDOVER: the device that asked
+    at: float = 0.0  # WAIT: monotonic time to look again
+
+
+def may_fire(state: State, now: float) -> bool:
+    """Whether floating triggers may fire now on this device."""
+    return state.holding and now < state.acts_until
+
+
+def on_renewed(state: State, cfg: Config, term: int, sent: float) -> State:
+    """A claim or renewal sent at `sent` succeeded under `term`."""
+    return msgspec.structs.replace(
+        state,
+        holding=True,
+        term=term,
+        acts_until=sent + cfg.lease_s - cfg.margin_s,
+        last_renew_sent=sent,
+    )
+
+
+def on_lost(state: State) -> State:
+    """A conflict, another holder seen, a release or a hand-over: stop acting at once."""
+    return msgspec.structs.replace(state, holding=False, acts_until=float("-inf"))
+
+
+def on_slept(state: State, now: float) -> State:
+    """The machine slept: distrust the lease until a renewal succeeds; settle again."""
+    return msgspec.structs.replace(state, acts_until=float("-inf"), live_since=now)
+
+
+def observe(state: State, view: LeaseView) -> State:
+    """Fold a fresh read of the lease in: seeing another holder or term ends our tenure."""
+    if state.holding and (view.active != state.me or view.term != state.term):
+        return on_lost(state)
+    return state
+
+
+def decide(
+    state: State, view: LeaseView, cfg: Config, now: float, priorities: dict[str, int]
+) -> Step:
+    """What to do next, given the lease view and the live devices' priorities."""
+    if state.holding:
+        return _as_holder(state, view, cfg, now, priorities)
+    return _as_follower(state, view, cfg, now, priorities)
+
+
+def _as_holder(
+    state: State, view: LeaseView, cfg: Config, now: float, priorities: dict[str, int]
+) -> Step:
+    due = state.last_renew_sent + cfg.renew_s
+    if now < state.acts_until and now < due:
+        return Step(act=Act.WAIT, at=min(due, state.acts_until))
+    want = view.want
+    if want and want != state.me and priorities.get(want, -1) > state.priority:
+        return Step(act=Act.HANDOVER, term=state.term, to=want)
+    return Step(act=Act.RENEW, term=state.term)
+
+
+def _as_follower(
+    state: State, view: LeaseView, cfg: Config, now: float, priorities: dict[str, int]
+) -> Step:
+    if view.active is None or now >= view.expires_at_mono:
+        return Step(act=Act.CLAIM, term=view.term)
+    if view.active == state.me:  # handed over to us (or ours from before a restart)
+        return Step(act=Act.RENEW, term=view.term)
+    holder_priority = priorities.get(view.active, 0)
+    settled = now - state.live_since >= cfg.settle_s
+    if state.priority > holder_priority and settled and view.want != state.me:
+        return Step(act=Act.WANT, term=view.term)
+    return Step(act=Act.WAIT, at=min(now + cfg.poll_s, view.expires_at_mono))

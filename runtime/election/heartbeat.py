@@ -1,0 +1,65 @@
+"""This device's presence in the space: its heartbeat and what it learns of the live devices.
+
+Owns `device_put` (name, priority, instance and, given `report`, the device's own
+status for `baton status`), reading the live devices and their priorities after each
+beat, when the next beat is due, and signing off on a clean stop. A report that fails
+is sent as an error, never skipped. Must not decide anything about the lease (that is
+`runtime.election.loop` and `runtime.election.decision`). Time only through the injected `Clock`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from runtime.client.seat import Seat
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """One device's heartbeats in one space."""
+
+    def __init__(
+        self, seat: Seat, name: str, *, report: Callable[[], dict[str, Any]] | None = None
+    ) -> None:
+        self._client, self._space, self._peer, self._clock = seat
+        self._name, self._report = name, report
+        self.due = float("-inf")  # monotonic: when the next beat is due
+        self.instance = ""  # sent with each beat: a new one restarts the space's upSince
+        self.live: frozenset[str] = frozenset()
+        self.priorities: dict[str, int] = {}
+
+    def beat_now(self) -> None:
+        self.due = float("-inf")
+
+    async def beat(self, priority: int, every: float) -> None:
+        """Send one heartbeat, then read who is live; the next is due `every` s after."""
+        sent = self._clock.monotonic()
+        body: dict[str, Any] = {"name": self._name, "priority": priority}
+        if self.instance:
+            body["instance"] = self.instance
+        if self._report is not None:
+            body["status"] = self._status_report()
+        await self._client.device_put(self._space, self._peer, body)
+        self.due = sent + every
+        live = [d for d in (await self._client.devices(self._space)).devices if d.live]
+        self.live = frozenset(d.peer for d in live)
+        self.priorities = {d.peer: d.priority for d in live}
+
+    async def sign_off(self) -> None:
+        """Tell the space this device stopped cleanly: it is not live from now on."""
+        try:
+            await self._client.device_put(self._space, self._peer, {"stopped": True})
+        except Exception as exc:
+            log.warning("election: could not sign off: %s", exc)
+
+    def _status_report(self) -> dict[str, Any]:
+        try:
+            return msgspec.to_builtins(self._report())  # type: ignore[misc]
+        except Exception as exc:
+            log.warning("election: the status report failed: %s", exc)
+            return {"error": f"{type(exc).__name__}: {exc}"}

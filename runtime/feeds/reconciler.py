@@ -1,0 +1,296 @@
+"""The reconcile loop: the space's trigger records, kept in memory and diffed into the registry.
+
+Owns `records` (every record of the space, undecodable ones too, for health and
+status) and `registry` (the ones this device arms), kept current by (SPEC
+"Reconcile, registry, health pass"):
+
+1. a full sync at start: `triggers` → `load` each → `registry.reconcile`;
+2. the change feed stream from the sync's `seq` (`changes_stream`, resumed by
+   the Subscription with `Last-Event-ID`); a `gap`, or a `hello` whose cursor
+   is past ours, is filled from the `changes?since=` pages, and a change at or
+   before the last applied `seq` is ignored, so nothing is lost or applied twice;
+3. a slow full resync as a safety net, every `resync_s`, or `RESYNC_SPACING` times the
+   last sync's length when that is longer (a thousandth of the time at most: every 10–15
+   minutes at 100,000); `resync()` on demand (election flip) re-sorts at once, then fetches.
+
+A `stamp` change (the runtime's own writes: `nextFireAt`, `lastStatus` …, never
+`rev` nor `updatedAt`) is not work: it replaces the record's stamps in `records`
+and in the armed entry in O(1), with no diff, no `RecordEdited` and no registry copy
+(`_restamped`). A full sync keeps the record objects it already holds when the
+listed record is equal, so a resync allocates nothing for what did not change.
+
+Every id whose record arrived, changed (stamps included) or went is added to `touched`,
+for the health pass. Each non-empty diff is published as `DiffApplied` (stamp-only
+writes make none), and `RecordEdited` tells of every feed change to a record's user
+fields, armed here or not (a repin between two other devices still changes who stamps it). Skipped
+records are logged once per version. Never dies of a record, a callback or the
+network: it logs one line, backs off through the Clock and goes on. Must not
+write records or decide when anything fires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from core.aio import Backoff, sleep_until
+from core.clock import iso
+from core.wire import Change
+from runtime.client.seat import Seat
+from runtime.client.sse import SseEvent
+from runtime.client.stream import Subscription
+from runtime.events import Bus, DiffApplied, RecordEdited
+from runtime.feeds import pages as feed
+from runtime.health.touched import Touched
+from triggers import diffing
+from triggers import registry as reg
+from triggers.records import Loaded, Salvaged, TriggerId
+
+log = logging.getLogger(__name__)
+
+RETRY = Backoff(base=1.0, cap=30.0, jitter=False)  # a failed sync; the feed retries at the cap
+RESYNC_SPACING = 1000.0  # the slow resync waits at least this many times its last sync's length
+
+
+class Reconciler:
+    """Keeps `records` and `registry` equal to the space; `await run()` until cancelled."""
+
+    def __init__(
+        self,
+        seat: Seat,
+        *,
+        is_active: Callable[[], bool],
+        bus: Bus,
+        resync_s: float = 300.0,
+        stream_options: dict[str, Any] | None = None,
+        touched: Touched | None = None,
+    ) -> None:
+        self._client, self._space, self._peer, self._clock = seat
+        self._is_active = is_active
+        self._bus = bus
+        self._resync_s = resync_s
+        self._stream_options = stream_options or {}
+        self.records: dict[TriggerId, Loaded] = {}
+        self.registry = reg.Registry()
+        self.ready = asyncio.Event()
+        self.seq = 0  # the last change reflected in `records`
+        self.touched = Touched() if touched is None else touched  # for the health pass
+        self._sorted_as: bool | None = None  # the role the last full sort was made with
+        self._warned: dict[TriggerId, bytes] = {}
+        self._sync_lock = asyncio.Lock()
+        self._resync_now = asyncio.Event()
+        self._retry = RETRY.streak()
+        self._wait = 0.0  # the backoff after the latest failure
+        self._error = ""
+        self._synced_at: datetime | None = None
+        self._sync_took = 0.0  # seconds the last full sync took
+        self._sub: Subscription | None = None
+
+    # --- the loop ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """First sync (retried until it succeeds), then the feed and the slow resync."""
+        while not await self._sync_safely():
+            await self._clock.sleep(self._wait)
+        self.ready.set()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._follow())
+            group.create_task(self._resync_loop())
+
+    async def resync(self) -> reg.Diff:
+        """Re-sort responsibility now (e.g. the lease moved), then a full sync; never raises.
+
+        Before the first sync is done, it waits for that one (which reads the role as it
+        sorts: a second listing would double a start's work) and re-sorts if the role moved."""
+        if not self.ready.is_set():
+            await self.ready.wait()
+            if self._sorted_as == self._is_active():
+                return reg.Diff()
+            return self._reconcile(list(self.records.values()))
+        local = self._reconcile(list(self.records.values()))
+        try:
+            fetched = await self.sync()
+        except Exception as exc:
+            self._failed("resync", exc)
+            self._resync_now.set()
+            return local
+        return feed.merge(local, fetched)
+
+    async def sync(self) -> reg.Diff:
+        """One full sync from the space: listing, folded with changes past its `seq`."""
+        async with self._sync_lock:
+            began = self._clock.monotonic()
+            loaded, seq = await feed.listing(self._client, self._space, self._kept)
+            while seq < self.seq:  # the feed already applied changes newer than the listing
+                folded = await feed.fold_pages(self._client, self._space, loaded, seq)
+                if folded == seq:  # the space's feed is behind ours (a restored store)
+                    log.warning("reconcile: the space's feed is at %d, ours at %d", seq, self.seq)
+                    self.seq = seq
+                seq = folded
+            self.seq = max(self.seq, seq)
+            diff = self._reconcile(list(loaded.values()))
+            self._synced_at, self._sync_took = self._clock.wall(), self._clock.monotonic() - began
+            return diff
+
+    async def _sync_safely(self) -> bool:
+        try:
+            await self.sync()
+        except Exception as exc:  # ApiError, or a body that is not what the API promises
+            self._failed("full sync", exc)
+            return False
+        self._retry.reset()
+        self._error = ""
+        return True
+
+    async def _resync_loop(self) -> None:
+        while True:
+            await self._wait_resync()
+            self._resync_now.clear()
+            if not await self._sync_safely():
+                await self._clock.sleep(self._wait)
+                self._resync_now.set()  # try again after the backoff
+
+    async def _wait_resync(self) -> None:
+        wait = max(self._resync_s, RESYNC_SPACING * self._sync_took)
+        await sleep_until(self._clock, self._clock.monotonic() + wait, self._resync_now)
+
+    # --- the change feed -----------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        while True:
+            self._sub = self._client.changes_stream(
+                self._space, last_id=self.seq, **self._stream_options
+            )
+            try:
+                await self._sub.run(self._on_event)
+            except Exception as exc:  # Permanent (401, 404 …): retry slowly, resync meanwhile
+                self._failed("change feed", exc)
+            self._resync_now.set()
+            await self._clock.sleep(RETRY.cap)
+
+    async def _on_event(self, event: SseEvent) -> None:
+        try:
+            if event.event == "change":
+                self._apply_changes([msgspec.json.decode(event.data, type=Change)])
+            elif event.event == "gap" or (event.event == "hello" and feed.cursor(event) > self.seq):
+                await self._fill_gap()
+        except Exception as exc:  # a bad event must not end the stream
+            log.warning("change feed: event %s not applied: %r", event.seq, exc)
+            self._resync_now.set()
+
+    async def _fill_gap(self) -> None:
+        async with self._sync_lock:
+            more = True
+            while more:
+                page = await self._client.changes(self._space, since=self.seq)
+                self._apply_changes(page.changes)
+                more = page.more and bool(page.changes)
+
+    def _kept(self, record: Loaded) -> Loaded:
+        """The record object already held when it equals `record` (nothing new is kept)."""
+        old = self.records.get(record.id)
+        return old if old is not None and old == record else record
+
+    def _apply_changes(self, changes: Iterable[Change]) -> None:
+        fresh = [c for c in changes if c.seq > self.seq]
+        if not fresh:
+            return
+        self.seq = fresh[-1].seq
+        items = [item for item in map(feed.item, fresh) if not self._restamped(item)]
+        if items:
+            self._apply_items(items)
+
+    def _restamped(self, item: Loaded | reg.Deleted) -> bool:
+        """A stamp-only write of a record held here, taken in O(1); False for anything else.
+
+        Stamps never bump `rev` nor `updatedAt`, so the same pair on the same kind means
+        the user fields are the ones already held (a `stamp` op, or an echo of one)."""
+        if isinstance(item, reg.Deleted | Salvaged):
+            return False
+        prev = self.records.get(item.id)
+        if (
+            prev is None
+            or type(prev) is not type(item)
+            or prev.rev != item.rev  # type: ignore[union-attr]
+            or prev.updated_at != item.updated_at  # type: ignore[union-attr]
+            or item.updated_at is None
+        ):
+            return False
+        self.records[item.id] = item
+        self.touched.add(item.id)
+        reg.restamp(self.registry, item)
+        return True
+
+    def _apply_items(self, items: list[Loaded | reg.Deleted]) -> None:
+        edited = False
+        for item in items:
+            edited = edited or feed.edited(self.records.get(item.id), item)
+            self.touched.add(item.id)
+            if isinstance(item, reg.Deleted):
+                self.records.pop(item.id, None)
+                self._warned.pop(item.id, None)
+            else:
+                self.records[item.id] = item
+        active = self._is_active()
+        diff = diffing.reconcile_changes(self.registry, items, self._peer, active)
+        self._publish(diff)
+        if edited:
+            self._bus.publish(RecordEdited())
+
+    # --- applying ------------------------------------------------------------------------
+
+    def _reconcile(self, records: list[Loaded]) -> reg.Diff:
+        held, self.records = self.records, {r.id: r for r in records}
+        if held:
+            self.touched.update(t for t, r in self.records.items() if held.get(t) is not r)
+            self.touched.update(tid for tid in held if tid not in self.records)
+        else:
+            self.touched.update(self.records)  # a first sync: every record is news
+        self._warned = {k: v for k, v in self._warned.items() if k in self.records}
+        self._sorted_as = self._is_active()
+        diff = diffing.reconcile(self.registry, records, self._peer, self._sorted_as)
+        self._publish(diff)
+        return diff
+
+    def _publish(self, diff: reg.Diff) -> None:
+        for skip in diff.skipped:
+            self._warn_once(skip)
+        self.registry = reg.absorb(self.registry, diff)  # keeps `refresh` too
+        if diff.empty:
+            return
+        log.info("reconcile: %s", diff.summary)
+        self._bus.publish(DiffApplied(diff))
+
+    def _warn_once(self, skip: reg.Skipped) -> None:
+        record = self.records.get(skip.id)
+        raw = record.raw if isinstance(record, Salvaged) else {}
+        mark = feed.fingerprint(raw)
+        if self._warned.get(skip.id) != mark:
+            self._warned[skip.id] = mark
+            log.warning(skip.warning)
+
+    # --- failures and status -------------------------------------------------------------
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        self._wait = self._retry.failed()
+        self._error = f"{what}: {exc}"
+        log.warning("reconcile: %s failed (attempt %d): %s", what, self._retry.failures, exc)
+
+    def status(self) -> dict[str, Any]:
+        stream = self._sub.status if self._sub is not None else None
+        return {
+            "ready": self.ready.is_set(),
+            "records": len(self.records),
+            "armed": len(self.registry),
+            "undecodable": sum(isinstance(r, Salvaged) for r in self.records.values()),
+            "seq": self.seq,
+            "syncedAt": iso(self._synced_at) if self._synced_at else None,
+            "feed": stream.state.value if stream is not None else None,
+            "feedConnections": stream.connections if stream is not None else 0,
+            "error": self._error,
+        }

@@ -1,0 +1,64 @@
+"""Claims: the fires handed over together, claimed in one request.
+
+Owns what a device asks of `POST …/fires` and how it reads the answer (SPEC "Who runs
+what": fire claims). The fires due at one wake, or one message's fires, are claimed in
+one request, the list form, retried when transient. Each claim has its own id, so a
+retry of one that went through is answered as claimed while any other claim of its key
+is `already_claimed`; a fire that runs a program names its run, so the answer carries
+the run's token. Each answer is the fire as claimed (with its token) or the refusal, as
+if claimed alone. Must not admit, run or record.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import msgspec
+
+from core.wire import FireResult
+from runtime.client.api import ApiError
+from runtime.client.retry import retried
+from runtime.client.seat import Seat
+from runtime.fire.execute import TOKEN_MARGIN_S
+from runtime.fire.lanes import Claimed, Queued
+
+CLAIM_MAX = 200  # fires claimed in one request at most (the space mints a token for each)
+
+
+async def claim(seat: Seat, waiting: list[Queued]) -> list[Queued | ApiError]:
+    """Each fire claimed (with its run's token), or its refusal; one request."""
+    client, space, peer, clock = seat
+    bodies = [body(queued, peer) for queued in waiting]
+    try:
+        answer = await retried(lambda: client.fires_claim_list(space, bodies), clock)
+    except ApiError as exc:
+        return [exc] * len(waiting)
+    at = clock.monotonic()
+    return [
+        _claimed(queued, result, at) for queued, result in zip(waiting, answer.claims, strict=True)
+    ]
+
+
+def body(queued: Queued, peer: str) -> dict[str, Any]:
+    """One claim of the list; a fire that runs a program asks for its run's token."""
+    request = queued.request
+    found: dict[str, Any] = {
+        "triggerId": request.trigger.id,
+        "key": request.key,
+        "term": queued.term,
+        "peer": peer,
+        "claimId": "clm_" + secrets.token_hex(8),
+    }
+    if not request.for_chat_watch:
+        ttl = request.trigger.limits.timeout_seconds + TOKEN_MARGIN_S
+        found["run"] = {"runId": queued.claimed.run_id, "ttlSeconds": ttl}
+    return found
+
+
+def _claimed(queued: Queued, result: FireResult, at: float) -> Queued | ApiError:
+    """One claim's answer in a list: the fire as claimed (with its token), or the refusal."""
+    if result.status >= 400:
+        return ApiError(result.status, result.error or "", result.detail or "")
+    claimed = Claimed(run_id=queued.claimed.run_id, token=result.token, at=at)
+    return msgspec.structs.replace(queued, claimed=claimed)

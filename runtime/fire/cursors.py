@@ -1,0 +1,173 @@
+"""Cursors: where each armed cron or once entry stands, and which of its fires are due.
+
+Owns the entry math of the ticker (SPEC "When triggers fire", "Active since"), as
+functions of (entry, now) → fires, with no clock and no I/O: where a freshly armed
+entry's cursor starts (`start_cursor`), a re-arm that never goes back (`arm`), the
+slots a takeover bridges (`add_bridge`), the fires due at a wake (`take`), and a
+restart after a sleep (`restart`). Slots at or before an entry's cursor never fire;
+nothing fires before a record's `activeSince`. runtime.fire.ticker holds the entries,
+sleeps and dispatches; it must not compute any of this itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import msgspec
+
+from runtime.fire.dispatch import named
+from triggers import schedule
+from triggers.records import Catchup, CronTrigger, FireKey, OnceTrigger
+
+log = logging.getLogger(__name__)
+
+EPSILON = timedelta(microseconds=1)
+
+Timed = CronTrigger | OnceTrigger
+
+
+class Entry(msgspec.Struct, gc=False):
+    """One armed cron or once trigger and where it stands (untracked by the cycle collector:
+    it holds a record, instants and a tuple, never itself; 100,000 of them would otherwise
+    be walked at each full collection)."""
+
+    record: Timed
+    cursor: datetime  # slots at or before the cursor never fire (cron), but for a bridge
+    settled: FireKey | None = None  # a once: the key it fired with (or missed)
+    bridge: Sequence[datetime] = ()  # cron slots to fire at the next wake (no list per entry)
+    next_at: datetime | None = None  # earliest instant this entry may fire; None: never
+
+    def refresh(self) -> None:
+        rec = self.record
+        if isinstance(rec, OnceTrigger):
+            due = self.settled != schedule.fire_key_once(rec.spec)
+            self.next_at = rec.spec.at_utc if due else None
+        elif self.bridge:
+            self.next_at = self.bridge[0]
+        else:
+            self.next_at = schedule.next_fire(rec.spec, self.cursor)
+
+
+def start_cursor(record: Timed, now: datetime, up_since: datetime) -> datetime:
+    """Where a freshly armed entry starts; slots at or before it never fire.
+
+    Never before the record's `activeSince`. `none`: from the record's last write or
+    this device's start, whichever is later, within the live tolerance: a slot that
+    came between the write and the arming fires (the device was up), a restart
+    replays nothing. `latest`: one tolerance back (`schedule.arm_cursor`).
+    """
+    if isinstance(record, OnceTrigger):
+        return now
+    since, spec = record.fires_from, record.spec
+    if spec.catchup is Catchup.LATEST or since is None:
+        cursor = schedule.arm_cursor(spec, now)
+    else:  # max(write - EPSILON, up_since, now - tolerance), the subtraction made only if needed
+        cursor = now - schedule.tolerance(spec)
+        if up_since > cursor:
+            cursor = up_since
+        written = record.updated_at
+        if written is None or written.tzinfo is None or written < since:
+            written = since
+        if written > cursor:
+            cursor = written - EPSILON
+    if since is not None and since > cursor:
+        cursor = since - EPSILON  # a slot at `activeSince` itself may fire
+    return cursor if cursor < now else now
+
+
+def slots_between(record: CronTrigger, start: datetime, end: datetime) -> list[datetime]:
+    """Every slot in `(start, end]` at or after the record's `activeSince`, oldest first.
+
+    As many as the span holds: a bridge's start is never more than the bridge window
+    back (runtime.election.takeover.BRIDGE_WINDOW, the one clamp), and a late wake's slots are
+    within the trigger's tolerance (`schedule.due_slots`)."""
+    since = record.fires_from
+    if since is not None:
+        start = max(start, since - EPSILON)
+    slots: list[datetime] = []
+    slot = schedule.next_fire(record.spec, start)
+    while slot is not None and slot <= end:
+        slots.append(slot)
+        slot = schedule.next_fire(record.spec, slot)
+    return slots
+
+
+def arm(record: Timed, now: datetime, prev: Entry | None, up_since: datetime) -> Entry:
+    """A new entry for `record`; `prev` is the entry it re-arms, if any."""
+    entry = Entry(record, start_cursor(record, now, up_since))
+    if prev is not None:
+        entry.settled = prev.settled
+        if isinstance(prev.record, CronTrigger) and prev.cursor <= now:
+            entry.cursor = max(entry.cursor, prev.cursor)  # an edit never goes back
+        if _same_slots(prev.record, record):  # a bridge not yet fired survives a repin back
+            since = record.fires_from
+            entry.bridge = tuple(s for s in prev.bridge if since is None or s >= since)
+    entry.refresh()
+    return entry
+
+
+def _same_slots(prev: Timed, record: Timed) -> bool:
+    return (
+        isinstance(prev, CronTrigger)
+        and isinstance(record, CronTrigger)
+        and record.floating
+        and prev.spec == record.spec
+    )
+
+
+def add_bridge(entry: Entry, start: datetime) -> int:
+    """Queue a floating cron entry's slots in `(start, cursor]`; how many are new."""
+    rec = entry.record
+    if not isinstance(rec, CronTrigger) or not rec.floating:
+        return 0
+    slots = set(entry.bridge) | set(slots_between(rec, start, entry.cursor))
+    added = len(slots) - len(entry.bridge)
+    entry.bridge = sorted(slots)
+    entry.refresh()
+    return added
+
+
+def take(entry: Entry, now: datetime) -> list[tuple[FireKey, datetime, bool]]:
+    """The fires of `entry` due at `now` as `(key, due_at, catchup)`, oldest first.
+
+    `catchup` marks bridged slots and slots a late wake passed (all but the newest):
+    they run in turn rather than being skipped for overlap. Advances the entry.
+    """
+    rec = entry.record
+    if isinstance(rec, OnceTrigger):
+        fires = [(key, at, False) for key, at in _take_once(entry, rec, now)]
+    else:
+        fires = [(schedule.fire_key_cron(s), s, True) for s in entry.bridge]
+        entry.bridge = ()
+        slots = schedule.due_slots(rec.spec, entry.cursor, now)
+        fires += [(schedule.fire_key_cron(s), s, s != slots[-1]) for s in slots]
+        entry.cursor = max(entry.cursor, now)
+    entry.refresh()
+    return fires
+
+
+def _take_once(entry: Entry, rec: OnceTrigger, now: datetime) -> list[tuple[FireKey, datetime]]:
+    state = schedule.once_due(rec.spec, now, entry.settled)
+    if state is schedule.OnceState.WAIT:
+        return []
+    key = schedule.fire_key_once(rec.spec)
+    entry.settled = key
+    if state is schedule.OnceState.MISSED:  # never fires; the health pass stamps `missed`
+        log.info("once %s: %s is past its grace, not fired", named(rec), key)
+        return []
+    return [(key, rec.spec.at_utc)] if state is schedule.OnceState.FIRE else []
+
+
+def restart(entry: Entry, now: datetime, ahead: timedelta = timedelta(0)) -> None:
+    """After a suspend or a clock jump: the cursor restarts from `now` (never a stale burst).
+
+    A cursor up to `ahead` past `now` is where the ticker's look ahead took it, not a
+    clock that went back: it stays, so nothing taken is taken again."""
+    rec = entry.record
+    entry.bridge = ()
+    if isinstance(rec, CronTrigger):
+        fresh = start_cursor(rec, now, now)
+        entry.cursor = max(entry.cursor, fresh) if entry.cursor <= now + ahead else fresh
+    entry.refresh()

@@ -1,0 +1,178 @@
+"""Running one program for one fire: under the run's token, with its `RunContext`.
+
+Owns the steps between "this fire may run" and "this is how it ended", the same for a
+fire of the pipeline (runtime.fire.firing) and for a run made by hand (runtime.fire.manual,
+`baton programs run`, `baton triggers run`):
+
+    load the program (ProgramCache: published, inspected) ── not → `error` + reason
+    the run's token (the claim's, or minted: `POST …/tokens/run`) ── none → `error` run_token
+    the Job (the program, its args, the RunContext, the limits; its run process kept warm
+        only for a trigger that ran within a warm process's idle time) → the executor → an ending
+
+An ending is `(Outcome, reason)`: what cannot be had or refused is an ending too, never
+an exception. The token is scoped to the fire's trigger id and run, so a program reaches
+its trigger's cursors and nothing else, and it outlives the run's timeout by
+`TOKEN_MARGIN_S` at most. Must not claim, admit or record: its caller records the ending
+(runtime.fire.recorder).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from core.vocab import RunReason, RunStatus
+from programs import warm
+from programs.context import RunContext
+from programs.executor import Executor, ExecutorClosed
+from programs.job import Job
+from programs.loader import LoadedProgram, ProgramCache, UnknownProgram
+from programs.outcome import Outcome
+from programs.refs import InvalidRef, ProgramRef
+from programs.source import InvalidProgram
+from runtime.client.api import ApiError, SpaceClient
+from runtime.client.retry import retried
+from runtime.client.seat import Seat
+from runtime.fire import bodies
+from runtime.fire.bodies import RunIdentity
+from runtime.fire.dispatch import FireRequest
+
+TOKEN_MARGIN_S = 30.0  # a run token outlives the run's timeout by this much at most
+TOKEN_FRESH_S = TOKEN_MARGIN_S / 2  # a claim's token is used by a run starting this soon
+
+Ending = tuple[Outcome, str]  # how a fire ended, and why (the run record's `reason`)
+
+
+class Work(msgspec.Struct, frozen=True, kw_only=True):
+    """What a run hands its program besides the fire: main's args and the limits."""
+
+    args: dict[str, Any]
+    timeout_seconds: float
+    memory_mb: int
+
+
+def new_run_id() -> str:
+    return "run_" + secrets.token_hex(8)
+
+
+def program_fetch(client: SpaceClient, space: str) -> Callable[[ProgramRef], Awaitable[str | None]]:
+    """The `ProgramCache` fetch of a space's programs: a program's source, None if unpublished."""
+
+    async def fetch(ref: ProgramRef) -> str | None:
+        try:
+            found = await client.program_get(space, str(ref))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found.source
+
+    return fetch
+
+
+class Execute:
+    """`load` a fire's program, then `run` it; both answer with an ending, never raise."""
+
+    def __init__(self, seat: Seat, url: str, *, executor: Executor, programs: ProgramCache) -> None:
+        self._client, self._space, _, self._clock = seat
+        self._url, self._executor, self._programs = url, executor, programs
+        self._recent: dict[str, float] = {}  # trigger → its last run's start, oldest first
+
+    @property
+    def size(self) -> int:
+        """How many runs the executor takes at once."""
+        return self._executor.size
+
+    async def load(self, ref: str) -> LoadedProgram | Ending:
+        """The program published under `ref`, or the `error` ending of why it is not."""
+        try:
+            return await self._programs.get(ref)
+        except (UnknownProgram, InvalidRef) as exc:
+            return bodies.failed_before_run(str(exc)), RunReason.UNKNOWN_PROGRAM
+        except InvalidProgram as exc:
+            return bodies.failed_before_run(str(exc)), RunReason.INVALID_PROGRAM
+        except ApiError as exc:
+            return bodies.failed_before_run(f"program {ref}: {exc}"), exc.code
+
+    async def run(
+        self, fire: RunIdentity, program: LoadedProgram | Ending, work: Work, token: str | None
+    ) -> Ending:
+        """Run `program` for `fire` under `token` (None: mint one now); how it ended."""
+        if not isinstance(program, LoadedProgram):
+            return program
+        if token is None:  # waited too long since the claim, or nothing was claimed
+            minted = await self.run_token(fire, work.timeout_seconds)
+            if isinstance(minted, Outcome):
+                return minted, RunReason.RUN_TOKEN
+            token = minted
+        job = Job(
+            source=program.source,
+            ref=fire.program,
+            args=work.args,
+            context=self.context(fire, token),
+            timeout_seconds=work.timeout_seconds,
+            memory_mb=work.memory_mb,
+            keep_warm=self._repeats(fire.trigger_id),
+        )
+        return await run_job(self._executor, job)
+
+    def _repeats(self, tid: str) -> bool:
+        """Whether `tid` ran within a warm process's idle time (`warm.IDLE_SECONDS`): only
+        then is its run process kept for the next run. A trigger that fires less often
+        would find it gone, and the checks a kept process needs cost every run
+        (docs/performance.md)."""
+        now = self._clock.monotonic()
+        last = self._recent.pop(tid, None)
+        self._recent[tid] = now
+        while (oldest := next(iter(self._recent.items())))[1] < now - warm.IDLE_SECONDS:
+            del self._recent[oldest[0]]
+        return last is not None and now - last < warm.IDLE_SECONDS
+
+    def context(self, fire: RunIdentity, token: str) -> RunContext:
+        return RunContext(
+            run_id=fire.run_id,
+            trigger_id=fire.trigger_id,
+            program=fire.program,
+            peer=fire.peer,
+            space=self._space,
+            url=self._url,
+            token=token,
+            term=fire.term,
+            key=fire.key,
+        )
+
+    async def run_token(self, fire: RunIdentity, timeout_s: float) -> str | Outcome:
+        """A token for this run, living as long as it may; transient refusals are retried.
+        What cannot be had is an ending (`error`, no run token), never an exception."""
+        body = {
+            "triggerId": fire.trigger_id,
+            "runId": fire.run_id,
+            "key": fire.key,
+            "ttlSeconds": timeout_s + TOKEN_MARGIN_S,
+        }
+        try:
+            answer = await retried(lambda: self._client.token_run(self._space, body), self._clock)
+        except ApiError as exc:
+            return bodies.failed_before_run(f"no run token: {exc}")
+        return answer.token
+
+
+async def run_job(executor: Executor, job: Job) -> Ending:
+    """Run `job`; what the executor refuses is an ending too, never an exception."""
+    try:
+        return await executor.run(job), ""
+    except ExecutorClosed:
+        return bodies.not_run(RunStatus.REJECTED, RunReason.SHUTDOWN), RunReason.SHUTDOWN
+    except ValueError as exc:  # args that cannot be sent to a worker
+        return bodies.failed_before_run(str(exc)), "invalid_args"
+
+
+def work_of(request: FireRequest) -> Work:
+    """What a fire hands its program: the record's args (and the event), its limits."""
+    record, event = request.trigger, request.event
+    args = dict(record.args) if event is None else {**record.args, "event": event}
+    limits = record.limits
+    return Work(args=args, timeout_seconds=limits.timeout_seconds, memory_mb=limits.memory_mb)

@@ -1,0 +1,305 @@
+"""Firing: what happens to a fire once the ticker or a chat decided it, up to its run.
+
+Owns `Firing`, the `Dispatcher` of the daemon (SPEC "Who runs what", "Runs"): the claim
+and the admission of each fire, and the order of the steps.
+
+    floating and not allowed now → dropped (logged)
+    claim (triggerId, key, term, peer, run) ── already_claimed / not_owner → nothing
+                                             └─ stale_term → a `rejected` run
+    chat-watch (by its reserved id) → the ChatWatch (no run record: its turns are logged)
+    claimed ahead of its slot (runtime.fire.ahead) ── waits for it; withdrawn meanwhile → `skipped`
+    admission (overlap policy) ── skip → `skipped` overlap; full queue → `rejected` queue_full
+    program (runtime.fire.execute) ── not published → `skipped` unknown_program (the breaker
+                              never sees it, and the next fire after publishing runs)
+    breaker ── open → `skipped` breaker_open
+    run (runtime.fire.execute, under the claim's token) → record and stamps (runtime.fire.recorder)
+
+Fires handed over together (the fires due at one wake of the ticker, the event triggers
+of one chat message) are claimed in one request, the list form of `POST …/fires`, each
+with its own answer as if claimed alone (runtime.fire.claims). The run id is chosen before
+the claim, and the claim asks for the run's token too, so a fire costs no request of its
+own for a token; every record of the fire (run or not) carries that run id, so posting it
+ends the token.
+A fire that waited in its queue longer than `TOKEN_FRESH_S` has a fresh token minted.
+
+Per trigger, the admission slots, the fires waiting in its queue and its `Book`
+(breaker, rollup) are its lane (runtime.fire.lanes); a waiting fire starts in the task of
+the run whose end frees its slot. How a program runs is `runtime.fire.execute`, what an
+ending records `runtime.fire.bodies`, the writing `runtime.fire.recorder`'s. It never raises
+into its caller nor dies of a fire: an unexpected failure is logged with trigger and key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from core.aio import TaskSet
+from core.vocab import RunReason, RunStatus
+from programs import admission
+from programs.loader import LoadedProgram
+from programs.outcome import Outcome
+from runtime.client.api import ApiError
+from runtime.client.seat import Seat
+from runtime.fire import bodies
+from runtime.fire.ahead import Ahead
+from runtime.fire.bodies import RunIdentity
+from runtime.fire.claims import CLAIM_MAX, claim
+from runtime.fire.dispatch import FireRequest, named
+from runtime.fire.execute import TOKEN_FRESH_S, Ending, Execute, new_run_id, work_of
+from runtime.fire.lanes import Claimed, Lanes, Queued
+from runtime.fire.recorder import Recorder
+from triggers.registry import Diff
+
+Offer = Callable[[dict[str, Any]], Coroutine[Any, Any, None]]  # chat-watch's intake of one fire
+
+log = logging.getLogger("baton.firing")
+
+
+class Firing:
+    """`await firing.fire(request)` takes a fire and returns at once; `close()` at the end."""
+
+    def __init__(
+        self,
+        seat: Seat,
+        *,
+        execute: Execute,
+        recorder: Recorder,
+        term: Callable[[], int],
+        may_fire_floating: Callable[[], bool],
+        offer: Offer | None = None,
+    ) -> None:
+        self._seat = seat
+        self._client, self._space, self._peer, self._clock = seat
+        self._execute, self._recorder = execute, recorder
+        self._term, self._may_fire_floating, self._offer_to_chat = term, may_fire_floating, offer
+        self._lanes = Lanes(execute.size)
+        self._ahead = Ahead(seat.clock)  # fires claimed ahead of their slot (runtime.fire.ahead)
+        self._tasks = TaskSet("fire")
+        self._closed = False
+        self.counts: dict[str, int] = {}
+
+    # --- the Dispatcher side ------------------------------------------------------------
+
+    async def fire(self, *requests: FireRequest) -> None:
+        """Take fires due together: claimed in one request (`CLAIM_MAX` at most), then each
+        run and recorded in its own task."""
+        taken = [request for request in requests if self._may_take(request)]
+        for n in range(0, len(taken), CLAIM_MAX):
+            chunk = taken[n : n + CLAIM_MAX]
+            self._spawn(self._take(chunk), chunk[0])
+
+    def apply(self, diff: Diff) -> None:
+        """Forget removed triggers; their waiting fires are recorded `skipped` withdrawn."""
+        self._ahead.withdraw(diff.remove, RunReason.WITHDRAWN)
+        for tid in diff.remove:
+            for queued in self._lanes.remove(tid):
+                self._spawn(self._withdrawn(queued), queued.request)
+
+    def slept(self) -> None:
+        """The machine slept: fires claimed ahead of a slot it slept through never run."""
+        self._ahead.withdraw_all(RunReason.SLEPT)
+
+    def status(self) -> dict[str, Any]:
+        busy = self._lanes.status()  # inFlight: the tasks (a run and the fires queued after it)
+        return {"inFlight": len(self._tasks), "triggers": busy, "counts": dict(self.counts)}
+
+    async def settled(self) -> None:
+        """Wait until every fire taken so far is recorded (tests, clean stops)."""
+        await self._tasks.wait()
+
+    async def close(self) -> None:
+        """Cancel fires in flight and wait for them to unwind; later fires are dropped."""
+        self._closed = True
+        await self._tasks.close()
+
+    def _spawn(self, work: Coroutine[Any, Any, None], request: FireRequest) -> None:
+        if self._closed:  # a fire unwinding from `close` starts nothing new
+            work.close()
+            return
+        self._tasks.spawn(work, name=f"{named(request.trigger)}@{request.key}")
+
+    def _count(self, what: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+
+    # --- claim, then route ---------------------------------------------------------------
+
+    def _may_take(self, request: FireRequest) -> bool:
+        if ok := not request.trigger.floating or self._may_fire_floating():
+            return ok
+        log.info("fire %s@%s dropped: not the active device", named(request.trigger), request.key)
+        self._count("dropped")
+        return ok
+
+    async def _take(self, requests: list[FireRequest]) -> None:
+        term = self._term()
+        waiting = [
+            Queued(request=r, term=term, claimed=Claimed(run_id=new_run_id())) for r in requests
+        ]
+        answers = await claim(self._seat, waiting)
+        now = self._clock.wall()
+        for queued, answer in zip(waiting, answers, strict=True):
+            if isinstance(answer, ApiError):
+                self._spawn(self._refused(queued, answer), queued.request)
+            elif queued.request.for_chat_watch:
+                self._spawn(self._offer(queued.request), queued.request)
+            elif queued.request.due_at > now:  # claimed ahead of its slot (runtime.fire.ahead)
+                self._spawn(self._at_slot(answer), queued.request)
+            else:
+                self._admit(answer)
+
+    async def _refused(self, queued: Queued, exc: ApiError) -> None:
+        """A claim the space refused: a stale term or news not here yet is recorded."""
+        tid, key, term = named(queued.request.trigger), queued.request.key, queued.term
+        self._count(exc.code)
+        if exc.code == "already_claimed":
+            log.debug("fire %s@%s already claimed", tid, key)
+        elif exc.code == RunReason.STALE_TERM:
+            log.warning("fire %s@%s refused: stale term %d", tid, key, term)
+            await self._unstamped(queued, RunStatus.REJECTED, RunReason.STALE_TERM)
+        elif exc.code in (RunReason.PAUSED, RunReason.BEFORE_ACTIVE):  # news not here yet
+            log.info("fire %s@%s refused: %s", tid, key, exc.code)
+            await self._unstamped(queued, RunStatus.SKIPPED, exc.code)
+        else:
+            log.warning("fire %s@%s not claimed: %s", tid, key, exc)
+
+    async def _offer(self, request: FireRequest) -> None:
+        if self._offer_to_chat is None or request.event is None:
+            log.warning("fire %s@%s: no chat-watch to take it", named(request.trigger), request.key)
+            return
+        await self._offer_to_chat(request.event)
+
+    async def _at_slot(self, queued: Queued) -> None:
+        """Admit a fire claimed ahead when its slot comes, unless withdrawn meanwhile: then,
+        or when the device stops first, it is recorded, not run."""
+        try:
+            why = await self._ahead.until_due(queued.request)
+        except asyncio.CancelledError:
+            run = self._unstamped_run(queued, RunStatus.REJECTED, RunReason.SHUTDOWN)
+            self._recorder.enqueue(queued.request.trigger, run, None)
+            raise
+        if why:
+            log.info(
+                "fire %s@%s withdrawn: %s", named(queued.request.trigger), queued.request.key, why
+            )
+            await self._unstamped(queued, RunStatus.SKIPPED, why)
+        else:
+            self._admit(queued)
+
+    # --- admission, breaker, run ----------------------------------------------------------
+
+    def _admit(self, queued: Queued) -> None:
+        decision = self._lanes.admit(queued)
+        match decision.verdict:
+            case admission.Ruling.START:
+                self._spawn(self._run_admitted(queued), queued.request)
+            case admission.Ruling.SKIPPED:
+                self._spawn(
+                    self._not_run(queued, RunStatus.SKIPPED, decision.reason), queued.request
+                )
+            case admission.Ruling.REJECTED:
+                self._spawn(
+                    self._not_run(queued, RunStatus.REJECTED, decision.reason), queued.request
+                )
+
+    async def _run_admitted(self, queued: Queued) -> None:
+        """Run an admitted fire, then each waiting fire its end starts, in this task."""
+        after: Queued | None = queued
+        while after is not None:
+            after = await self._run_one(after)
+
+    async def _run_one(self, queued: Queued) -> Queued | None:
+        """Run one admitted fire; the waiting fire of its lane that starts now, if any."""
+        request = queued.request
+        lane = self._lanes.get(request.trigger.id)
+        if lane is None:
+            await self._withdrawn(queued)
+            return None
+        try:
+            program = await self._execute.load(request.trigger.program)
+            if isinstance(program, tuple) and program[1] == RunReason.UNKNOWN_PROGRAM:
+                await self._not_run(queued, RunStatus.SKIPPED, RunReason.UNKNOWN_PROGRAM)
+            elif self._lanes.breaker_admits(lane, self._clock.wall()):
+                await self._run(queued, program)
+            else:
+                await self._not_run(queued, RunStatus.SKIPPED, RunReason.BREAKER_OPEN)
+        except BaseException:  # the next waiting fire still starts, in its own task
+            after = self._lanes.finished(request.trigger.id, lane, request.catchup)
+            if after is not None:
+                self._spawn(self._run_admitted(after), after.request)
+            raise
+        return self._lanes.finished(request.trigger.id, lane, request.catchup)
+
+    async def _run(self, queued: Queued, program: LoadedProgram | Ending) -> None:
+        request, record = queued.request, queued.request.trigger
+        fire = self._fire_of(queued)
+        log.debug("fire %s@%s → %s", named(record), request.key, record.program)
+        token = self._fresh_token(queued.claimed)
+        outcome, reason = await self._execute.run(fire, program, work_of(request), token)
+        log.info(
+            "fire %s@%s ← %s %.0f ms%s",
+            named(record),
+            request.key,
+            outcome.status.value,
+            outcome.duration_ms,
+            f": {reason}" if reason else "",
+        )
+        self._finish(request, fire, outcome, reason, admitted=True)
+
+    def _fresh_token(self, claimed: Claimed) -> str | None:
+        """The claim's token, if the run starts soon enough for it to outlive the run."""
+        return claimed.token if self._clock.monotonic() - claimed.at <= TOKEN_FRESH_S else None
+
+    # --- recording -------------------------------------------------------------------------
+
+    async def _not_run(self, queued: Queued, status: RunStatus, why: str) -> None:
+        request, fire = queued.request, self._fire_of(queued)
+        log.info("fire %s@%s ← %s: %s", named(request.trigger), request.key, status.value, why)
+        self._finish(request, fire, bodies.not_run(status, why), why, admitted=False)
+
+    async def _withdrawn(self, queued: Queued) -> None:
+        await self._unstamped(queued, RunStatus.SKIPPED, RunReason.WITHDRAWN)
+
+    async def _unstamped(self, queued: Queued, status: RunStatus, why: str) -> None:
+        """A non-run of a trigger this device does not (or no longer) hold: no stamps."""
+        run = self._unstamped_run(queued, status, why)
+        await self._recorder.ended(queued.request.trigger, run, None)
+
+    def _unstamped_run(self, queued: Queued, status: RunStatus, why: str) -> dict[str, Any]:
+        fire = self._fire_of(queued)
+        self._count(status.value)
+        return bodies.run_record(
+            fire, bodies.not_run(status, why), finished_at=fire.started_at, reason=why
+        )
+
+    def _finish(
+        self, request: FireRequest, fire: RunIdentity, outcome: Outcome, why: str, *, admitted: bool
+    ) -> None:
+        """Settle the book now (the breaker sees this outcome before the next fire starts),
+        then record the run and its stamps in the background, so the trigger's lane is
+        free for its next fire while the space is written."""
+        self._count(outcome.status.value)
+        now = self._clock.wall()
+        run = bodies.run_record(fire, outcome, finished_at=now, reason=why)
+        stamps = self._lanes.settle(request.trigger, fire, outcome, why, now=now, admitted=admitted)
+        written = self._recorder.enqueue(request.trigger, run, stamps)  # written even past close
+        self._spawn(_settled(written), request)
+
+    def _fire_of(self, queued: Queued) -> RunIdentity:
+        request = queued.request
+        return RunIdentity(
+            run_id=queued.claimed.run_id,
+            trigger_id=request.trigger.id,
+            program=request.trigger.program,
+            peer=self._peer,
+            term=queued.term,
+            key=request.key,
+            started_at=self._clock.wall(),
+            due_at=request.due_at,
+        )
+
+
+async def _settled(written: asyncio.Future[None]) -> None:
+    await asyncio.shield(written)

@@ -1,0 +1,66 @@
+"""The ticker's heap: every armed entry's next fire, earliest first.
+
+Owns the order in which entries come due (SPEC "Sleep and clocks": the sleep is read off
+the top). An entry is pushed under its `next_at` whenever that moves; the older items of
+it go stale and are skipped when they surface, and the heap is rebuilt when stale items
+outnumber the entries, so a device at rest with 100,000 entries costs nothing per entry.
+No clock, no I/O: `now` is passed in.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from datetime import datetime
+
+from runtime.fire.cursors import Entry
+from triggers.records import TriggerId
+
+
+class NextFires:
+    """The heap over `entries` (the ticker's dict of armed entries, read, never written)."""
+
+    def __init__(self, entries: Mapping[TriggerId, Entry]) -> None:
+        self._entries = entries
+        self._heap: list[tuple[datetime, TriggerId]] = []  # (next_at, id): two shared refs
+
+    def __len__(self) -> int:
+        """Items held, stale ones included."""
+        return len(self._heap)
+
+    def push(self, entry: Entry) -> None:
+        """File `entry` under its `next_at`; an older item of it goes stale in the heap."""
+        if entry.next_at is None:
+            return
+        heapq.heappush(self._heap, (entry.next_at, entry.record.id))
+        if len(self._heap) > 2 * len(self._entries) + 1024:
+            self.rebuild()
+
+    def rebuild(self) -> None:
+        self._heap = [(e.next_at, tid) for tid, e in self._entries.items() if e.next_at is not None]
+        heapq.heapify(self._heap)
+
+    def _current(self, item: tuple[datetime, TriggerId]) -> bool:
+        entry = self._entries.get(item[1])
+        return entry is not None and entry.next_at == item[0]
+
+    def earliest(self) -> datetime | None:
+        """The earliest `next_at` of any entry; stale items on top are dropped."""
+        heap = self._heap
+        while heap and not self._current(heap[0]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def first(self) -> tuple[TriggerId, datetime] | None:
+        """The entry that fires first, and when."""
+        at = self.earliest()
+        return (self._heap[0][1], at) if at is not None else None
+
+    def pop_due(self, now: datetime) -> list[Entry]:
+        """Every entry due at `now`, earliest first, each once; taken off the heap."""
+        due: list[Entry] = []
+        while (at := self.earliest()) is not None and at <= now:
+            entry = self._entries[heapq.heappop(self._heap)[1]]
+            if not due or due[-1] is not entry:  # an entry pushed twice at the same instant
+                due.append(entry)
+        return due

@@ -1,0 +1,209 @@
+"""The recorder: the one writer of run records and of a trigger's runtime stamps.
+
+Owns every write of what happened to the space (SPEC "Runs", "chat-watch"):
+
+- a fire's run record with its trigger's stamps (lastStatus, lastStatusDetail,
+  lastRunAt, breaker, rollup, and `nextFireAt`, the next fire the ticker has armed,
+  asked of `next_fire` when the run ends), in one `POST …/runs` that also ends the
+  run's token. Runs that end close together go in one list: the first waits out the
+  loop's turn, and what ends while a write is in flight goes in the next, one write
+  at a time, so stamps land in order; a newer set of a trigger's stamps replaces one
+  still waiting, and `close()` writes whatever waits;
+- the health pass's stamps (runtime.health.stamper: a verdict's lastStatus and
+  lastStatusDetail, and `nextFireAt` between runs), written once as it decided them;
+- a run made by hand (runtime.fire.manual), whose stored record is the answer;
+- chat-watch's turns: the `agent_turns` entry, then one more conversation start on the
+  reserved record's rollup (counted from the record's stamp when another device has
+  answered meanwhile, else from this device's own count).
+
+Once a fire's run and stamps are written (or given up), it publishes `RunFinished` on
+the device's bus (runtime.events).
+
+A transient refusal (no answer, a 5xx) is retried a few times; a list refused as a
+whole for a bad body is sent again one run at a time. What the record and the
+stamps say is `runtime.fire.bodies`' (pure); this module only writes it. Must not decide
+whether a fire runs, nor how a program is run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from core.clock import iso
+from core.wire import RunResult
+from programs.rollup import Rollup
+from runtime.client.api import ApiError
+from runtime.client.retry import retried
+from runtime.client.seat import Seat
+from runtime.events import Bus, RunFinished
+from runtime.fire import bodies
+from triggers.records import RESERVED_CHAT_WATCH, Loaded, Trigger, TriggerId
+
+log = logging.getLogger("baton.recorder")
+
+NextFire = Callable[[TriggerId], datetime | None]
+ChatWatchRecord = Callable[[], Loaded | None]
+BATCH_MAX = 500  # runs in one write at most
+
+
+class Waiting(msgspec.Struct, kw_only=True):
+    """A run record (with its stamps, if any) waiting for the next write, and its answer."""
+
+    tid: TriggerId
+    body: dict[str, Any]
+    done: asyncio.Future[None]
+
+
+class Recorder:
+    """Writes runs, stamps and chat-watch's turns to one space; `close()` writes what waits."""
+
+    def __init__(
+        self,
+        seat: Seat,
+        *,
+        next_fire: NextFire | None = None,
+        chat_watch: ChatWatchRecord | None = None,
+        bus: Bus | None = None,
+    ) -> None:
+        self._client, self._space, _, self._clock = seat
+        self._next_fire, self._chat_watch, self._bus = next_fire, chat_watch, bus
+        self._waiting: list[Waiting] = []  # the next write's runs, in the order they ended
+        self._stamped: dict[TriggerId, Waiting] = {}  # the waiting run carrying a trigger's stamps
+        self._writer: asyncio.Task[None] | None = None
+        self._turns_rollup: Rollup | None = None  # chat-watch's, as this device last stamped it
+
+    def read_next_fires_from(self, next_fire: NextFire) -> None:
+        """Where `nextFireAt` comes from, when it cannot be given at construction: the
+        device's ticker is built after the recorder (Ticker → Firing → Recorder)."""
+        self._next_fire = next_fire
+
+    # --- fires ---------------------------------------------------------------------------
+
+    async def ended(
+        self, record: Trigger, run: dict[str, Any], stamps: dict[str, Any] | None
+    ) -> None:
+        """Write a fire's run record with its stamps (None: not this device's to stamp);
+        returns once written (or given up: logged). Never raises."""
+        await asyncio.shield(self.enqueue(record, run, stamps))
+
+    def enqueue(
+        self, record: Trigger, run: dict[str, Any], stamps: dict[str, Any] | None
+    ) -> asyncio.Future[None]:
+        """Queue the run for the next write (done when written); a waiting run's stamps of
+        the same trigger give way to these, newer ones."""
+        body = run if stamps is None else {**run, "stamps": self._with_next_fire(record, stamps)}
+        waiting = Waiting(tid=record.id, body=body, done=asyncio.get_running_loop().create_future())
+        if stamps is not None:
+            if (older := self._stamped.pop(record.id, None)) is not None:
+                older.body = {k: v for k, v in older.body.items() if k != "stamps"}
+            self._stamped[record.id] = waiting
+        self._waiting.append(waiting)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_waiting(), name="recorder")
+        return waiting.done
+
+    async def close(self) -> None:
+        """Write every run still waiting."""
+        if self._writer is not None:
+            await asyncio.shield(self._writer)
+
+    def _with_next_fire(self, record: Trigger, stamps: dict[str, Any]) -> dict[str, Any]:
+        if self._next_fire is None or record.kind == "event":
+            return stamps
+        upcoming = self._next_fire(record.id)  # stamped with the run
+        return {**stamps, "nextFireAt": iso(upcoming) if upcoming else None}
+
+    async def _write_waiting(self) -> None:
+        """One write at a time, in order: what ended while one was in flight goes in the next.
+        The first waits out the loop's turn, so runs ending together share it."""
+        await asyncio.sleep(0)
+        while self._waiting:
+            batch, self._waiting = self._waiting[:BATCH_MAX], self._waiting[BATCH_MAX:]
+            for waiting in batch:
+                if self._stamped.get(waiting.tid) is waiting:
+                    del self._stamped[waiting.tid]
+            try:
+                await self._write(batch)
+            except Exception:  # a bug: logged, and the runs after it still get written
+                log.exception("%d runs not written", len(batch))
+            finally:
+                for waiting in batch:
+                    if not waiting.done.done():
+                        waiting.done.set_result(None)
+
+    async def _write(self, batch: list[Waiting]) -> None:
+        bodies = [waiting.body for waiting in batch]
+        post = self._client.run_create_list
+        try:
+            answer = await retried(lambda: post(self._space, bodies), self._clock)
+        except ApiError as exc:
+            if exc.status == 400 and len(batch) > 1:  # one bad run refuses the list: each alone
+                for waiting in batch:
+                    await self._write([waiting])
+                return
+            log.warning("%d runs not written: %s", len(batch), exc)
+            return
+        for waiting, result in zip(batch, answer.runs, strict=True):
+            self._written(waiting, result)
+
+    def _written(self, waiting: Waiting, result: RunResult) -> None:
+        run = waiting.body
+        if result.status >= 400:
+            log.warning(
+                "fire %s: run not written: %s: %s", waiting.tid, result.error, result.detail
+            )
+        if (result.stamps or 0) >= 400:
+            log.warning(
+                "fire %s: stamps not written: %s: %s",
+                waiting.tid,
+                result.stampsError,
+                result.stampsDetail,
+            )
+        if self._bus is not None:
+            self._bus.publish(
+                RunFinished(
+                    trigger_id=waiting.tid,
+                    run_id=run["runId"],
+                    status=run["status"],
+                    reason=run["reason"],
+                )
+            )
+
+    async def stamp(self, tid: TriggerId, body: dict[str, Any]) -> None:
+        """Write stamps the health pass decided (a verdict, `nextFireAt`), once: a refusal
+        is raised, for the pass to judge (it tries again on its next pass)."""
+        await self._client.trigger_status(self._space, tid, body)
+
+    async def post_run(self, run: dict[str, Any]) -> dict[str, Any]:
+        """Post a run record; the record as stored. Raises the last `ApiError`."""
+        return await retried(lambda: self._client.run_create(self._space, run), self._clock)
+
+    # --- chat-watch's turns ----------------------------------------------------------------
+
+    async def turn(self, turn: dict[str, Any]) -> None:
+        """Log the turn in `agent_turns` and stamp chat-watch's record; never raises."""
+        tid = turn.get("turnId")
+        log.info("chat-watch turn %s: %s", tid, turn.get("outcome"))
+        try:
+            await self._client.turn_create(self._space, turn)
+        except ApiError as exc:
+            log.warning("chat-watch turn %s not recorded: %s", tid, exc)
+        try:
+            self._turns_rollup, stamps = bodies.turn_stamps(self._chat_watch_rollup(), turn)
+            await self._client.trigger_status(self._space, RESERVED_CHAT_WATCH, stamps)
+        except (ApiError, ValueError) as exc:
+            log.warning("chat-watch turn %s not stamped: %s", tid, exc)
+
+    def _chat_watch_rollup(self) -> Rollup:
+        """The rollup to add the next start to: the record's stamp when it has seen more
+        starts than this device (another device answered meanwhile), else this device's."""
+        record = self._chat_watch() if self._chat_watch is not None else None
+        stamped = bodies.stamped_rollup(record)
+        mine = self._turns_rollup
+        return stamped if mine is None or stamped.starts > mine.starts else mine

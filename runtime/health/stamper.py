@@ -1,0 +1,270 @@
+"""The health pass: stamps every record this device answers for with why it cannot run.
+
+Owns the loop around `triggers.health` (SPEC "Reconcile, registry, health
+pass"): a pass builds `HealthInputs` (programs published in the space plus the
+runtime's own `internal:` refs, the active peer and the live devices from the
+Elector, the missing chats from the subscriptions, open breakers and last run
+statuses from the records' own stamps), asks `health.due` which stamps change,
+and writes only those through `runtime.fire.recorder`. A stamp already sent while the
+record still shows the stamp it had then is not sent again, so a feed that lags
+behind costs nothing. Passes run every `interval` seconds, soon after `kick()`, and
+when a record's turn (below) comes.
+
+A pass judges what changed, not every record: given a `Touched` (the ids whose record
+or armed fire changed, from the reconciler and the ticker), it judges those, and the
+records whose turn has come: the instant at which the clock alone could change what it
+decides for them (`healthstamps.turn`, kept in `runtime.health.rechecks`). Everything is judged
+again only when what every verdict reads changes (the programs, the active peer, the
+live devices, the missing chats), or when stale turns pile up. So a device at rest
+with 100,000 triggers judges nothing between changes, and its idle cost is one
+programs request per `interval`. Without a `Touched`, every pass judges everything.
+A pass looks records up as it goes, `PASS_CHUNK` at a time with a yield to the loop
+between (100,000 never hold the loop), and before judging waits for `settled` (the
+ticker has armed what it was given), so a first sync is judged once, after arming.
+
+It also keeps `nextFireAt` true: for the records this device stamps, the next
+fire the ticker has armed (`next_fire`), or none for a record it has not armed
+(paused, or run elsewhere), written only when it differs from the record's. A
+stamped `nextFireAt` that came due with no run since is left standing until a
+run is stamped (the run's stamps carry the next one), so a fire that never ran
+shows as `overdue` instead of being papered over by the next slot. A first
+`nextFireAt` further ahead than `NEXT_FIRE_HORIZON` is not written yet (it is
+written by the pass at its turn, well before it is due), so 100,000 monthly jobs
+armed at once cost no write until they come near.
+
+Must not judge a record itself (that is `triggers.health`), and must not die
+of a record or the space: a pass that cannot learn the programs stamps
+nothing; one record's failed write is logged and tried again `RETRY_S` later,
+a record that raises is stamped `invalid_record`, and the pass goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from core.aio import sleep_until
+from core.clock import iso
+from runtime.client.api import ApiError
+from runtime.client.seat import Seat
+from runtime.election.loop import Elector
+from runtime.fire.recorder import Recorder
+from runtime.health import verdicts as stamps
+from runtime.health.rechecks import Rechecks
+from runtime.health.touched import Touched
+from triggers import health
+from triggers.records import CHAT_WATCH_PROGRAM, Loaded, PeerId, Salvaged, Trigger, TriggerId
+
+log = logging.getLogger(__name__)
+
+INTERNAL_PROGRAMS = frozenset({CHAT_WATCH_PROGRAM})
+RETRY_S = 5.0
+PASS_CHUNK = 2000  # records judged between two yields to the loop
+
+Records = Callable[[], Mapping[TriggerId, Loaded]]
+NextFire = Callable[[TriggerId], datetime | None]
+
+
+class HealthPass:
+    """Periodic, kickable health stamping for one device in one space."""
+
+    def __init__(
+        self,
+        seat: Seat,
+        *,
+        recorder: Recorder,
+        records: Records,
+        elector: Elector,
+        missing_chats: Callable[[], frozenset[str]],
+        next_fire: NextFire | None = None,
+        interval: float = 30.0,
+        internal_programs: frozenset[str] = INTERNAL_PROGRAMS,
+        touched: Touched | None = None,
+        settled: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
+        self._client, self._space, self._peer, self._clock = seat
+        self._records, self._elector = records, elector
+        self._recorder = recorder
+        self._missing = missing_chats
+        self._next_fire = next_fire
+        self._interval, self._internal = interval, internal_programs
+        self._touched, self._settled = touched, settled
+        self._inputs_seen: object = None  # what every verdict read at the last full pass
+        self._dirty: set[TriggerId] = set()  # to judge; kept across a pass that failed
+        self._turns = Rechecks()
+        self._sent: dict[TriggerId, tuple[tuple[str, str], health.Stamp]] = {}
+        self._wake = asyncio.Event()
+        self.passes = 0
+        self.stamped = 0
+        self.judged = 0  # records judged so far (a pass at rest judges none)
+        self._last_pass: datetime | None = None
+        self._error: str | None = None
+
+    def kick(self) -> None:
+        """Run a pass soon (records, programs, chats or the election changed)."""
+        self._wake.set()
+
+    def status(self) -> dict[str, Any]:
+        last = iso(self._last_pass) if self._last_pass else None
+        return {
+            "passes": self.passes,
+            "stamped": self.stamped,
+            "judged": self.judged,
+            "lastPassAt": last,
+            "lastError": self._error,
+        }
+
+    async def run(self) -> None:
+        """A pass now, then one every `interval`, on `kick()` or at a turn, until cancelled."""
+        while True:
+            wait = self._interval
+            try:
+                if self._settled is not None:
+                    await self._settled()
+                await self.run_pass()
+                self._error = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                wait = min(self._interval, RETRY_S)
+                self._failed(exc)
+            await self._nap(self._until_turn(wait))
+
+    async def run_pass(self) -> int:
+        """One pass over what changed (everything, the first time); how many stamps it wrote."""
+        programs = await self._programs()
+        now = self._clock.wall()
+        self._gather(programs, now)
+        todo = list(self._dirty)
+        written = 0
+        for start in range(0, len(todo), PASS_CHUNK):
+            chunk = todo[start : start + PASS_CHUNK]
+            written += await self._judge(chunk, programs, now)
+            self._dirty.difference_update(chunk)
+            if len(todo) > PASS_CHUNK:
+                await asyncio.sleep(0)  # 100,000 records: the loop is never held for the pass
+        self.passes += 1
+        self.stamped += written
+        self._last_pass = now
+        return written
+
+    def _gather(self, programs: frozenset[str], now: datetime) -> None:
+        """What this pass judges: what changed and what turned, or everything when what every
+        verdict reads changed (or there is no `Touched`, or stale turns piled up)."""
+        records = self._records()
+        seen = (programs, self._elector.active, frozenset(self._elector.live), self._missing())
+        piled = self._turns.held > 2 * len(records) + 1024
+        if self._touched is None or seen != self._inputs_seen or piled:
+            self._inputs_seen = seen
+            self._turns.clear()
+            if self._touched is not None:
+                self._touched.take()  # judged below with everything else
+            self._dirty = set(records)
+            return
+        self._dirty |= self._touched.take()
+        self._dirty |= self._turns.pop_due(now)
+
+    async def _judge(
+        self, ids: Sequence[TriggerId], programs: frozenset[str], now: datetime
+    ) -> int:
+        records = self._records()
+        found = [r for tid in ids if (r := records.get(tid)) is not None]
+        for tid in ids:
+            if tid not in records:
+                self._sent.pop(tid, None)  # gone: nothing to remember of it
+        inputs = self._inputs(found, programs, now)
+        written = 0
+        for stamp in health.due(found, self._peer, inputs):
+            written += await self._write(stamp, stamps.shown(records.get(stamp.id)), now)
+        for record in found:
+            if isinstance(record, Salvaged) or not self._stamps(record, inputs):
+                continue
+            want = self._next_fire(record.id) if self._next_fire is not None else None
+            if self._next_fire is not None:
+                written += await self._stamp_next_fire(record, want, inputs)
+            if (at := stamps.turn(record, want, inputs)) is not None:
+                self._turns.push(at, record.id)
+        self.judged += len(found)
+        return written
+
+    def _stamps(self, record: Trigger, inputs: health.HealthInputs) -> bool:
+        return health.stamper(record, self._peer, inputs.active_peer, inputs.live)
+
+    def _inputs(
+        self, records: Iterable[Loaded], programs: frozenset[str], now: datetime
+    ) -> health.HealthInputs:
+        records = list(records)
+        return health.HealthInputs(
+            now=now,
+            programs=programs,
+            active_peer=stamps.peer_or_none(self._elector.active),
+            live=frozenset(PeerId(p) for p in self._elector.live),
+            missing_chats=self._missing(),
+            breaker_until=stamps.open_breakers(records),
+            last_run_status=stamps.last_statuses(records),
+        )
+
+    async def _programs(self) -> frozenset[str]:
+        listing = await self._client.programs(self._space)
+        return frozenset(p.ref for p in listing.programs) | self._internal
+
+    async def _write(self, stamp: health.Stamp, shown: tuple[str, str], now: datetime) -> int:
+        if self._sent.get(stamp.id) == (shown, stamp):
+            return 0  # sent while the record showed this already; the feed has not caught up
+        body = {"lastStatus": stamp.status, "lastStatusDetail": stamp.detail}
+        try:
+            await self._recorder.stamp(stamp.id, body)
+        except ApiError as exc:
+            if exc.code == "undecodable_record":  # not even JSON as stored: read-only, say once
+                self._sent[stamp.id] = (shown, stamp)
+                log.warning("health %s: %s, cannot be stamped: %s", stamp.id, stamp.status, exc)
+            elif exc.status != 404:  # a record deleted meanwhile is nothing to report
+                log.warning("health %s: could not stamp %s: %s", stamp.id, stamp.status, exc)
+                self._retry(stamp.id, now)
+            return 0
+        self._sent[stamp.id] = (shown, stamp)
+        log.info("health %s: %s %s", stamp.id, stamp.status or "cleared", stamp.detail)
+        return 1
+
+    async def _stamp_next_fire(
+        self, record: Trigger, want: datetime | None, inputs: health.HealthInputs
+    ) -> int:
+        """Write `nextFireAt` when the armed next fire differs from the record's (rules above)."""
+        if stamps.same_instant(record.next_fire_at, want) or stamps.not_near(
+            record, want, inputs.now
+        ):
+            return 0
+        if want is not None and stamps.awaits_run(record, inputs.now):
+            return 0  # a fire due with no run yet: moving it on would hide an `overdue`
+        try:
+            await self._recorder.stamp(record.id, {"nextFireAt": iso(want) if want else None})
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("health %s: could not stamp nextFireAt: %s", record.id, exc)
+                self._retry(record.id, inputs.now)
+            return 0
+        return 1
+
+    def _retry(self, tid: TriggerId, now: datetime) -> None:
+        self._turns.push(now + timedelta(seconds=RETRY_S), tid)
+
+    def _until_turn(self, wait: float) -> float:
+        """`wait`, or less when a record's turn comes sooner."""
+        turn = self._turns.earliest()
+        if turn is None:
+            return wait
+        return max(0.0, min(wait, (turn - self._clock.wall()).total_seconds()))
+
+    def _failed(self, exc: Exception) -> None:
+        message = f"{type(exc).__name__}: {exc}"
+        if message != self._error:
+            log.warning("health pass: %s (retrying)", message)
+        self._error = message
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep `seconds` or until `kick()`."""
+        if await sleep_until(self._clock, self._clock.monotonic() + seconds, self._wake):
+            self._wake.clear()

@@ -1,0 +1,228 @@
+"""The election lease of a space: who runs floating triggers, changed only by compare-and-set.
+
+Owns the `leases` table and the lease rules (SPEC "Who runs what"): a claim
+renews when the peer holds the lease at `term`; acquires it with `term + 1`
+when it is free or lapsed by the server's clock and `term` is current; anything
+else is a 409 with the current lease. `term` grows by one at every change of
+holder (a re-acquire after a lapse counts as one). `want` carries a
+higher-priority device's request; the holder hands over directly with
+`handover`. The decisions are pure functions of (lease, request, now); the
+routes only load, decide and store. Must not know fires or devices.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Protocol, TypeVar
+
+import msgspec
+import sqlite_utils
+from aiohttp import web
+
+from core.peerwire import ClaimIn, HandoverIn, LeaseOut, WantIn
+from space.appstate import SETTINGS
+from space.auth import require_peer
+from space.db import DB, transaction
+from space.http import Refusal, add_route, answer, now_of, read_body
+from space.servertime import iso
+from space.spaces import require_space
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS leases (space TEXT PRIMARY KEY, active TEXT, term INTEGER NOT NULL,
+  expires_at REAL, want TEXT);
+"""
+
+
+class Lease(msgspec.Struct, frozen=True, kw_only=True):
+    active: str | None = None
+    term: int = 0
+    expires_at: datetime | None = None
+    want: str | None = None
+
+    def lapsed(self, now: datetime) -> bool:
+        return self.active is None or self.expires_at is None or now >= self.expires_at
+
+
+class Conflict(Exception):
+    """The compare-and-set did not match; the lease stays as it is."""
+
+
+def claim(lease: Lease, peer: str, term: int, now: datetime, length: timedelta) -> Lease:
+    if lease.active == peer and lease.term == term and not lease.lapsed(now):
+        return msgspec.structs.replace(lease, expires_at=now + length)
+    if lease.lapsed(now) and lease.term == term:
+        want = None if lease.want == peer else lease.want
+        return Lease(active=peer, term=term + 1, expires_at=now + length, want=want)
+    raise Conflict
+
+
+def release(lease: Lease, peer: str, term: int, now: datetime) -> Lease:
+    if lease.active != peer or lease.term != term:
+        raise Conflict
+    return msgspec.structs.replace(lease, active=None, expires_at=None)
+
+
+def handover(
+    lease: Lease, peer: str, term: int, to: str, now: datetime, length: timedelta
+) -> Lease:
+    if lease.active != peer or lease.term != term or lease.lapsed(now) or to == peer:
+        raise Conflict
+    return Lease(active=to, term=term + 1, expires_at=now + length, want=None)
+
+
+def want(lease: Lease, peer: str, wanted: bool) -> Lease:
+    if wanted:
+        return msgspec.structs.replace(lease, want=peer)
+    return msgspec.structs.replace(lease, want=None) if lease.want == peer else lease
+
+
+def ensure_schema(db: sqlite_utils.Database) -> None:
+    db.executescript(SCHEMA)
+
+
+def load(db: sqlite_utils.Database, space: str) -> Lease:
+    row = db.execute(
+        "SELECT active, term, expires_at, want FROM leases WHERE space = ?", [space]
+    ).fetchone()
+    if row is None:
+        return Lease()
+    expires = None if row[2] is None else datetime.fromtimestamp(row[2], UTC)
+    return Lease(active=row[0], term=row[1], expires_at=expires, want=row[3])
+
+
+def store(db: sqlite_utils.Database, space: str, lease: Lease) -> None:
+    expires = None if lease.expires_at is None else lease.expires_at.timestamp()
+    db.execute(
+        "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?)",
+        [space, lease.active, lease.term, expires, lease.want],
+    )
+
+
+def wire(lease: Lease, now: datetime, length: timedelta) -> dict[str, object]:
+    live = not lease.lapsed(now)
+    expires_in = None
+    if lease.expires_at is not None:
+        expires_in = max(0, round((lease.expires_at - now).total_seconds() * 1000))
+    return {
+        "active": lease.active if live else None,
+        "term": lease.term,
+        "expiresAt": iso(lease.expires_at) if lease.expires_at else None,
+        "expiresInMs": expires_in,
+        "want": lease.want,
+        "serverTime": iso(now),
+        "leaseSeconds": length.total_seconds(),
+    }
+
+
+def _length(request: web.Request) -> timedelta:
+    return timedelta(seconds=request.app[SETTINGS].lease_seconds)
+
+
+async def get_election(request: web.Request) -> web.Response:
+    space = require_space(request)
+    return answer(wire(load(request.app[DB], space), now_of(request), _length(request)))
+
+
+def _change(request: web.Request, space: str, step: object) -> web.Response:
+    """Load, apply `step(lease, now)`, store; 409 `lease_conflict` with the lease if refused."""
+    db, now, length = request.app[DB], now_of(request), _length(request)
+    with transaction(db):
+        lease = load(db, space)
+        try:
+            new = step(lease, now)  # type: ignore[operator]
+        except Conflict:
+            new = None
+        else:
+            store(db, space, new)
+    if new is None:
+        raise Refusal(
+            409, "lease_conflict", _conflict_detail(lease, now), **wire(lease, now, length)
+        )
+    return answer(wire(new, now, length))
+
+
+def _conflict_detail(lease: Lease, now: datetime) -> str:
+    if lease.lapsed(now):
+        return f"the lease is free at term {lease.term}; claim with that term"
+    return f"the lease is held by {lease.active!r} at term {lease.term}"
+
+
+class _ByPeer(Protocol):
+    @property
+    def peer(self) -> str: ...
+
+
+B = TypeVar("B", bound=_ByPeer)
+
+
+async def _peer_body(request: web.Request, kind: type[B]) -> tuple[str, B]:
+    """The space and the body of a change asked by a peer for itself."""
+    space = require_space(request)
+    body = await read_body(request, kind)
+    require_peer(request, body.peer)
+    return space, body
+
+
+async def post_claim(request: web.Request) -> web.Response:
+    space, body = await _peer_body(request, ClaimIn)
+    length = _length(request)
+    return _change(
+        request, space, lambda lease, now: claim(lease, body.peer, body.term, now, length)
+    )
+
+
+async def post_release(request: web.Request) -> web.Response:
+    space, body = await _peer_body(request, ClaimIn)
+    return _change(request, space, lambda lease, now: release(lease, body.peer, body.term, now))
+
+
+async def post_handover(request: web.Request) -> web.Response:
+    space, body = await _peer_body(request, HandoverIn)
+    length = _length(request)
+    return _change(
+        request,
+        space,
+        lambda lease, now: handover(lease, body.peer, body.term, body.to, now, length),
+    )
+
+
+async def post_want(request: web.Request) -> web.Response:
+    space, body = await _peer_body(request, WantIn)
+    return _change(request, space, lambda lease, now: want(lease, body.peer, body.want))
+
+
+def setup(app: web.Application) -> None:
+    ensure_schema(app[DB])
+    add_route(app, "election", get_election, "The lease: who is active", answer=LeaseOut)
+    add_route(
+        app,
+        "election_claim",
+        post_claim,
+        "Renew (holder at term) or acquire (free or lapsed, term current) the lease",
+        body=ClaimIn,
+        answer=LeaseOut,
+    )
+    add_route(
+        app,
+        "election_release",
+        post_release,
+        "Free the lease (holder at term)",
+        body=ClaimIn,
+        answer=LeaseOut,
+    )
+    add_route(
+        app,
+        "election_handover",
+        post_handover,
+        "Holder at term gives the lease to `to` directly (term + 1)",
+        body=HandoverIn,
+        answer=LeaseOut,
+    )
+    add_route(
+        app,
+        "election_want",
+        post_want,
+        "Ask for the lease (`want: true`) or withdraw the request",
+        body=WantIn,
+        answer=LeaseOut,
+    )

@@ -1,0 +1,149 @@
+"""`baton space create|list`, `baton devices`, `baton --version`, and what every verb shares:
+the defaults from the environment, an unreachable server, a refused token, JSON errors."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+from pathlib import Path
+
+import pytest
+from clikit import SPACE, Cli, World
+
+from runtime.cli.main import build_parser, main
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_space_create_prints_the_id_and_general_chat_then_list(cli: Cli, world: World):
+    code, out, _ = await cli("space", "create", "work", "--name", "Work")
+    header, row = out.splitlines()
+    assert code == 0 and header.split() == ["ID", "GENERALCHAT"]
+    space_id, chat = row.split()
+    assert space_id == "work" and chat.startswith("chat_")
+    created = await cli.json("space", "create", "play")
+    assert created["id"] == "play" and created["generalChat"].startswith("chat_")
+    listed = await cli.json("space", "list")
+    assert [s["id"] for s in listed["spaces"]] == sorted([SPACE, "work", "play"])
+    code, out, _ = await cli("space", "list")
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["ID", "NAME", "GENERAL"]
+    assert any(line.startswith("work ") and " Work " in line and chat in line for line in lines)
+    err = await cli.fails(1, "space", "create", "work")
+    assert err.startswith("baton: space_exists: ")
+    err = await cli.fails(2, "space", "create", "Not Valid")
+    assert err.startswith("baton: ID: 'Not Valid' must match")
+    # the new space is usable at once: a chat message to its general chat
+    code, out, _ = await cli("chat", "send", "hi", "--space", "work")
+    assert code == 0 and f"to chat {chat}" in out
+
+
+async def test_devices_shows_who_is_live_and_holds_the_lease(cli: Cli, world: World):
+    code, out, _ = await cli("devices")
+    assert (code, out) == (0, "no device has joined space home yet\n")
+    await world.admin.device_put(SPACE, "box", {"name": "Box", "priority": 10})
+    await world.admin.device_put(SPACE, "phone", {"name": "Phone"})
+    await world.admin.election_claim(SPACE, {"peer": "box", "term": 0})
+    code, out, _ = await cli("devices")
+    header, box, phone, _, lease = out.splitlines()
+    assert header.split()[:3] == ["ACTIVE", "PEER", "NAME"]
+    assert box.split()[:5] == ["*", "box", "Box", "10", "yes"]
+    assert phone.split()[:4] == ["phone", "Phone", "0", "yes"]
+    assert box.index("box") == header.index("PEER") == phone.index("phone")
+    assert lease.startswith("lease: term 1, until ") and lease.endswith("Z")
+    found = await cli.json("devices")
+    assert [d["peer"] for d in found["devices"]] == ["box", "phone"]
+    assert found["election"]["active"] == "box"
+
+
+def test_version(capsys: pytest.CaptureFixture[str]):
+    assert main(["--version"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("baton ") and out.strip() != "baton"
+
+
+@pytest.mark.parametrize(
+    ("argv", "verbs"),
+    [
+        (["device", "--peer", "p"], {"up", "device"}),  # `baton device` loads its module alone
+        (["status"], {"status"}),
+        (["--help"], {"up", "device", "status", "space", "triggers", "next"}),  # all of them
+        (["nonsense"], {"up", "device", "status", "space", "triggers", "next"}),
+    ],
+)
+def test_the_parser_loads_the_module_of_the_verb_asked_for(argv: list[str], verbs: set[str]):
+    parser = build_parser(argv)
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert verbs <= set(sub.choices) and (len(sub.choices) == len(verbs)) == (len(verbs) < 3)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["triggers", "list"],
+        ["triggers", "show", "trg_x"],
+        ["triggers", "add", "--name", "t", "--cron", "* * * * *", "--program", "p@v1"],
+        ["triggers", "pause", "trg_x"],
+        ["triggers", "run", "trg_x"],
+        ["runs"],
+        ["runs", "--follow"],
+        ["chat", "send", "hi"],
+        ["chat", "tail"],
+        ["devices"],
+        ["space", "list"],
+        ["space", "create", "x"],
+        ["status"],
+        ["programs", "list"],
+    ],
+)
+async def test_an_unreachable_server_is_exit_1_with_one_line(
+    argv: list[str], world: World, capsys: pytest.CaptureFixture[str]
+):
+    url = f"http://127.0.0.1:{closed_port()}"
+    flags = ["--url", url, "--token-file", str(world.token_file)]
+    assert await cli_main([*argv, *flags]) == 1
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"baton: unreachable: cannot reach {url} (is `baton up` running?)\n")
+    assert await cli_main([*argv, *flags, "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and json.loads(err) == {
+        "error": "unreachable",
+        "detail": f"cannot reach {url} (is `baton up` running?)",
+    }
+
+
+async def test_a_refused_token_and_an_unreadable_token_file(
+    cli: Cli, world: World, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    wrong = tmp_path / "wrong.token"
+    wrong.touch(mode=0o600)  # owner-only, as a token file must be
+    wrong.write_text("not-a-token\n")
+    code = await cli_main(["triggers", "list", "--url", world.url, "--token-file", str(wrong)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith(f"baton: unauthorized: {world.url} refused the token")
+    code = await cli_main(["devices", "--url", world.url, "--token-file", str(tmp_path / "no")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("baton: --token-file: cannot read ")
+
+
+async def test_the_environment_names_the_space(
+    world: World, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("BATON_URL", world.url)
+    monkeypatch.setenv("BATON_TOKEN_FILE", str(world.token_file))
+    monkeypatch.setenv("BATON_SPACE", SPACE)
+    assert await cli_main(["chat", "send", "from the environment", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["objectId"] == world.chat
+    monkeypatch.setenv("BATON_SPACE", "nowhere")
+    assert await cli_main(["triggers", "list"]) == 1
+    assert capsys.readouterr().err.startswith("baton: unknown_space: ")
+
+
+async def cli_main(argv: list[str]) -> int:
+    return await asyncio.to_thread(main, argv)

@@ -1,0 +1,59 @@
+"""The stamps a chat-watch turn leaves: one conversation start, a status from its outcome."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from programs import rollup
+from runtime.fire.bodies import turn_stamps
+
+AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "error", "status", "detail"),
+    [
+        ("ok", "", "ok", ""),
+        (
+            "error",
+            "Traceback (most recent call last):\n  x\nValueError: no",
+            "error",
+            "ValueError: no",
+        ),
+        ("timeout", "responder timed out after 120 s", "error", "responder timed out after 120 s"),
+        (
+            "cancelled",
+            "chat-watch closed during the turn",
+            "error",
+            "chat-watch closed during the turn",
+        ),
+    ],
+)
+def test_a_turn_adds_one_start_and_stamps_its_outcome(
+    outcome: str, error: str, status: str, detail: str
+) -> None:
+    seed = rollup.Rollup(starts=4, runs=2)
+    turn = {"startedAt": "2026-12-01T10:00:00+01:00", "outcome": outcome, "error": error}
+    after, stamps = turn_stamps(seed, turn)
+    assert (after.starts, after.runs, after.last_run_at) == (5, 2, AT)
+    assert after.last_status == status  # the health pass restores a cleared stamp from it
+    assert stamps == {
+        "lastStatus": status,
+        "lastStatusDetail": detail,
+        "lastRunAt": "2026-12-01T09:00:00.000Z",
+        "rollup": rollup.to_dict(after),
+    }
+
+
+def test_an_older_turn_finishing_late_does_not_move_the_last_run_back() -> None:
+    seed = rollup.conversation_started(rollup.EMPTY, AT)
+    after, stamps = turn_stamps(seed, {"startedAt": "2026-12-01T08:59:00Z", "outcome": "ok"})
+    assert after.starts == 2 and stamps["lastRunAt"] == "2026-12-01T09:00:00.000Z"
+
+
+@pytest.mark.parametrize("started", [None, "soon", "2026-12-01T09:00:00"])
+def test_a_turn_without_an_aware_start_is_refused_naming_the_field(started: object) -> None:
+    with pytest.raises(ValueError, match=r"turn\.startedAt"):
+        turn_stamps(rollup.EMPTY, {"startedAt": started, "outcome": "ok"})
