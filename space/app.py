@@ -1,8 +1,8 @@
 """The embedded `any@v1` space server: `create_app` wires every area of the API onto one store.
 
 Owns the application factory: opening the store, the admin token file, the
-typed app state (settings, server clock), the middlewares (refusals, then
-authentication) and calling each area's `setup(app)`. Must not hold route logic.
+typed app state (settings, server clock), the middlewares (refusals, storage
+faults, then authentication) and calling each area's `setup(app)`. Must not hold route logic.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from space import (
     runs,
     spaces,
     state,
+    storage,
     token_store,
     tokens,
     triggers,
@@ -75,11 +76,14 @@ def create_app(
         max_body_bytes=max_body_bytes,
         max_program_bytes=max_program_bytes,
     )
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[refusals, auth.authenticate])
+    app = web.Application(
+        client_max_size=max_body_bytes, middlewares=[refusals, storage.guard, auth.authenticate]
+    )
     app[SETTINGS] = settings
     app[CLOCK] = clock
     app[ROUTE_DOCS] = []
     metrics.setup(app)  # first: the claim and run routes feed it
+    storage.setup(app)
     _open_store(app, db_path, Path(admin_token_file or default_admin_token_file(db_path)))
     for area in _AREAS:
         area.setup(app)

@@ -62,9 +62,15 @@ def transaction(db: sqlite_utils.Database) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        db.execute("ROLLBACK")
+        if db.conn.in_transaction:  # SQLite ends it itself on some faults (a full disk)
+            db.execute("ROLLBACK")
         raise
-    db.execute("COMMIT")
+    try:
+        db.execute("COMMIT")
+    except sqlite3.Error:  # a failed COMMIT (SQLITE_FULL, IOERR) may leave it open
+        if db.conn.in_transaction:
+            db.execute("ROLLBACK")
+        raise
 
 
 @contextmanager
@@ -73,7 +79,8 @@ def _savepoint(db: sqlite_utils.Database) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        db.execute("ROLLBACK TO nested")
-        db.execute("RELEASE nested")
+        if db.conn.in_transaction:
+            db.execute("ROLLBACK TO nested")
+            db.execute("RELEASE nested")
         raise
     db.execute("RELEASE nested")

@@ -5,8 +5,8 @@ Owns the in-process counters and histograms that the claim and run routes feed
 (runs by status from the never-pruned rollups, fires claimed, the election term and
 holder) and the open event streams, in the Prometheus text format 0.0.4, written
 here (docs/decisions.md says why not `prometheus-client`). `/healthz` needs no token
-and answers 503 when the store does not answer; `/metrics` wants a bearer token, as
-a Prometheus scrape config sends it (`authorization: {credentials_file: …}`), of an
+and answers 503 when the store does not answer or its last write failed (`space.storage`);
+`/metrics` wants a bearer token (a Prometheus scrape config's `credentials_file`), of an
 admin or a device. Neither is a `/v1` route, so neither is in `/v1/openapi.json`.
 In-process figures start again at zero with the server (Prometheus expects that).
 Must not change any table.
@@ -23,10 +23,11 @@ from datetime import datetime
 
 from aiohttp import web
 
-from space import auth, chat_store
+from space import auth, chat_store, storage
 from space.appstate import CLOCK
 from space.db import DB
 from space.http import Refusal, answer
+from space.storage import STORAGE
 from space.streams import STREAMS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -183,8 +184,29 @@ def render(app: web.Application, now: datetime) -> str:
                 if a and exp and exp > now.timestamp()
             ),
         ),
+        *_storage_lines(app),
     ]
     return "\n".join(out) + "\n"
+
+
+def _storage_lines(app: web.Application) -> list[str]:
+    state = app[STORAGE]
+    up = _family(
+        "baton_storage_up",
+        "gauge",
+        "1 while the store's writes commit, 0 since a storage fault (full, read-only, …).",
+        [f"baton_storage_up {0 if state.fault else 1}"],
+    )
+    faults = _family(
+        "baton_storage_faults_total",
+        "counter",
+        "Requests answered 503 storage_unavailable since start, by fault.",
+        (
+            f"baton_storage_faults_total{_labels({'fault': f})} {n}"
+            for f, n in sorted(state.seen.items())
+        ),
+    )
+    return [*up, *faults]
 
 
 def _feed(path: str) -> str:
@@ -199,6 +221,10 @@ async def get_healthz(request: web.Request) -> web.Response:
         request.app[DB].execute("SELECT 1").fetchone()
     except sqlite3.Error as exc:
         return answer({"status": "down", "detail": f"the store does not answer: {exc}"}, 503)
+    fault = request.app[STORAGE].view()
+    if fault:
+        headers = {"Retry-After": str(storage.RETRY_AFTER_S)}
+        return answer({"status": "storage_unavailable", **fault}, 503, headers)
     return answer({"status": "ok"})
 
 

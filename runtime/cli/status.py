@@ -2,11 +2,11 @@
 
     baton status [--url U] [--token-file F] [--space ID] [--data DIR] [--json]
 
-Reads the space only: the election, the devices (with what each reports of
-itself in its heartbeat: its chat subscriptions, whether its chat responder is
-ready (and if not, why), how contained its runs are, with what is weaker than full),
-and the triggers with owner, status and next fire. Failures go to stderr (`--json`:
-as a JSON error object).
+Reads the space only: its health (a storage fault is a line under the head), the
+election, the devices (with what each reports of itself in its heartbeat: its chat
+subscriptions, whether its chat responder is ready (and if not, why), how contained
+its runs are, with what is weaker than full), and the triggers with owner, status and
+next fire. Failures go to stderr (`--json`: as a JSON error object).
 """
 
 from __future__ import annotations
@@ -39,13 +39,15 @@ async def report(client: SpaceClient, where: Target, as_json: bool) -> int:
 
 
 async def gather(client: SpaceClient, where: Target) -> dict[str, Any]:
-    election, devices, triggers = await asyncio.gather(  # shown as the space answers them
+    election, devices, triggers, health = await asyncio.gather(  # as the space answers them
         client.call("election", space=where.space),
         client.call("devices", space=where.space),
         client.triggers(where.space),
+        client.healthz(),
     )
     return {
         "space": where.space,
+        "health": health,
         "election": election,
         "devices": devices["devices"],
         "subscriptions": [
@@ -107,7 +109,20 @@ def human(report: dict[str, Any]) -> str:
         f"term {e.get('term', 0)}, lease until {e.get('expiresAt') or '-'}"
     )
     sections = (_devices(report), _responders(report), _subscriptions(report), _triggers(report))
-    return "\n".join([head, *(line for section in sections for line in section)])
+    return "\n".join([head, *_health(report), *(line for section in sections for line in section)])
+
+
+def _health(report: dict[str, Any]) -> list[str]:
+    """One line when the space is not healthy: its writes are refused until it heals."""
+    health = report.get("health") or {}
+    if health.get("status", "ok") == "ok":
+        return []
+    what = health.get("storage") or health.get("status")
+    since = f" since {health['since']}" if health.get("since") else ""
+    return [
+        f"space storage unavailable ({what}{since}): {health.get('detail', '')}; "
+        "runs, stamps and messages wait until it heals (see docs/operations.md)"
+    ]
 
 
 def _devices(report: dict[str, Any]) -> list[str]:

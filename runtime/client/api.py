@@ -101,6 +101,20 @@ class SpaceClient:
             raise error_from(status, raw)
         return raw
 
+    async def healthz(self) -> dict[str, Any]:
+        """`GET /healthz` (not a `/v1` route): `{"status": "ok"}`, or what fails (a 503's body)."""
+        url = self.url + "/healthz"
+        try:
+            async with self._api().get(url) as resp:
+                raw = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ApiError(0, "unreachable", f"GET {url}: {exc!r}") from exc
+        try:
+            found = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            found = None
+        return found if isinstance(found, dict) else {"status": f"http_{resp.status}"}
+
     def subscribe(self, name: str, *, last_id: int | None = None, **options: Any) -> Subscription:
         """A `Subscription` to stream route `name` (path params and Subscription options)."""
         route = ROUTES[name]

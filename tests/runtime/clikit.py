@@ -34,6 +34,7 @@ class World:
 
     def __init__(self, url: str, token_file: Path, admin: SpaceClient, chat: str) -> None:
         self.url, self.token_file, self.admin, self.chat = url, token_file, admin, chat
+        self.app: Any = None  # the server's aiohttp app, for a test that breaks its store
 
     def flags(self, space: str = SPACE) -> list[str]:
         return ["--url", self.url, "--token-file", str(self.token_file), "--space", space]
@@ -46,7 +47,9 @@ async def start_space(tmp_path: Path, aiohttp_server: Any) -> tuple[World, Space
     token_file = default_admin_token_file(db)
     admin = SpaceClient(url, token_file.read_text().strip())
     created = await admin.space_create({"id": SPACE})
-    return World(url, token_file, admin, created.generalChat), admin
+    world = World(url, token_file, admin, created.generalChat)
+    world.app = server.app
+    return world, admin
 
 
 class Cli:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import socket
 from pathlib import Path
@@ -13,6 +14,8 @@ import pytest
 from clikit import SPACE, Cli, World
 
 from runtime.cli.main import build_parser, main
+from runtime.client.api import ApiError
+from space.db import DB
 
 
 def closed_port() -> int:
@@ -147,3 +150,20 @@ async def test_the_environment_names_the_space(
 
 async def cli_main(argv: list[str]) -> int:
     return await asyncio.to_thread(main, argv)
+
+
+async def test_status_says_when_the_space_cannot_write(cli: Cli, world: World):
+    code, out, _ = await cli("status")
+    assert code == 0 and "storage" not in out
+    world.app[DB].execute("PRAGMA query_only = ON")
+    with contextlib.suppress(ApiError):
+        await world.admin.device_put(SPACE, "box", {"name": "Box"})
+    code, out, _ = await cli("status")
+    assert code == 0
+    line = out.splitlines()[1]
+    assert line.startswith("space storage unavailable (read_only since ") and "Z)" in line
+    found = await cli.json("status")
+    assert found["health"]["status"] == "storage_unavailable"
+    world.app[DB].execute("PRAGMA query_only = OFF")
+    await world.admin.device_put(SPACE, "box", {"name": "Box"})
+    assert (await cli.json("status"))["health"] == {"status": "ok"}

@@ -1,0 +1,112 @@
+"""Storage faults: a full disk, a read-only, locked or failing database answer 503, never 500.
+
+Owns telling a storage fault (SQLite's FULL, READONLY, IOERR, BUSY, LOCKED, CANTOPEN,
+CORRUPT, NOTADB, PROTOCOL, NOMEM) from a bug, the middleware that answers it
+`503 {"error": "storage_unavailable", "detail"}` with `Retry-After`, and the app's
+`StorageState`: the fault seen last and since when, cleared by the next request whose
+writes commit. `/healthz` and `/metrics` read that state. Must not know any table.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections import Counter
+
+from aiohttp import web
+
+from space.appstate import CLOCK
+from space.db import DB
+from space.errors import error_response
+from space.http import Handler
+from space.servertime import iso
+
+log = logging.getLogger("baton.space")
+
+RETRY_AFTER_S = 5
+_FAULTS = {
+    5: "busy",
+    6: "locked",
+    7: "no_memory",
+    8: "read_only",
+    10: "io_error",
+    11: "corrupt",
+    13: "disk_full",
+    14: "cannot_open",
+    15: "protocol",
+    26: "not_a_database",
+}
+
+
+def fault_of(exc: BaseException) -> str | None:
+    """The storage fault `exc` reports (`disk_full`, `read_only`, …), or None if it is not one."""
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return _FAULTS.get(code & 0xFF)
+    text = str(exc).lower()  # no code: an error raised by the module itself
+    return "disk_full" if "disk is full" in text else "read_only" if "readonly" in text else None
+
+
+class StorageState:
+    """The last storage fault and since when (None while writes commit); counts per fault."""
+
+    def __init__(self) -> None:
+        self.fault: str | None = None
+        self.detail = ""
+        self.since: str | None = None
+        self.seen: Counter[str] = Counter()
+
+    def failed(self, fault: str, detail: str, now: str) -> None:
+        if self.fault is None:
+            self.since = now
+            log.warning("storage unavailable (%s): %s", fault, detail)
+        self.fault, self.detail = fault, detail
+        self.seen[fault] += 1
+
+    def committed(self) -> None:
+        if self.fault is not None:
+            log.warning("storage available again after %s since %s", self.fault, self.since)
+        self.fault, self.detail, self.since = None, "", None
+
+    def view(self) -> dict[str, object]:
+        """What `/healthz` shows of it."""
+        if self.fault is None:
+            return {}
+        return {"storage": self.fault, "detail": self.detail, "since": self.since}
+
+
+STORAGE = web.AppKey("storage", StorageState)
+
+
+def refusal(fault: str, detail: str) -> web.Response:
+    text = f"the store cannot be used now ({fault}: {detail}); retry later"
+    response = error_response(503, "storage_unavailable", text, fault=fault)
+    response.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return response
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A storage fault of the handler is a 503; a request whose writes committed clears it."""
+    app = request.app
+    conn = app[DB].conn
+    before = conn.total_changes
+    try:
+        response = await handler(request)
+    except sqlite3.Error as exc:
+        fault = fault_of(exc)
+        if fault is None:
+            raise
+        if conn.in_transaction:  # a failed COMMIT may leave it open
+            conn.rollback()
+        app[STORAGE].failed(fault, str(exc), iso(app[CLOCK]()))
+        return refusal(fault, str(exc))
+    if conn.total_changes != before and not conn.in_transaction:
+        app[STORAGE].committed()
+    return response
+
+
+def setup(app: web.Application) -> None:
+    app[STORAGE] = StorageState()
