@@ -11,11 +11,13 @@ key by the same device is `already_claimed`. A claim may also ask for its run's
 token (`run`): the token is minted (`token_store.mint_run`) in the claim's own
 transaction, for the claimed fire only, living at most the record's timeout plus
 `run_token_margin_seconds`, and answered with the claim (a retried claim gets one
-too); a refused claim mints nothing. Must not change the lease or the records.
+too); a refused claim mints nothing. In a list, each claim is a savepoint of its own: an
+odd record's claim is refused alone (422). Must not change the lease or the records.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,7 +33,9 @@ from space.http import Refusal, add_route, answer, int_query, now_of, read_body
 from space.servertime import iso
 from space.spaces import require_space
 from triggers import records
+from triggers.bounds import MAX_TIMEOUT_SECONDS
 
+log = logging.getLogger("baton.space")
 DEFAULT_TIMEOUT_S = records.Limits().timeout_seconds  # a record without `limits.timeoutSeconds`
 
 SCHEMA = """
@@ -98,7 +102,7 @@ def _run_token(
 ) -> dict[str, str]:
     """The token of the run the claim asked for: `{token, expiresAt}`."""
     assert fire.run is not None
-    ttl = min(fire.run.ttlSeconds, run_timeout(record) + margin)
+    ttl = min(fire.run.ttlSeconds, run_timeout(record) + margin, MAX_TIMEOUT_SECONDS + margin)
     expires = now + timedelta(seconds=ttl)
     token = token_store.mint_run(
         db, space, fire.triggerId, fire.run.runId, now.timestamp(), expires.timestamp()
@@ -108,10 +112,14 @@ def _run_token(
 
 def run_timeout(record: dict[str, Any]) -> float:
     """The record's `limits.timeoutSeconds`, or the default when it has none: how long its
-    run may take. Read off the stored body (a claim decodes no whole record for it)."""
+    run may take. Read off the stored body (a claim decodes no whole record for it); a
+    value out of bounds (written past the API) is held to the bound, so its token's
+    expiry stays an instant."""
     limits = record.get("limits")
     value = limits.get("timeoutSeconds") if isinstance(limits, dict) else None
-    return float(value) if isinstance(value, int | float) else DEFAULT_TIMEOUT_S
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        return DEFAULT_TIMEOUT_S
+    return min(float(value), MAX_TIMEOUT_SECONDS)
 
 
 def claim_of(db: sqlite_utils.Database, space: str, tid: str, key: str) -> tuple[str, int] | None:
@@ -141,9 +149,14 @@ def _result(
 ) -> dict[str, Any]:
     base = {"triggerId": fire.triggerId, "key": fire.key}
     try:
-        claimed = claim_one(db, space, fire, now, margin)
+        with transaction(db):  # a savepoint: a claim that fails half-way leaves nothing
+            claimed = claim_one(db, space, fire, now, margin)
     except Refusal as exc:
         return {**base, "status": exc.status, "error": exc.code, "detail": exc.detail}
+    except (ValueError, TypeError, OverflowError, KeyError) as exc:  # an odd stored record
+        log.warning("claim %s@%s refused: %r", fire.triggerId, fire.key, exc)
+        detail = f"the record cannot be claimed: {type(exc).__name__}: {exc}"
+        return {**base, "status": 422, "error": "invalid_record", "detail": detail}
     minted: dict[str, Any] = {n: claimed[n] for n in ("token", "expiresAt") if n in claimed}
     return {**base, "status": 201, "claimedAt": claimed["claimedAt"], **minted}
 

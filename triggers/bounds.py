@@ -1,9 +1,10 @@
 """The bounds a trigger record is held to, and the checks of its marker-typed values.
 
 Owns what SPEC "Bad input" calls the bounds the runtime computes within:
-`graceSeconds` 0 … 7 days, `once.at` within years 1970 … 9999 in UTC, integers in
-`args` within 64 bits and floats finite, a cron expression that matches at least
-once in 28 years, a program reference `name@vN` or `internal:<name>`. The marker
+`graceSeconds` 0 … 7 days, `once.at` within years 1970 … 9999 in UTC, `limits` (a run's
+timeout ≤ 1 day, its memory ≤ 1 TiB, its queue ≤ 100,000), integers in `args` within
+64 bits and floats finite, a cron expression that matches at least once in 28 years,
+a program reference `name@vN` or `internal:<name>`. The marker
 types (`CronExpr`, `TimeZoneName`, `RefText`) are checked by the decode hook, so
 a bad value fails with the field's own path. `records` builds its Structs on these.
 
@@ -31,7 +32,14 @@ CRON_HORIZON_YEARS = 28
 """A cron expression must match within this many years (every calendar repeats in 28)."""
 PROGRAM_REF = re.compile(r"[a-z0-9][a-z0-9_-]*@v[1-9][0-9]{0,17}|internal:[a-z0-9][a-z0-9_-]*")
 
+MAX_TIMEOUT_SECONDS = 24 * 3600.0
+MAX_MEMORY_MB = 1024 * 1024
+MAX_QUEUE = 100_000
+
 Grace = Annotated[float, msgspec.Meta(ge=0, le=MAX_GRACE_SECONDS)]
+TimeoutSeconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_TIMEOUT_SECONDS)]
+MemoryMB = Annotated[int, msgspec.Meta(gt=0, le=MAX_MEMORY_MB)]
+QueueLength = Annotated[int, msgspec.Meta(ge=0, le=MAX_QUEUE)]
 UnixSeconds = Annotated[float, msgspec.Meta(ge=AT_MIN.timestamp(), le=AT_MAX.timestamp())]
 
 

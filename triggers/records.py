@@ -27,7 +27,10 @@ from core.vocab import Overlap
 from triggers.bounds import (
     CronExpr,
     Grace,
+    MemoryMB,
+    QueueLength,
     RefText,
+    TimeoutSeconds,
     TimeZoneName,
     UnixSeconds,
     check_args,
@@ -94,10 +97,10 @@ class EventSpec(Base, frozen=True, kw_only=True):
 
 
 class Limits(Base, frozen=True, kw_only=True):
-    timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 60.0
-    memory_mb: Annotated[int, msgspec.Meta(gt=0)] = msgspec.field(default=512, name="memoryMB")
+    timeout_seconds: TimeoutSeconds = 60.0
+    memory_mb: MemoryMB = msgspec.field(default=512, name="memoryMB")
     overlap: Overlap | None = None  # None: skip for cron/once, queue for event
-    max_queue: Annotated[int, msgspec.Meta(ge=0)] = 100
+    max_queue: QueueLength = 100
 
 
 class _Fields(Base, frozen=True, kw_only=True, tag_field="kind"):

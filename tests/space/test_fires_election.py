@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import sqlite3
 
 import pytest
 from space_support import SPACE, Api, FakeClock
@@ -177,3 +179,32 @@ async def test_concurrent_claims_of_one_key_have_exactly_one_winner(api: Api, n:
     assert statuses.count(201) == 1
     assert statuses.count(409) == n - 1
     assert {b["error"] for s, b in results if s == 409} == {"already_claimed"}
+
+
+async def test_an_odd_timeout_written_past_the_api_breaks_no_other_claim(api: Api) -> None:
+    """`limits.timeoutSeconds` 1e300 written into the file (and a ttl of 1e300 asked): the
+    list is claimed, each with its token, the odd one's held to the bound (was a 500)."""
+    odd, good = await api.create_trigger(), await api.create_trigger(name="other")
+    conn = sqlite3.connect(api.db_path)
+    with conn:
+        body = json.loads(
+            conn.execute("SELECT body FROM triggers WHERE id = ?", [odd["id"]]).fetchone()[0]
+        )
+        body["limits"] = {"timeoutSeconds": 1e300}
+        conn.execute("UPDATE triggers SET body = ? WHERE id = ?", [json.dumps(body), odd["id"]])
+    conn.close()
+    await claim(api, "laptop", 0)
+    key = "2026-12-01T09:00:00.000Z"
+    ask = {"runId": "run_x", "ttlSeconds": 1e300}
+    batch = [
+        {"triggerId": t, "key": key, "term": 1, "peer": "laptop", "run": {**ask, "runId": r}}
+        for t, r in ((odd["id"], "run_odd"), (good["id"], "run_good"))
+    ]
+    status, body = await api.post(F, batch)
+    assert status == 200, body
+    odd_result, good_result = body["claims"]
+    assert good_result["status"] == 201 and good_result["token"], good_result
+    assert odd_result["status"] == 201, odd_result  # held to the bound: a day and a margin
+    assert key < odd_result["expiresAt"] <= "2026-12-02T09:01:00.000Z"
+    status, fires = await api.get(f"{F}?trigger={odd['id']}")
+    assert [f["key"] for f in fires["fires"]] == [key]

@@ -19,6 +19,7 @@ from triggers.records import (
 CRON = {"kind": "cron", "program": "daily@v1", "spec": {"expr": "30 2 * * *"}}
 ONCE = {"kind": "once", "program": "remind@v1", "spec": {"at": "2026-12-01T09:00:00+01:00"}}
 DAY7 = 7 * 24 * 3600
+DAY1 = 24 * 3600
 
 REFUSED: list[tuple[dict[str, Any], str]] = [
     # (record, a fragment naming the field)
@@ -33,6 +34,11 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({**ONCE, "spec": {"at": "1969-12-31T23:59:59Z"}}, "`at`"),
     ({**CRON, "spec": {"expr": "0 0 30 2 *"}}, "`$.spec.expr`"),
     ({**CRON, "spec": {"expr": "0 0 31 4,6,9,11 *"}}, "never matches"),
+    ({**CRON, "limits": {"timeoutSeconds": 1e12}}, "`$.limits.timeoutSeconds`"),
+    ({**CRON, "limits": {"timeoutSeconds": 1e300}}, "`$.limits.timeoutSeconds`"),
+    ({**CRON, "limits": {"timeoutSeconds": DAY1 + 1}}, "`$.limits.timeoutSeconds`"),
+    ({**CRON, "limits": {"memoryMB": 2**40}}, "`$.limits.memoryMB`"),
+    ({**CRON, "limits": {"maxQueue": 10**6}}, "`$.limits.maxQueue`"),
     ({**CRON, "args": {"n": 2**64}}, "`$.args.n`"),
     ({**CRON, "args": {"deep": [{"x": -(2**63) - 1}]}}, "`$.args.deep[0].x`"),
     ({**CRON, "args": {"f": float("inf")}}, "`$.args.f`"),
@@ -48,6 +54,7 @@ ACCEPTED: list[dict[str, Any]] = [
     {**CRON, "spec": {"expr": "0 0 29 2 *"}},  # leap days: within every 28 years
     {**CRON, "spec": {"expr": "0 0 30 2 mon"}},  # day-of-month or day-of-week
     {**CRON, "args": {"n": 2**63 - 1, "m": -(2**63), "f": 1e308}},
+    {**CRON, "limits": {"timeoutSeconds": DAY1, "memoryMB": 1024 * 1024, "maxQueue": 100_000}},
 ]
 
 
