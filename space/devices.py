@@ -21,6 +21,7 @@ import sqlite_utils
 from aiohttp import web
 
 from core.peerwire import DeviceList, DeviceOut, HeartbeatIn
+from space import oddrows
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.db import DB, add_columns, transaction
@@ -47,6 +48,8 @@ def _out(row: dict[str, Any], now: datetime, window: timedelta) -> dict[str, Any
     seen = datetime.fromtimestamp(row["last_seen"], UTC)
     live = now - seen <= window and not row["stopped"]
     status = msgspec.json.decode(row.get("status") or "{}")
+    if not isinstance(status, dict) or not isinstance(row["priority"], int):
+        raise TypeError("status is not a JSON object, or priority not an integer")
     return {
         "peer": row["peer"],
         "name": row["name"],
@@ -113,7 +116,8 @@ async def list_devices(request: web.Request) -> web.Response:
     space = require_space(request)
     now, window = now_of(request), timedelta(seconds=request.app[SETTINGS].live_seconds)
     rows = request.app[DB].query("SELECT * FROM devices WHERE space = ? ORDER BY peer", [space])
-    return answer({"devices": [_out(r, now, window) for r in rows]})
+    found, odd = oddrows.each(rows, lambda r: _out(r, now, window), lambda r: r["peer"], "devices")
+    return answer({"devices": found, **({"odd": odd} if odd else {})})
 
 
 def setup(app: web.Application) -> None:

@@ -18,6 +18,7 @@ import msgspec
 import sqlite_utils
 
 from core.wire import Aware
+from space import oddrows
 from space.appstate import RunRetention
 from space.http import Refusal
 
@@ -82,10 +83,17 @@ def query(
     else:
         order = "started_at DESC, seq DESC"
     rows = db.execute(
-        f"SELECT body FROM {table} WHERE {where} ORDER BY {order} LIMIT ?", [*params, limit]
+        f"SELECT seq, body FROM {table} WHERE {where} ORDER BY {order} LIMIT ?", [*params, limit]
     ).fetchall()
-    bodies = [msgspec.json.decode(r[0]) for r in rows]
+    bodies, _ = oddrows.each(rows, _body, lambda r: r[0], table)  # an odd row is left out
     return bodies if since is not None else bodies[::-1]
+
+
+def _body(row: tuple[int, str]) -> dict[str, Any]:
+    body = msgspec.json.decode(row[1])
+    if not isinstance(body, dict):
+        raise TypeError(f"a {type(body).__name__}, not a JSON object")
+    return body
 
 
 def instant(text: str) -> float:
