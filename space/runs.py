@@ -22,7 +22,7 @@ from aiohttp import web
 
 from core.vocab import KEPT_LONGER, RunStatus
 from core.wire import RollupList, RunIn, RunList, RunResult, Stamps
-from space import auth, duties, logtable, metrics, token_store, trigger_store
+from space import auth, duties, logtable, metrics, oddrows, token_store, trigger_store
 from space.appstate import SETTINGS, RunRetention
 from space.changes import notify
 from space.db import DB, transaction
@@ -129,12 +129,21 @@ def rollups(db: sqlite_utils.Database, space: str, trigger: str | None) -> list[
     if trigger is not None:
         sql, params = sql + " AND trigger_id = ?", [*params, trigger]
     out: dict[str, dict[str, Any]] = {}
-    for tid, status, count, last in db.execute(sql + " ORDER BY trigger_id", params).fetchall():
+    rows = db.execute(sql + " ORDER BY trigger_id", params).fetchall()
+    good, _ = oddrows.each(rows, _rollup_row, lambda r: f"{r[0]}/{r[1]}", "run_rollups")
+    for tid, status, count, last in good:
         entry = out.setdefault(tid, {"triggerId": tid, "runs": 0, "counts": {}, "lastRunAt": None})
         entry["runs"] += count
         entry["counts"][status] = count
         entry["lastRunAt"] = max(filter(None, [entry["lastRunAt"], last]), default=None)
     return list(out.values())
+
+
+def _rollup_row(row: tuple[Any, ...]) -> tuple[str, str, int, str | None]:
+    tid, status, count, last = row
+    if not (isinstance(count, int) and isinstance(status, str)):
+        raise TypeError(f"count {count!r} is not an integer")
+    return tid, status, count, last if isinstance(last, str) else None
 
 
 RUN_BODY: Any = RunIn | list[RunIn]  # one run or a list (a union is no `type[T]` to mypy)

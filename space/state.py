@@ -50,7 +50,12 @@ async def get_state(request: web.Request) -> web.Response:
     )
     if row is None:
         raise Refusal(404, "unknown_state", f"no state {key!r} for trigger {tid!r}")
-    return answer({"triggerId": tid, "key": key, "value": json.loads(row[0]), "updatedAt": row[1]})
+    try:
+        value = json.loads(row[0])
+    except (TypeError, ValueError) as exc:  # a row written past the API: shown, never rewritten
+        detail = f"the stored value of {key!r} is not JSON ({exc}); PUT a new one"
+        raise Refusal(422, "odd_row", detail) from None
+    return answer({"triggerId": tid, "key": key, "value": value, "updatedAt": str(row[1])})
 
 
 async def put_state(request: web.Request) -> web.Response:
