@@ -19,6 +19,7 @@ import time
 
 import msgspec
 
+from core import bounds
 from core.vocab import RunStatus
 from programs import channel
 from programs.confine import Containment
@@ -177,10 +178,17 @@ class WorkerProcess:
         if reply.result is None:
             return reply
         try:
-            return msgspec.structs.replace(reply, result=msgspec.json.decode(reply.result))
+            result = msgspec.json.decode(reply.result)
         except msgspec.DecodeError as exc:
             self.retire = f"worker protocol error: result is not JSON: {exc}"
             return channel.Reply(status=RunStatus.CRASHED, error=self.retire)
+        problem = bounds.beyond(result)  # checked here, out of the program's reach
+        if problem is None:
+            return msgspec.structs.replace(reply, result=result)
+        error = f"result cannot be stored: {problem}"
+        if reply.status is not RunStatus.OK and reply.error:
+            error = f"{reply.error}\n{error}"
+        return msgspec.structs.replace(reply, status=RunStatus.ERROR, result=None, error=error)
 
     def _kill(self, sig: signal.Signals = signal.SIGKILL) -> None:
         if self.proc.returncode is None:  # not reaped yet, so the group id is still ours

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
+from core import bounds
 from core.routes import PREFIX, ROUTES
 from space.appstate import CLOCK, ROUTE_DOCS, SETTINGS, RouteDoc
 from space.errors import error_response
@@ -31,9 +32,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _encoder = msgspec.json.Encoder()
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-MAX_DEPTH = 64
-"""JSON deeper than this is refused: nothing of ours nests more than a few levels."""
+INT64_MAX, MAX_DEPTH = bounds.INT64_MAX, bounds.MAX_DEPTH
 _INT64_DIGITS = len(str(INT64_MAX))
 
 
@@ -108,22 +107,11 @@ async def raw_body(request: web.Request) -> bytes:
 
 
 def check_tree(obj: Any, code: str = "invalid_body") -> None:
-    """Refuse JSON nested deeper than `MAX_DEPTH` or holding an integer beyond 64 bits.
-
-    Iterative, so a hostile depth costs no recursion; the detail names the path."""
-    stack: list[tuple[Any, str, int]] = [(obj, "$", 0)]
-    while stack:
-        node, path, depth = stack.pop()
-        if isinstance(node, dict | list):
-            if depth >= MAX_DEPTH:
-                detail = f"JSON nested deeper than {MAX_DEPTH} levels - at `{path}`"
-                raise Refusal(400, code, detail)
-            items = node.items() if isinstance(node, dict) else enumerate(node)
-            for key, value in items:
-                sub = f"{path}.{key}" if isinstance(node, dict) else f"{path}[{key}]"
-                stack.append((value, sub, depth + 1))
-        elif type(node) is int and not INT64_MIN <= node <= INT64_MAX:
-            raise Refusal(400, code, f"integer beyond 64 bits - at `{path}`")
+    """Refuse JSON nested deeper than `MAX_DEPTH` or holding an integer beyond 64 bits
+    (`core.bounds`); the detail names the path."""
+    problem = bounds.beyond(obj)
+    if problem is not None:
+        raise Refusal(400, code, problem)
 
 
 def parse_json(data: bytes, code: str = "invalid_body") -> Any:

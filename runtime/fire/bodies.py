@@ -104,6 +104,18 @@ def run_record(
     }
 
 
+def refused(body: dict[str, Any], detail: str) -> dict[str, Any]:
+    """A run record (with its stamps) the space refused as `detail`, made storable: no
+    result, an `error` saying why (SPEC: a run's record is always written)."""
+    why = f"run record refused by the space: {detail}"
+    error = f"{body.get('error')}\n{why}" if body.get("error") else why
+    status = RunStatus.ERROR.value if body.get("status") == RunStatus.OK.value else body["status"]
+    changed = {**body, "result": None, "error": error, "status": status}
+    if isinstance(stamps := body.get("stamps"), dict):
+        changed["stamps"] = {**stamps, "lastStatus": status, "lastStatusDetail": headline(why)}
+    return changed
+
+
 def settle(
     book: Book,
     record: Trigger,

@@ -20,7 +20,9 @@ Once a fire's run and stamps are written (or given up), it publishes `RunFinishe
 the device's bus (runtime.events).
 
 A transient refusal (no answer, a 5xx) is retried a few times; a list refused as a
-whole for a bad body is sent again one run at a time. What the record and the
+whole for a bad body is sent again one run at a time, and a run refused for its body is
+sent once more as an `error` saying why, without its result (a run's record is always
+written). What the record and the
 stamps say is `runtime.fire.bodies`' (pure); this module only writes it. Must not decide
 whether a fire runs, nor how a program is run.
 """
@@ -58,6 +60,7 @@ class Waiting(msgspec.Struct, kw_only=True):
     tid: TriggerId
     body: dict[str, Any]
     done: asyncio.Future[None]
+    refused: bool = False  # the space refused it once: sent again as `bodies.refused`
 
 
 class Recorder:
@@ -138,14 +141,18 @@ class Recorder:
                         waiting.done.set_result(None)
 
     async def _write(self, batch: list[Waiting]) -> None:
-        bodies = [waiting.body for waiting in batch]
+        sent = [waiting.body for waiting in batch]
         post = self._client.run_create_list
         try:
-            answer = await retried(lambda: post(self._space, bodies), self._clock)
+            answer = await retried(lambda: post(self._space, sent), self._clock)
         except ApiError as exc:
             if exc.status == 400 and len(batch) > 1:  # one bad run refuses the list: each alone
                 for waiting in batch:
                     await self._write([waiting])
+                return
+            if exc.status == 400 and not batch[0].refused:  # its record, without what was refused
+                batch[0].body, batch[0].refused = bodies.refused(batch[0].body, exc.detail), True
+                await self._write(batch)
                 return
             log.warning("%d runs not written: %s", len(batch), exc)
             return
