@@ -72,7 +72,8 @@ class TaskSet:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            name = asyncio.current_task().get_name()  # type: ignore[union-attr]
+            task = asyncio.current_task()  # this very coroutine's: never None here
+            name = task.get_name() if task is not None else "?"
             log.exception("%s %s failed", self._label, name)
             if fatal:
                 self._failure = self._failure or exc
@@ -122,7 +123,7 @@ class Backoff:
 
     def delay(self, attempt: int, draw: float = 1.0, retry_after: float | None = None) -> float:
         """The wait before retry number `attempt` (1 for the first retry)."""
-        full = min(self.cap, self.base * 2 ** max(0, attempt - 1))
+        full = min(self.cap, self.base * 2.0 ** max(0, attempt - 1))
         wait = draw * full if self.jitter else full
         if retry_after is None:
             return wait

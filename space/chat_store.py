@@ -19,7 +19,7 @@ import msgspec
 import sqlite_utils
 
 from core.chatwire import NAME_MAX, Message, MessageEdit, MessageIn
-from core.wire import Body
+from core.wire import Answer, Body
 from space.db import transaction
 from space.servertime import iso
 
@@ -55,6 +55,14 @@ class ChatIn(Body, frozen=True, kw_only=True):
     name: Annotated[str, msgspec.Meta(max_length=NAME_MAX)] = ""
 
 
+class Chat(Answer, frozen=True, kw_only=True):
+    objectId: str
+    name: str
+    createdAt: str
+    space: str
+    lastSeq: int
+
+
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Message).decode
 
@@ -67,26 +75,29 @@ def _iso(ts: float) -> str:
     return iso(datetime.fromtimestamp(ts, UTC))
 
 
-def create_chat(db: sqlite_utils.Database, space: str, name: str, *, now: float) -> dict:
+def create_chat(db: sqlite_utils.Database, space: str, name: str, *, now: float) -> Chat:
     """Create a chat in `space`; its wire object."""
-    chat = {"objectId": f"chat_{secrets.token_hex(8)}", "name": name, "createdAt": _iso(now)}
+    chat = Chat(
+        objectId=f"chat_{secrets.token_hex(8)}",
+        name=name,
+        createdAt=_iso(now),
+        space=space,
+        lastSeq=0,
+    )
     db.execute(
         "INSERT INTO chats (object_id, space, name, created_at) VALUES (?, ?, ?, ?)",
-        [chat["objectId"], space, name, chat["createdAt"]],
+        [chat.objectId, space, name, chat.createdAt],
     )
-    return {**chat, "space": space, "lastSeq": 0}
+    return chat
 
 
-def list_chats(db: sqlite_utils.Database, space: str) -> list[dict]:
+def list_chats(db: sqlite_utils.Database, space: str) -> list[Chat]:
     rows = db.execute(
         "SELECT object_id, name, created_at, last_seq FROM chats WHERE space = ? "
         "ORDER BY created_at, object_id",
         [space],
     ).fetchall()
-    return [
-        {"objectId": o, "name": n, "createdAt": c, "space": space, "lastSeq": s}
-        for o, n, c, s in rows
-    ]
+    return [Chat(objectId=o, name=n, createdAt=c, space=space, lastSeq=s) for o, n, c, s in rows]
 
 
 def last_seq(db: sqlite_utils.Database, space: str, object_id: str) -> int:

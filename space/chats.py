@@ -26,7 +26,7 @@ from space import (
     oddrows,
     trigger_store,
 )
-from space.chat_store import ChatIn, NotEditable, UnknownChat
+from space.chat_store import Chat, ChatIn, NotEditable, UnknownChat
 from space.db import DB
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.servertime import epoch
@@ -42,14 +42,6 @@ class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
     text_limit: int = 64 * 1024  # bytes of UTF-8
     page_default: int = 100
     page_max: int = 1000
-
-
-class Chat(Answer, frozen=True, kw_only=True):
-    objectId: str
-    name: str
-    createdAt: str
-    space: str
-    lastSeq: int
 
 
 class ChatList(Answer, frozen=True, kw_only=True):

@@ -12,6 +12,7 @@ routes only load, decide and store. Must not know fires or devices.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, TypeVar
 
@@ -123,16 +124,18 @@ async def get_election(request: web.Request) -> web.Response:
     return answer(wire(load(request.app[DB], space), now_of(request), _length(request)))
 
 
-def _change(request: web.Request, space: str, step: object) -> web.Response:
+def _change(
+    request: web.Request, space: str, step: Callable[[Lease, datetime], Lease]
+) -> web.Response:
     """Load, apply `step(lease, now)`, store; 409 `lease_conflict` with the lease if refused."""
     db, now, length = request.app[DB], now_of(request), _length(request)
     with transaction(db):
         lease = load(db, space)
         try:
-            new = step(lease, now)  # type: ignore[operator]
+            new: Lease | None = step(lease, now)
         except Conflict:
             new = None
-        else:
+        if new is not None:
             store(db, space, new)
     if new is None:
         raise Refusal(

@@ -77,7 +77,7 @@ def add_run(
 
 def wire(run: RunIn) -> dict[str, Any]:
     """The run as stored and answered: its instants in the one wire format (milliseconds)."""
-    data = msgspec.to_builtins(run)
+    data: dict[str, Any] = msgspec.to_builtins(run)
     data.pop("stamps", None)  # written to the trigger, not kept in the run
     data["startedAt"] = iso(run.startedAt)
     if run.finishedAt is not None:

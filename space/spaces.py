@@ -70,7 +70,7 @@ def create_space(db: sqlite_utils.Database, body: SpaceIn, now: datetime) -> dic
     with transaction(db):  # the space and its general chat, all or nothing
         if space_exists(db, body.id):
             raise Refusal(409, "space_exists", f"space {body.id!r} already exists")
-        chat = chat_store.create_chat(db, body.id, GENERAL_CHAT_NAME, now=epoch(now))["objectId"]
+        chat = chat_store.create_chat(db, body.id, GENERAL_CHAT_NAME, now=epoch(now)).objectId
         db.execute(
             "INSERT INTO spaces VALUES (?, ?, ?, ?)",
             [body.id, body.name or body.id, chat, iso(now)],

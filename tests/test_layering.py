@@ -206,11 +206,13 @@ def room_breaches(files: dict[str, str]) -> set[str]:
                 target = parts[1] if parts[1] in rooms else ""
                 if target != room and target not in ROOMS[room]:
                     breaches.add(f"{name} imports {imported}")
-            elif room in STANDALONE and parts[0] in {"triggers", "programs", "space"}:
-                if imported not in {"triggers", "triggers.records"} and not imported.startswith(
-                    "triggers.records."
-                ):
-                    breaches.add(f"{name} imports {imported}")
+            elif (
+                room in STANDALONE
+                and parts[0] in {"triggers", "programs", "space"}
+                and imported not in {"triggers", "triggers.records"}
+                and not imported.startswith("triggers.records.")
+            ):
+                breaches.add(f"{name} imports {imported}")
     return breaches
 
 
@@ -245,7 +247,9 @@ def test_the_room_checks_catch_a_violation():
         "runtime/client/api.py": "from core import wire\n",
         "runtime/device.py": "from runtime.cli import demo\n",
         "runtime/cli/up.py": "from runtime.device import Device\n",
-        "space/programs.py": "from programs.loader import ProgramCache\nfrom programs import refs\n",
+        "space/programs.py": (
+            "from programs.loader import ProgramCache\nfrom programs import refs\n"
+        ),
     }
     assert room_breaches(files) == {
         "runtime/fire/firing.py imports runtime.chat.watch",

@@ -92,7 +92,7 @@ def _function(value: str) -> Callable[..., Any]:
         raise InvalidResponderSpec(
             f"responder: python: cannot import module {module_name!r}: {exc}"
         ) from None
-    fn = getattr(module, attr, None)
+    fn: object = getattr(module, attr, None)
     if fn is None:
         raise InvalidResponderSpec(f"responder: python: {module_name!r} has no {attr!r}")
     if not callable(fn):

@@ -69,14 +69,19 @@ class ChatLink:
         """Post an agent message; the message as the space stored it (a JSON object, as
         chat-watch and the responders take messages)."""
         body = {"text": text, "agent": agent}
-        return msgspec.to_builtins(await self._client.chat_send(space, object_id, body))
+        sent: dict[str, Any] = msgspec.to_builtins(
+            await self._client.chat_send(space, object_id, body)
+        )
+        return sent
 
     async def edit(
         self, space: str, object_id: str, message_id: str, body: dict[str, Any]
     ) -> dict[str, Any]:
         """Grow an agent message in place; the message as it stands now (a JSON object)."""
-        edited = await self._client.chat_edit(space, object_id, message_id, body)
-        return msgspec.to_builtins(edited)
+        edited: dict[str, Any] = msgspec.to_builtins(
+            await self._client.chat_edit(space, object_id, message_id, body)
+        )
+        return edited
 
     async def history(self, space: str, object_id: str, limit: int) -> list[dict[str, Any]]:
         """The chat's most recent `limit` messages, oldest first (never its oldest ones), as

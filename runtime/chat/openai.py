@@ -42,7 +42,7 @@ class LlmConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 def chat_messages(
     system: str, snapshot: list[MessageJson], pending: list[MessageJson]
-) -> list[dict]:
+) -> list[dict[str, str]]:
     """The OpenAI `messages`: the system prompt, the snapshot's turns, then what waits."""
     out = [{"role": "system", "content": system}] if system else []
     out += [_turn(m) for m in snapshot]

@@ -16,7 +16,7 @@ import asyncio
 import logging
 
 from core.clock import Clock, sleep_or_wake
-from runtime.chat.responders import Responder
+from runtime.chat.responders import Probing, Responder
 from runtime.chat.watch import ChatWatch
 
 log = logging.getLogger("baton.device")
@@ -41,7 +41,7 @@ class Readiness:
 
     @property
     def needed(self) -> bool:
-        return callable(getattr(self._responder, "probe", None))
+        return isinstance(self._responder, Probing) and callable(self._responder.probe)
 
     def kick(self) -> None:
         """Probe again now (a call just found the endpoint unavailable)."""
@@ -49,8 +49,10 @@ class Readiness:
 
     async def check(self) -> str:
         """Probe once and tell chat-watch; the reason it is not ready ('' when it is)."""
+        if not isinstance(self._responder, Probing):
+            return ""  # nothing to probe: ready
         try:
-            reason = await self._responder.probe()  # type: ignore[attr-defined]
+            reason = await self._responder.probe()
         except Exception as exc:  # a probe that fails is a reason, never a dead part
             reason = f"probe failed: {type(exc).__name__}: {exc}"
         self._chatwatch.set_ready(not reason, reason)

@@ -54,6 +54,13 @@ class Responder(Protocol):
         ...
 
 
+@runtime_checkable
+class Probing(Protocol):
+    """A responder that can say why it is not ready ('' when it is)."""
+
+    async def probe(self) -> str: ...
+
+
 def check_reply(reply: object) -> str | None:
     """`reply` if it is a str or None; an empty or blank string means no reply."""
     if reply is None or isinstance(reply, str):

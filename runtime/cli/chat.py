@@ -31,7 +31,7 @@ from runtime.client.sse import SseEvent
 PAGE = 1000
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("chat", help="send to a chat, read and follow it")
     sub = p.add_subparsers(dest="chat_command", required=True, parser_class=type(p))
     send = sub.add_parser("send", help="post a message as the user")

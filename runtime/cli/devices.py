@@ -18,7 +18,7 @@ from runtime.cli.talk import emit, talk
 from runtime.client.api import SpaceClient
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("devices", help="the space's devices, live or not, and the lease")
     add_space_options(p)
     p.set_defaults(func=lambda args: talk(args, lambda c, w: devices(c, w, args.json)))

@@ -14,7 +14,7 @@ import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 COMMANDS = ("next", "space", "programs", "triggers", "runs", "chat", "devices", "up", "status")
 MODULE_OF = {"device": "up"}  # subcommands registered by a module of another name
@@ -36,7 +36,7 @@ def flag_value(flag: str, parse: Callable[[str], T], text: str) -> T:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
 

@@ -37,7 +37,7 @@ LEGEND = {
 Spec = CronSpec | OnceSpec
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("next", help="the next fire times of a cron or once spec")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument(

@@ -41,7 +41,7 @@ MANUAL_PREFIX = "manual:"
 N = TypeVar("N", int, float)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("programs", help="publish, list, show and run programs")
     sub = p.add_subparsers(dest="programs_command", required=True, parser_class=type(p))
     listing = sub.add_parser("list", help="the programs published to the space")

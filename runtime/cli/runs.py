@@ -38,7 +38,7 @@ _AGO = re.compile(r"(\d{1,9})([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("runs", help="run history, filtered; --follow for new runs")
     p.add_argument("--trigger", metavar="ID", help="runs of this trigger only")
     p.add_argument("--status", metavar="S", help=f"one of {', '.join(STATUSES)}")

@@ -64,7 +64,7 @@ def default_db() -> Path:
     return Path(os.environ.get("BATON_DB") or data_dir() / SPACE_DB)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("space", help="the embedded space server")
     sub = p.add_subparsers(dest="space_command", required=True, parser_class=type(p))
     serve = sub.add_parser("serve", help="run the space server")
@@ -147,7 +147,7 @@ def run_token(args: argparse.Namespace) -> int:
 # --- spaces over the API: create, list -----------------------------------------------------
 
 
-def _register_spaces(sub: argparse._SubParsersAction) -> None:
+def _register_spaces(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     create = sub.add_parser("create", help="create a space (with its general chat)")
     create.add_argument("id", metavar="ID", help="[a-z0-9][a-z0-9_-]{0,63}")
     create.add_argument("--name", default=None, metavar="N", help="a name for people")

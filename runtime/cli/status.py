@@ -22,7 +22,7 @@ from runtime.cli.talk import talk
 from runtime.client.api import SpaceClient
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("status", help="the active device, devices, subscriptions, triggers")
     add_space_options(p)
     p.set_defaults(func=run_status)

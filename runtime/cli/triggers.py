@@ -39,7 +39,7 @@ from triggers.records import INTERNAL_PREFIX, Salvaged, load
 Record = dict[str, Any]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("triggers", help="add, list, show, edit, pause, run triggers")
     sub = p.add_subparsers(dest="triggers_command", required=True, parser_class=type(p))
     _add_parser(sub)
@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         add_space_options(parser)
 
 
-def _add_parser(sub: argparse._SubParsersAction) -> None:
+def _add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add = sub.add_parser("add", help="create a trigger")
     add.add_argument("--name", required=True, metavar="N")
     when = add.add_mutually_exclusive_group(required=True)
@@ -75,7 +75,7 @@ def _add_parser(sub: argparse._SubParsersAction) -> None:
     add.set_defaults(func=cmd_add)
 
 
-def _edit_parser(sub: argparse._SubParsersAction) -> None:
+def _edit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     edit = sub.add_parser("edit", help="change a trigger's name, schedule, program or args")
     edit.add_argument("id", metavar="ID")
     edit.add_argument("--name", metavar="N")

@@ -70,7 +70,7 @@ from space.token_store import TokenFileError, token_id, write_private
 log = logging.getLogger("baton")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up = subparsers.add_parser("up", help="run the space and a device on this machine")
     add_data_option(up)
     up.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

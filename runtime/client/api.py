@@ -21,7 +21,8 @@ import msgspec
 from core import chatwire, peerwire, wire
 from core.clock import Clock, SystemClock
 from core.routes import ROUTES, ApiError, error_from, headers, path_params, target
-from runtime.client.stream import Subscription, sse_session
+from runtime.client.sse import sse_session
+from runtime.client.stream import Subscription
 
 __all__ = ["ApiError", "SpaceClient"]
 

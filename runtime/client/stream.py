@@ -74,6 +74,10 @@ _TRANSIENT = (aiohttp.ClientError, OSError, HttpProcessingError, UnicodeDecodeEr
 class _CallerFailed(Exception):
     """The caller's callback raised: re-raised as itself, never retried as a network error."""
 
+    def __init__(self, raised: Exception) -> None:
+        super().__init__()
+        self.raised = raised
+
 
 class Subscription:
     """Follows one SSE URL until cancelled or permanently refused."""
@@ -123,7 +127,7 @@ class Subscription:
             try:
                 await self._follow(session, on_event)
             except _CallerFailed as exc:
-                raise exc.__cause__ from None  # type: ignore[misc]
+                raise exc.raised from None
             finally:
                 if self._status.state != ConnectionState.FAILED:
                     self._set(ConnectionState.STOPPED)
@@ -183,7 +187,7 @@ class Subscription:
         try:
             await on_event(event)
         except Exception as exc:
-            raise _CallerFailed() from exc
+            raise _CallerFailed(exc) from exc
         if event.event != "hello" and event.seq is not None:
             self._last_id = event.seq  # a gap's id may go back: the stream goes on from there
             self._retry.reset()

@@ -43,7 +43,7 @@ class Heartbeat:
         if self.instance:
             body["instance"] = self.instance
         if self._report is not None:
-            body["status"] = self._status_report()
+            body["status"] = _status_report(self._report)
         await self._client.device_put(self._space, self._peer, body)
         self.due = sent + every
         live = [d for d in (await self._client.devices(self._space)).devices if d.live]
@@ -57,9 +57,11 @@ class Heartbeat:
         except Exception as exc:
             log.warning("election: could not sign off: %s", exc)
 
-    def _status_report(self) -> dict[str, Any]:
-        try:
-            return msgspec.to_builtins(self._report())  # type: ignore[misc]
-        except Exception as exc:
-            log.warning("election: the status report failed: %s", exc)
-            return {"error": f"{type(exc).__name__}: {exc}"}
+
+def _status_report(report: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    try:
+        built: dict[str, Any] = msgspec.to_builtins(report())
+        return built
+    except Exception as exc:
+        log.warning("election: the status report failed: %s", exc)
+        return {"error": f"{type(exc).__name__}: {exc}"}

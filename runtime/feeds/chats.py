@@ -35,8 +35,8 @@ import msgspec
 from core.aio import Backoff, TaskSet, sleep_until
 from core.routes import ApiError
 from runtime.client.seat import Seat
-from runtime.client.sse import SseEvent
-from runtime.client.stream import DEFAULT_BACKOFF, ConnectionState, Permanent, SubscriptionStatus
+from runtime.client.sse import Permanent, SseEvent
+from runtime.client.stream import DEFAULT_BACKOFF, ConnectionState, SubscriptionStatus
 from runtime.feeds.followed import (
     MESSAGE,
     Bridge,
@@ -147,13 +147,13 @@ class Subscriptions:
         object_id = chat_of(record)
         if self._where.get(record.id) not in (None, object_id):
             self._detach(record.id)
-        if object_id is None:
+        if object_id is None or not isinstance(record, EventTrigger):  # one goes with the other
             return False
         chat = self._chats.get(object_id)
         if chat is None:
             chat = self._chats[object_id] = self._open(object_id, {})
         new = record.id not in chat.triggers
-        chat.triggers[record.id] = record  # type: ignore[assignment]
+        chat.triggers[record.id] = record
         self._where[record.id] = object_id
         return new
 

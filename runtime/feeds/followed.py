@@ -23,7 +23,8 @@ from core.aio import TaskSet
 from core.chatwire import each
 from core.wire import Answer
 from runtime.client.api import SpaceClient
-from runtime.client.stream import Permanent, Subscription
+from runtime.client.sse import Permanent
+from runtime.client.stream import Subscription
 from triggers.records import (
     CHAT_DATASET,
     RESERVED_CHAT_WATCH,

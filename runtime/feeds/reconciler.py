@@ -216,8 +216,8 @@ class Reconciler:
         if (
             prev is None
             or type(prev) is not type(item)
-            or prev.rev != item.rev  # type: ignore[union-attr]
-            or prev.updated_at != item.updated_at  # type: ignore[union-attr]
+            or prev.rev != item.rev
+            or prev.updated_at != item.updated_at
             or item.updated_at is None
         ):
             return False

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from core.clock import Clock, SystemClock
+from core.vocab import iso
 from programs.executor import Executor
 from programs.loader import ProgramCache
 from programs.outcome import Outcome
@@ -68,6 +69,6 @@ def _fire(manual: Manual, now: datetime) -> bodies.RunIdentity:
         program=manual.program,
         peer=f"cli@{socket.gethostname()}",
         term=0,
-        key=KEY_PREFIX + bodies.iso(now),
+        key=KEY_PREFIX + iso(now),
         started_at=now,
     )

@@ -202,7 +202,7 @@ class Ticker:
     def _refresh(self, armed: Armed) -> None:
         entry = self._entries.get(armed.record.id)
         if entry is not None and type(armed.record) is type(entry.record):
-            entry.record = armed.record  # type: ignore[assignment]  # fire times stay
+            entry.record = armed.record  # fire times stay
 
     def slept(self, now: datetime) -> None:
         """The machine slept or the wall clock jumped: restart every cursor from `now`."""
