@@ -9,7 +9,7 @@ nothing of ours but `core.wire`; must not know tables or HTTP.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -53,6 +53,8 @@ class HeartbeatIn(Body, frozen=True, kw_only=True):
     status: dict[str, Any] | None = None  # what the device reports of itself, for `baton status`
     instance: Short | None = None  # one per process run (and per wake): a new one restarts upSince
     stopped: bool = False  # a clean stop: not live from now on, until the next heartbeat
+    appliedSeq: Annotated[int, msgspec.Meta(ge=0)] | None = None  # the change feed applied so far
+    sleptSeconds: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None  # a suspend just seen
 
 
 class DeviceOut(Answer, frozen=True, kw_only=True):

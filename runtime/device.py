@@ -108,6 +108,8 @@ class Device:
         )  # the reconciler is made next; read when a run ends
         self._compose_chat(responder)
         self._compose_triggers()
+        reconciler = self.reconciler
+        self.elector.heartbeat.applied = lambda: reconciler.seq  # for `why` (history)
         self.supervisor = Supervisor(
             self.clock, on_down=self.elector.part_down, on_up=self.elector.part_up
         )
@@ -267,6 +269,7 @@ class Device:
         self.up_since = self.clock.wall()
         # a new instance: the space's upSince restarts, nothing of the sleep counts as up
         self.elector.heartbeat.instance = _instance()
+        self.elector.heartbeat.slept = abs(event.jump)  # the space keeps it for `why`
         self.ticker.slept(self.up_since)
         self.firing.slept()
         self.subscriptions.slept(self.up_since)

@@ -18,6 +18,8 @@ from space import (
     dashboard,
     devices,
     fires,
+    forget,
+    history,
     leases,
     metrics,
     openapi,
@@ -59,6 +61,8 @@ def create_app(
     lease_seconds: float = 15.0,
     live_seconds: float = 15.0,
     retention: RunRetention | None = None,
+    history_days: float = 30.0,
+    prune_every_seconds: float = 600.0,
     max_body_bytes: int = 1024 * 1024,
     max_program_bytes: int = 256 * 1024,
 ) -> web.Application:
@@ -73,6 +77,8 @@ def create_app(
         lease_seconds=lease_seconds,
         live_seconds=live_seconds,
         retention=retention or RunRetention(),
+        history_days=history_days,
+        prune_every_seconds=prune_every_seconds,
         max_body_bytes=max_body_bytes,
         max_program_bytes=max_program_bytes,
     )
@@ -87,6 +93,8 @@ def create_app(
     _open_store(app, db_path, Path(admin_token_file or default_admin_token_file(db_path)))
     for area in _AREAS:
         area.setup(app)
+    history.ensure_schema(app[DB], clock().timestamp())  # after `fires`: its outcome columns
+    forget.setup(app)
     chats.setup(app)
     openapi.setup(app)
     dashboard.setup(app)

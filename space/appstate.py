@@ -31,6 +31,8 @@ class SpaceSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_run_token_seconds: float = 24 * 3600.0
     run_token_margin_seconds: float = 30.0  # a device's run token: the run's timeout + this
     retention: RunRetention = RunRetention()
+    history_days: float = 30.0  # how long `why` can look back (SPEC "History and `why`")
+    prune_every_seconds: float = 600.0  # 0: never prune (tests prune by hand)
 
 
 class RouteDoc(msgspec.Struct, frozen=True, kw_only=True):

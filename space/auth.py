@@ -26,12 +26,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote
 
 from aiohttp import web
 
 from space import token_store
 from space.appstate import CLOCK
 from space.db import DB
+from space.history import NOTE_MAX, Author
 from space.http import Handler, Refusal
 from space.streams import STREAMS, EventStream
 from space.token_store import Principal, Role, mint_token, token_hash
@@ -130,6 +132,30 @@ def require_peer(request: web.Request, peer: str, field: str = "peer") -> None:
         return
     detail = f"this token is for peer {who.peer!r}, it may not act as {peer!r} - at `$.{field}`"
     raise Refusal(403, "forbidden", detail)
+
+
+NOTE_HEADER = "Baton-Note"
+
+
+def author(request: web.Request) -> Author:
+    """Who writes a record (`admin`, `device:<peer>`, `run:<runId>`) and the note of the
+    `Baton-Note` header (UTF-8, percent-encoded; at most `NOTE_MAX` characters)."""
+    who = principal(request)
+    if who.role is Role.RUN:
+        actor = f"run:{who.run_id}"
+    elif who.role is Role.DEVICE:
+        actor = f"device:{who.peer}"
+    else:
+        actor = "admin"
+    raw = request.headers.get(NOTE_HEADER, "")
+    try:
+        note = unquote(raw, errors="strict")
+    except UnicodeDecodeError:
+        note = "\n"  # not UTF-8: refused below
+    if len(note) > NOTE_MAX or not note.isprintable():
+        detail = f"{NOTE_HEADER} must be printable text of at most {NOTE_MAX} characters"
+        raise Refusal(400, "invalid_header", detail)
+    return Author(actor, note)
 
 
 def limit_patch(request: web.Request, changes: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ import sqlite_utils
 from aiohttp import web
 
 from core.peerwire import DeviceList, DeviceOut, HeartbeatIn
-from space import oddrows
+from space import history, oddrows
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.db import DB, add_columns, transaction
@@ -93,6 +93,16 @@ def heartbeat(
             "(space, peer, name, priority, last_seen, live_since, status, instance, stopped) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [space, peer, name, priority, now, up_since, status, instance, int(body.stopped)],
+        )
+        history.beat(
+            db,
+            space,
+            peer,
+            up_since,
+            now,
+            stopped=body.stopped,
+            slept=body.sleptSeconds,
+            applied=body.appliedSeq,
         )
 
 

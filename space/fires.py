@@ -25,7 +25,7 @@ import sqlite_utils
 from aiohttp import web
 
 from core.wire import FireIn, FireList, FireOut
-from space import fence, metrics, token_store
+from space import fence, history, metrics, token_store
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.db import DB, transaction
@@ -152,6 +152,7 @@ def _result(
         with transaction(db):  # a savepoint: a claim that fails half-way leaves nothing
             claimed = claim_one(db, space, fire, now, margin)
     except Refusal as exc:
+        _refused(db, space, fire, now, exc)
         return {**base, "status": exc.status, "error": exc.code, "detail": exc.detail}
     except (ValueError, TypeError, OverflowError, KeyError) as exc:  # an odd stored record
         log.warning("claim %s@%s refused: %r", fire.triggerId, fire.key, exc)
@@ -159,6 +160,15 @@ def _result(
         return {**base, "status": 422, "error": "invalid_record", "detail": detail}
     minted: dict[str, Any] = {n: claimed[n] for n in ("token", "expiresAt") if n in claimed}
     return {**base, "status": 201, "claimedAt": claimed["claimedAt"], **minted}
+
+
+def _refused(
+    db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime, exc: Refusal
+) -> None:
+    """A refusal of the fence or of a key claimed before goes into the claim ledger."""
+    if exc.status == 409:
+        who = (fire.triggerId, fire.key, fire.peer, fire.term)
+        history.refused(db, space, who, now.timestamp(), exc.code, exc.detail)
 
 
 async def post_fires(request: web.Request) -> web.Response:
@@ -175,12 +185,16 @@ async def post_fires(request: web.Request) -> web.Response:
         for r in results:
             metrics.claim_seen(request.app, space, r["key"], r.get("error") or "claimed", now)
         return answer({"claims": results})
-    try:
-        with transaction(db):
+    refusal = None
+    with transaction(db):
+        try:
             claimed = claim_one(db, space, body, now, margin)
-    except Refusal as exc:
-        metrics.claim_seen(request.app, space, body.key, exc.code, now)
-        raise
+        except Refusal as exc:
+            refusal = exc
+            _refused(db, space, body, now, exc)
+    if refusal is not None:
+        metrics.claim_seen(request.app, space, body.key, refusal.code, now)
+        raise refusal
     metrics.claim_seen(request.app, space, body.key, "claimed", now)
     return answer(claimed, status=201)
 

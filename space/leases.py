@@ -21,6 +21,7 @@ import sqlite_utils
 from aiohttp import web
 
 from core.peerwire import ClaimIn, HandoverIn, LeaseOut, WantIn
+from space import history
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.db import DB, transaction
@@ -137,11 +138,31 @@ def _change(
             new = None
         if new is not None:
             store(db, space, new)
+            remember(db, space, lease, new, now)
     if new is None:
         raise Refusal(
             409, "lease_conflict", _conflict_detail(lease, now), **wire(lease, now, length)
         )
     return answer(wire(new, now, length))
+
+
+def remember(db: sqlite_utils.Database, space: str, old: Lease, new: Lease, now: datetime) -> None:
+    """The history of terms: a new term begins, the one before ended (released, expired
+    at its `expiresAt`, or handed over while it still held). A renewal writes nothing."""
+    if new.term != old.term:
+        if old.active is not None and old.term:
+            lapsed = old.lapsed(now) and old.expires_at is not None
+            ended = old.expires_at if lapsed and old.expires_at else now
+            how = "expired" if lapsed else "handed over"
+            history.term_ended(db, space, old.term, ended.timestamp(), how)
+        if new.active is not None:
+            history.term_began(db, space, new.term, new.active, now.timestamp())
+    elif old.active is not None and new.active is None:
+        lapsed = old.lapsed(now) and old.expires_at is not None
+        ended = old.expires_at if lapsed and old.expires_at else now
+        history.term_ended(
+            db, space, old.term, ended.timestamp(), "expired" if lapsed else "released"
+        )
 
 
 def _conflict_detail(lease: Lease, now: datetime) -> str:

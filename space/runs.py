@@ -22,7 +22,7 @@ from aiohttp import web
 
 from core.vocab import KEPT_LONGER, RunStatus
 from core.wire import RollupList, RunIn, RunList, RunResult, Stamps
-from space import auth, duties, logtable, metrics, oddrows, token_store, trigger_store
+from space import auth, duties, history, logtable, metrics, oddrows, token_store, trigger_store
 from space.appstate import SETTINGS, RunRetention
 from space.changes import notify
 from space.db import DB, transaction
@@ -71,6 +71,8 @@ def add_run(
             ],
         )
         _bump(db, space, run)
+        outcome = (run.runId, run.status.value, run.reason, run.startedAt.timestamp(), run.lateMs)
+        history.outcome(db, space, (run.triggerId, run.key), outcome)
         logtable.prune(db, "runs", "trigger_id", space, run.triggerId, failure, keep, now)
     return True
 

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import json
 import secrets
+from datetime import datetime
 from typing import Any
 
 import msgspec
 import sqlite_utils
 
-from space import record_input, record_view
+from space import history, record_input, record_view
 from space.db import transaction
+from space.history import SPACE_AUTHOR, Author
 from space.http import Refusal
 from triggers import records
 
@@ -104,14 +106,21 @@ def _write(db: sqlite_utils.Database, space: str, record: Record, op: str, now: 
     return int(cur.lastrowid or 0)
 
 
-def create(db: sqlite_utils.Database, space: str, body: Record, now: str) -> Record:
+def create(
+    db: sqlite_utils.Database, space: str, body: Record, now: str, by: Author = SPACE_AUTHOR
+) -> Record:
     """Store a new record under a freshly minted `id`."""
     record_input.check(body)
     with transaction(db):
         tid = _mint_id(db, space)
         record = _new(tid, body, now)
-        _write(db, space, record, "create", now)
+        seq = _write(db, space, record, "create", now)
+        history.revision(db, space, None, record, seq, _unix(now), by)
     return record
+
+
+def _unix(now: str) -> float:
+    return datetime.fromisoformat(now).timestamp()
 
 
 def _new(tid: str, body: Record, now: str) -> Record:
@@ -130,7 +139,12 @@ def _active_since(old: Record, new: Record, now: str) -> str | None:
 
 
 def create_reserved(
-    db: sqlite_utils.Database, space: str, tid: str, body: Record, now: str
+    db: sqlite_utils.Database,
+    space: str,
+    tid: str,
+    body: Record,
+    now: str,
+    by: Author = SPACE_AUTHOR,
 ) -> tuple[Record, bool]:
     """Create-if-absent for a reserved id; an existing record is returned untouched."""
     if tid not in RESERVED_IDS:
@@ -147,7 +161,8 @@ def create_reserved(
         if row is not None:
             return record_view.parse(row[1]) or {"id": tid}, False
         record = _new(tid, body, now)
-        _write(db, space, record, "create", now)
+        seq = _write(db, space, record, "create", now)
+        history.revision(db, space, None, record, seq, _unix(now), by)
     return record, True
 
 
@@ -158,6 +173,7 @@ def patch(
     changes: Record,
     now: str,
     if_match: int | None = None,
+    by: Author = SPACE_AUTHOR,
 ) -> Record:
     """Replace the given top-level user fields; the result must be a valid record."""
     with transaction(db):
@@ -167,8 +183,9 @@ def patch(
         record_input.check({**user, **changes}, tid)
         merged = {**record, **changes, "id": tid, "rev": rev + 1, "updatedAt": now}
         since = _active_since(record, merged, now)
-        record = merged if since is None else {**merged, "activeSince": since}
-        _write(db, space, record, "update", now)
+        old, record = record, merged if since is None else {**merged, "activeSince": since}
+        seq = _write(db, space, record, "update", now)
+        history.revision(db, space, old, record, seq, _unix(now), by)
     return record
 
 
@@ -197,7 +214,12 @@ def stamp(
 
 
 def delete(
-    db: sqlite_utils.Database, space: str, tid: str, now: str, if_match: int | None = None
+    db: sqlite_utils.Database,
+    space: str,
+    tid: str,
+    now: str,
+    if_match: int | None = None,
+    by: Author = SPACE_AUTHOR,
 ) -> None:
     with transaction(db):
         row = _row(db, space, tid)
@@ -206,11 +228,14 @@ def delete(
         rev = row[0]
         _check_rev(rev, if_match)
         db.execute("DELETE FROM triggers WHERE space = ? AND id = ?", [space, tid])
-        db.execute(
+        cur = db.execute(
             "INSERT INTO changes (space, trigger_id, op, rev, body, at) "
             "VALUES (?, ?, 'delete', ?, NULL, ?)",
             [space, tid, rev + 1, now],
         )
+        old = record_view.parse(row[1]) or {"id": tid}
+        old = {**old, "id": tid, "rev": rev}
+        history.revision(db, space, old, None, int(cur.lastrowid or 0), _unix(now), by)
 
 
 def listing(

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from core.wire import Answer, Body, Stamps
 from space import duties, record_view, trigger_store
-from space.auth import limit_patch
+from space.auth import author, limit_patch
 from space.changes import notify
 from space.db import DB
 from space.http import Refusal, add_route, answer, decode, int64, int_query, now_of, raw_body
@@ -88,7 +88,8 @@ async def list_triggers(request: web.Request) -> web.Response:
 async def create_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     body = await object_body(request)
-    record = trigger_store.create(request.app[DB], space, body, iso(now_of(request)))
+    by = author(request)
+    record = trigger_store.create(request.app[DB], space, body, iso(now_of(request)), by)
     notify(request.app, space)
     return _one(record, 201)
 
@@ -97,8 +98,8 @@ async def put_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     body = await object_body(request)
     tid = request.match_info["id"]
-    at = iso(now_of(request))
-    record, created = trigger_store.create_reserved(request.app[DB], space, tid, body, at)
+    at, by = iso(now_of(request)), author(request)
+    record, created = trigger_store.create_reserved(request.app[DB], space, tid, body, at, by)
     if created:
         notify(request.app, space)
     return _one(record, 201 if created else 200)
@@ -121,6 +122,7 @@ async def patch_trigger(request: web.Request) -> web.Response:
         changes,
         iso(now_of(request)),
         if_match(request),
+        author(request),
     )
     notify(request.app, space)
     return _one(record)
@@ -129,7 +131,8 @@ async def patch_trigger(request: web.Request) -> web.Response:
 async def delete_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     tid = request.match_info["id"]
-    trigger_store.delete(request.app[DB], space, tid, iso(now_of(request)), if_match(request))
+    at, by = iso(now_of(request)), author(request)
+    trigger_store.delete(request.app[DB], space, tid, at, if_match(request), by)
     notify(request.app, space)
     return answer({"id": tid, "deleted": True})
 

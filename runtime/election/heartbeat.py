@@ -1,8 +1,8 @@
 """This device's presence in the space: its heartbeat and what it learns of the live devices.
 
-Owns `device_put` (name, priority, instance and, given `report`, the device's own
-status for `baton status`), reading the live devices and their priorities after each
-beat, when the next beat is due, and signing off on a clean stop. A report that fails
+Owns `device_put` (name, priority, instance, the change feed position applied, a
+suspend just seen and, given `report`, the device's own status for `baton status`),
+reading the live devices and their priorities after each beat, when the next beat is due, and signing off on a clean stop. A report that fails
 is sent as an error, never skipped. Must not decide anything about the lease (that is
 `runtime.election.loop` and `runtime.election.decision`). Time only through the injected `Clock`.
 """
@@ -30,6 +30,8 @@ class Heartbeat:
         self._name, self._report = name, report
         self.due = float("-inf")  # monotonic: when the next beat is due
         self.instance = ""  # sent with each beat: a new one restarts the space's upSince
+        self.applied: Callable[[], int] | None = None  # the change feed position applied
+        self.slept: float | None = None  # a suspend seen since the last beat (seconds), sent once
         self.live: frozenset[str] = frozenset()
         self.priorities: dict[str, int] = {}
 
@@ -44,7 +46,16 @@ class Heartbeat:
             body["instance"] = self.instance
         if self._report is not None:
             body["status"] = _status_report(self._report)
-        await self._client.device_put(self._space, self._peer, body)
+        if self.applied is not None:
+            body["appliedSeq"] = self.applied()
+        slept, self.slept = self.slept, None
+        if slept is not None:
+            body["sleptSeconds"] = round(max(0.0, slept), 3)
+        try:
+            await self._client.device_put(self._space, self._peer, body)
+        except BaseException:
+            self.slept = slept if self.slept is None else self.slept  # told at the next beat
+            raise
         self.due = sent + every
         live = [d for d in (await self._client.devices(self._space)).devices if d.live]
         self.live = frozenset(d.peer for d in live)

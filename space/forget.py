@@ -1,0 +1,102 @@
+"""Forgetting history past its retention (`--history-days`), a small batch at a time.
+
+Owns the pruning of the `history_*` tables and of the claim ledger (`fires`): every
+`every` seconds, rows older than the retention go in batches of `BATCH` rows, each its own
+short transaction with the event loop free between them, so a prune never holds up a
+claim. A revision stays while it is the latest of its record before the cutoff (it says
+how the record stood at the start of the kept history). Claims stay at least
+`CLAIMS_FLOOR_DAYS` (past the longest grace a slot may still be fired in), so the guard
+against double fires never forgets a key that could come again. Must not write facts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import sqlite_utils
+from aiohttp import web
+
+from space.appstate import CLOCK, SETTINGS
+from space.db import DB, transaction
+from space.servertime import iso
+
+log = logging.getLogger("baton.space")
+BATCH = 500
+CLAIMS_FLOOR_DAYS = 8.0  # a cron `latest` grace or a once's grace is at most 7 days
+
+# table → (the column of its instant, unix seconds or the wire text)
+_BY_ROWID = {"history_refusals": "at", "history_applied": "at", "fires": "claimed_at"}
+_SCANNED = {"history_terms": "ended", "history_windows": "last_seen"}
+_REVISIONS = """
+DELETE FROM history_revisions WHERE rowid IN (
+  SELECT r.rowid FROM history_revisions r WHERE r.at < :cutoff AND (
+    r.rev < (SELECT MAX(k.rev) FROM history_revisions k WHERE k.space = r.space
+             AND k.trigger_id = r.trigger_id AND k.at < :cutoff)
+    OR EXISTS (SELECT 1 FROM history_revisions d WHERE d.space = r.space
+               AND d.trigger_id = r.trigger_id AND d.op = 'delete' AND d.at < :cutoff))
+  LIMIT :batch)
+"""
+
+
+def prune_batch(db: sqlite_utils.Database, cutoff: float, claims_cutoff: float) -> int:
+    """One batch of each table; how many rows went (0: nothing is left to forget)."""
+    gone = 0
+    with transaction(db):
+        for table, column in _BY_ROWID.items():
+            limit: object = iso_of(claims_cutoff) if table == "fires" else cutoff
+            gone += db.execute(
+                f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM (SELECT rowid, "
+                f"{column} AS at FROM {table} ORDER BY rowid LIMIT ?) WHERE at < ?)",
+                [BATCH, limit],
+            ).rowcount
+        for table, column in _SCANNED.items():
+            gone += db.execute(
+                f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} "
+                f"WHERE {column} < ? LIMIT ?)",
+                [cutoff, BATCH],
+            ).rowcount
+        gone += db.execute(_REVISIONS, {"cutoff": cutoff, "batch": BATCH}).rowcount
+    return gone
+
+
+def iso_of(unix: float) -> str:
+    return iso(datetime.fromtimestamp(unix, UTC))
+
+
+async def prune(app: web.Application) -> int:
+    """Forget everything past the retention now, batch by batch; rows forgotten."""
+    days = app[SETTINGS].history_days
+    now = app[CLOCK]()
+    cutoff = (now - timedelta(days=days)).timestamp()
+    claims = (now - timedelta(days=max(days, CLAIMS_FLOOR_DAYS))).timestamp()
+    total = 0
+    while (gone := prune_batch(app[DB], cutoff, claims)) > 0:
+        total += gone
+        await asyncio.sleep(0)  # a fire's claim goes between two batches
+    return total
+
+
+async def _pruner(app: web.Application) -> AsyncIterator[None]:
+    async def loop() -> None:
+        while True:
+            try:
+                gone = await prune(app)
+                if gone:
+                    days = app[SETTINGS].history_days
+                    log.info("history: %d rows past %g days forgotten", gone, days)
+            except Exception as exc:  # a storage fault: the next round tries again
+                log.warning("history: prune failed: %s", exc)
+            await asyncio.sleep(app[SETTINGS].prune_every_seconds)
+
+    task = asyncio.create_task(loop(), name="history-prune")
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def setup(app: web.Application) -> None:
+    if app[SETTINGS].prune_every_seconds > 0:
+        app.cleanup_ctx.append(_pruner)

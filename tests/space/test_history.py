@@ -1,0 +1,147 @@
+"""The history `why` answers from: each fact written with the write it describes, pruned by age."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlite_utils
+from space_support import SPACE, Api, FakeClock
+
+from space import forget
+
+S = f"/spaces/{SPACE}"
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp()
+
+
+def rows(api: Api, sql: str) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(api.db_path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+async def test_every_change_of_a_record_is_a_revision_with_actor_and_note(
+    api: Api, space_clock: FakeClock
+) -> None:
+    created = await api.create_trigger()
+    tid = created["id"]
+    space_clock.advance(60)
+    phone = await api.device_token("phone")
+    status, _ = await api.patch(
+        f"{S}/triggers/{tid}",
+        {"enabled": False},
+        token=phone,
+        headers={"Baton-Note": "vacation%20%E2%9B%B1"},
+    )
+    assert status == 200
+    space_clock.advance(60)
+    assert (await api.patch(f"{S}/triggers/{tid}", {"owner": "phone"}))[0] == 200
+    assert (await api.post(f"{S}/triggers/{tid}/status", {"lastStatus": "ok"}))[0] == 200
+    assert (await api.delete(f"{S}/triggers/{tid}"))[0] == 200
+    got = rows(api, "SELECT rev, op, actor, note, changes, at FROM history_revisions ORDER BY rev")
+    assert [(r[0], r[1], r[2], r[3]) for r in got] == [
+        (1, "create", "admin", ""),
+        (2, "pause", "device:phone", "vacation ⛱"),
+        (3, "repin", "admin", ""),
+        (4, "delete", "admin", ""),
+    ]  # the stamp is no revision
+    assert json.loads(got[1][4]) == {"enabled": [None, False]}
+    assert got[1][5] == T0 + 60
+
+
+async def test_a_note_that_is_not_printable_text_is_refused(api: Api) -> None:
+    tid = (await api.create_trigger())["id"]
+    for bad in ("%0A", "x" * 501, "%FF"):
+        status, body = await api.patch(
+            f"{S}/triggers/{tid}", {"enabled": False}, headers={"Baton-Note": bad}
+        )
+        assert (status, body["error"]) == (400, "invalid_header") and "Baton-Note" in body["detail"]
+    assert rows(api, "SELECT COUNT(*) FROM history_revisions") == [(1,)]
+
+
+async def test_terms_say_who_held_them_and_how_they_ended(api: Api, space_clock: FakeClock) -> None:
+    e = f"{S}/election"
+    assert (await api.post(f"{e}/claim", {"peer": "laptop", "term": 0}))[0] == 200
+    space_clock.advance(5)
+    assert (await api.post(f"{e}/claim", {"peer": "laptop", "term": 1}))[0] == 200  # renewal
+    space_clock.advance(40)  # lapsed at +20
+    assert (await api.post(f"{e}/claim", {"peer": "phone", "term": 1}))[0] == 200
+    body = {"peer": "phone", "term": 2, "to": "box"}
+    assert (await api.post(f"{e}/handover", body))[0] == 200
+    space_clock.advance(1)
+    assert (await api.post(f"{e}/release", {"peer": "box", "term": 3}))[0] == 200
+    got = rows(
+        api,
+        "SELECT term, holder, began - ?, ended - ?, how FROM history_terms".replace("?", str(T0)),
+    )
+    assert got == [
+        (1, "laptop", 0.0, 20.0, "expired"),
+        (2, "phone", 45.0, 45.0, "handed over"),
+        (3, "box", 45.0, 46.0, "released"),
+    ]
+
+
+async def test_device_windows_follow_heartbeats_and_what_they_report(
+    api: Api, space_clock: FakeClock
+) -> None:
+    d = f"{S}/devices/laptop"
+    assert (await api.put(d, {"instance": "a", "appliedSeq": 1}))[0] == 200
+    space_clock.advance(5)
+    assert (await api.put(d, {"instance": "a", "appliedSeq": 1}))[0] == 200
+    space_clock.advance(600)  # asleep
+    assert (await api.put(d, {"instance": "b", "sleptSeconds": 598.5, "appliedSeq": 1}))[0] == 200
+    space_clock.advance(5)
+    assert (await api.put(d, {"stopped": True}))[0] == 200
+    got = rows(
+        api,
+        "SELECT began - ?, last_seen - ?, stopped, slept FROM history_windows".replace(
+            "?", str(T0)
+        ),
+    )
+    assert got == [(0.0, 5.0, 0, None), (605.0, 610.0, 1, 598.5)]
+    assert rows(api, "SELECT at - ?, seq FROM history_applied".replace("?", str(T0))) == [
+        (0.0, 1),
+        (605.0, 1),
+    ]
+
+
+async def test_refused_claims_and_run_outcomes_enter_the_claim_ledger(api: Api) -> None:
+    tid = (await api.create_trigger(owner="box"))["id"]
+    fire = {"triggerId": tid, "key": "2026-12-01T09:05:00Z", "term": 0, "peer": "box"}
+    assert (await api.post(f"{S}/fires", fire))[0] == 201
+    status, body = await api.post(f"{S}/fires", {**fire, "peer": "laptop"})
+    assert (status, body["error"]) == (409, "not_owner")
+    run = {
+        **fire,
+        "runId": "r1",
+        "startedAt": "2026-12-01T09:05:01Z",
+        "status": "ok",
+        "lateMs": 1000,
+    }
+    assert (await api.post(f"{S}/runs", run))[0] == 201
+    assert rows(api, "SELECT peer, code FROM history_refusals") == [("laptop", "not_owner")]
+    assert rows(api, "SELECT peer, run_id, status, late_ms FROM fires") == [
+        ("box", "r1", "ok", 1000.0)
+    ]
+
+
+async def test_prune_forgets_past_the_retention_but_keeps_how_a_record_stood(
+    api: Api, space_clock: FakeClock
+) -> None:
+    tid = (await api.create_trigger())["id"]
+    assert (await api.patch(f"{S}/triggers/{tid}", {"name": "a"}))[0] == 200
+    fire = {"triggerId": tid, "key": "2026-12-01T09:00:00Z", "term": 0, "peer": "laptop"}
+    assert (await api.post(f"{S}/fires", fire))[0] == 409  # stale term: a refusal kept
+    assert (await api.put(f"{S}/devices/laptop", {}))[0] == 200
+    space_clock.advance(31 * 86400)
+    assert (await api.patch(f"{S}/triggers/{tid}", {"name": "b"}))[0] == 200
+    store = sqlite_utils.Database(api.db_path)
+    cutoff = space_clock.now.timestamp() - 30 * 86400
+    gone = forget.prune_batch(store, cutoff, cutoff)
+    assert gone == 3  # the create (superseded before the cutoff), the refusal, the window
+    assert forget.prune_batch(store, cutoff, cutoff) == 0
+    assert rows(api, "SELECT rev FROM history_revisions") == [(2,), (3,)]
