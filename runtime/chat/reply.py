@@ -3,7 +3,8 @@
 Owns posting into a chat (SPEC "chat-watch"): a reply sent as one agent message, or
 streamed (posted at its first words with `done` false, then edited in place as it
 grows, at most every `stream_interval` seconds, and `done` at its end); a reply cut
-short by a failure keeps the words written so far and ends; a failed turn's apology.
+off (a message joins the turn, the model fails, the device stops) keeps the words
+written so far, gets a marker saying why and ends `done`; a failed turn's apology.
 Also what a turn and its chat share: the chat (`Conversation`: its inbox, its live turn), the
 edges the daemon binds to the space (`Edges`), the settings (`TurnSettings`) and the
 counters. Every call is bounded on the Clock (`core.aio.within`).
@@ -36,6 +37,14 @@ RecordTurn = Callable[[dict[str, Any]], Awaitable[Any]]
 
 AGENT_NAME = "chat-watch"
 DEFAULT_APOLOGY = "Sorry, I could not answer that just now."
+CUT_JOINED = "a new message came"  # the turn answers it together with what was cut
+CUT_FAILED = "the model failed"
+CUT_STOPPED = "the device stopped"
+
+
+def cut_text(text: str, why: str) -> str:
+    """What a reply cut off shows: the words written so far, then why it ends there."""
+    return f"{text.rstrip()} [cut off: {why}]"
 
 
 class Counters(msgspec.Struct, kw_only=True):
@@ -60,6 +69,7 @@ class Conversation:
         self.inbox: deque[MessageJson] = deque()
         self.task: asyncio.Task[None] | None = None
         self.turn_id = ""
+        self.joined = asyncio.Event()  # set when a message comes while a call is answering
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +98,7 @@ class Post:
         self.chat = chat
         self.replies = 0
         self.posted = False  # the current call has put words in the chat
+        self.cut = False  # the current call's reply was cut off by a message joining
         self.growing: tuple[MessageJson, str] | None = None  # a streamed reply not yet ended
 
 
@@ -98,7 +109,7 @@ def reason(exc: BaseException) -> str:
 
 
 class Replies:
-    """Posts a turn's replies through the edges; `more()` says whether more will follow."""
+    """Posts a turn's replies through the edges."""
 
     def __init__(
         self,
@@ -107,19 +118,17 @@ class Replies:
         *,
         clock: Clock,
         counters: Counters,
-        more: Callable[[Conversation], bool],
     ) -> None:
         self._edges, self._settings, self._clock = edges, settings, clock
-        self._counters, self._more = counters, more
+        self._counters = counters
 
     async def io(self, work: Awaitable[T], what: str) -> T:
         """`work` bounded by the settings' `io_timeout`."""
         return await within(self._clock, self._settings.io_timeout, work, what)
 
-    async def reply(self, post: Post, text: str, done: bool | None = None) -> MessageJson:
-        """Post `text` whole; `done` unless more messages wait (or as told)."""
+    async def reply(self, post: Post, text: str, done: bool = True) -> MessageJson:
+        """Post `text` whole (`done` unless it is the first words of a streamed reply)."""
         chat = post.chat
-        done = not self._more(chat) if done is None else done
         agent = {"name": AGENT_NAME, "done": done}
         sent = await self.io(self._edges.send(*chat.key, text, agent=agent), "send")
         post.posted = True
@@ -130,35 +139,38 @@ class Replies:
         return {"objectId": chat.key[1], "text": text, "agent": agent}
 
     async def stream(self, post: Post, pieces: AsyncIterator[str]) -> MessageJson | None:
-        """Post the reply at its first words and grow it in place as the pieces come."""
-        text, flushed, message, last = "", "", None, 0.0
-        async for piece in pieces:
+        """Post the reply at its first words and grow it in place as the pieces come.
+
+        A message joining the turn cuts it off (`post.cut`): the rest is not read, and what
+        was written ends with the marker."""
+        text, message, last = "", None, 0.0
+        async for piece in until_set(pieces, post.chat.joined):
             text += piece
             if message is not None:
                 post.growing = (message, text)
             if message is None and text.strip():
                 message = await self.reply(post, text, done=False)
-                flushed, last = text, self._clock.monotonic()
+                last = self._clock.monotonic()
                 post.growing = (message, text)
             elif message and self._clock.monotonic() - last >= self._settings.stream_interval:
                 message = await self._grow(post.chat, message, text, None)
-                flushed, last = text, self._clock.monotonic()
+                last = self._clock.monotonic()
+        post.cut = post.chat.joined.is_set()
+        post.growing = None
         if message is None:
             return None
-        done = not self._more(post.chat)
-        post.growing = None
-        if not done and text == flushed:
-            return message
-        return await self._grow(post.chat, message, text, done)
+        if post.cut:
+            return await self._grow(post.chat, message, cut_text(text, CUT_JOINED), True)
+        return await self._grow(post.chat, message, text, True)
 
-    async def end_growing(self, post: Post) -> None:
-        """A reply cut short (failure, timeout) keeps the words written so far and ends."""
+    async def end_growing(self, post: Post, why: str) -> None:
+        """A reply cut short (failure, timeout, stop) keeps its words, says why and ends."""
         if post.growing is None or self._edges.edit is None:
             return
         message, text = post.growing
         post.growing = None
         try:
-            await self._grow(post.chat, message, text, True)
+            await self._grow(post.chat, message, cut_text(text, why), True)
         except Exception as exc:
             log.warning("chat-watch %s/%s: cut reply not ended: %s", *post.chat.key, reason(exc))
 
@@ -183,3 +195,32 @@ class Replies:
             await self.io(self._edges.send(*chat.key, apology, agent=agent), "send")
         except Exception as exc:
             log.warning("chat-watch %s/%s: apology not sent: %s", *chat.key, reason(exc))
+
+
+async def until_set(pieces: AsyncIterator[str], stop: asyncio.Event) -> AsyncIterator[str]:
+    """`pieces` until they end or `stop` is set; then the piece being waited for is cancelled
+    and the rest is never read (the generator is closed)."""
+    source = aiter(pieces)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while not stop.is_set():
+            step = asyncio.ensure_future(anext(source))
+            try:
+                await asyncio.wait({step, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not step.done():
+                    step.cancel()
+                    await asyncio.gather(step, return_exceptions=True)
+            if step.cancelled():
+                return
+            try:
+                piece = step.result()
+            except StopAsyncIteration:
+                return
+            yield piece
+    finally:
+        stopped.cancel()
+        await asyncio.gather(stopped, return_exceptions=True)
+        close = getattr(source, "aclose", None)
+        if close is not None:
+            await close()

@@ -2,9 +2,11 @@
 
 Owns a turn (SPEC "chat-watch"): a snapshot of recent history taken once, then
 responder calls while the chat's inbox is non-empty, so a message arriving mid-turn
-joins that turn; a call that finds the responder unavailable puts its messages back to
-wait and says why (`unavailable`); a failure ends the turn (its reply cut, an apology
-posted: runtime.chat.reply); and the `agent_turns` entry each turn leaves (`AgentTurn`),
+joins that turn (a streamed reply it cuts off is ended and the next call answers the
+cut call's messages with it, never showing the model the partial); a call that finds
+the responder unavailable puts its messages back to wait and says why (`unavailable`);
+a failure or a stop ends the turn (its reply cut, an apology posted on failure:
+runtime.chat.reply); and the `agent_turns` entry each turn leaves (`AgentTurn`),
 handed to `record_turn`. Each responder call is bounded by `reply_timeout` on the Clock.
 
 Which fires are answered, the waiting and readiness are runtime.chat.watch's; what a
@@ -25,6 +27,8 @@ from core.aio import within
 from core.clock import Clock
 from core.vocab import TurnOutcome
 from runtime.chat.reply import (
+    CUT_FAILED,
+    CUT_STOPPED,
     Conversation,
     Counters,
     Edges,
@@ -106,13 +110,7 @@ class Turns:
         self._responder, self._edges, self._settings = responder, edges, settings
         self._clock, self._counters = clock, counters
         self._ready, self._unavailable = ready, unavailable
-        self._replies = Replies(
-            edges,
-            settings,
-            clock=clock,
-            counters=counters,
-            more=lambda chat: bool(chat.inbox) and ready(),
-        )
+        self._replies = Replies(edges, settings, clock=clock, counters=counters)
 
     async def run(self, chat: Conversation) -> None:
         """One turn of `chat`: answer its inbox until empty (or not ready), then record it."""
@@ -130,10 +128,11 @@ class Turns:
                 timed_out = isinstance(exc, TimeoutError)
                 turn.fail(TurnOutcome.TIMEOUT if timed_out else TurnOutcome.ERROR, reason(exc))
                 self._counters.failed += 1
-                await self._replies.end_growing(turn.post)
+                await self._replies.end_growing(turn.post, CUT_FAILED)
                 await self._replies.apologise(chat)
         except asyncio.CancelledError:
             turn.fail(TurnOutcome.CANCELLED, "chat-watch closed during the turn")
+            await self._replies.end_growing(turn.post, CUT_STOPPED)
             await self._finish(turn)
             raise
         await self._finish(turn)
@@ -144,11 +143,12 @@ class Turns:
         while chat.inbox and self._ready():
             pending = list(chat.inbox)
             chat.inbox.clear()
+            chat.joined.clear()
             ids = {m["messageId"] for m in pending}
             turn.message_ids += [m["messageId"] for m in pending]
             self._counters.answered += len(pending)
             context = [m for m in view if m.get("messageId") not in ids]
-            turn.post.posted = False
+            turn.post.posted, turn.post.cut = False, False
             try:
                 reply = await within(
                     self._clock,
@@ -161,6 +161,10 @@ class Turns:
                     raise
                 self._defer(turn, pending, str(exc))
             turn.calls += 1
+            if turn.post.cut:  # a message joined: answer it with these, the partial unseen
+                self._put_back(turn, pending)
+                view = context
+                continue
             view = context + pending
             if reply is not None:
                 view.append(reply)
@@ -168,12 +172,15 @@ class Turns:
 
     def _defer(self, turn: _Turn, pending: list[MessageJson], reason: str) -> None:
         """Put `pending` back to wait, oldest first, and stop answering until ready again."""
-        chat = turn.chat
-        chat.inbox.extendleft(reversed(pending))
-        turn.message_ids = turn.message_ids[: len(turn.message_ids) - len(pending)]
-        self._counters.answered -= len(pending)
+        self._put_back(turn, pending)
         self._unavailable(reason)
         raise _Deferred(reason)
+
+    def _put_back(self, turn: _Turn, pending: list[MessageJson]) -> None:
+        """`pending` waits again at the head of the inbox, not yet answered."""
+        turn.chat.inbox.extendleft(reversed(pending))
+        turn.message_ids = turn.message_ids[: len(turn.message_ids) - len(pending)]
+        self._counters.answered -= len(pending)
 
     async def _answer(
         self, turn: _Turn, context: list[MessageJson], pending: list[MessageJson]

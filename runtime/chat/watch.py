@@ -210,6 +210,7 @@ class ChatWatch:
                 dropped["messageId"],
             )
         chat.inbox.append(dict(event))
+        chat.joined.set()  # a streamed reply being written is cut off: this joins the turn
 
     def _kick(self, chat: Conversation) -> None:
         if self._ready and not self._closed and chat.task is None and chat.inbox:

@@ -5,7 +5,8 @@ keeps every request body it was sent (`requests`), answers with `reply` split in
 `pieces`, streamed as SSE `data:` chunks ending with `data: [DONE]` when the request
 asks to stream and `streaming` is on, else as one JSON answer. With `hold` set, the
 stream stops after its first piece until the test calls `release()`, so a test can
-look at the half-written reply without sleeping. `stop()` / `start()` take it down
+look at the half-written reply without sleeping. A piece "FAIL" is sent as an error
+chunk, as a server reports a model failing mid-stream. `stop()` / `start()` take it down
 and bring it back on the same port.
 """
 
@@ -61,12 +62,16 @@ class FakeLlm:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         for i, piece in enumerate(self.pieces):
-            chunk = {"choices": [{"index": 0, "delta": {"content": piece}}]}
+            chunk: dict[str, Any] = {"choices": [{"index": 0, "delta": {"content": piece}}]}
+            if piece == "FAIL":  # the model fails mid-stream, as a server reports it
+                chunk = {"error": {"message": "the model ran out of memory"}}
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
             if i == 0:
                 self.first_piece_sent.set()
                 if self.hold:
                     await self._gate.wait()
+                    if request.transport is None or request.transport.is_closing():
+                        return resp  # the client hung up while held
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp

@@ -160,3 +160,59 @@ async def test_an_unreachable_endpoint_makes_messages_wait_until_it_is_back(
     (request,) = llm.requests
     assert request["messages"][-1] == {"role": "user", "content": "are you there?"}
     await eventually(lambda: dev.device.chatwatch.ready)
+
+
+async def ended(space: Space, count: int) -> list[Message]:
+    async def all_done() -> list[Message] | None:
+        found = await agent_messages(space)
+        finished = len(found) == count and all(m.agent and m.agent.done for m in found)
+        return found if finished else None
+
+    return await eventually(all_done)
+
+
+async def test_a_message_joining_cuts_off_the_reply_which_ends_and_is_not_sent_back(
+    space: Space, make_device: MakeDevice, llm: FakeLlm
+):
+    llm.hold = True
+    await answering(make_device, space, llm)
+    await space.send(space.general, "first of two")
+    (growing,) = await eventually(lambda: agent_messages(space))
+    assert growing.agent == Agent(name="chat-watch", done=False)
+    await space.send(space.general, "second joins?")
+    await eventually(lambda: len(llm.requests) == 2 or None)
+    llm.release()
+
+    cut, answer = await ended(space, 2)
+    assert cut.message_id == growing.message_id
+    assert cut.text == "Hel [cut off: a new message came]"
+    assert answer.text == "Hello there"
+    second = llm.requests[1]["messages"]
+    assert all(m["role"] != "assistant" for m in second), second  # the partial stays out
+    assert second[-2:] == [
+        {"role": "user", "content": "first of two"},
+        {"role": "user", "content": "second joins?"},
+    ]
+
+
+async def test_a_model_failing_mid_reply_ends_the_reply_with_why(
+    space: Space, make_device: MakeDevice, llm: FakeLlm
+):
+    llm.pieces = ["Hel", "FAIL"]
+    await answering(make_device, space, llm)
+    await space.send(space.general, "hello")
+    cut, apology = await ended(space, 2)
+    assert cut.text == "Hel [cut off: the model failed]"
+    assert apology.text.startswith("Sorry")
+
+
+async def test_a_device_stopping_mid_reply_ends_the_reply_with_why(
+    space: Space, make_device: MakeDevice, llm: FakeLlm
+):
+    llm.hold = True
+    dev = await answering(make_device, space, llm)
+    await space.send(space.general, "hello")
+    await eventually(lambda: agent_messages(space))
+    await dev.stop()
+    (cut,) = await ended(space, 1)
+    assert cut.text == "Hel [cut off: the device stopped]"
