@@ -2,9 +2,10 @@
 
 Owns `device_put` (name, priority, instance, the change feed position applied, a
 suspend just seen and, given `report`, the device's own status for `baton status`),
-reading the live devices and their priorities after each beat, when the next beat is due, and signing off on a clean stop. A report that fails
-is sent as an error, never skipped. Must not decide anything about the lease (that is
-`runtime.election.loop` and `runtime.election.decision`). Time only through the injected `Clock`.
+reading the live devices and their priorities after each beat, when the next beat is
+due, and signing off on a clean stop. A report that fails is sent as an error, never
+skipped. Must not decide anything about the lease (that is `runtime.election.loop` and
+`runtime.election.decision`). Time only through the injected `Clock`.
 """
 
 from __future__ import annotations

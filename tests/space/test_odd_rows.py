@@ -83,7 +83,8 @@ ODD: dict[str, list[str]] = {  # SQL writing odd rows, with {chat} and {trigger}
     ],
     "leases": ["UPDATE leases SET term = 'x', expires_at = 'soon', want = 5"],
     "fires": [
-        "INSERT INTO fires VALUES ('home', '{trigger}', 'k2', 'x', 'laptop', 5, '')",
+        "INSERT INTO fires (space, trigger_id, key, term, peer, claimed_at, claim_id)"
+        " VALUES ('home', '{trigger}', 'k2', 'x', 'laptop', 5, '')",
     ],
     "run_rollups": [
         "INSERT INTO run_rollups VALUES ('home', '{trigger}', 'error', 'many', 5)",
