@@ -1,16 +1,9 @@
 """The async kit: background tasks, retrying, capped sleeps and sleep detection, on the Clock.
 
-Owns the four ways the daemon waits or keeps work alive, each written once:
-- `TaskSet`: fire-and-forget tasks that are guarded (an exception is logged, the other
-  tasks go on) and cancelled together on `close()`.
-- `Backoff` (capped exponential, full jitter or none) with its per-loop counter `Streak`,
-  and `retry()` built on them.
-- `sleep_until(clock, deadline, wake)`: the one capped sleep (`MAX_SLEEP` at once), and
-  `within(clock, seconds, work)`: a timeout on the Clock (not on the loop's clock).
-- `SleepDetector`: the one comparison of the wall clock against the monotonic clock.
-
-Time only through the injected `Clock`, so a `FakeClock` drives every wait here. Must not
-know what a task does or what a sleep means: callers decide that.
+Owns `TaskSet` (guarded tasks, cancelled together), `Backoff`/`Streak`/`retry()`,
+`sleep_until` and `within` (the capped sleep and a timeout on the Clock) and `SleepDetector`
+(the one comparison of the wall clock against the monotonic clock). Time only through the
+injected `Clock`. Must not know what a task does or what a sleep means: callers decide that.
 """
 
 from __future__ import annotations

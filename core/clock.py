@@ -1,16 +1,9 @@
 """The one place that reads time or sleeps.
 
-`Clock` is what the runtime depends on: the wall clock (aware UTC), a monotonic
-clock and an async sleep. `SystemClock` is the real one; `FakeClock` is for
-tests, where time moves only when the test calls `advance()`, which wakes every
-sleeper whose deadline has come. Nothing else in `runtime/` or `space/` may call
-`datetime.now`, `time.monotonic` or `asyncio.sleep` for waiting on time.
-
-`clock.timeout(seconds)` is a deadline on a block (`async with`), TimeoutError when
-it passes: the loop's own on `SystemClock`, `advance()`'s on `FakeClock`.
-
-`sleep_or_wake(clock, seconds, wake)` is how a loop waits for its next deadline
-*or* a change: never polling on a fixed interval when a deadline is known.
+Owns `Clock` (aware UTC wall clock, monotonic clock, async sleep, `timeout()`), the real
+`SystemClock`, the tests' `FakeClock` (time moves only on `advance()`) and `sleep_or_wake`
+(a deadline *or* a change, never polling). Nothing else in `runtime/` or `space/` may read
+a clock or sleep on time; see docs/architecture.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """The bodies of the space API: what a client sends and what the space answers, as Structs.
 
-Owns the msgspec Structs the server decodes its requests into and documents its
-answers with (`space/`), shared so the device decodes the very same shapes
-(`runtime/client/api.py`): runs, turns, fire claims, state, run tokens, stamps, the change
-feed, programs and spaces (chat messages are `core.chatwire`'s, the lease and the devices
-`core.peerwire`'s), field names as the API answers them. Two bases say which way a
-body travels: a `Body` (a request: user input at the edge) refuses unknown fields; an
-`Answer` ignores them and defaults what the SPEC leaves optional, so a newer space's
-added field or a foreign space's omission breaks no device. Instants are aware
-(`Aware`). Imports nothing of ours but `core.vocab`; must not know tables or HTTP.
-Bodies only one side reads stay next to their routes in `space/`.
+Owns the msgspec Structs both sides decode (runs, turns, fire claims, state, run tokens,
+stamps, the change feed, programs, spaces). A `Body` (a request) refuses unknown fields; an
+`Answer` ignores them and defaults what SPEC leaves optional. Instants are aware (`Aware`).
+Imports nothing of ours but `core.vocab`; must not know tables or HTTP.
 """
 
 from __future__ import annotations

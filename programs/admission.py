@@ -1,21 +1,10 @@
 """Admission of a trigger's fires against its overlap policy, as pure functions.
 
-Owns what happens to a fire while earlier fires of the same trigger still run
-(record `limits.overlap` and `limits.maxQueue`, SPEC "Runs"). The state counts the
-trigger's running and queued fires; the caller keeps the queued fires themselves
-(a FIFO it pops when `finished` says so). Pure: no I/O, no clock, no pool.
-
-- `skip`: a fire while one runs is skipped, reason `overlap`.
-- `queue`: a fire while one runs waits in the queue (FIFO); more than `maxQueue`
-  waiting → rejected, reason `queue_full`. `maxQueue` 0 means never wait.
-- `parallel`: fires start side by side up to `pool_size` (the worker pool's
-  size: more could not run at once anyway). Beyond it a fire waits in the queue
-  like `queue` (bounded by `maxQueue`, overflow rejected `queue_full`) rather
-  than being skipped: a full pool is a lack of capacity, not an overlap.
-
-Every `start` must be matched by exactly one `finished`, whatever the outcome
-(ok, error, timeout, crash). A fire waiting in the queue never jumps ahead: while
-any wait, a new fire waits too.
+Owns what happens to a fire while earlier fires of the same trigger still run (SPEC "Runs":
+`limits.overlap`, `limits.maxQueue`): `skip`, `queue` (FIFO, `queue_full` beyond `maxQueue`)
+and `parallel` (up to the pool's size, then queued). Every `start` is matched by one
+`finished`; a waiting fire is never overtaken. The caller keeps the queued fires.
+Pure: no I/O, no clock, no pool.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """The circuit breaker of one trigger, as a pure state machine.
 
-Owns the breaker's states and transitions (SPEC "Runs", circuit breaker), what
-counts as a failure, and the breaker's wire form, the `breaker` stamp on the
-trigger record, so a device that takes a trigger over resumes where the last one
-left it. Pure: every function takes `now`, returns a new state, and does no I/O.
-
-    closed ──3 consecutive failures──▶ open (5 min, doubling per re-trip, ≤ 1 h)
-    open ──first fire after the period (admit)──▶ half_open (that fire is the trial)
-    half_open ──trial ok──▶ closed (backoff reset)
-    half_open ──trial failed──▶ open (period doubled)
-
-Choices the SPEC leaves open:
-- Failures are `error`, `timeout` and `crashed`. `skipped` and `rejected` runs never
-  ran the program, so they neither count nor reset the streak.
-- While open, fires are refused and counted in `suppressed`. An outcome of a run
-  that started before the trip counts toward `failures` but neither closes nor
-  extends the open period: only the trial decides.
-- A trial that never reports (its device died) stops blocking after
-  `trial_timeout`: the next fire becomes a new trial. A trial fire that was
-  skipped or rejected before running hands the trial to the next fire.
-- Times are the deciding device's wall clock; a skew between devices shifts a
-  minutes-long open period by the skew, which is harmless.
+Owns the breaker's states (closed → open after 3 failures, 5 min doubling to ≤ 1 h →
+half_open trial → closed or open again), what counts as a failure (`error`, `timeout`,
+`crashed`) and its wire form, the record's `breaker` stamp, so a device that takes a trigger
+over resumes where the last left it. The choices SPEC leaves open are in
+docs/architecture.md, "Module notes". Pure: every function takes `now`, no I/O.
 """
 
 from __future__ import annotations

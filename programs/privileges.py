@@ -1,14 +1,9 @@
 """Dropping what a run process may not keep: capabilities, and the hard limits it could lift.
 
-Owns the prctl/capset calls of the run process (SPEC "Containment and credentials"):
-for root, lock the securebits so no exec regains root's powers, empty the
-capability bounding set, the ambient set and the effective, permitted and
-inheritable sets (no CAP_KILL, CAP_SYS_RESOURCE, CAP_DAC_OVERRIDE, CAP_SYS_PTRACE…);
-for everyone, hard resource limits equal to the soft ones (address space, file
-size, processes, core dumps), so the program cannot raise them. The securebits and
-the bounding set (one call per capability) can be done once in the worker, which
-execs nothing and keeps its own capabilities (`drop_bounding`); its run processes
-inherit them. Must not decide what a run is allowed to read (that is Landlock,
+Owns the prctl/capset calls of the run process (SPEC "Containment and credentials"): for
+root, locked securebits and every capability set emptied; for everyone, hard resource
+limits equal to the soft ones. The worker drops the bounding set once (`drop_bounding`);
+its run processes inherit it. Must not decide what a run may read (that is Landlock,
 `programs.confine`).
 """
 

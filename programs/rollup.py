@@ -1,19 +1,10 @@
 """The per-trigger rollup: counts of runs by status and a bounded duration sketch.
 
-Owns the `rollup` stamp on a trigger record (SPEC "Runs", rollup): runs, ok,
-errors, timeouts, crashed, rejected, skipped (of which `suppressed` by an open
-breaker), consecutive failures, the last run (at, status), duration p50/p95, and
-for chat-watch the count of conversation starts. Pure: `add` and friends return
-a new rollup; nothing here reads the clock or does I/O.
-
-Durations go into `Sketch`, a log-bucketed histogram (the DDSketch scheme): bucket
-`i` holds durations in (γ^(i-1), γ^i] ms with γ = (1+α)/(1-α), α = 2 %, and reports
-its values as 2γ^i/(γ+1). A percentile read from it is therefore within 2 % of the
-exact sample at the same rank (nearest-rank definition), and always inside the
-observed [min, max]. Durations under 1 ms share one bucket (reported by min/max);
-durations over ~11 days share the last one (reported as the max). At most 520
-buckets exist, kept sparse, so memory is bounded however many runs are added;
-two sketches merge by adding counts.
+Owns the `rollup` stamp on a trigger record (SPEC "Runs"): counts by status, consecutive
+failures, the last run, p50/p95 durations from `Sketch` (a log-bucketed histogram, the
+DDSketch scheme: within 2 % of the exact sample, at most 520 buckets; see
+docs/architecture.md, "Module notes"), and chat-watch's conversation starts. Pure: `add`
+and friends return a new rollup; no clock, no I/O.
 """
 
 from __future__ import annotations

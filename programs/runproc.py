@@ -1,17 +1,10 @@
 """A run process seen from the worker: fork and confine it ahead, run, keep or end it all.
 
-Owns the life of a run process (SPEC "Containment and credentials"): the worker,
-which never runs program code, makes the run's scratch directory and forks a
-`Spare` ahead of the fire; the child (`programs.runchild`) confines itself and
-waits; the fire sends it its request and it answers on a socket of its own. The
-worker waits for that answer under the run's deadline, then either kills and
-reaps every process of the run (`programs.reaper`) and removes the scratch
-directory, or — the run ended `ok`, both sides found nothing of it left
-(`programs.warm`) — keeps the process, still confined, for the next run of the
-same trigger and program, with its scratch directory emptied. Either way the run
-is over when its answer leaves. A process serves one warm key only: nothing of
-one trigger's run (modules patched, `builtins` marked, tokens seen) reaches
-another trigger's. Must not talk to the executor.
+Owns the life of a run process (SPEC "Containment and credentials"): a `Spare` forked and
+confined before its fire, the request sent and the answer awaited under the run's deadline,
+then every process of the run reaped and its scratch removed, or the process kept warm for
+the same trigger and program when both sides find it clean (`programs.warm`). A process
+serves one warm key only. Must not talk to the executor.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """When a run process may serve another run of the same trigger: its cleanliness checks.
 
-A run process that finished a run of trigger T with program P may be kept, still
-confined, for the next run of exactly (T, P) (its `Job.warm_key`), only when nothing
-of the run is left behind. Two sides check: the run process itself (`Snapshot`,
-taken before each run: every loaded module's namespace, `builtins` included, by its
-CPython dict version; the environment, the working directory, the import path,
-limits, interval timers, Python threads) and the worker, which can read /proc where
-the run cannot (`leftovers`: one thread, no child, no process of the run anywhere
-else, no pending signal and the same signal masks and dispositions, as many open
-descriptors as before its first run, no POSIX timer). Either finding a trace means
-the process ends as a fresh one would.
-
-The process per (T, P) is the boundary between triggers; these checks keep a warm run
-of T behaving like a fresh one for a program that does not try to hide what it
-changed. The in-process checks cannot be trusted against a program that sets out to
-fool them (it runs in that process); that only reaches later runs of the same trigger
-and program. What the worker reads from /proc cannot be hidden from it.
-Must not fork, wait or kill.
+Owns the two checks that let a process that ran trigger T with program P serve the next run
+of exactly (T, P): the run process's own `Snapshot` (module namespaces, environment, limits,
+threads…) and the worker's `leftovers` read from /proc (threads, children, signals,
+descriptors, timers). A trace on either side ends the process. What they can and cannot
+catch is in docs/architecture.md, "Module notes". Must not fork, wait or kill.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """A worker process of the executor's pool: a clean parent that forks the run processes.
 
-Started as `python -m programs.worker <control-fd>`. It preloads what runs need, tells
-the executor how contained its runs are, then reads run requests from the control
-socket and runs each in a contained process (`programs.runproc`) whose output goes to
-fd 1/2 (pipes the parent drains): the one kept warm for the request's key (the same
-trigger and program, `Job.warm_key`) if it has one, else a fresh spare forked and
-confined before the request came. When the run is over (its processes all gone, or
-its process kept clean) it writes the run's end marker on fd 1/2 and answers with
-the reply, which names the key its warm process now serves. It keeps one spare and
-at most one warm process; a warm one ends after `warm.MAX_RUNS` runs, when idle for
-`warm.IDLE_SECONDS`, or when another key's run is kept in its place. It never runs
-program code itself, so its state is the same before every run. Must not outlive its parent: end of
-file on the control socket, SIGTERM, or the parent's death (which sends SIGTERM) end it
-and every process of the run in flight.
+Started as `python -m programs.worker <control-fd>`: preloads what runs need, reads run
+requests from the control socket and runs each in a contained process (`programs.runproc`),
+the warm one of the request's key or a fresh spare; keeps one spare and at most one warm
+process. It never runs program code itself. Must not outlive its parent: end of file on the
+control socket, SIGTERM or the parent's death end it and the run in flight.
 """
 
 from __future__ import annotations

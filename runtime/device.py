@@ -1,15 +1,10 @@
 """One device of the agent: the parts of the runtime composed and wired together.
 
-Owns the wiring only (SPEC "Reconcile, registry, health pass", "Who runs what"),
-written in `_wire` as subscriptions to the device's event bus (runtime.events):
-the reconciler's diffs go to the ticker, the chat subscriptions and the firing
-pipeline, and kick the health pass, as record edits do; the election's turns re-sync
-responsibility, and a takeover bridges what came while this device did not hold the
-lease (runtime.election.takeover says from when); a detected sleep makes every part distrust
-what it knew and starts a new instance (the space's `upSince` restarts). The parts
-run supervised (runtime.supervise): one that dies is restarted while the device holds
-no lease, and one that keeps dying stops the device. It must not decide anything the
-parts decide. What a device is given comes in one frozen `DeviceSettings`.
+Owns the wiring only: `_wire` subscribes the parts to the device's event bus
+(runtime.events) — diffs to the ticker, the chat subscriptions and the firing, kicks of the
+health pass, the election's turns, a takeover's bridge, a detected sleep — and runs them
+supervised (runtime.supervise). What a device is given comes in one frozen
+`DeviceSettings`. Must not decide anything the parts decide.
 """
 
 from __future__ import annotations

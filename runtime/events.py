@@ -1,16 +1,9 @@
 """The device's event bus: what one part announces and the others react to.
 
-Owns five event types and one `Bus` that delivers them. A part that has news
-publishes it (the reconciler a diff or an edit, the elector a turn of its role, the
-sleep watch a suspend, the firing pipeline a finished run); the device subscribes the
-parts that react, in the order it subscribes them, so who hears what is written in one
-place (`runtime.device`) instead of in callbacks handed from part to part.
-
-`publish()` is synchronous: every handler runs before it returns, in subscription
-order; a handler that raises is logged and the others still run. `next()` is for
-tests (and any waiter): the next event of a type, optionally matching a predicate,
-awaited under the caller's deadline.
-
+Owns five event types and one `Bus`: a part publishes its news, the device subscribes the
+parts that react, so who hears what is written in one place (`runtime.device`).
+`publish()` is synchronous, in subscription order; a handler that raises is logged and the
+others still run. `next()` awaits the next event of a type, for tests and waiters.
 Must not decide anything: it only delivers.
 """
 

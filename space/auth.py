@@ -1,24 +1,10 @@
 """Who is calling, and what each role may do: the middleware and the scope rules.
 
-Owns authenticating every `/v1` request (the bearer token, looked up in
-`token_store`) and the route scopes of each role — for every area of the API,
-chats included. Handlers refine the check with `require_peer` (a device acts
-only as itself) and `limit_patch` (what a run token may change in a record);
-`end_streams` ends the open event streams of revoked tokens.
-Must not know any table but through `token_store`.
-
-The principal, on `request[PRINCIPAL]` (or `principal(request)`) for every
-authenticated `/v1` request, is a `Principal`:
-
-- `Role.ADMIN`: everything (the user).
-- `Role.DEVICE`: `space` and `peer` set. Only its own space's routes (the list
-  of spaces shows it its own alone; and the OpenAPI document); it acts only as
-  its peer in heartbeats, claims, election, runs, turns and stamps; no admin
-  routes (creating spaces, device tokens, token management).
-- `Role.RUN`: one run (`space`, `trigger_id`, `run_id` set). In its own space
-  only: read records and the change feed, change records' `owner` and `enabled`
-  only, read chats and send messages (always as the agent), read programs, read
-  and write its own trigger's state. Nothing else.
+Owns authenticating every `/v1` request (the bearer token, looked up in `token_store`) and
+the route scopes of each role: `Role.ADMIN` everything, `Role.DEVICE` its own space acting
+as its peer, `Role.RUN` one run's narrow reach (see docs/architecture.md, "Module notes").
+Handlers refine with `require_peer` and `limit_patch`; `end_streams` ends a revoked token's
+streams. Must not know any table but through `token_store`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """The SSE stream of one chat: hello, resume within the window W, gaps, then live messages.
 
-Owns the order of events on `GET …/chats/{objectId}/stream`:
-
-1. the subscriber is registered on the chat's topic *before* anything is read, so
-   a message accepted meanwhile is queued rather than lost;
-2. `event: hello`, `data: {"cursor": C}` where C is the chat's latest `seq`. Its
-   `id` is where the stream continues from: C on a fresh connect, the client's
-   `Last-Event-ID` on a resume (so a drop before the replay loses nothing);
-3. on a resume from L: messages in `(L, C]` older than W are never replayed but
-   reported by one `event: gap`, `data: {"from", "to", "skipped", "reason": "window"}`
-   (`id` = `to`); a `Last-Event-ID` that is not a seq of this chat (garbage, or
-   ahead of C, e.g. a reset store) gets `event: gap`, `data: {"reason":
-   "unknown_cursor", "skipped": 0, "lastEventId"}` and the stream goes on from C;
-4. the messages of `(L, C]` within W, oldest first, each `id: <seq>`, `event: message`;
-5. live messages from the queue, skipping any `seq` already sent, and live edits of an
-   agent message still being written (`PATCH …/messages/{messageId}`) as `event: update`,
-   `data: <the message as it is now>`, with no `id` (an edit is not a new position in the
-   chat, so it never moves a client's `Last-Event-ID`; a resume replays messages as they
-   are stored then, edits included, and no missed `update` event).
-
-Must not write messages nor know the HTTP routes' shapes; time comes from the app's `now`.
+Owns the order of events on `GET …/chats/{objectId}/stream`: registered before reading,
+`hello` with the chat's cursor, a `gap` for what is older than W or an unknown cursor, the
+backlog oldest first, then live messages and `update` edits (no `id`). The order in full is
+in docs/architecture.md, "Module notes". Must not write messages nor know the HTTP routes'
+shapes; time comes from the app's `now`.
 """
 
 from __future__ import annotations

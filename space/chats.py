@@ -1,15 +1,10 @@
 """The chat routes of the space API: chats, messages, history and the message stream.
 
-Owns the HTTP side of `…/chats`, `…/chats/{objectId}/messages` and
-`…/chats/{objectId}/stream` (SPEC "The space and its API"): body checks (msgspec,
-strict, unknown fields refused, the path named), the 404 `unknown_chat`, and
-publishing each accepted message to the chat's open streams. Storage is
-`chat_store`, the stream's event order is `chat_stream`, the wire is `sse`.
-Tokens and scopes belong to the app's middleware, space existence to `spaces`;
-this module must not check tokens.
-
-Knobs: `app[CHAT_SETTINGS]` (window W, heartbeat, queue size, text limit; defaults
-when unset) and the app's server clock `app[CLOCK]`.
+Owns the HTTP side of `…/chats`, `…/chats/{objectId}/messages` and `…/stream` (SPEC "The
+space and its API"): strict body checks naming the path, the 404 `unknown_chat`, publishing
+each accepted message to the chat's streams. Storage is `chat_store`, the event order
+`chat_stream`; knobs in `app[CHAT_SETTINGS]`, the clock `app[CLOCK]`. Must not check tokens
+(the app's middleware does).
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Fire claims: the one guard against double fires, and the fence of the election.
 
-Owns the `fires` table: `(space, triggerId, key)` is claimed at most once. A
-claim for a floating trigger is refused (`stale_term`) unless the claimer holds
-the current lease at that term; one for a pinned trigger is refused
-(`not_owner`) from any peer but its owner. Checks and insert happen in one
-`BEGIN IMMEDIATE` transaction, so concurrent claims of a key yield one winner.
-A claim may carry a `claimId` (one per fire attempt): the same claim sent again
-(its answer was lost) is answered as claimed, while another attempt at the same
-key by the same device is `already_claimed`. A claim may also ask for its run's
-token (`run`): the token is minted (`token_store.mint_run`) in the claim's own
-transaction, for the claimed fire only, living at most the record's timeout plus
-`run_token_margin_seconds`, and answered with the claim (a retried claim gets one
-too); a refused claim mints nothing. In a list, each claim is a savepoint of its own: an
-odd record's claim is refused alone (422). Must not change the lease or the records.
+Owns the `fires` table: `(space, triggerId, key)` is claimed at most once, in one
+`BEGIN IMMEDIATE` transaction; `stale_term` and `not_owner` fence it; a resent `claimId` is
+answered as claimed; a claim may ask for its run's token, minted in its transaction; a list
+claims each in a savepoint of its own. Details in docs/architecture.md, "Module notes".
+Must not change the lease or the records.
 """
 
 from __future__ import annotations

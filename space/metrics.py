@@ -1,15 +1,9 @@
 """`GET /healthz` and `GET /metrics`: is the server up, and how it fares, for Prometheus.
 
-Owns the in-process counters and histograms that the claim and run routes feed
-(`claim_seen`, `run_seen`), and rendering them, with what the store already counts
-(runs by status from the never-pruned rollups, fires claimed, the election term and
-holder) and the open event streams, in the Prometheus text format 0.0.4, written
-here (docs/decisions.md says why not `prometheus-client`). `/healthz` needs no token
-and answers 503 when the store does not answer or its last write failed (`space.storage`);
-`/metrics` wants a bearer token (a Prometheus scrape config's `credentials_file`), of an
-admin or a device. Neither is a `/v1` route, so neither is in `/v1/openapi.json`.
-In-process figures start again at zero with the server (Prometheus expects that).
-Must not change any table.
+Owns the in-process counters the claim and run routes feed (`claim_seen`, `run_seen`) and
+rendering them, with what the store counts, in the Prometheus text format 0.0.4. `/healthz`
+needs no token and answers 503 when the store fails; `/metrics` wants an admin or device
+token. Neither is a `/v1` route. Must not change any table.
 """
 
 from __future__ import annotations

@@ -1,39 +1,10 @@
 """Server-sent event streams for aiohttp handlers, and the registry that ends them at shutdown.
 
-Owns the server's side of the SSE wire: headers (`Cache-Control: no-cache`,
-`X-Accel-Buffering: no`), framing of `id` / `event` / `data`, heartbeat comments
-while idle, a bounded per-stream queue, noticing that the client left, and closing
-every open stream when the app shuts down (or those a caller picks, e.g. the
-streams of a revoked token). It knows nothing of chats or feeds:
-what is queued, and how it is rendered, is the caller's business.
-
-Building a stream for any feed (chat messages, record changes):
-
-    install(app)                                  # once, in the feature's setup(app)
-    topics: Fanout[str] = Fanout()                # producers: topics.publish(key, item)
-
-    async def handler(request):
-        ...                                       # refusals (404, 400) before the stream opens
-        async with EventStream.open(request, heartbeat=15, queue_size=1000) as stream:
-            topics.add(key, stream)               # register BEFORE reading the backlog
-            try:
-                await stream.send(json, id=cursor, event="hello")
-                ...replay from storage with stream.send(...)...
-                async for item in stream:         # ends on disconnect, overflow or shutdown
-                    await stream.send(render(item), id=item_id, event="message")
-            finally:
-                topics.discard(key, stream)
-        return stream.response
-
-`push` never blocks a producer: a stream whose queue is full is closed (its
-client resumes with `Last-Event-ID`). aiohttp 3.14 does not cancel a handler
-whose client left (`handler_cancellation` is off) and gives a GET no disconnect
-signal, so the idle wait wakes at least every `heartbeat` seconds, checks the
-transport and writes a `: ping`; a failed or timed-out write ends the stream. Both deadlines are
-the `clock`'s (`core.clock.Clock.timeout`), so a FakeClock drives them in tests. A
-handler that fails once the 200 is out ends its stream (logged), and never
-writes a second HTTP response into it. No task is spawned per stream. It must
-not touch storage or know any route.
+Owns the server's side of the SSE wire: headers, framing, heartbeats while idle, a bounded
+queue per stream (a full one closes it), noticing a client that left, and closing streams
+at shutdown or on demand. Deadlines are the `clock`'s. How to build a stream for a feed is
+in docs/architecture.md, "Module notes". Must not touch storage, know any route, or know
+what is queued.
 """
 
 from __future__ import annotations

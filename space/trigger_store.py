@@ -1,16 +1,9 @@
 """Trigger records in SQLite: ids never reused, raw JSON kept, every write a change.
 
-Owns the `triggers`, `trigger_ids` (every id ever minted, so a deleted id is
-never minted again) and `changes` (a monotonically increasing `seq` over
-create, update, stamp and delete) tables. Records are stored as the raw JSON
-object: fields this build does not know survive every write. User input is
-checked by `record_input`; stamps touch only stamp fields; a record is read as
-answered by `record_view`.
-`activeSince` (SPEC "Active since") is the server's instant at which a record's
-firing regime began: its creation, its last resume, the last change of its
-`kind` or `spec`.
-Callers hold no transaction: each write here is its own. Must not know HTTP
-beyond raising `Refusal`.
+Owns the `triggers`, `trigger_ids` and `changes` tables (a `seq` over create, update, stamp
+and delete); records stored as raw JSON, so unknown fields survive; `activeSince`, the
+instant a record's firing regime began. Input is checked by `record_input`, reads shaped by
+`record_view`. Callers hold no transaction. Must not know HTTP beyond raising `Refusal`.
 """
 
 from __future__ import annotations

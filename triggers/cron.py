@@ -1,25 +1,10 @@
 """Cron slots in an IANA time zone, with the Debian cron rule for DST.
 
-Owns the instant math of a cron expression: matching fields on *naive local wall
-times* (triggers.cronwall does only that), classifying a job as wildcard or fixed-time, and
-mapping wall times to UTC instants ourselves:
-
-- a **wildcard** job (its seconds, minute or hour field starts with `*`: `*`,
-  `*/n`, `*/n,m`) follows real time: it fires at every instant whose local wall
-  time matches, so a repeated autumn wall time fires twice and a wall time in the
-  spring gap never exists;
-- a **fixed-time** job (none of those fields starts with `*`, e.g. `30 2 * * *`,
-  `0 9-17 * * *`, `0-59 2 * * *`) fires once in the repeated autumn hour (the first
-  occurrence) and, for wall times in the spring gap, once at the first instant after
-  the gap. Several gap times of one gap make one fire.
-
-`next_slot` (strictly after) and `latest_slot` (at or before) jump straight to the
-answer: their cost depends on the distance to the neighbouring slot, never on how
-long nobody looked. Zone transitions are found by probing the UTC offset in day
-steps and bisecting to the second; this assumes a zone changes its offset at most
-once in any 24 hours, which holds for every zone in the IANA database since 1970.
-
-Must not read the clock or do I/O; catch-up, grace and fire keys live in schedule.py.
+Owns the instant math of a cron expression: wildcard jobs follow real time, fixed-time jobs
+fire once in a repeated hour and after a spring gap (docs/architecture.md, "Module notes");
+`next_slot` and `latest_slot` jump straight to the answer. Matching on wall times is
+`triggers.cronwall`'s. Must not read the clock or do I/O; catch-up, grace and fire keys live
+in schedule.py.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Cron expressions on naive wall times: parsed once, matched without croniter's walk.
 
-Owns what a cron expression *means* on a wall clock that has no zone: which
-naive datetimes match, the next one strictly after a wall time, the last one
-strictly before. The common grammar (`triggers.cronfields` expands it) is matched
-here on the expanded fields, field by field with bisection, in integers, at a few
-microseconds a step. Anything else (`L`, `W`, `#`, `H`) is matched by croniter
-itself. Day of month and day of week combine as croniter combines them: either,
-when both are restricted.
-
-`compile` is cached per expression (in a plain dict: `remember`), so records that
-share an expression share its parse. Must not read the clock; zones and DST are
-`triggers.cron`'s.
+Owns which naive datetimes match an expression, the next one after a wall time and the last
+one before it: the common grammar (expanded by `triggers.cronfields`) matched field by field
+in integers, anything else (`L`, `W`, `#`, `H`) by croniter. `compile` is cached per
+expression. Must not read the clock; zones and DST are `triggers.cron`'s.
 """
 
 from __future__ import annotations

@@ -1,30 +1,10 @@
 """The reconcile diff: what changed between the records in the space and the armed registry.
 
 Owns *what changed* (SPEC "Reconcile, registry, health pass") and *which* records this
-device is responsible for (SPEC "Who runs what"). Pure: no I/O, no clock, no logging;
-the caller fetches records, logs the skipped ones and arms timers and subscriptions
-from the `Diff`.
-
-- A record enters the registry only when it decoded, is enabled, and is this
-  device's: floating (`owner == ""`) while this device is election-active,
-  pinned only when `owner` is this device. Undecodable records (`Salvaged`,
-  unknown kinds among them) never enter it and are returned as `Skipped`.
-- A change is sorted by what it moves. `rearm`: a fire-relevant field changed
-  (`kind`, `spec`, `enabled`, `owner`, `activeSince`), fire times are recomputed. `update`:
-  only `name`, `program`, `args` or `limits` changed, the armed entry is
-  refreshed and its fire times stay. Anything else (server fields `rev`,
-  `updatedAt`, the runtime's status stamps) asks nothing of the caller: it is
-  listed in `refresh` only so that `apply` keeps the newest record, and the
-  next full reconcile knows it by its version. Pausing and resuming show as
-  `remove` and `add`, since a disabled record is never armed.
-- A full `reconcile` takes every record in the space, each id once (the
-  space's key), and trusts the space's `(rev, updatedAt)` pair, with the
-  record's `lastRunAt`, as the identity of a write: the same triple is the same
-  record and costs one comparison (stamps keep `rev`, so `lastRunAt` tells a
-  run another device stamped). Records without a `rev` or an `updatedAt` are
-  compared by value.
-- One record's failure is its own: a record whose sorting raises is returned
-  as `Skipped` (`failed`, with the error) and the others are sorted as usual.
+device is responsible for (SPEC "Who runs what"): add, remove, `rearm` (a fire-relevant
+field changed), `update` (name, program, args, limits), `refresh`, and `Skipped` for
+undecodable records. The rules are in docs/architecture.md, "Module notes". Pure: no I/O,
+no clock, no logging; one record's failure is its own.
 """
 
 from __future__ import annotations

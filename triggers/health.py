@@ -1,37 +1,10 @@
 """Health rules: why a record cannot run, which device stamps it, and when a stamp is written.
 
-Owns the verdicts of the health pass (SPEC "Reconcile, registry, health pass").
-Pure: the caller builds one `HealthInputs` per pass from what it knows (live
-peers, published programs, chats known to be missing, open breakers, last run
-statuses) and writes the stamps `due` returns.
-
-The first rule that applies wins:
-
-1. undecodable: `unsupported_kind` (error at `$.kind`), `invalid_spec` (error
-   under `$.spec`, detail the parser's message), `invalid_record` (any other);
-2. `unsupported_source` (event dataset other than `chat_messages`), then
-   `source_not_found` (event chat among `missing_chats`, or none given);
-3. `unknown_program` (not among `HealthInputs.programs`);
-4. `done` (a once whose current `at` fired and whose run succeeded: its
-   `lastRunAt` is at or after `at`; a failed run leaves the run's own stamp),
-   `missed` (a once past `at + graceSeconds` that never fired);
-5. a paused record is healthy from here on: nothing is expected of it;
-6. `owner_offline` (pinned to a peer not in `live`);
-7. `breaker_open` (detail: until when, UTC);
-8. `overdue`: `nextFireAt` is more than `overdue_margin` past (max(60 s,
-   2 ticks), a tick being the daemon's longest sleep, 30 s), the responsible
-   device is live, and `lastRunAt` is absent or older than `nextFireAt`.
-
-Details never depend on `now`, so a standing verdict writes its stamp once.
-
-Cleared: the stamp fields `lastStatus`/`lastStatusDetail` are shared with run
-outcomes. A healthy record whose `lastStatus` is a verdict goes back to its
-last run's status (`last_run_status`, "" when it never ran) with no detail; a
-healthy record whose `lastStatus` is a run status is left alone.
-
-Who stamps: the device responsible for the record — the owner when pinned to
-a live peer, else the election-active device (floating records, and records
-pinned to a peer that is not live, which their owner cannot stamp).
+Owns the verdicts of the health pass (SPEC "Reconcile, registry, health pass"), first rule
+wins; clearing a verdict back to the last run's status; and who stamps (the owner when
+pinned to a live peer, else the election-active device). The rules in order are in
+docs/architecture.md, "Module notes". Pure: the caller builds one `HealthInputs` per pass
+and writes the stamps `due` returns; details never depend on `now`.
 """
 
 from __future__ import annotations

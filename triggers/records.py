@@ -1,17 +1,9 @@
 """Trigger records: their shape, how stored records are loaded and how user input is checked.
 
-Owns the wire shape of a record (SPEC "Trigger records"). Two readers exist:
-
-- `load` reads a *stored* record leniently: unknown fields are ignored (an older
-  device must read what a newer one wrote), and a record that does not decode is
-  returned as `Salvaged` with its raw JSON and the error, never raised.
-- `validate_input` reads *user input* (CLI, HTTP) strictly: unknown fields and bad
-  values are refused with msgspec's path, e.g. ``at `$.spec.expr` ``.
-
-Both hold a record to the bounds in `triggers.bounds` (SPEC "Bad input"). A stored
-record beyond them is `Salvaged` (and so stamped by the health pass), never armed.
-
-Pure: no I/O beyond reading the zone database, no clock reads.
+Owns the wire shape of a record (SPEC "Trigger records") and its two readers: `load` reads a
+*stored* record leniently (unknown fields ignored, an undecodable one is `Salvaged`, never
+raised); `validate_input` reads *user input* strictly, naming the path. Both hold a record
+to `triggers.bounds`. Pure: no I/O beyond reading the zone database, no clock reads.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """When a trigger fires: slots, catch-up, grace and fire keys, as functions of (spec, now).
 
-Owns the pure API the ticker calls (SPEC "When triggers fire", "Fire claims"):
-
-- `next_fire(spec, after)`: the first slot strictly after `after` (aware UTC);
-- `latest_at_or_before(spec, t)`: the last cron slot at or before `t`, found
-  directly (a trigger down for a year costs the same as one down for a minute);
-- `arm_cursor(spec, now)`, `due(spec, cursor, now)` and `due_slots(spec, cursor, now)`:
-  where a freshly armed cron trigger starts, the newest slot to fire now, and every
-  slot a late wake passed within the tolerance;
-- `once_due(spec, now, fired_key)`: the state of a `once` trigger;
-- `fire_key_cron` / `fire_key_once` / `fire_key_event`: the claim key of a fire;
-- `upcoming(spec, start, count)`: the next fires with their DST notes (`baton next`).
-
-Cron instant math (the DST rule) lives in cron.py. Must not read the clock or do I/O.
+Owns the pure API the ticker calls (SPEC "When triggers fire", "Fire claims"): `next_fire`,
+`latest_at_or_before`, `arm_cursor`, `due`, `due_slots`, `once_due`, the `fire_key_*` of a
+claim and `upcoming` (`baton next`). Cron instant math (the DST rule) lives in cron.py.
+Must not read the clock or do I/O.
 """
 
 from __future__ import annotations

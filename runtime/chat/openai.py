@@ -1,16 +1,10 @@
 """A responder that is a model behind an OpenAI-compatible `/v1/chat/completions` endpoint.
 
-Owns the wire to Ollama, a llama.cpp server, vLLM or a hosted API, through aiohttp
-directly (docs/decisions.md says why not the `openai` package): the request
-(system prompt, then the snapshot as `user`/`assistant` turns, then the waiting
-messages), the streamed answer (`data:` chunks of `choices[0].delta.content` until
-`data: [DONE]`) or a whole JSON one (a server that does not stream, or `stream=False`),
-and `probe()`, which says whether the endpoint answers and, if not, why.
-
-An endpoint that cannot be reached (refused, reset, timed out connecting, 502/503/504)
-is `ResponderUnavailable`: chat-watch then keeps the messages waiting instead of
-apologising. Any other refusal is `ResponderFailed` with the server's words. Must not
-post messages or decide readiness policy (runtime.chat.readiness does).
+Owns the wire to Ollama, a llama.cpp server, vLLM or a hosted API, through aiohttp directly:
+the request (system prompt, snapshot, waiting messages), the streamed or whole answer, and
+`probe()`. An endpoint that cannot be reached is `ResponderUnavailable` (messages wait);
+any other refusal is `ResponderFailed` with the server's words. Must not post messages or
+decide readiness policy (runtime.chat.readiness does).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """chat-watch's replies: what a turn posts in its chat, whole or streamed, and the apology.
 
-Owns posting into a chat (SPEC "chat-watch"): a reply sent as one agent message, or
-streamed (posted at its first words with `done` false, then edited in place as it
-grows, at most every `stream_interval` seconds, and `done` at its end); a reply cut
-off (a message joins the turn, the model fails, the device stops) keeps the words
-written so far, gets a marker saying why and ends `done`; a failed turn's apology.
-Also what a turn and its chat share: the chat (`Conversation`: its inbox, its live turn), the
-edges the daemon binds to the space (`Edges`), the settings (`TurnSettings`) and the
-counters. Every call is bounded on the Clock (`core.aio.within`).
-
-Must not call the responder nor decide what a turn answers (runtime.chat.turn).
+Owns posting into a chat (SPEC "chat-watch"): one agent message, or one streamed and edited
+as it grows; a cut-off reply ends `done` with a marker saying why; a failed turn's apology.
+Also what a turn and its chat share: `Conversation`, `Edges`, `TurnSettings`, the counters.
+Every call is bounded on the Clock. Must not call the responder nor decide what a turn
+answers (runtime.chat.turn).
 """
 
 from __future__ import annotations

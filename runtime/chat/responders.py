@@ -1,20 +1,10 @@
 """Pluggable chat responders: what chat-watch asks for a reply.
 
-Owns the `Responder` protocol — `ready` and `respond(snapshot, pending) -> str | None`
-(None: no reply) — its errors, and two kinds: `BuiltinResponder` (deterministic, no
-network, for the demo) and `CallableResponder` (a Python callable, sync or async). The
-other kinds are `runtime.chat.command` (an external command) and
-`runtime.chat.openai` (a model behind an OpenAI-compatible endpoint); how a spec
-names one is `runtime.chat.choose`. A responder may also offer
-`stream(snapshot, pending)`, an async iterator of the reply's pieces (chat-watch then
-grows one message as they come), `probe() -> str` (why it is not ready, '' when it is)
-and `close()`.
-
-A responder's failure is an exception carrying a clear reason (`ResponderFailed`,
-`ResponderTimeout`, and `ResponderUnavailable` when what it needs cannot be reached);
-deciding what a failure means for a conversation is chat-watch's.
-Must not read the clock (the built-in one is handed `now`), post messages or know about
-turns, dedup or readiness policy.
+Owns the `Responder` protocol (`ready`, `respond(snapshot, pending)`, optionally `stream`,
+`probe`, `close`), its errors (`ResponderFailed`, `ResponderTimeout`,
+`ResponderUnavailable`) and two kinds: `BuiltinResponder` and `CallableResponder`. The
+others are `runtime.chat.command` and `runtime.chat.openai`; `runtime.chat.choose` names
+one. Must not read the clock, post messages, or know turns, dedup or readiness policy.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """A chat-watch turn: the conversation that answers one chat's waiting messages.
 
-Owns a turn (SPEC "chat-watch"): a snapshot of recent history taken once, then
-responder calls while the chat's inbox is non-empty, so a message arriving mid-turn
-joins that turn (a streamed reply it cuts off is ended and the next call answers the
-cut call's messages with it, never showing the model the partial); a call that finds
-the responder unavailable puts its messages back to wait and says why (`unavailable`);
-a failure or a stop ends the turn (its reply cut, an apology posted on failure:
-runtime.chat.reply); and the `agent_turns` entry each turn leaves (`AgentTurn`),
-handed to `record_turn`. Each responder call is bounded by `reply_timeout` on the Clock.
-
-Which fires are answered, the waiting and readiness are runtime.chat.watch's; what a
-recorded turn stamps is runtime.fire.recorder's.
+Owns a turn (SPEC "chat-watch"): one history snapshot, then responder calls while the inbox
+is non-empty (a message arriving mid-turn joins it and cuts a streamed reply); an
+unavailable responder puts the messages back; a failure or a stop ends the turn; each turn
+leaves an `AgentTurn` for `record_turn`. Calls are bounded on the Clock. Must not decide
+which fires are answered nor readiness (runtime.chat.watch), nor what a turn stamps.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """chat-watch: the conversation watcher that the reserved `chat-watch` trigger's fires go to.
 
-Owns, per chat, the intake of a conversation with a `Responder` (SPEC "chat-watch"):
-which fires are answered (users and `trigger:<job>` nudges; never its own replies nor
-other agent messages; each message at most once, by a bounded memory of message ids),
-the wait while the responder is not ready (bounded per chat, oldest dropped and
-counted), readiness itself (`set_ready`, and a call that finds the responder
-unavailable), and one task per chat that runs its turns (runtime.chat.turn; what they
-post is runtime.chat.reply). Turns of different chats run concurrently; turns of one
-chat never overlap; one chat's failure is its own.
-
-Must not subscribe to streams, claim fires, write run records or stamps, or read time
-other than through its `Clock`. The daemon feeds `offer()` and binds `send`, `edit`,
-`history` and `record_turn` to the space (`record_turn` is runtime.fire.recorder's: each
-recorded turn is one conversation start on the trigger's rollup).
+Owns, per chat, the intake of a conversation (SPEC "chat-watch"): which fires are answered
+(each message at most once), the bounded wait while the responder is not ready, readiness,
+and one task per chat that runs its turns (runtime.chat.turn). Chats run concurrently, one
+chat's turns never overlap. The daemon feeds `offer()` and binds the `Edges`. Must not
+subscribe to streams, claim fires, write runs or stamps, or read time but by its Clock.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Our SSE subscription loop: one stream URL, followed across drops, without loss or repeats.
 
-Owns the life of one subscription: connecting with `Last-Event-ID`, parsing with
-aiohttp-sse-client's `EventSource` used for ONE connection only (a new one per
-connection, its own reconnect stopped), delivering `hello`, `message`, `gap` (and
-any other named event) to the caller's async callback as `SseEvent`s,
-deduplicating by integer event id, noticing a silently dead stream by a read
-timeout longer than the server's heartbeat, and reconnecting with capped
-full-jitter backoff slept through the injected `Clock`.
-
-Failures are classified here, not by the package: a 4xx other than 408/429 is
-permanent (`Permanent` is raised, carrying status, code and detail, e.g. 404
-`unknown_chat`); everything else (5xx, 408, 429, 204, refused connections, abrupt
-drops, a clean end of stream, a read timeout, an unparseable stream) is transient
-and retried. It must not decide what an event means (that is the caller's) and
-never sleeps except through the Clock.
+Owns the life of one subscription: connecting with `Last-Event-ID` (aiohttp-sse-client's
+`EventSource` for one connection only), delivering named events as `SseEvent`s, dedup by
+event id, a read timeout past the server's heartbeat, reconnecting with backoff on the
+Clock; and the classing of failures: a 4xx other than 408/429 is `Permanent`, anything else
+is retried. Must not decide what an event means, and never sleeps but through the Clock.
 """
 
 from __future__ import annotations

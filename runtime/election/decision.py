@@ -1,23 +1,11 @@
 """The election decision: what this device does next about the floating-trigger lease.
 
-Pure: every function takes the last lease read from the space and this device's
-monotonic `now` (seconds), and returns data. The loop that talks to the space and
-sleeps lives in `runtime/election/loop.py`; it must not decide anything itself.
-
-Rules (SPEC "Who runs what"):
-- Only the space's clock decides whether a lease lapsed: the space answers with
-  `expiresInMs`, which we turn into a local monotonic deadline at read time. No
-  device compares its wall clock with another's.
-- The holder renews every `renew_s`, and may fire floating triggers only until
-  `sent + lease_s - margin_s`, where `sent` is when it sent its last successful
-  renewal. It stops at once on a conflict, on seeing another holder, or when the
-  machine slept; it must renew before it fires again.
-- A follower claims when the lease is free or lapsed, never preempting a holder
-  that renews (no flapping).
-- A device with a higher priority than the holder, once live for `settle_s`,
-  asks for the lease (`want`); the holder hands over to it at its next renewal.
-  A follower that reads itself as the holder (a hand-over to it, or a lease it
-  held before a restart) renews at that term, which starts its tenure.
+Owns the rules (SPEC "Who runs what"): only the space's clock decides a lapse
+(`expiresInMs`, turned into a local monotonic deadline); the holder renews every `renew_s`
+and fires only until `sent + lease_s - margin_s`; a follower takes a free or lapsed lease
+and never preempts a renewing holder; a higher priority device asks (`want`). Pure: the last
+lease read and a monotonic `now` in, data out. Must not talk to the space or sleep
+(runtime.election.loop does).
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The election loop: keeps this device's standing in the floating-trigger lease.
 
-Owns the loop (SPEC "Who runs what" → Election): a heartbeat every renew interval
-(runtime.election.heartbeat), a read of the lease, and doing what `lease.decide` says through
-the election routes (runtime.election.calls). The space's `leaseSeconds` wins over the
-configured lease length: the timings stretch to it (`lease.scaled`).
-
-`may_fire()` is the gate for floating triggers. It is false unless a claim or
-renewal succeeded less than `lease_s - margin_s` ago, so a device cut off from
-the space fails closed; and it turns false at once on a conflict, on reading
-another holder, or on `slept()`, which hears the device's one sleep detector
-(runtime.election.sleepwatch, asked again inside `may_fire()`). Each edge of `may_fire()`
-(True: gained, False: lost) is published as `RoleChanged` on the bus as seen.
-
-Must not decide anything itself (that is `runtime.election.decision`), and must not die of
-the space or a peer: errors are logged once per change, backed off, retried.
-Cancelling `run()` leaves the lease as it is (a crash); `release()` frees it.
+Owns the loop (SPEC "Who runs what"): a heartbeat, a read of the lease and what
+`decision.decide` says, through runtime.election.calls, stretched to the space's
+`leaseSeconds`; and `may_fire()`, the gate for floating triggers, which fails closed and
+turns false at once on a conflict, another holder or a sleep; its edges go out as
+`RoleChanged`. Must not decide anything itself (runtime.election.decision), nor die of the
+space or a peer. Cancelling `run()` leaves the lease as it is; `release()` frees it.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """The bridge rule: from when a device that takes the lease fires what it did not see.
 
-Owns one decision (SPEC "Failover loses nothing, downtime replays nothing"): when
-this device gains the lease by any path (a standby taking over, a restarted holder
-resuming at its own term, a hand-over to it), the floating triggers fire the
-unclaimed slots and messages of the last W that came while at least one device of
-the space that is still up was already up. Each device is up from its `upSince`
-(the start of its unbroken run of heartbeats, by the space's clock) to now if it
-is still up, else to its last heartbeat; the bridge starts where the union of
-those spans that reaches now begins, and never more than W back. Who won the lease
-race does not change the answer. What came while no device was up never fires.
-
-"Still up" is checked, not assumed: a device counts as up now only if it
-heartbeats again after the takeover (`confirm` waits up to `settle` seconds for
-that), so a device killed a moment ago, still listed `live` by the space's window,
-does not reopen the time nobody was up. The per-record clamp (nothing before a
-record's `activeSince`) is the ticker's and the subscriptions'. Time only through
-the Clock; the pure part is `covered_since`.
+Owns one decision (SPEC "Failover loses nothing, downtime replays nothing"): on gaining the
+lease, the floating triggers fire the unclaimed slots and messages of the last W that came
+while some device still up was up (`covered_since`, pure; `confirm` checks "still up" by a
+fresh heartbeat). What came while no device was up never fires. Must not apply the
+per-record clamp (`activeSince`: the ticker's and the feeds'); time only through the Clock.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """One SSE subscription per distinct chat, turning each new message into event fires.
 
-Owns which chats this device follows (SPEC "When triggers fire" → event). From the
-registry `Diff` it keeps ONE `Subscription` per distinct chat across the armed event
-triggers on `chat_messages`: opened with the chat's first trigger, closed with its
-last; an `update` or `rearm` on the same chat keeps the subscription and swaps the
-record. Each `message` fires every armed trigger of its chat that wants it
-(runtime.feeds.followed: `wants`, `active_for`) once through the `Dispatcher`: key
-`messageId`, due at `createdAt`, `event = {space, objectId, messageId, text, agent?}`.
-
-Live-only: a fresh subscription has no `last_id`, so the server's `hello` is where it
-starts; resuming after brief drops is the `Subscription`'s job; `slept()` drops every
-cursor and subscribes afresh. On takeover (`bridge(since)`) the floating triggers also
-get the chat's messages accepted since `since` up to where the stream began or stands;
-the fire claims dedupe what the previous holder already ran.
-
-One chat's failure is its own: a 404 puts it in `missing` (health: `source_not_found`),
-another refusal marks it `failed`; both are re-probed every `reprobe_s`. A malformed
-message or a failing dispatcher is logged and skipped. Must not claim, run or record
-fires, merge `args` (the firing pipeline does), nor read time other than through the
-Clock (the client's stream backoff uses the client's Clock: pass the same one).
+Owns which chats this device follows (SPEC "When triggers fire" → event): one
+`Subscription` per distinct chat of the armed event triggers; each message fires every
+armed trigger of its chat that wants it (runtime.feeds.followed) once, keyed by
+`messageId`; `bridge(since)` replays a takeover's messages; a missing chat is `missing` and
+re-probed. Live-only. Must not claim, run or record fires, merge `args`, nor read time but
+through the Clock.
 """
 
 from __future__ import annotations

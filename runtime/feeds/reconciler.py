@@ -1,31 +1,11 @@
 """The reconcile loop: the space's trigger records, kept in memory and diffed into the registry.
 
-Owns `records` (every record of the space, undecodable ones too, for health and
-status) and `registry` (the ones this device arms), kept current by (SPEC
-"Reconcile, registry, health pass"):
-
-1. a full sync at start: `triggers` → `load` each → `registry.reconcile`;
-2. the change feed stream from the sync's `seq` (`changes_stream`, resumed by
-   the Subscription with `Last-Event-ID`); a `gap`, or a `hello` whose cursor
-   is past ours, is filled from the `changes?since=` pages, and a change at or
-   before the last applied `seq` is ignored, so nothing is lost or applied twice;
-3. a slow full resync as a safety net, every `resync_s`, or `RESYNC_SPACING` times the
-   last sync's length when that is longer (a thousandth of the time at most: every 10–15
-   minutes at 100,000); `resync()` on demand (election flip) re-sorts at once, then fetches.
-
-A `stamp` change (the runtime's own writes: `nextFireAt`, `lastStatus` …, never
-`rev` nor `updatedAt`) is not work: it replaces the record's stamps in `records`
-and in the armed entry in O(1), with no diff, no `RecordEdited` and no registry copy
-(`_restamped`). A full sync keeps the record objects it already holds when the
-listed record is equal, so a resync allocates nothing for what did not change.
-
-Every id whose record arrived, changed (stamps included) or went is added to `touched`,
-for the health pass. Each non-empty diff is published as `DiffApplied` (stamp-only
-writes make none), and `RecordEdited` tells of every feed change to a record's user
-fields, armed here or not (a repin between two other devices still changes who stamps it). Skipped
-records are logged once per version. Never dies of a record, a callback or the
-network: it logs one line, backs off through the Clock and goes on. Must not
-write records or decide when anything fires.
+Owns `records` (every record, undecodable too) and `registry` (the armed ones), kept
+current by a full sync, the change feed (gaps filled from pages, nothing applied twice) and
+a slow resync (SPEC "Reconcile, registry, health pass"). A stamp-only change is applied in
+O(1) with no diff. Publishes `DiffApplied` and `RecordEdited`, feeds `touched`. Never dies
+of a record, a callback or the network. Must not write records or decide when anything
+fires.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """The one translation of how a fire ended into a run record and the trigger's stamps.
 
-Owns two things (SPEC "Runs"): the run record body posted to `…/runs` (runId, triggerId,
-program, peer, term, key, startedAt, finishedAt, durationMs, status, result, error,
-stderrTail, lateMs, reason) and the status stamps posted to `…/triggers/{id}/status`
-(lastStatus, lastStatusDetail, lastRunAt, breaker, rollup). A fire ends as an `Outcome`
-of the executor, or as a non-run (`skipped`, `rejected`) or a failure before the program
-ran (`error` with a reason such as `unknown_program`), both also written as an `Outcome`.
-
-The trigger's `Book` (its breaker and rollup) is seeded from the record's stamps, so it
-follows the trigger between devices, and moved on by `settle`. The stamps agree with the
-health pass (`triggers.health`): a fired `once` is `done` "fired for <at>", an open
-breaker is `breaker_open` "until <t>", so neither side rewrites the other's stamp.
-
-chat-watch's turns are not runs: `turn_stamps` counts one more conversation start on
-its rollup and stamps how the turn ended.
-
-Pure: no I/O and no clock; every instant is passed in. It must not decide whether a fire
-runs (that is `runtime.fire.firing`) nor know how a program is run.
+Owns the run record posted to `…/runs` and the status stamps (SPEC "Runs"), from an
+`Outcome` or a non-run; the trigger's `Book` (breaker, rollup) seeded from its stamps and
+moved on by `settle`; chat-watch's `turn_stamps`. Its stamps agree with `triggers.health`,
+so neither side rewrites the other's. Pure: no I/O, no clock. Must not decide whether a
+fire runs (runtime.fire.firing) nor know how a program is run.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Running one program for one fire: under the run's token, with its `RunContext`.
 
-Owns the steps between "this fire may run" and "this is how it ended", the same for a
-fire of the pipeline (runtime.fire.firing) and for a run made by hand (runtime.fire.manual,
-`baton programs run`, `baton triggers run`):
-
-    load the program (ProgramCache: published, inspected) ── not → `error` + reason
-    the run's token (the claim's, or minted: `POST …/tokens/run`) ── none → `error` run_token
-    the Job (the program, its args, the RunContext, the limits; its run process kept warm
-        only for a trigger that ran within a warm process's idle time) → the executor → an ending
-
-An ending is `(Outcome, reason)`: what cannot be had or refused is an ending too, never
-an exception. The token is scoped to the fire's trigger id and run, so a program reaches
-its trigger's cursors and nothing else, and it outlives the run's timeout by
-`TOKEN_MARGIN_S` at most. Must not claim, admit or record: its caller records the ending
-(runtime.fire.recorder).
+Owns the steps between "this fire may run" and "this is how it ended", for the firing and
+for a run by hand (runtime.fire.manual): load the program, the run's token (the claim's or
+minted), the `Job` (warm only for a trigger that repeats), the executor. An ending is
+`(Outcome, reason)`, never an exception. Must not claim, admit or record (the caller
+records the ending through runtime.fire.recorder).
 """
 
 from __future__ import annotations

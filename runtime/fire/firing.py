@@ -1,32 +1,11 @@
 """Firing: what happens to a fire once the ticker or a chat decided it, up to its run.
 
-Owns `Firing`, the `Dispatcher` of the daemon (SPEC "Who runs what", "Runs"): the claim
-and the admission of each fire, and the order of the steps.
-
-    floating and not allowed now → dropped (logged)
-    claim (triggerId, key, term, peer, run) ── already_claimed / not_owner → nothing
-                                             └─ stale_term → a `rejected` run
-    chat-watch (by its reserved id) → the ChatWatch (no run record: its turns are logged)
-    claimed ahead of its slot (runtime.fire.ahead) ── waits for it; withdrawn meanwhile → `skipped`
-    admission (overlap policy) ── skip → `skipped` overlap; full queue → `rejected` queue_full
-    program (runtime.fire.execute) ── not published → `skipped` unknown_program (the breaker
-                              never sees it, and the next fire after publishing runs)
-    breaker ── open → `skipped` breaker_open
-    run (runtime.fire.execute, under the claim's token) → record and stamps (runtime.fire.recorder)
-
-Fires handed over together (the fires due at one wake of the ticker, the event triggers
-of one chat message) are claimed in one request, the list form of `POST …/fires`, each
-with its own answer as if claimed alone (runtime.fire.claims). The run id is chosen before
-the claim, and the claim asks for the run's token too, so a fire costs no request of its
-own for a token; every record of the fire (run or not) carries that run id, so posting it
-ends the token.
-A fire that waited in its queue longer than `TOKEN_FRESH_S` has a fresh token minted.
-
-Per trigger, the admission slots, the fires waiting in its queue and its `Book`
-(breaker, rollup) are its lane (runtime.fire.lanes); a waiting fire starts in the task of
-the run whose end frees its slot. How a program runs is `runtime.fire.execute`, what an
-ending records `runtime.fire.bodies`, the writing `runtime.fire.recorder`'s. It never raises
-into its caller nor dies of a fire: an unexpected failure is logged with trigger and key.
+Owns `Firing`, the daemon's `Dispatcher` (SPEC "Who runs what", "Runs"): the order of the
+steps — the floating gate, the claim (runtime.fire.claims, fires handed over together
+claimed in one request), chat-watch's fires to `offer`, the wait for a slot claimed ahead,
+admission in its lane (runtime.fire.lanes), the program, the breaker, the run
+(runtime.fire.execute) and its record (runtime.fire.recorder). The steps and their endings
+are drawn in docs/architecture.md. Never raises into its caller nor dies of a fire.
 """
 
 from __future__ import annotations

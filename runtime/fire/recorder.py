@@ -1,29 +1,10 @@
 """The recorder: the one writer of run records and of a trigger's runtime stamps.
 
-Owns every write of what happened to the space (SPEC "Runs", "chat-watch"):
-
-- a fire's run record with its trigger's stamps (lastStatus, lastStatusDetail,
-  lastRunAt, breaker, rollup, and `nextFireAt`, the next fire the ticker has armed,
-  asked of `next_fire` when the run ends), in one `POST …/runs` that also ends the
-  run's token. Runs that end close together go in one list: the first waits out the
-  loop's turn, and what ends while a write is in flight goes in the next, one write
-  at a time, so stamps land in order; a newer set of a trigger's stamps replaces one
-  still waiting, and `close()` writes whatever waits;
-- the health pass's stamps (runtime.health.stamper: a verdict's lastStatus and
-  lastStatusDetail, and `nextFireAt` between runs), written once as it decided them;
-- a run made by hand (runtime.fire.manual), whose stored record is the answer;
-- chat-watch's turns: the `agent_turns` entry, then one more conversation start on the
-  reserved record's rollup (counted from the record's stamp when another device has
-  answered meanwhile, else from this device's own count).
-
-Once a fire's run and stamps are written (or given up), it publishes `RunFinished` on
-the device's bus (runtime.events).
-
-A transient refusal (no answer, a 5xx) is retried a few times; a list refused as a
-whole for a bad body is sent again one run at a time, and a run refused for its body is
-sent once more as an `error` saying why, without its result (a run's record is always
-written). What the record and the
-stamps say is `runtime.fire.bodies`' (pure); this module only writes it. Must not decide
+Owns every write of what happened (SPEC "Runs", "chat-watch"): a fire's run with its
+stamps in one `POST …/runs` (close ends batched, in order), the health pass's stamps, a run
+by hand, chat-watch's turns; then `RunFinished` on the bus. Transient refusals are retried;
+a run refused for its body is sent again as an `error` without its result, so a run's
+record is always written. What they say is runtime.fire.bodies' (pure). Must not decide
 whether a fire runs, nor how a program is run.
 """
 

@@ -1,41 +1,11 @@
 """The ticker: when armed cron and once triggers are due, dispatched once per slot.
 
 Owns the timers of this device's armed `cron` and `once` entries (SPEC "When triggers
-fire", "Sleep and clocks"). Each entry keeps a *cursor*: slots at or before it never
-fire. `run()` sleeps until the earliest next fire or a change (`apply` wakes it), never
-longer than `max_sleep`; at every wake it recomputes what is due from the wall clock
-(`schedule.due_slots`, `schedule.once_due`), moves the cursors, and hands the fires due
-to the `Dispatcher` as `FireRequest`s, together (`HAND_OFF` at a time), so they are
-claimed in one request. "Due" looks `lead` seconds ahead (runtime.fire.ahead.CLAIM_AHEAD): a
-slot is claimed just before it comes, so its run starts at the slot, not a claim's round
-trip after it. A slot is dispatched once by this device; the claims make it once in all.
-
-- Arming (add, resume, start): the cursor starts where the record's last write or
-  this device's start left it (`start_cursor`), never before the record's
-  `activeSince` (SPEC "Active since"): a resume replays nothing, nothing from
-  before a record existed fires, and a slot between a write and its arming does.
-- `rearm` recomputes from the new spec without going back; `update` keeps the
-  cursor (an args edit neither moves nor refires); `remove` disarms.
-- A wake that comes late (a stalled loop, a stopped process) fires every slot it
-  passed within the trigger's tolerance, oldest first: the device was up, so they
-  are not downtime. Only a detected sleep (`slept(now)`) restarts the cursors at
-  `now`, so a machine back from suspend never fires a burst of stale slots.
-- `bridge(start)`: after a takeover (`start` by the bridge rule, runtime.election.takeover),
-  each floating cron entry also fires its slots in `(start, cursor]` not before its
-  `activeSince`: up to the cursor, as a holder whose lease wavered dropped the slots it
-  took while it could not fire; the claims drop the ones that did run.
-
-The entry math (cursors, bridges, what is due at a wake) is `runtime.fire.cursors`, pure;
-the order in which entries come due is `runtime.fire.nextfires`, a heap, so at rest the
-ticker costs nothing per armed entry and a wake looks only at what is due. A large
-diff (a first sync of 100,000 records) is armed in chunks of `ARM_CHUNK` that yield to
-the loop between them, so the election's renewals and the streams never starve; a
-small one is armed at once.
-
-One entry's failure is its own: an entry whose arming or taking raises is logged with
-its id and dropped (`failed` keeps why, for `baton status`), and every other entry goes
-on. Event triggers are not the ticker's (runtime.feeds.chats). Must not claim, run or
-record fires (the Dispatcher does), and reads time only through the Clock.
+fire", "Sleep and clocks"): arming, `rearm`, `update`, `remove`, `bridge` and `slept`; one
+sleep to the earliest next fire or a change; at a wake, what is due `lead` seconds ahead,
+handed to the `Dispatcher` together. The cursor math is runtime.fire.cursors (pure), the
+order runtime.fire.nextfires (a heap); one entry's failure is its own. Must not claim, run
+or record fires, nor handle event triggers; reads time only through the Clock.
 """
 
 from __future__ import annotations

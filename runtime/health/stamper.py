@@ -1,41 +1,10 @@
 """The health pass: stamps every record this device answers for with why it cannot run.
 
-Owns the loop around `triggers.health` (SPEC "Reconcile, registry, health
-pass"): a pass builds `HealthInputs` (programs published in the space plus the
-runtime's own `internal:` refs, the active peer and the live devices from the
-Elector, the missing chats from the subscriptions, open breakers and last run
-statuses from the records' own stamps), asks `health.due` which stamps change,
-and writes only those through `runtime.fire.recorder`. A stamp already sent while the
-record still shows the stamp it had then is not sent again, so a feed that lags
-behind costs nothing. Passes run every `interval` seconds, soon after `kick()`, and
-when a record's turn (below) comes.
-
-A pass judges what changed, not every record: given a `Touched` (the ids whose record
-or armed fire changed, from the reconciler and the ticker), it judges those, and the
-records whose turn has come: the instant at which the clock alone could change what it
-decides for them (`healthstamps.turn`, kept in `runtime.health.rechecks`). Everything is judged
-again only when what every verdict reads changes (the programs, the active peer, the
-live devices, the missing chats), or when stale turns pile up. So a device at rest
-with 100,000 triggers judges nothing between changes, and its idle cost is one
-programs request per `interval`. Without a `Touched`, every pass judges everything.
-A pass looks records up as it goes, `PASS_CHUNK` at a time with a yield to the loop
-between (100,000 never hold the loop), and before judging waits for `settled` (the
-ticker has armed what it was given), so a first sync is judged once, after arming.
-
-It also keeps `nextFireAt` true: for the records this device stamps, the next
-fire the ticker has armed (`next_fire`), or none for a record it has not armed
-(paused, or run elsewhere), written only when it differs from the record's. A
-stamped `nextFireAt` that came due with no run since is left standing until a
-run is stamped (the run's stamps carry the next one), so a fire that never ran
-shows as `overdue` instead of being papered over by the next slot. A first
-`nextFireAt` further ahead than `NEXT_FIRE_HORIZON` is not written yet (it is
-written by the pass at its turn, well before it is due), so 100,000 monthly jobs
-armed at once cost no write until they come near.
-
-Must not judge a record itself (that is `triggers.health`), and must not die
-of a record or the space: a pass that cannot learn the programs stamps
-nothing; one record's failed write is logged and tried again `RETRY_S` later,
-a record that raises is stamped `invalid_record`, and the pass goes on.
+Owns the loop around `triggers.health` (SPEC "Reconcile, registry, health pass"): it builds
+`HealthInputs`, judges what changed (a `Touched`) and the records whose re-check came
+(runtime.health.rechecks), and writes only the stamps that change, `nextFireAt` included,
+through runtime.fire.recorder; at rest it judges nothing. Must not judge a record itself
+(`triggers.health`), and must not die of a record or the space.
 """
 
 from __future__ import annotations
