@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from core.vocab import RunStatus, TurnOutcome
+from core.vocab import RunStatus, TurnOutcome, iso
 
 Aware = Annotated[datetime, msgspec.Meta(tz=True)]
 """An instant on the wire: RFC 3339 with an offset (msgspec refuses a naive one)."""
@@ -23,6 +23,24 @@ Short = Annotated[str, msgspec.Meta(max_length=200)]
 Count = Annotated[int, msgspec.Meta(ge=0)]
 Peer = Name
 Term = Count
+
+
+def to_wire(value: Any) -> Any:
+    """A body as JSON sends it: a Struct's fields in order (an unset one left out), every
+    instant by `iso` (milliseconds, `Z`); lists of bodies likewise, anything else as given."""
+    if isinstance(value, msgspec.Struct):
+        fields = ((f, getattr(value, f)) for f in value.__struct_fields__)
+        return {f: to_wire(v) for f, v in fields if v is not msgspec.UNSET}
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, list | tuple) and value and isinstance(value[0], msgspec.Struct):
+        return [to_wire(v) for v in value]
+    return value
+
+
+def encode(value: Any) -> bytes:
+    """The one encoding of a request body: `to_wire`, then JSON."""
+    return msgspec.json.encode(to_wire(value))
 
 
 class Body(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

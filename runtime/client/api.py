@@ -88,7 +88,7 @@ class SpaceClient:
         if body is not None and not route.body:
             raise ValueError(f"{name}: takes no body")
         head = {"Authorization": f"Bearer {self._token}", **headers(route, params)}
-        data = msgspec.json.encode(body) if body is not None else None
+        data = wire.encode(body) if body is not None else None
         if data is not None:
             head["Content-Type"] = "application/json"
         url = self.url + target(route, params)
@@ -277,7 +277,7 @@ class SpaceClient:
     async def fires_claim(self, space: str, body: JSON) -> JSON:
         return await self.call("fires_claim", body, space=space)
 
-    async def fires_claim_list(self, space: str, claims: list[JSON]) -> wire.FireResults:
+    async def fires_claim_list(self, space: str, claims: list[wire.FireIn]) -> wire.FireResults:
         """Claims in one request, each taken or refused on its own: one result each."""
         return await self.typed("fires_claim", wire.FireResults, claims, space=space)
 
@@ -288,7 +288,7 @@ class SpaceClient:
     async def run_create(self, space: str, body: JSON) -> JSON:
         return await self.call("run_create", body, space=space)
 
-    async def run_create_list(self, space: str, runs: list[JSON]) -> wire.RunResults:
+    async def run_create_list(self, space: str, runs: list[wire.RunIn]) -> wire.RunResults:
         """Runs (with their stamps) in one request, each written or refused on its own."""
         return await self.typed("run_create", wire.RunResults, runs, space=space)
 

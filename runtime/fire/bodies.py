@@ -13,8 +13,10 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
+from msgspec.structs import replace
 
-from core.vocab import NOT_RAN, RAN, HealthReason, RunReason, RunStatus, iso
+from core.vocab import NOT_RAN, RAN, HealthReason, RunReason, RunStatus
+from core.wire import RunIn, Stamps
 from programs import breaker, rollup
 from programs.breaker import BreakerState
 from programs.outcome import Outcome
@@ -70,38 +72,38 @@ def late_ms(fire: RunIdentity) -> float | None:
 
 def run_record(
     fire: RunIdentity, outcome: Outcome, *, finished_at: datetime, reason: str = ""
-) -> dict[str, Any]:
+) -> RunIn:
     """The run record body for `…/runs`."""
     ran = outcome.status in RAN
-    return {
-        "runId": fire.run_id,
-        "triggerId": fire.trigger_id,
-        "program": fire.program,
-        "peer": fire.peer,
-        "term": fire.term,
-        "key": fire.key,
-        "startedAt": iso(fire.started_at),
-        "finishedAt": iso(max(finished_at, fire.started_at)),
-        "durationMs": round(max(outcome.duration_ms, 0.0), 1) if ran else 0.0,
-        "status": outcome.status.value,
-        "result": outcome.result,
-        "error": outcome.error,
-        "stderrTail": outcome.stderr_tail,
-        "lateMs": late_ms(fire),
-        "reason": reason,
-    }
+    return RunIn(
+        runId=fire.run_id,
+        triggerId=fire.trigger_id,
+        program=fire.program,
+        peer=fire.peer,
+        term=fire.term,
+        key=fire.key,
+        startedAt=fire.started_at,
+        finishedAt=max(finished_at, fire.started_at),
+        durationMs=round(max(outcome.duration_ms, 0.0), 1) if ran else 0.0,
+        status=outcome.status,
+        result=outcome.result,
+        error=outcome.error,
+        stderrTail=outcome.stderr_tail,
+        lateMs=late_ms(fire),
+        reason=reason,
+    )
 
 
-def refused(body: dict[str, Any], detail: str) -> dict[str, Any]:
+def refused(run: RunIn, detail: str) -> RunIn:
     """A run record (with its stamps) the space refused as `detail`, made storable: no
     result, an `error` saying why (SPEC: a run's record is always written)."""
     why = f"run record refused by the space: {detail}"
-    error = f"{body.get('error')}\n{why}" if body.get("error") else why
-    status = RunStatus.ERROR.value if body.get("status") == RunStatus.OK.value else body["status"]
-    changed = {**body, "result": None, "error": error, "status": status}
-    if isinstance(stamps := body.get("stamps"), dict):
-        changed["stamps"] = {**stamps, "lastStatus": status, "lastStatusDetail": headline(why)}
-    return changed
+    error = f"{run.error}\n{why}" if run.error else why
+    status = RunStatus.ERROR if run.status is RunStatus.OK else run.status
+    stamps = run.stamps
+    if stamps is not None:
+        stamps = replace(stamps, lastStatus=status.value, lastStatusDetail=headline(why))
+    return replace(run, result=None, error=error, status=status, stamps=stamps)
 
 
 def settle(
@@ -113,7 +115,7 @@ def settle(
     finished_at: datetime,
     admitted: bool,
     reason: str = "",
-) -> tuple[Book, dict[str, Any]]:
+) -> tuple[Book, Stamps]:
     """The book after this fire and the stamps to write on its trigger.
 
     The breaker moves only on fires that passed its admission (`admitted`): a fire
@@ -131,15 +133,15 @@ def settle(
 
 def stamps(
     book: Book, record: Trigger, fire: RunIdentity, outcome: Outcome, *, reason: str, now: datetime
-) -> dict[str, Any]:
+) -> Stamps:
     status, detail = last_status(book, record, outcome, reason=reason, now=now)
-    return {
-        "lastStatus": status,
-        "lastStatusDetail": detail,
-        "lastRunAt": iso(fire.started_at),
-        "breaker": breaker.to_dict(book.breaker),
-        "rollup": rollup.to_dict(book.rollup),
-    }
+    return Stamps(
+        lastStatus=status,
+        lastStatusDetail=detail,
+        lastRunAt=fire.started_at,
+        breaker=breaker.to_dict(book.breaker),
+        rollup=rollup.to_dict(book.rollup),
+    )
 
 
 def last_status(
@@ -181,7 +183,7 @@ def stamped_rollup(record: Loaded | None) -> Rollup:
     return rollup.from_dict(raw)
 
 
-def turn_stamps(seed: Rollup, turn: dict[str, Any]) -> tuple[Rollup, dict[str, Any]]:
+def turn_stamps(seed: Rollup, turn: dict[str, Any]) -> tuple[Rollup, Stamps]:
     """chat-watch's rollup after one more conversation start, and the stamps to write.
 
     Raises ValueError when the turn has no aware `startedAt`."""
@@ -191,9 +193,9 @@ def turn_stamps(seed: Rollup, turn: dict[str, Any]) -> tuple[Rollup, dict[str, A
         raise ValueError(f"turn.startedAt: {exc}") from None
     ok = turn.get("outcome") == "ok"
     after = rollup.conversation_started(seed, started, "ok" if ok else "error")
-    return after, {
-        "lastStatus": "ok" if ok else "error",
-        "lastStatusDetail": "" if ok else headline(str(turn.get("error") or "")),
-        "lastRunAt": iso(after.last_run_at or started),
-        "rollup": rollup.to_dict(after),
-    }
+    return after, Stamps(
+        lastStatus="ok" if ok else "error",
+        lastStatusDetail="" if ok else headline(str(turn.get("error") or "")),
+        lastRunAt=after.last_run_at or started,
+        rollup=rollup.to_dict(after),
+    )

@@ -12,11 +12,10 @@ if claimed alone. Must not admit, run or record.
 from __future__ import annotations
 
 import secrets
-from typing import Any
 
 import msgspec
 
-from core.wire import FireResult
+from core.wire import FireIn, FireResult, RunAsk
 from runtime.client.api import ApiError
 from runtime.client.retry import retried
 from runtime.client.seat import Seat
@@ -40,20 +39,21 @@ async def claim(seat: Seat, waiting: list[Queued]) -> list[Queued | ApiError]:
     ]
 
 
-def body(queued: Queued, peer: str) -> dict[str, Any]:
+def body(queued: Queued, peer: str) -> FireIn:
     """One claim of the list; a fire that runs a program asks for its run's token."""
     request = queued.request
-    found: dict[str, Any] = {
-        "triggerId": request.trigger.id,
-        "key": request.key,
-        "term": queued.term,
-        "peer": peer,
-        "claimId": "clm_" + secrets.token_hex(8),
-    }
+    run = None
     if not request.for_chat_watch:
         ttl = request.trigger.limits.timeout_seconds + TOKEN_MARGIN_S
-        found["run"] = {"runId": queued.claimed.run_id, "ttlSeconds": ttl}
-    return found
+        run = RunAsk(runId=queued.claimed.run_id, ttlSeconds=ttl)
+    return FireIn(
+        triggerId=request.trigger.id,
+        key=request.key,
+        term=queued.term,
+        peer=peer,
+        claimId="clm_" + secrets.token_hex(8),
+        run=run,
+    )
 
 
 def _claimed(queued: Queued, result: FireResult, at: float) -> Queued | ApiError:

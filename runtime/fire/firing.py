@@ -17,6 +17,7 @@ from typing import Any
 
 from core.aio import TaskSet
 from core.vocab import RunReason, RunStatus
+from core.wire import RunIn
 from programs import admission
 from programs.loader import LoadedProgram
 from programs.outcome import Outcome
@@ -246,7 +247,7 @@ class Firing:
         run = self._unstamped_run(queued, status, why)
         await self._recorder.ended(queued.request.trigger, run, None)
 
-    def _unstamped_run(self, queued: Queued, status: RunStatus, why: str) -> dict[str, Any]:
+    def _unstamped_run(self, queued: Queued, status: RunStatus, why: str) -> RunIn:
         fire = self._fire_of(queued)
         self._count(status.value)
         return bodies.run_record(

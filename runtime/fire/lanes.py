@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections import deque
 from datetime import datetime
-from typing import Any
 
 import msgspec
 
 from core.vocab import Overlap
+from core.wire import Stamps
 from programs import admission, breaker
 from programs.outcome import Outcome
 from runtime.fire import bodies
@@ -129,7 +129,7 @@ class Lanes:
         *,
         now: datetime,
         admitted: bool,
-    ) -> dict[str, Any] | None:
+    ) -> Stamps | None:
         """Move the trigger's book on by this ending; the stamps to write (None when the
         lane is gone: withdrawn meanwhile, no longer this device's to stamp)."""
         lane = self._lanes.get(record.id)

@@ -17,9 +17,9 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
+from msgspec.structs import replace
 
-from core.clock import iso
-from core.wire import RunResult
+from core.wire import RunIn, RunResult, Stamps
 from programs.rollup import Rollup
 from runtime.client.api import ApiError
 from runtime.client.retry import retried
@@ -39,7 +39,7 @@ class Waiting(msgspec.Struct, kw_only=True):
     """A run record (with its stamps, if any) waiting for the next write, and its answer."""
 
     tid: TriggerId
-    body: dict[str, Any]
+    body: RunIn
     done: asyncio.Future[None]
     refused: bool = False  # the space refused it once: sent again as `bodies.refused`
 
@@ -69,23 +69,19 @@ class Recorder:
 
     # --- fires ---------------------------------------------------------------------------
 
-    async def ended(
-        self, record: Trigger, run: dict[str, Any], stamps: dict[str, Any] | None
-    ) -> None:
+    async def ended(self, record: Trigger, run: RunIn, stamps: Stamps | None) -> None:
         """Write a fire's run record with its stamps (None: not this device's to stamp);
         returns once written (or given up: logged). Never raises."""
         await asyncio.shield(self.enqueue(record, run, stamps))
 
-    def enqueue(
-        self, record: Trigger, run: dict[str, Any], stamps: dict[str, Any] | None
-    ) -> asyncio.Future[None]:
+    def enqueue(self, record: Trigger, run: RunIn, stamps: Stamps | None) -> asyncio.Future[None]:
         """Queue the run for the next write (done when written); a waiting run's stamps of
         the same trigger give way to these, newer ones."""
-        body = run if stamps is None else {**run, "stamps": self._with_next_fire(record, stamps)}
+        body = run if stamps is None else replace(run, stamps=self._with_next_fire(record, stamps))
         waiting = Waiting(tid=record.id, body=body, done=asyncio.get_running_loop().create_future())
         if stamps is not None:
             if (older := self._stamped.pop(record.id, None)) is not None:
-                older.body = {k: v for k, v in older.body.items() if k != "stamps"}
+                older.body = replace(older.body, stamps=None)
             self._stamped[record.id] = waiting
         self._waiting.append(waiting)
         if self._writer is None or self._writer.done():
@@ -97,11 +93,10 @@ class Recorder:
         if self._writer is not None:
             await asyncio.shield(self._writer)
 
-    def _with_next_fire(self, record: Trigger, stamps: dict[str, Any]) -> dict[str, Any]:
+    def _with_next_fire(self, record: Trigger, stamps: Stamps) -> Stamps:
         if self._next_fire is None or record.kind == "event":
             return stamps
-        upcoming = self._next_fire(record.id)  # stamped with the run
-        return {**stamps, "nextFireAt": iso(upcoming) if upcoming else None}
+        return replace(stamps, nextFireAt=self._next_fire(record.id))  # stamped with the run
 
     async def _write_waiting(self) -> None:
         """One write at a time, in order: what ended while one was in flight goes in the next.
@@ -157,19 +152,19 @@ class Recorder:
             self._bus.publish(
                 RunFinished(
                     trigger_id=waiting.tid,
-                    run_id=run["runId"],
-                    status=run["status"],
-                    reason=run["reason"],
+                    run_id=run.runId,
+                    status=run.status.value,
+                    reason=run.reason,
                 )
             )
 
-    async def stamp(self, tid: TriggerId, body: dict[str, Any]) -> None:
+    async def stamp(self, tid: TriggerId, body: Stamps) -> None:
         """Write stamps the health pass decided (a verdict, `nextFireAt`), once: a refusal
         is raised, for the pass to judge (it tries again on its next pass)."""
         await self._client.trigger_status(self._space, tid, body)
 
-    async def post_run(self, run: dict[str, Any]) -> dict[str, Any]:
-        """Post a run record; the record as stored. Raises the last `ApiError`."""
+    async def post_run(self, run: RunIn) -> dict[str, Any]:
+        """Post a run record; the record as stored, as JSON. Raises the last `ApiError`."""
         return await retried(lambda: self._client.run_create(self._space, run), self._clock)
 
     # --- chat-watch's turns ----------------------------------------------------------------

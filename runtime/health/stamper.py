@@ -17,6 +17,7 @@ from typing import Any
 
 from core.aio import sleep_until
 from core.clock import iso
+from core.wire import Stamps
 from runtime.client.api import ApiError
 from runtime.client.seat import Seat
 from runtime.election.loop import Elector
@@ -183,7 +184,7 @@ class HealthPass:
     async def _write(self, stamp: health.Stamp, shown: tuple[str, str], now: datetime) -> int:
         if self._sent.get(stamp.id) == (shown, stamp):
             return 0  # sent while the record showed this already; the feed has not caught up
-        body = {"lastStatus": stamp.status, "lastStatusDetail": stamp.detail}
+        body = Stamps(lastStatus=stamp.status, lastStatusDetail=stamp.detail)
         try:
             await self._recorder.stamp(stamp.id, body)
         except ApiError as exc:
@@ -209,7 +210,7 @@ class HealthPass:
         if want is not None and stamps.awaits_run(record, inputs.now):
             return 0  # a fire due with no run yet: moving it on would hide an `overdue`
         try:
-            await self._recorder.stamp(record.id, {"nextFireAt": iso(want) if want else None})
+            await self._recorder.stamp(record.id, Stamps(nextFireAt=want))
         except ApiError as exc:
             if exc.status != 404:
                 log.warning("health %s: could not stamp nextFireAt: %s", record.id, exc)

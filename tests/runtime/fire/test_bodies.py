@@ -9,6 +9,7 @@ import pytest
 from msgspec.structs import replace
 
 from core.vocab import RunReason, RunStatus
+from core.wire import to_wire
 from programs import breaker, rollup
 from programs.outcome import Outcome
 from runtime.fire import bodies
@@ -82,7 +83,7 @@ TRACEBACK = 'Traceback (most recent call last):\n  File "triage@v1", line 3\nVal
     ],
 )
 def test_run_record(outcome: Outcome, reason: str, expect: dict[str, Any]) -> None:
-    body = bodies.run_record(FIRE, outcome, finished_at=FINISHED, reason=reason)
+    body = to_wire(bodies.run_record(FIRE, outcome, finished_at=FINISHED, reason=reason))
     assert body.keys() == {
         "runId",
         "triggerId",
@@ -99,6 +100,7 @@ def test_run_record(outcome: Outcome, reason: str, expect: dict[str, Any]) -> No
         "stderrTail",
         "lateMs",
         "reason",
+        "stamps",  # null: the recorder adds the trigger's
     }
     assert body.items() >= expect.items()
     assert (body["runId"], body["triggerId"], body["peer"], body["term"]) == (
@@ -212,8 +214,8 @@ def test_last_status_stamps(
     _, stamps = bodies.settle(
         book, record(raw), FIRE, outcome, finished_at=FINISHED, reason=reason, admitted=ran
     )
-    assert (stamps["lastStatus"], stamps["lastStatusDetail"]) == (status, detail)
-    assert stamps["lastRunAt"] == "2026-12-01T09:00:01.250Z"
+    assert (to_wire(stamps)["lastStatus"], to_wire(stamps)["lastStatusDetail"]) == (status, detail)
+    assert to_wire(stamps)["lastRunAt"] == "2026-12-01T09:00:01.250Z"
 
 
 def test_settle_counts_the_run_in_the_rollup_and_moves_the_breaker() -> None:
@@ -228,9 +230,9 @@ def test_settle_counts_the_run_in_the_rollup_and_moves_the_breaker() -> None:
     assert book.breaker.phase is breaker.Phase.OPEN
     assert (book.rollup.runs, book.rollup.errors, book.rollup.timeouts) == (3, 2, 1)
     assert book.rollup.consecutive_failures == 3
-    assert stamps["breaker"] == breaker.to_dict(book.breaker)
-    assert stamps["rollup"] == rollup.to_dict(book.rollup)
-    assert stamps["rollup"]["p95Ms"] is not None
+    assert to_wire(stamps)["breaker"] == breaker.to_dict(book.breaker)
+    assert to_wire(stamps)["rollup"] == rollup.to_dict(book.rollup)
+    assert to_wire(stamps)["rollup"]["p95Ms"] is not None
 
 
 def test_a_fire_refused_by_the_breaker_is_suppressed_not_a_failure() -> None:

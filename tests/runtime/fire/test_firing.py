@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from msgspec import convert
 from pages import read_all
 from waiting import eventually
 
 from core.clock import FakeClock
+from core.wire import RunIn, Stamps
 from programs import warm
 from programs.executor import Executor
 from programs.loader import ProgramCache
@@ -567,16 +569,19 @@ async def test_fires_handed_over_together_are_claimed_in_one_request_each_answer
     assert w.firing is not None and w.firing.counts["already_claimed"] == 1
 
 
-def skipped_run(run_id: str, record: Trigger, reason: str) -> dict[str, Any]:
-    return {
-        "runId": run_id,
-        "triggerId": record.id,
-        "peer": PEER,
-        "key": run_id,
-        "startedAt": "2026-12-01T09:00:00Z",
-        "status": "skipped",
-        "reason": reason,
-    }
+def skipped_run(run_id: str, record: Trigger, reason: str) -> RunIn:
+    return convert(
+        {
+            "runId": run_id,
+            "triggerId": record.id,
+            "peer": PEER,
+            "key": run_id,
+            "startedAt": "2026-12-01T09:00:00Z",
+            "status": "skipped",
+            "reason": reason,
+        },
+        RunIn,
+    )
 
 
 async def test_runs_ending_together_are_written_with_their_stamps_in_one_request(world: World):
@@ -586,7 +591,8 @@ async def test_runs_ending_together_are_written_with_their_stamps_in_one_request
 
     def ended(n: int, record: Trigger, detail: str) -> Any:
         run = skipped_run(f"run_{n}", record, detail)
-        return recorder.ended(record, run, {"lastStatus": "skipped", "lastStatusDetail": detail})
+        stamps = Stamps(lastStatus="skipped", lastStatusDetail=detail)
+        return recorder.ended(record, run, stamps)
 
     await asyncio.gather(
         *(ended(n, r, "overlap") for n, r in enumerate(records)), ended(3, records[0], "queue_full")

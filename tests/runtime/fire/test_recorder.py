@@ -7,7 +7,10 @@ import ast
 from pathlib import Path
 from typing import Any
 
+from msgspec import convert
+
 from core.clock import FakeClock
+from core.wire import RunIn, Stamps
 from runtime.client.api import SpaceClient
 from runtime.client.seat import Seat
 from runtime.fire.recorder import Recorder
@@ -66,7 +69,8 @@ async def test_a_run_the_space_refuses_for_its_body_is_written_as_an_error(
             "status": "ok",
             "result": {"n": 2**70},
         }
-        await recorder.ended(record, run, {"lastStatus": "ok", "lastStatusDetail": ""})
+        stamps = {"lastStatus": "ok", "lastStatusDetail": ""}
+        await recorder.ended(record, convert(run, RunIn), convert(stamps, Stamps))
         [stored] = (await admin.runs("home", trigger=record.id))["runs"]
         assert (stored["status"], stored["result"]) == ("error", None), stored
         assert "refused by the space: integer beyond 64 bits" in stored["error"], stored

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from core.wire import to_wire
 from programs import rollup
 from runtime.fire.bodies import turn_stamps
 
@@ -39,7 +40,7 @@ def test_a_turn_adds_one_start_and_stamps_its_outcome(
     after, stamps = turn_stamps(seed, turn)
     assert (after.starts, after.runs, after.last_run_at) == (5, 2, AT)
     assert after.last_status == status  # the health pass restores a cleared stamp from it
-    assert stamps == {
+    assert to_wire(stamps) == {
         "lastStatus": status,
         "lastStatusDetail": detail,
         "lastRunAt": "2026-12-01T09:00:00.000Z",
@@ -50,7 +51,7 @@ def test_a_turn_adds_one_start_and_stamps_its_outcome(
 def test_an_older_turn_finishing_late_does_not_move_the_last_run_back() -> None:
     seed = rollup.conversation_started(rollup.EMPTY, AT)
     after, stamps = turn_stamps(seed, {"startedAt": "2026-12-01T08:59:00Z", "outcome": "ok"})
-    assert after.starts == 2 and stamps["lastRunAt"] == "2026-12-01T09:00:00.000Z"
+    assert after.starts == 2 and to_wire(stamps)["lastRunAt"] == "2026-12-01T09:00:00.000Z"
 
 
 @pytest.mark.parametrize("started", [None, "soon", "2026-12-01T09:00:00"])
