@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from core.peerwire import LeaseOut
+from core.peerwire import ClaimIn, HandoverIn, LeaseOut, WantIn
 from runtime.client.api import ApiError
 from runtime.client.seat import Seat
 from runtime.election import decision as lease
@@ -33,7 +33,7 @@ class LeaseCalls:
         """Claim or renew at `term`; None when the space refuses it (a conflict)."""
         try:
             return await self._client.election_claim(
-                self._space, {"peer": self._peer, "term": term}
+                self._space, ClaimIn(peer=self._peer, term=term)
             )
         except ApiError as exc:
             if exc.status == 409:
@@ -41,7 +41,7 @@ class LeaseCalls:
             raise
 
     async def handover(self, term: int, to: str) -> None:
-        body = {"peer": self._peer, "term": term, "to": to}
+        body = HandoverIn(peer=self._peer, term=term, to=to)
         try:
             await self._client.election_handover(self._space, body)
             log.info("election: handed the lease over to %s at term %d", to, term + 1)
@@ -51,13 +51,13 @@ class LeaseCalls:
             log.warning("election: hand-over to %s refused: %s", to, exc)
 
     async def want(self, priority: int) -> None:
-        await self._client.election_want(self._space, {"peer": self._peer, "want": True})
+        await self._client.election_want(self._space, WantIn(peer=self._peer, want=True))
         log.info("election: asked for the lease (priority %d)", priority)
 
     async def release(self, term: int) -> None:
         """Free the lease held at `term`; never raises."""
         try:
-            await self._client.election_release(self._space, {"peer": self._peer, "term": term})
+            await self._client.election_release(self._space, ClaimIn(peer=self._peer, term=term))
             log.info("election: released the lease at term %d", term)
         except Exception as exc:
             log.warning("election: could not release the lease at term %d: %s", term, exc)

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from core.peerwire import HeartbeatIn
 from runtime.client.seat import Seat
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,7 @@ class Heartbeat:
     """One device's heartbeats in one space."""
 
     def __init__(
-        self, seat: Seat, name: str, *, report: Callable[[], dict[str, Any]] | None = None
+        self, seat: Seat, name: str, *, report: Callable[[], object] | None = None
     ) -> None:
         self._client, self._space, self._peer, self._clock = seat
         self._name, self._report = name, report
@@ -42,16 +43,15 @@ class Heartbeat:
     async def beat(self, priority: int, every: float) -> None:
         """Send one heartbeat, then read who is live; the next is due `every` s after."""
         sent = self._clock.monotonic()
-        body: dict[str, Any] = {"name": self._name, "priority": priority}
-        if self.instance:
-            body["instance"] = self.instance
-        if self._report is not None:
-            body["status"] = _status_report(self._report)
-        if self.applied is not None:
-            body["appliedSeq"] = self.applied()
         slept, self.slept = self.slept, None
-        if slept is not None:
-            body["sleptSeconds"] = round(max(0.0, slept), 3)
+        body = HeartbeatIn(
+            name=self._name,
+            priority=priority,
+            instance=self.instance or None,
+            status=_status_report(self._report) if self._report is not None else None,
+            appliedSeq=self.applied() if self.applied is not None else None,
+            sleptSeconds=round(max(0.0, slept), 3) if slept is not None else None,
+        )
         try:
             await self._client.device_put(self._space, self._peer, body)
         except BaseException:
@@ -65,12 +65,13 @@ class Heartbeat:
     async def sign_off(self) -> None:
         """Tell the space this device stopped cleanly: it is not live from now on."""
         try:
-            await self._client.device_put(self._space, self._peer, {"stopped": True})
+            await self._client.device_put(self._space, self._peer, HeartbeatIn(stopped=True))
         except Exception as exc:
             log.warning("election: could not sign off: %s", exc)
 
 
-def _status_report(report: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _status_report(report: Callable[[], object]) -> dict[str, Any]:
+    """The device's report as JSON (a `dict[str, Any]`: what `baton status` reads)."""
     try:
         built: dict[str, Any] = msgspec.to_builtins(report())
         return built

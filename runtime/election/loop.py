@@ -14,7 +14,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 import msgspec
 
@@ -27,6 +26,23 @@ from runtime.election.calls import LeaseCalls, view_of
 from runtime.election.heartbeat import Heartbeat
 from runtime.election.sleepwatch import SleepWatch
 from runtime.events import Bus, RoleChanged, Slept
+
+
+class Standing(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """This device's standing in the lease, as `status()` tells it."""
+
+    peer: str
+    active: str | None
+    term: int
+    holding: bool
+    may_fire: bool
+    acts_until: str | None  # until when it may fire floating triggers (UTC)
+    priority: int
+    live: list[str]
+    want: str | None
+    parts_down: list[str]
+    last_error: str | None
+
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +59,7 @@ class Elector:
         name: str,
         priority: int = 0,
         config: lease.Config = lease.DEFAULTS,
-        report: Callable[[], dict[str, Any]] | None = None,
+        report: Callable[[], object] | None = None,
         sleepwatch: SleepWatch | None = None,
     ) -> None:
         self._peer, self._clock, self._cfg = seat.peer, seat.clock, config
@@ -99,24 +115,24 @@ class Elector:
     def live(self) -> frozenset[str]:
         return self.heartbeat.live
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Standing:
         now, state = self._clock.monotonic(), self._state
         acts = None
         if state.holding and state.acts_until > now:
             acts = self._clock.wall() + timedelta(seconds=state.acts_until - now)
-        return {
-            "peer": self._peer,
-            "active": self.active,
-            "term": state.term,
-            "holding": state.holding,
-            "mayFire": lease.may_fire(state, now),
-            "actsUntil": iso(acts) if acts else None,
-            "priority": state.priority,
-            "live": sorted(self.heartbeat.live),
-            "want": self._view.want if self._view else None,
-            "partsDown": sorted(self._down),
-            "lastError": self._error,
-        }
+        return Standing(
+            peer=self._peer,
+            active=self.active,
+            term=state.term,
+            holding=state.holding,
+            may_fire=lease.may_fire(state, now),
+            acts_until=iso(acts) if acts else None,
+            priority=state.priority,
+            live=sorted(self.heartbeat.live),
+            want=self._view.want if self._view else None,
+            parts_down=sorted(self._down),
+            last_error=self._error,
+        )
 
     # --- what others tell us ----------------------------------------------------------------
 

@@ -13,13 +13,19 @@ through the injected `Clock`.
 from __future__ import annotations
 
 import logging
-from typing import Any
+
+import msgspec
 
 from core.aio import SLEEP_THRESHOLD, SleepDetector
 from core.clock import Clock
 from runtime.events import Bus, Slept
 
 log = logging.getLogger(__name__)
+
+
+class Sleeps(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    detected: int
+    last_jump_seconds: float | None
 
 
 class SleepWatch:
@@ -59,5 +65,5 @@ class SleepWatch:
         self.bus.publish(Slept(jump=jump, at=self._clock.wall()))
         return True
 
-    def status(self) -> dict[str, Any]:
-        return {"detected": self.detected, "lastJumpSeconds": self.last_jump}
+    def status(self) -> Sleeps:
+        return Sleeps(detected=self.detected, last_jump_seconds=self.last_jump)

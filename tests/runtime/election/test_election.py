@@ -149,8 +149,8 @@ async def test_the_first_device_claims_renews_and_a_peer_never_preempts(world: W
     devices = {d.peer: d for d in (await world.admin.devices(SPACE)).devices}
     assert devices["a"].name == "A" and devices["b"].live
     status = a.elector.status()
-    assert status["active"] == "a" and status["term"] == 1 and status["holding"]
-    assert status["actsUntil"] and status["lastError"] is None
+    assert status.active == "a" and status.term == 1 and status.holding
+    assert status.acts_until and status.last_error is None
 
 
 async def test_a_crashed_holder_is_replaced_once_the_space_says_its_lease_lapsed(
@@ -203,7 +203,7 @@ async def test_a_holder_cut_off_from_the_space_fails_closed_before_its_lease_lap
     lease = await world.lease()
     await world.admin.close()
     await world.server.close()
-    acts_until = datetime.fromisoformat(a.elector.status()["actsUntil"])
+    acts_until = datetime.fromisoformat(a.elector.status().acts_until or "")
     expires = datetime.fromisoformat(str(lease.expiresAt))
     assert (expires - acts_until).total_seconds() == pytest.approx(CFG.margin_s)
     start_wall = world.clock.wall()
@@ -214,7 +214,7 @@ async def test_a_holder_cut_off_from_the_space_fails_closed_before_its_lease_lap
     assert (world.clock.wall() - start_wall).total_seconds() <= CFG.lease_s - CFG.margin_s
     await world.run_for(20.0)  # the loop goes on, backing off
     assert not a.task.done() and not a.fires()
-    assert "unreachable" in a.elector.status()["lastError"]
+    assert "unreachable" in (a.elector.status().last_error or "")
 
 
 async def test_a_turn_seen_between_rounds_is_reported_so_the_regain_bridges(
@@ -260,7 +260,7 @@ async def test_errors_never_end_the_loop(world: World) -> None:
     stranger = await world.device("x", token="btd_not-a-token")
     await world.run_for(10.0)
     assert not stranger.task.done() and not stranger.fires()
-    assert "401" in stranger.elector.status()["lastError"]
+    assert "401" in (stranger.elector.status().last_error or "")
 
 
 async def test_a_scripted_day_never_has_two_devices_firing(world: World) -> None:

@@ -2,6 +2,7 @@
 
 import asyncio
 
+import msgspec
 import pytest
 
 from core.clock import FakeClock
@@ -47,7 +48,7 @@ async def test_a_suspend_is_heard_once(watched) -> None:
     for _ in range(5):
         await tick(clock)
     assert heard == [2.0]
-    assert watch.status() == {"detected": 1, "lastJumpSeconds": 3600.0}
+    assert msgspec.to_builtins(watch.status()) == {"detected": 1, "lastJumpSeconds": 3600.0}
 
 
 async def test_a_backward_step_and_a_second_sleep_are_each_heard(watched) -> None:
