@@ -26,15 +26,18 @@ Term = Count
 
 
 def to_wire(value: Any) -> Any:
-    """A body as JSON sends it: a Struct's fields in order (an unset one left out), every
-    instant by `iso` (milliseconds, `Z`); lists of bodies likewise, anything else as given."""
-    if isinstance(value, msgspec.Struct):
-        fields = ((f, getattr(value, f)) for f in value.__struct_fields__)
-        return {f: to_wire(v) for f, v in fields if v is not msgspec.UNSET}
+    """A body as JSON sends it (a Struct as msgspec encodes it: its wire names, unset
+    fields left out), every instant by `iso` (milliseconds, `Z`)."""
+    return _instants(msgspec.to_builtins(value, builtin_types=(datetime,)))
+
+
+def _instants(value: Any) -> Any:
     if isinstance(value, datetime):
         return iso(value)
-    if isinstance(value, list | tuple) and value and isinstance(value[0], msgspec.Struct):
-        return [to_wire(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _instants(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_instants(v) for v in value]
     return value
 
 

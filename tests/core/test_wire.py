@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import msgspec
 
+from core.chatwire import Message
 from core.vocab import RunStatus
 from core.wire import FireIn, RunAsk, RunIn, Stamps, encode, to_wire
 
@@ -60,3 +61,14 @@ def test_anything_but_a_body_is_sent_as_given() -> None:
     assert to_wire({"at": "x", "n": [1, 2]}) == {"at": "x", "n": [1, 2]}
     assert to_wire([]) == []
     assert to_wire(AT) == "2026-12-01T09:00:01.250Z"
+
+
+def test_a_struct_goes_out_under_its_wire_names() -> None:
+    message = Message(message_id="m1", seq=2, object_id="c", text="hi", created_at="now")
+    assert to_wire(message) == {  # camel names, the unset agent left out (omit_defaults)
+        "messageId": "m1",
+        "seq": 2,
+        "objectId": "c",
+        "text": "hi",
+        "createdAt": "now",
+    }
