@@ -39,7 +39,7 @@ class MessageIn(Body, frozen=True, kw_only=True):
     agent: AgentIn | None = None
 
 
-class MessageEdit(Body, frozen=True, kw_only=True):
+class MessageEdit(Body, frozen=True, kw_only=True, omit_defaults=True):
     """A change to an agent message still being written: its whole new `text`, and `done`."""
 
     text: str | None = None

@@ -47,7 +47,7 @@ class LeaseOut(Answer, frozen=True, kw_only=True):
 # --- heartbeats and devices
 
 
-class HeartbeatIn(Body, frozen=True, kw_only=True):
+class HeartbeatIn(Body, frozen=True, kw_only=True, omit_defaults=True):
     name: Short | None = None
     priority: int | None = None
     status: dict[str, Any] | None = None  # what the device reports of itself, for `baton status`

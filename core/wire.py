@@ -27,7 +27,8 @@ Term = Count
 
 def to_wire(value: Any) -> Any:
     """A body as JSON sends it (a Struct as msgspec encodes it: its wire names, unset
-    fields left out), every instant by `iso` (milliseconds, `Z`)."""
+    fields left out, and defaults too where it says `omit_defaults`: a body whose defaults
+    mean "not given"), every instant by `iso` (milliseconds, `Z`)."""
     return _instants(msgspec.to_builtins(value, builtin_types=(datetime,)))
 
 
@@ -144,7 +145,7 @@ class RunAsk(Body, frozen=True, kw_only=True):
     ttlSeconds: Annotated[float, msgspec.Meta(gt=0)] = 3600.0  # capped at timeout + margin
 
 
-class FireIn(Body, frozen=True, kw_only=True):
+class FireIn(Body, frozen=True, kw_only=True, omit_defaults=True):
     triggerId: Text
     key: Text
     term: Annotated[int, msgspec.Meta(ge=0)]

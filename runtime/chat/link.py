@@ -13,12 +13,12 @@ the injected `Clock`.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import msgspec
 
 from core.aio import Backoff
-from core.chatwire import WIRE_MESSAGE, each
+from core.chatwire import WIRE_MESSAGE, AgentIn, Message, MessageEdit, MessageIn, each
+from runtime.chat.responders import MessageJson
 from runtime.client.api import ApiError
 from runtime.client.seat import Seat
 from triggers.records import CHAT_WATCH_PROGRAM, RESERVED_CHAT_WATCH
@@ -63,31 +63,29 @@ class ChatLink:
             return False
         return True
 
-    async def send(
-        self, space: str, object_id: str, text: str, agent: dict[str, Any]
-    ) -> dict[str, Any]:
+    async def send(self, space: str, object_id: str, text: str, agent: AgentIn) -> MessageJson:
         """Post an agent message; the message as the space stored it (a JSON object, as
         chat-watch and the responders take messages)."""
-        body = {"text": text, "agent": agent}
-        sent: dict[str, Any] = msgspec.to_builtins(
-            await self._client.chat_send(space, object_id, body)
-        )
-        return sent
+        sent = await self._client.chat_send(space, object_id, MessageIn(text=text, agent=agent))
+        return as_json(sent)
 
     async def edit(
-        self, space: str, object_id: str, message_id: str, body: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, space: str, object_id: str, message_id: str, body: MessageEdit
+    ) -> MessageJson:
         """Grow an agent message in place; the message as it stands now (a JSON object)."""
-        edited: dict[str, Any] = msgspec.to_builtins(
-            await self._client.chat_edit(space, object_id, message_id, body)
-        )
-        return edited
+        return as_json(await self._client.chat_edit(space, object_id, message_id, body))
 
-    async def history(self, space: str, object_id: str, limit: int) -> list[dict[str, Any]]:
+    async def history(self, space: str, object_id: str, limit: int) -> list[MessageJson]:
         """The chat's most recent `limit` messages, oldest first (never its oldest ones), as
         the responders take them; one that does not fit is logged and left out."""
         page = await self._client.chat_messages(space, object_id, limit=limit, latest=True)
         found, errors = each(page.messages, WIRE_MESSAGE)
         for error in errors:
             log.warning("chat-watch: chat %s: history message left out: %s", object_id, error)
-        return [msgspec.to_builtins(message) for message in found]
+        return [as_json(message) for message in found]
+
+
+def as_json(message: Message) -> MessageJson:
+    """A message as chat-watch and the responders take it: a JSON object."""
+    found: MessageJson = msgspec.to_builtins(message)
+    return found

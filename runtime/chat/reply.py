@@ -19,16 +19,18 @@ from typing import Any, TypeVar
 import msgspec
 
 from core.aio import within
+from core.chatwire import AgentIn, MessageEdit
 from core.clock import Clock
+from core.wire import TurnIn
 from runtime.chat.responders import MessageJson
 
 log = logging.getLogger("runtime.chat.watch")
 T = TypeVar("T")
 ChatKey = tuple[str, str]  # (space, objectId)
-Send = Callable[..., Awaitable[Any]]  # send(space, object_id, text, agent={...}) -> message?
-Edit = Callable[[str, str, str, dict[str, Any]], Awaitable[Any]]  # (space, chat, id, body)
+Send = Callable[..., Awaitable[Any]]  # send(space, object_id, text, agent=AgentIn) -> message?
+Edit = Callable[[str, str, str, MessageEdit], Awaitable[Any]]  # (space, chat, id, body)
 History = Callable[[str, str, int], Awaitable[list[MessageJson]]]
-RecordTurn = Callable[[dict[str, Any]], Awaitable[Any]]
+RecordTurn = Callable[[TurnIn], Awaitable[Any]]
 
 AGENT_NAME = "chat-watch"
 DEFAULT_APOLOGY = "Sorry, I could not answer that just now."
@@ -124,14 +126,14 @@ class Replies:
     async def reply(self, post: Post, text: str, done: bool = True) -> MessageJson:
         """Post `text` whole (`done` unless it is the first words of a streamed reply)."""
         chat = post.chat
-        agent = {"name": AGENT_NAME, "done": done}
+        agent = AgentIn(name=AGENT_NAME, done=done)
         sent = await self.io(self._edges.send(*chat.key, text, agent=agent), "send")
         post.posted = True
         post.replies += 1
         self._counters.replies += 1
         if isinstance(sent, dict) and "messageId" in sent:
             return sent
-        return {"objectId": chat.key[1], "text": text, "agent": agent}
+        return {"objectId": chat.key[1], "text": text, "agent": msgspec.to_builtins(agent)}
 
     async def stream(self, post: Post, pieces: AsyncIterator[str]) -> MessageJson | None:
         """Post the reply at its first words and grow it in place as the pieces come.
@@ -173,11 +175,10 @@ class Replies:
         self, chat: Conversation, message: MessageJson, text: str, done: bool | None
     ) -> MessageJson:
         assert self._edges.edit is not None
-        body: dict[str, Any] = {"text": text} if text != message.get("text") else {}
-        if done is not None:
-            body["done"] = done
-        if not body or "messageId" not in message:
+        grown = text if text != message.get("text") else None
+        if (grown is None and done is None) or "messageId" not in message:
             return message
+        body = MessageEdit(text=grown, done=done)  # None: left as it is
         edited = await self.io(self._edges.edit(*chat.key, message["messageId"], body), "edit")
         return edited if isinstance(edited, dict) and "messageId" in edited else message
 
@@ -185,7 +186,7 @@ class Replies:
         apology = self._settings.apology
         if apology is None:
             return
-        agent = {"name": AGENT_NAME, "done": True}
+        agent = AgentIn(name=AGENT_NAME, done=True)
         try:
             await self.io(self._edges.send(*chat.key, apology, agent=agent), "send")
         except Exception as exc:

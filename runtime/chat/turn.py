@@ -3,7 +3,7 @@
 Owns a turn (SPEC "chat-watch"): one history snapshot, then responder calls while the inbox
 is non-empty (a message arriving mid-turn joins it and cuts a streamed reply); an
 unavailable responder puts the messages back; a failure or a stop ends the turn; each turn
-leaves an `AgentTurn` for `record_turn`. Calls are bounded on the Clock. Must not decide
+leaves a `TurnIn` for `record_turn`. Calls are bounded on the Clock. Must not decide
 which fires are answered nor readiness (runtime.chat.watch), nor what a turn stamps.
 """
 
@@ -13,13 +13,11 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Callable
-from datetime import datetime
-
-import msgspec
 
 from core.aio import within
 from core.clock import Clock
 from core.vocab import TurnOutcome
+from core.wire import TurnIn
 from runtime.chat.reply import (
     CUT_FAILED,
     CUT_STOPPED,
@@ -36,22 +34,6 @@ from runtime.chat.responders import MessageJson, Responder, ResponderUnavailable
 log = logging.getLogger("runtime.chat.watch")
 
 
-class AgentTurn(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """One `agent_turns` entry (not a run record)."""
-
-    turn_id: str
-    space: str
-    object_id: str
-    message_ids: list[str]
-    calls: int  # responder calls (more than one when messages joined mid-turn)
-    replies: int  # messages posted (the apology of a failed turn not included)
-    started_at: datetime
-    finished_at: datetime
-    duration_ms: float
-    outcome: TurnOutcome
-    error: str = ""
-
-
 class _Turn:
     def __init__(self, chat: Conversation, clock: Clock) -> None:
         self.chat, self.clock = chat, clock
@@ -66,18 +48,19 @@ class _Turn:
         if self.outcome is TurnOutcome.OK:  # the first failure is the one that counts
             self.outcome, self.error = outcome, error
 
-    def entry(self) -> AgentTurn:
+    def entry(self) -> TurnIn:
+        """The turn's `agent_turns` entry (not a run record)."""
         space, object_id = self.chat.key
-        return AgentTurn(
-            turn_id=self.turn_id,
+        return TurnIn(
+            turnId=self.turn_id,
             space=space,
-            object_id=object_id,
-            message_ids=list(self.message_ids),
-            calls=self.calls,
-            replies=self.post.replies,
-            started_at=self.started_at,
-            finished_at=self.clock.wall(),
-            duration_ms=round((self.clock.monotonic() - self.t0) * 1000, 3),
+            objectId=object_id,
+            messageIds=list(self.message_ids),
+            calls=self.calls,  # responder calls (more than one when messages joined mid-turn)
+            replies=self.post.replies,  # messages posted (a failed turn's apology not included)
+            startedAt=self.started_at,
+            finishedAt=self.clock.wall(),
+            durationMs=round((self.clock.monotonic() - self.t0) * 1000, 3),
             outcome=self.outcome,
             error=self.error,
         )
@@ -200,10 +183,9 @@ class Turns:
         entry = turn.entry()
         turn.chat.turn_id = ""
         detail = f": {entry.error}" if entry.error else ""
-        log.info("turn %s ← %s %.0f ms%s", entry.turn_id, entry.outcome, entry.duration_ms, detail)
+        log.info("turn %s ← %s %.0f ms%s", entry.turnId, entry.outcome, entry.durationMs, detail)
         try:
-            raw = msgspec.to_builtins(entry)
-            await self._replies.io(self._edges.record_turn(raw), "record_turn")
+            await self._replies.io(self._edges.record_turn(entry), "record_turn")
         except Exception as exc:
             self._counters.unrecorded += 1
-            log.warning("turn %s not recorded: %s", entry.turn_id, reason(exc))
+            log.warning("turn %s not recorded: %s", entry.turnId, reason(exc))

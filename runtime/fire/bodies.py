@@ -10,13 +10,12 @@ fire runs (runtime.fire.firing) nor know how a program is run.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
 
 import msgspec
 from msgspec.structs import replace
 
-from core.vocab import NOT_RAN, RAN, HealthReason, RunReason, RunStatus
-from core.wire import RunIn, Stamps
+from core.vocab import NOT_RAN, RAN, HealthReason, RunReason, RunStatus, TurnOutcome
+from core.wire import RunIn, Stamps, TurnIn
 from programs import breaker, rollup
 from programs.breaker import BreakerState
 from programs.outcome import Outcome
@@ -172,8 +171,6 @@ def headline(error: str) -> str:
 
 # --- chat-watch: a turn is a conversation start, not a run ---------------------------
 
-_Aware = Annotated[datetime, msgspec.Meta(tz=True)]
-
 
 def stamped_rollup(record: Loaded | None) -> Rollup:
     """The rollup a record's stamp holds (an undecodable record's too); empty when none."""
@@ -183,19 +180,13 @@ def stamped_rollup(record: Loaded | None) -> Rollup:
     return rollup.from_dict(raw)
 
 
-def turn_stamps(seed: Rollup, turn: dict[str, Any]) -> tuple[Rollup, Stamps]:
-    """chat-watch's rollup after one more conversation start, and the stamps to write.
-
-    Raises ValueError when the turn has no aware `startedAt`."""
-    try:
-        started = msgspec.convert(turn.get("startedAt"), _Aware)
-    except msgspec.ValidationError as exc:
-        raise ValueError(f"turn.startedAt: {exc}") from None
-    ok = turn.get("outcome") == "ok"
-    after = rollup.conversation_started(seed, started, "ok" if ok else "error")
+def turn_stamps(seed: Rollup, turn: TurnIn) -> tuple[Rollup, Stamps]:
+    """chat-watch's rollup after one more conversation start, and the stamps to write."""
+    ok = turn.outcome is TurnOutcome.OK
+    after = rollup.conversation_started(seed, turn.startedAt, "ok" if ok else "error")
     return after, Stamps(
         lastStatus="ok" if ok else "error",
-        lastStatusDetail="" if ok else headline(str(turn.get("error") or "")),
-        lastRunAt=after.last_run_at or started,
+        lastStatusDetail="" if ok else headline(turn.error),
+        lastRunAt=after.last_run_at or turn.startedAt,
         rollup=rollup.to_dict(after),
     )

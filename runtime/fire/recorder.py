@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from core.wire import RunIn, RunResult, Stamps
+from core.wire import RunIn, RunResult, Stamps, TurnIn
 from programs.rollup import Rollup
 from runtime.client.api import ApiError
 from runtime.client.retry import retried
@@ -169,10 +169,10 @@ class Recorder:
 
     # --- chat-watch's turns ----------------------------------------------------------------
 
-    async def turn(self, turn: dict[str, Any]) -> None:
+    async def turn(self, turn: TurnIn) -> None:
         """Log the turn in `agent_turns` and stamp chat-watch's record; never raises."""
-        tid = turn.get("turnId")
-        log.info("chat-watch turn %s: %s", tid, turn.get("outcome"))
+        tid = turn.turnId
+        log.info("chat-watch turn %s: %s", tid, turn.outcome.value)
         try:
             await self._client.turn_create(self._space, turn)
         except ApiError as exc:
@@ -180,7 +180,7 @@ class Recorder:
         try:
             self._turns_rollup, stamps = bodies.turn_stamps(self._chat_watch_rollup(), turn)
             await self._client.trigger_status(self._space, RESERVED_CHAT_WATCH, stamps)
-        except (ApiError, ValueError) as exc:
+        except ApiError as exc:
             log.warning("chat-watch turn %s not stamped: %s", tid, exc)
 
     def _chat_watch_rollup(self) -> Rollup:

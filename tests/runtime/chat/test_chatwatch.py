@@ -13,7 +13,9 @@ from collections.abc import Callable
 import msgspec
 import pytest
 
+from core.chatwire import AgentIn, MessageEdit
 from core.clock import FakeClock
+from core.wire import TurnIn, to_wire
 from runtime.chat.command import CommandResponder
 from runtime.chat.responders import ResponderUnavailable
 from runtime.chat.watch import ChatWatch
@@ -40,12 +42,12 @@ class Edge:
         self.record_attempts = 0
         self._changed = asyncio.Condition()
 
-    async def send(self, space: str, object_id: str, text: str, agent: dict) -> dict:
+    async def send(self, space: str, object_id: str, text: str, agent: AgentIn) -> dict:
         message = {
             "messageId": f"r{len(self.sent)}",
             "objectId": object_id,
             "text": text,
-            "agent": agent,
+            "agent": to_wire(agent),
         }
         self.sent.append({"space": space, **message})
         await self._bump()
@@ -56,10 +58,10 @@ class Edge:
         await self._bump()
         return list(self.stored.get(object_id, []))
 
-    async def record_turn(self, turn: dict) -> None:
+    async def record_turn(self, turn: TurnIn) -> None:
         self.record_attempts += 1
         if not self.fail_record:
-            self.turns.append(turn)
+            self.turns.append(to_wire(turn))
         await self._bump()
         if self.fail_record:
             raise OSError("space unreachable")
@@ -160,7 +162,9 @@ async def test_a_message_is_answered_in_one_logged_turn(make_watch, edge):
     assert turn["turnId"].startswith("turn_")
     assert (turn["space"], turn["objectId"], turn["messageIds"]) == (SPACE, "general", ["m1"])
     assert (turn["outcome"], turn["error"], turn["calls"], turn["replies"]) == ("ok", "", 1, 1)
-    assert turn["startedAt"] == turn["finishedAt"] == "2026-01-01T00:00:00Z"
+    assert (
+        turn["startedAt"] == turn["finishedAt"] == "2026-01-01T00:00:00.000Z"
+    )  # the one instant format
     assert watch.counters.starts == 1 and watch.counters.answered == 1
     assert watch.status().chats == []
 
@@ -482,7 +486,8 @@ class EditingEdge(Edge):
         super().__init__()
         self.edits: list[dict] = []
 
-    async def edit(self, space: str, object_id: str, message_id: str, body: dict) -> dict:
+    async def edit(self, space: str, object_id: str, message_id: str, edit: MessageEdit) -> dict:
+        body = {k: v for k, v in to_wire(edit).items() if v is not None}  # None: left as it is
         self.edits.append({"messageId": message_id, **body})
         (message,) = [m for m in self.sent if m["messageId"] == message_id]
         message["text"] = body.get("text", message["text"])

@@ -4,13 +4,29 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 
-from core.wire import to_wire
+from core.wire import TurnIn, to_wire
 from programs import rollup
 from runtime.fire.bodies import turn_stamps
 
 AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+def entry(**fields: object) -> TurnIn:
+    """A turn as chat-watch records it; `fields` as the wire has them."""
+    base = {
+        "turnId": "turn_1",
+        "space": "home",
+        "objectId": "general",
+        "messageIds": ["m1"],
+        "calls": 1,
+        "replies": 1,
+        "finishedAt": "2026-12-01T09:00:01Z",
+        "durationMs": 1000.0,
+    }
+    return msgspec.convert({**base, **fields}, TurnIn)
 
 
 @pytest.mark.parametrize(
@@ -37,7 +53,7 @@ def test_a_turn_adds_one_start_and_stamps_its_outcome(
 ) -> None:
     seed = rollup.Rollup(starts=4, runs=2)
     turn = {"startedAt": "2026-12-01T10:00:00+01:00", "outcome": outcome, "error": error}
-    after, stamps = turn_stamps(seed, turn)
+    after, stamps = turn_stamps(seed, entry(**turn))
     assert (after.starts, after.runs, after.last_run_at) == (5, 2, AT)
     assert after.last_status == status  # the health pass restores a cleared stamp from it
     assert to_wire(stamps) == {
@@ -50,11 +66,11 @@ def test_a_turn_adds_one_start_and_stamps_its_outcome(
 
 def test_an_older_turn_finishing_late_does_not_move_the_last_run_back() -> None:
     seed = rollup.conversation_started(rollup.EMPTY, AT)
-    after, stamps = turn_stamps(seed, {"startedAt": "2026-12-01T08:59:00Z", "outcome": "ok"})
+    after, stamps = turn_stamps(seed, entry(startedAt="2026-12-01T08:59:00Z", outcome="ok"))
     assert after.starts == 2 and to_wire(stamps)["lastRunAt"] == "2026-12-01T09:00:00.000Z"
 
 
 @pytest.mark.parametrize("started", [None, "soon", "2026-12-01T09:00:00"])
 def test_a_turn_without_an_aware_start_is_refused_naming_the_field(started: object) -> None:
-    with pytest.raises(ValueError, match=r"turn\.startedAt"):
-        turn_stamps(rollup.EMPTY, {"startedAt": started, "outcome": "ok"})
+    with pytest.raises(ValueError, match=r"\$\.startedAt"):  # the turn cannot even be built
+        turn_stamps(rollup.EMPTY, entry(startedAt=started, outcome="ok"))
