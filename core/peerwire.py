@@ -47,10 +47,14 @@ class LeaseOut(Answer, frozen=True, kw_only=True):
 # --- heartbeats and devices
 
 
+Report = dict[str, Any]
+"""What a device reports of itself in its heartbeat: JSON, read generically (`baton status`)."""
+
+
 class HeartbeatIn(Body, frozen=True, kw_only=True, omit_defaults=True):
     name: Short | None = None
     priority: int | None = None
-    status: dict[str, Any] | None = None  # what the device reports of itself, for `baton status`
+    status: Report | None = None
     instance: Short | None = None  # one per process run (and per wake): a new one restarts upSince
     stopped: bool = False  # a clean stop: not live from now on, until the next heartbeat
     appliedSeq: Annotated[int, msgspec.Meta(ge=0)] | None = None  # the change feed applied so far
@@ -65,7 +69,7 @@ class DeviceOut(Answer, frozen=True, kw_only=True):
     name: str = ""
     priority: int = 0
     stopped: bool = False
-    status: dict[str, Any] = msgspec.field(default_factory=dict)
+    status: Report = msgspec.field(default_factory=dict)
 
 
 class DeviceList(Answer, frozen=True, kw_only=True):

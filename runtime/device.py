@@ -15,19 +15,19 @@ import logging
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 import msgspec
 
 from core.aio import TaskSet
 from core.clock import Clock, SystemClock, iso
+from programs.confine import Containment
 from programs.executor import Executor
 from programs.loader import ProgramCache
 from programs.process import StartFailed
 from runtime.chat.link import ChatLink
 from runtime.chat.readiness import Readiness
 from runtime.chat.responders import BuiltinResponder, Responder
-from runtime.chat.watch import ChatWatch
+from runtime.chat.watch import ChatWatch, WatchStatus
 from runtime.client.api import ApiError, SpaceClient
 from runtime.client.seat import Seat
 from runtime.election.decision import Config as LeaseConfig
@@ -36,6 +36,7 @@ from runtime.election.sleepwatch import SleepWatch
 from runtime.election.takeover import BRIDGE_WINDOW, Takeover
 from runtime.events import Bus, DiffApplied, RecordEdited, RoleChanged, Slept
 from runtime.feeds.chats import Subscriptions
+from runtime.feeds.followed import FollowedStatus
 from runtime.feeds.reconciler import Reconciler
 from runtime.fire.execute import Execute, program_fetch
 from runtime.fire.firing import Firing
@@ -271,16 +272,25 @@ class Device:
 
     # --- what the parts ask ----------------------------------------------------------------
 
-    def _report(self) -> dict[str, Any]:
+    def _report(self) -> DeviceReport:
         """What this device says of itself in its heartbeat, for `baton status`."""
-        return {
-            "upSince": iso(self.up_since),
-            "subscriptions": self.subscriptions.status(),
-            "armed": len(self.reconciler.registry),
-            "chatWatch": msgspec.to_builtins(self.chatwatch.status()),
-            "responder": _describe(self.responder),
-            "containment": msgspec.to_builtins(self.executor.containment),
-        }
+        return DeviceReport(
+            up_since=iso(self.up_since),
+            subscriptions=self.subscriptions.status(),
+            armed=len(self.reconciler.registry),
+            chat_watch=self.chatwatch.status(),
+            responder=_describe(self.responder),
+            containment=self.executor.containment,
+        )
+
+
+class DeviceReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    up_since: str
+    subscriptions: list[FollowedStatus]
+    armed: int
+    chat_watch: WatchStatus
+    responder: str
+    containment: Containment | None
 
 
 def _describe(responder: Responder) -> str:

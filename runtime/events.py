@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -57,7 +57,6 @@ class RunFinished:
     run_id: str
     status: str  # an outcome status value: ok, error, timeout, crashed, rejected, skipped
     reason: str = ""
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 E = TypeVar("E")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 
@@ -29,7 +28,7 @@ from runtime.chat.reply import (
     Send,
     TurnSettings,
 )
-from runtime.chat.responders import Responder
+from runtime.chat.responders import MessageJson, Responder
 from runtime.chat.turn import Turns
 
 log = logging.getLogger(__name__)
@@ -64,7 +63,7 @@ def malformed(event: object) -> str:
     return ""
 
 
-def answerable(event: dict[str, Any]) -> bool:
+def answerable(event: MessageJson) -> bool:
     """User messages and nudges (`agent.name` = `trigger:<job>`); no other agent message."""
     agent = event.get("agent")
     if agent is None:  # absent or null: a person wrote it
@@ -157,7 +156,7 @@ class ChatWatch:
 
     # ------------------------------------------------------------ intake
 
-    async def offer(self, event: dict[str, Any]) -> None:
+    async def offer(self, event: MessageJson) -> None:
         """One fire of chat-watch. Never waits for the responder; never raises for the event."""
         if self._closed:
             log.warning("chat-watch closed: a fire was not taken")
@@ -169,7 +168,7 @@ class ChatWatch:
         self._enqueue(chat, event)
         self._kick(chat)
 
-    def _accept(self, event: dict[str, Any]) -> bool:
+    def _accept(self, event: MessageJson) -> bool:
         self._counters.offered += 1
         if problem := malformed(event):
             self._counters.malformed += 1
@@ -191,7 +190,7 @@ class ChatWatch:
         if len(self._seen) > self._seen_capacity:
             del self._seen[next(iter(self._seen))]
 
-    def _enqueue(self, chat: Conversation, event: dict[str, Any]) -> None:
+    def _enqueue(self, chat: Conversation, event: MessageJson) -> None:
         if len(chat.inbox) >= self._max_waiting:
             dropped = chat.inbox.popleft()
             self._counters.dropped += 1

@@ -14,6 +14,7 @@ import random
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from datetime import datetime
+from typing import TypedDict
 
 import aiohttp
 import msgspec
@@ -68,6 +69,14 @@ class _CallerFailed(Exception):
     def __init__(self, raised: Exception) -> None:
         super().__init__()
         self.raised = raised
+
+
+class StreamOptions(TypedDict, total=False):
+    """How a part's subscriptions reconnect (the `Subscription` options it may set)."""
+
+    backoff: Backoff
+    read_timeout: float
+    connect_timeout: float
 
 
 class Subscription:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 
-from core.peerwire import HeartbeatIn
+from core.peerwire import HeartbeatIn, Report
 from runtime.client.seat import Seat
 
 log = logging.getLogger(__name__)
@@ -70,10 +69,10 @@ class Heartbeat:
             log.warning("election: could not sign off: %s", exc)
 
 
-def _status_report(report: Callable[[], object]) -> dict[str, Any]:
-    """The device's report as JSON (a `dict[str, Any]`: what `baton status` reads)."""
+def _status_report(report: Callable[[], object]) -> Report:
+    """The device's report as JSON, for the heartbeat."""
     try:
-        built: dict[str, Any] = msgspec.to_builtins(report())
+        built: Report = msgspec.to_builtins(report())
         return built
     except Exception as exc:
         log.warning("election: the status report failed: %s", exc)

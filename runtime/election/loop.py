@@ -28,7 +28,7 @@ from runtime.election.sleepwatch import SleepWatch
 from runtime.events import Bus, RoleChanged, Slept
 
 
-class Standing(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class ElectionStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """This device's standing in the lease, as `status()` tells it."""
 
     peer: str
@@ -115,12 +115,12 @@ class Elector:
     def live(self) -> frozenset[str]:
         return self.heartbeat.live
 
-    def status(self) -> Standing:
+    def status(self) -> ElectionStatus:
         now, state = self._clock.monotonic(), self._state
         acts = None
         if state.holding and state.acts_until > now:
             acts = self._clock.wall() + timedelta(seconds=state.acts_until - now)
-        return Standing(
+        return ElectionStatus(
             peer=self._peer,
             active=self.active,
             term=state.term,

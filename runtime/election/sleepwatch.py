@@ -23,7 +23,7 @@ from runtime.events import Bus, Slept
 log = logging.getLogger(__name__)
 
 
-class Sleeps(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class SleepStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     detected: int
     last_jump_seconds: float | None
 
@@ -65,5 +65,5 @@ class SleepWatch:
         self.bus.publish(Slept(jump=jump, at=self._clock.wall()))
         return True
 
-    def status(self) -> Sleeps:
-        return Sleeps(detected=self.detected, last_jump_seconds=self.last_jump)
+    def status(self) -> SleepStatus:
+        return SleepStatus(detected=self.detected, last_jump_seconds=self.last_jump)

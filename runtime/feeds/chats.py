@@ -15,7 +15,6 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any
 
 import msgspec
 
@@ -23,12 +22,18 @@ from core.aio import Backoff, TaskSet, sleep_until
 from core.routes import ApiError
 from runtime.client.seat import Seat
 from runtime.client.sse import Permanent, SseEvent
-from runtime.client.stream import DEFAULT_BACKOFF, ConnectionState, SubscriptionStatus
+from runtime.client.stream import (
+    DEFAULT_BACKOFF,
+    ConnectionState,
+    StreamOptions,
+    SubscriptionStatus,
+)
 from runtime.feeds.followed import (
     MESSAGE,
     Bridge,
     ChatMessage,
     FollowedChat,
+    FollowedStatus,
     active_for,
     bridge_start,
     chat_of,
@@ -59,7 +64,7 @@ class Subscriptions:
         self._client, self._space, _, self._clock = seat
         self._dispatcher = dispatcher
         self._reprobe_s = reprobe_s
-        self._stream_options: dict[str, Any] = {"read_timeout": read_timeout, "backoff": backoff}
+        self._stream_options = StreamOptions(read_timeout=read_timeout, backoff=backoff)
         self._chats: dict[str, FollowedChat] = {}
         self._where: dict[TriggerId, str] = {}
         self.up_since = self._clock.wall()  # this device's start (or its last wake from sleep)
@@ -108,7 +113,7 @@ class Subscriptions:
     def missing(self) -> frozenset[str]:
         return frozenset(o for o, c in self._chats.items() if c.state == "missing")
 
-    def status(self) -> list[dict[str, Any]]:
+    def status(self) -> list[FollowedStatus]:
         return [self._chats[o].status() for o in sorted(self._chats)]
 
     async def run(self) -> None:

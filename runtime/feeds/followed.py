@@ -25,6 +25,7 @@ from core.wire import Answer
 from runtime.client.api import SpaceClient
 from runtime.client.sse import Permanent
 from runtime.client.stream import Subscription
+from runtime.fire.dispatch import Event
 from triggers.records import (
     CHAT_DATASET,
     RESERVED_CHAT_WATCH,
@@ -37,6 +38,18 @@ log = logging.getLogger(__name__)
 
 HISTORY_PAGE = 500
 GALLOP_FIRST = 64  # how far back the bridge first looks for its start, in seqs
+
+
+class FollowedStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One followed chat, as `baton status` shows it."""
+
+    chat: str
+    state: str
+    triggers: list[str]
+    last_id: int | None
+    error: str
+    connections: int
+    gaps: int
 
 
 class Bridge(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,17 +78,17 @@ class FollowedChat:
             return "missing" if self.refusal.status == 404 else "failed"
         return self.sub.status.state.value if self.sub is not None else "starting"
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> FollowedStatus:
         sub = self.sub.status if self.sub is not None else None
-        return {
-            "chat": self.object_id,
-            "state": self.state,
-            "triggers": sorted(self.triggers),
-            "lastId": self.last_seq,
-            "error": self.error or (sub.last_error if sub else ""),
-            "connections": sub.connections if sub else 0,
-            "gaps": self.gaps,
-        }
+        return FollowedStatus(
+            chat=self.object_id,
+            state=self.state,
+            triggers=sorted(self.triggers),
+            last_id=self.last_seq,
+            error=self.error or (sub.last_error if sub else ""),
+            connections=sub.connections if sub else 0,
+            gaps=self.gaps,
+        )
 
 
 def chat_of(record: Trigger) -> str | None:
@@ -101,8 +114,8 @@ class ChatMessage(Answer, frozen=True, kw_only=True, rename="camel"):
     created_at: Annotated[datetime, msgspec.Meta(tz=True)]
     agent: dict[str, Any] | None = None
 
-    def event(self, space: str, object_id: str) -> dict[str, Any]:
-        body: dict[str, Any] = {"space": space, "objectId": object_id, "messageId": self.message_id}
+    def event(self, space: str, object_id: str) -> Event:
+        body: Event = {"space": space, "objectId": object_id, "messageId": self.message_id}
         body["text"] = self.text
         if self.agent is not None:
             body["agent"] = self.agent

@@ -14,7 +14,6 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any
 
 import msgspec
 
@@ -23,7 +22,7 @@ from core.clock import iso
 from core.wire import Change
 from runtime.client.seat import Seat
 from runtime.client.sse import SseEvent
-from runtime.client.stream import Subscription
+from runtime.client.stream import StreamOptions, Subscription
 from runtime.events import Bus, DiffApplied, RecordEdited
 from runtime.feeds import pages as feed
 from runtime.health.touched import Touched
@@ -37,6 +36,18 @@ RETRY = Backoff(base=1.0, cap=30.0, jitter=False)  # a failed sync; the feed ret
 RESYNC_SPACING = 1000.0  # the slow resync waits at least this many times its last sync's length
 
 
+class ReconcilerStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    ready: bool
+    records: int
+    armed: int
+    undecodable: int
+    seq: int
+    synced_at: str | None
+    feed: str | None  # the change feed's stream state
+    feed_connections: int
+    error: str | None
+
+
 class Reconciler:
     """Keeps `records` and `registry` equal to the space; `await run()` until cancelled."""
 
@@ -47,14 +58,14 @@ class Reconciler:
         is_active: Callable[[], bool],
         bus: Bus,
         resync_s: float = 300.0,
-        stream_options: dict[str, Any] | None = None,
+        stream_options: StreamOptions | None = None,
         touched: Touched | None = None,
     ) -> None:
         self._client, self._space, self._peer, self._clock = seat
         self._is_active = is_active
         self._bus = bus
         self._resync_s = resync_s
-        self._stream_options = stream_options or {}
+        self._stream_options = stream_options or StreamOptions()
         self.records: dict[TriggerId, Loaded] = {}
         self.registry = reg.Registry()
         self.ready = asyncio.Event()
@@ -261,16 +272,16 @@ class Reconciler:
         self._error = f"{what}: {exc}"
         log.warning("reconcile: %s failed (attempt %d): %s", what, self._retry.failures, exc)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ReconcilerStatus:
         stream = self._sub.status if self._sub is not None else None
-        return {
-            "ready": self.ready.is_set(),
-            "records": len(self.records),
-            "armed": len(self.registry),
-            "undecodable": sum(isinstance(r, Salvaged) for r in self.records.values()),
-            "seq": self.seq,
-            "syncedAt": iso(self._synced_at) if self._synced_at else None,
-            "feed": stream.state.value if stream is not None else None,
-            "feedConnections": stream.connections if stream is not None else 0,
-            "error": self._error,
-        }
+        return ReconcilerStatus(
+            ready=self.ready.is_set(),
+            records=len(self.records),
+            armed=len(self.registry),
+            undecodable=sum(isinstance(r, Salvaged) for r in self.records.values()),
+            seq=self.seq,
+            synced_at=iso(self._synced_at) if self._synced_at else None,
+            feed=stream.state.value if stream is not None else None,
+            feed_connections=stream.connections if stream is not None else 0,
+            error=self._error,
+        )

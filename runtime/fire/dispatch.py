@@ -15,6 +15,10 @@ import msgspec
 
 from triggers.records import RESERVED_CHAT_WATCH, FireKey, Trigger
 
+Event = dict[str, Any]
+"""An event fire's event, as its program gets it in `args["event"]` (JSON):
+`{space, objectId, messageId, text, agent?}`."""
+
 
 class FireRequest(msgspec.Struct, frozen=True, kw_only=True):
     """One fire of one trigger: the record as armed, its claim key, when it was due."""
@@ -22,7 +26,7 @@ class FireRequest(msgspec.Struct, frozen=True, kw_only=True):
     trigger: Trigger
     key: FireKey
     due_at: datetime  # the slot, the `at`, or when the space accepted the message
-    event: dict[str, Any] | None = None  # event fires: {space, objectId, messageId, text, agent?}
+    event: Event | None = None
     catchup: bool = False  # bridged on a takeover: runs in turn, never crowds out a live fire
 
     @property

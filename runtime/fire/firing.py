@@ -15,6 +15,8 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import msgspec
+
 from core.aio import TaskSet
 from core.vocab import RunReason, RunStatus
 from core.wire import RunIn
@@ -27,15 +29,22 @@ from runtime.fire import bodies
 from runtime.fire.ahead import Ahead
 from runtime.fire.bodies import RunIdentity
 from runtime.fire.claims import CLAIM_MAX, claim
-from runtime.fire.dispatch import FireRequest, named
+from runtime.fire.dispatch import Event, FireRequest, named
 from runtime.fire.execute import TOKEN_FRESH_S, Ending, Execute, new_run_id, work_of
 from runtime.fire.lanes import Claimed, Lanes, Queued
 from runtime.fire.recorder import Recorder
+from triggers.records import TriggerId
 from triggers.registry import Diff
 
-Offer = Callable[[dict[str, Any]], Coroutine[Any, Any, None]]  # chat-watch's intake of one fire
+Offer = Callable[[Event], Coroutine[Any, Any, None]]  # chat-watch's intake of one fire
 
 log = logging.getLogger("baton.firing")
+
+
+class FiringStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    in_flight: int
+    triggers: dict[TriggerId, dict[str, int]]  # busy lanes: running and queued, per trigger
+    counts: dict[str, int]
 
 
 class Firing:
@@ -82,9 +91,9 @@ class Firing:
         """The machine slept: fires claimed ahead of a slot it slept through never run."""
         self._ahead.withdraw_all(RunReason.SLEPT)
 
-    def status(self) -> dict[str, Any]:
-        busy = self._lanes.status()  # inFlight: the tasks (a run and the fires queued after it)
-        return {"inFlight": len(self._tasks), "triggers": busy, "counts": dict(self.counts)}
+    def status(self) -> FiringStatus:
+        busy = self._lanes.status()  # in flight: the tasks (a run and the fires queued after it)
+        return FiringStatus(in_flight=len(self._tasks), triggers=busy, counts=dict(self.counts))
 
     async def settled(self) -> None:
         """Wait until every fire taken so far is recorded (tests, clean stops)."""

@@ -14,7 +14,8 @@ import asyncio
 import itertools
 import logging
 from datetime import datetime, timedelta
-from typing import Any
+
+import msgspec
 
 from core.aio import MAX_SLEEP
 from core.clock import Clock, iso, sleep_or_wake
@@ -38,6 +39,22 @@ _TIMED = (CronTrigger, OnceTrigger)
 def _expression(armed: Armed) -> str:
     record = armed.record
     return record.spec.expr if isinstance(record, CronTrigger) else ""
+
+
+class NextFire(msgspec.Struct, frozen=True, kw_only=True):
+    trigger: str
+    at: str
+
+
+class TickerStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    armed: int
+    pending: int
+    cron: int
+    once: int
+    dispatched: int
+    failed: dict[TriggerId, str]  # why its entry was dropped
+    last_wake: str | None
+    next: NextFire | None
 
 
 class Ticker:
@@ -260,15 +277,15 @@ class Ticker:
     async def _nap(self) -> None:
         await sleep_or_wake(self._clock, self.delay(self._clock.wall()), self._wake)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> TickerStatus:
         first = self._heap.first()
-        return {
-            "armed": len(self._entries),
-            "pending": len(self._pending),
-            "cron": sum(isinstance(e.record, CronTrigger) for e in self._entries.values()),
-            "once": sum(isinstance(e.record, OnceTrigger) for e in self._entries.values()),
-            "dispatched": self.dispatched,
-            "failed": dict(self.failed),
-            "lastWake": iso(self.last_wake) if self.last_wake else None,
-            "next": {"trigger": first[0], "at": iso(first[1])} if first else None,
-        }
+        return TickerStatus(
+            armed=len(self._entries),
+            pending=len(self._pending),
+            cron=sum(isinstance(e.record, CronTrigger) for e in self._entries.values()),
+            once=sum(isinstance(e.record, OnceTrigger) for e in self._entries.values()),
+            dispatched=self.dispatched,
+            failed=dict(self.failed),
+            last_wake=iso(self.last_wake) if self.last_wake else None,
+            next=NextFire(trigger=first[0], at=iso(first[1])) if first else None,
+        )

@@ -13,7 +13,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+
+import msgspec
 
 from core.aio import sleep_until
 from core.clock import iso
@@ -36,6 +37,14 @@ PASS_CHUNK = 2000  # records judged between two yields to the loop
 
 Records = Callable[[], Mapping[TriggerId, Loaded]]
 NextFire = Callable[[TriggerId], datetime | None]
+
+
+class HealthStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    passes: int
+    stamped: int
+    judged: int
+    last_pass_at: str | None
+    last_error: str | None
 
 
 class HealthPass:
@@ -77,15 +86,15 @@ class HealthPass:
         """Run a pass soon (records, programs, chats or the election changed)."""
         self._wake.set()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> HealthStatus:
         last = iso(self._last_pass) if self._last_pass else None
-        return {
-            "passes": self.passes,
-            "stamped": self.stamped,
-            "judged": self.judged,
-            "lastPassAt": last,
-            "lastError": self._error,
-        }
+        return HealthStatus(
+            passes=self.passes,
+            stamped=self.stamped,
+            judged=self.judged,
+            last_pass_at=last,
+            last_error=self._error,
+        )
 
     async def run(self) -> None:
         """A pass now, then one every `interval`, on `kick()` or at a turn, until cancelled."""

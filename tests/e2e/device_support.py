@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import waiting
 from aiohttp import web
@@ -192,7 +193,8 @@ class Running:
                 await d.bus.next(RoleChanged, lambda e: e.active)
 
     def chat_state(self, chat: str) -> dict[str, Any] | None:
-        return next((c for c in self.device.subscriptions.status() if c["chat"] == chat), None)
+        found = next((c for c in self.device.subscriptions.status() if c.chat == chat), None)
+        return msgspec.to_builtins(found)  # as `baton status` reads it
 
     async def live(self, chat: str, trigger: str | None = None) -> None:
         """Wait until the chat's stream is live here (with `trigger` armed on it, if given)."""

@@ -179,7 +179,7 @@ async def test_first_sync_fills_records_and_registry_by_responsibility(space, st
     assert set(rec.registry) == armed
     assert set(run.ids("add")) == armed
     assert [s.id for s in run.diffs[0].skipped] == ["trg_hook"]
-    assert rec.status()["ready"] and rec.status()["undecodable"] == 1
+    assert rec.status().ready and rec.status().undecodable == 1
 
 
 async def test_feed_brings_create_patch_stamp_delete_in_well_under_a_second(space, start):
@@ -286,8 +286,8 @@ async def test_a_server_restart_on_the_same_file_loses_no_change(space, start, a
     await run.until(lambda: len(run.ids("add")) == 2)
     names = [run.reconciler.registry[i].record.name for i in run.ids("add")]
     assert names == ["while-down", "after"] and run.ids("add")[1] == after["id"]
-    assert run.reconciler.status()["feed"] == "live"
-    assert run.reconciler.status()["feedConnections"] >= 2  # resumed by the feed, not a resync
+    assert run.reconciler.status().feed == "live"
+    assert run.reconciler.status().feed_connections >= 2  # resumed by the feed, not a resync
 
 
 async def test_a_resumed_feed_that_skipped_changes_is_filled_from_the_pages(
@@ -305,7 +305,7 @@ async def test_a_resumed_feed_that_skipped_changes_is_filled_from_the_pages(
     (tid,) = run.ids("add")
     assert run.reconciler.registry[tid].record.name == "skipped by the stream"
     assert run.reconciler.seq > seq
-    assert run.reconciler.status()["feedConnections"] >= 2
+    assert run.reconciler.status().feed_connections >= 2
 
 
 async def test_a_listing_older_than_the_feed_never_moves_a_record_back(
@@ -383,7 +383,7 @@ async def test_an_unreachable_space_is_retried_until_it_answers(space, start, ai
     async with asyncio.timeout(5):
         await clock.wait_for_sleepers(1)  # the first sync failed: backing off
     assert not run.reconciler.ready.is_set()
-    assert "unreachable" in run.reconciler.status()["error"]
+    assert "unreachable" in (run.reconciler.status().error or "")
     await space.restart(aiohttp_server, lambda db: None)
     clock.advance(30)
     await ready(run)

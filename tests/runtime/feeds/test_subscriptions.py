@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from waiting import eventually
 
@@ -99,7 +100,8 @@ class World:
         return await self.client.chat_send(SPACE, chat, {"text": text, **fields})
 
     def chat(self, object_id: str) -> dict[str, Any]:
-        return next(c for c in self.subs.status() if c["chat"] == object_id)
+        found = next(c for c in self.subs.status() if c.chat == object_id)
+        return msgspec.to_builtins(found)  # as `baton status` reads it
 
     async def live(self, *chats: str) -> None:
         await eventually(lambda: all(self.chat(c)["lastId"] is not None for c in chats))
@@ -147,7 +149,7 @@ async def test_one_subscription_per_chat_and_each_message_fires_each_trigger_onc
         event_record("trg_3", w.other),
     )
     await w.live(w.general, w.other)
-    assert [c["triggers"] for c in w.subs.status()] in (
+    assert [c.triggers for c in w.subs.status()] in (
         [["trg_1", "trg_2"], ["trg_3"]],
         [["trg_3"], ["trg_1", "trg_2"]],
     )
@@ -248,7 +250,7 @@ async def test_update_and_rearm_keep_the_subscription_and_use_the_current_record
     assert w.streams(w.general) == 1
     w.arm(event_record("trg_1", w.other, owner=ME, rev=4))  # moves to another chat
     await w.live(w.other)
-    assert [c["chat"] for c in w.subs.status()] == [w.other]
+    assert [c.chat for c in w.subs.status()] == [w.other]
     await w.send(w.other, "m2")
     await w.recorder.until(lambda r: len(r.fired) == 2)
     await eventually(lambda: w.streams(w.general) == 0)
@@ -434,7 +436,7 @@ async def test_other_sources_are_not_followed_and_run_closes_on_cancel(world):
     )
     cron = load({"id": "trg_c", "kind": "cron", "program": "t@v1", "spec": {"expr": "* * * * *"}})
     w.arm(other, cron, event_record("trg_1", w.general))
-    assert [c["chat"] for c in w.subs.status()] == [w.general]
+    assert [c.chat for c in w.subs.status()] == [w.general]
     runner = asyncio.create_task(w.subs.run())
     await w.live(w.general)
     await stop(runner)

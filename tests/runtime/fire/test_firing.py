@@ -128,7 +128,7 @@ class World:
         assert self.firing is not None
         firing = self.firing
         await eventually(
-            lambda: firing.status()["triggers"].get(record.id, {}).get("running") == running
+            lambda: firing.status().triggers.get(record.id, {}).get("running") == running
         )
 
 
@@ -348,12 +348,12 @@ async def test_waiting_fires_run_one_after_another_in_the_order_they_queued(
     for key in "bcd":
         await w.firing.fire(w.request(record, key))
     firing = w.firing
-    await eventually(lambda: firing.status()["triggers"][record.id] == {"running": 1, "queued": 3})
+    await eventually(lambda: firing.status().triggers[record.id] == {"running": 1, "queued": 3})
     gate.touch()
     await w.fire()
     runs = await w.runs(record)  # in the order written, which is the order they ended
     assert [(r["key"], r["status"]) for r in runs] == [(k, "ok") for k in "abcd"]
-    assert firing.status()["triggers"] == {}
+    assert firing.status().triggers == {}
 
 
 async def test_a_claim_under_a_stale_term_is_a_rejected_run(world: World, executor: Executor):
@@ -465,7 +465,7 @@ async def test_a_fire_that_waited_long_in_its_queue_mints_a_fresh_token(w: World
     await w.until_running(record)
     await w.firing.fire(w.request(record, "b"))
     firing = w.firing
-    await eventually(lambda: bool(firing.status()["triggers"].get(record.id, {}).get("queued")))
+    await eventually(lambda: bool(firing.status().triggers.get(record.id, {}).get("queued")))
     w.clock.advance(20)  # longer than a claim's token may wait: it could die mid-run
     gate.touch()
     await w.fire()
@@ -534,7 +534,7 @@ async def test_removing_a_trigger_records_its_waiting_fires_as_withdrawn(w: Worl
     await w.until_running(record)
     await w.firing.fire(w.request(record, "b"))
     firing = w.firing
-    await eventually(lambda: firing.status()["triggers"][record.id]["queued"] == 1)
+    await eventually(lambda: firing.status().triggers[record.id]["queued"] == 1)
     w.firing.apply(Diff(remove=(record.id,)))
     gate.touch()
     await w.fire()
