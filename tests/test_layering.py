@@ -1,24 +1,18 @@
-"""The one-way layering rule, checked on the source: triggers/ and programs/ stay independent.
+"""The layering rules, checked on the source (docs/architecture.md draws them).
 
-- `triggers/` imports nothing from `programs/` or `runtime/`, does no I/O and reads no clock.
-- `programs/` imports nothing from `runtime/` or `triggers/`.
-- `core/` (the clock, the async kit, the vocabulary) imports none of the packages.
-- No package imports `space/` but the CLI (`runtime/cli/`), and `space/` imports nothing
-  from `runtime/`; of `triggers/` and `programs/` it imports only the shared pure rules
-  (`SPACE_MAY_IMPORT`).
-- The rooms of `runtime/` import only the rooms `ROOMS` gives them: the client and the
-  chat stand alone, the daemon never imports the CLI.
-- Only the Clock reads a clock in `runtime/` and `space/`: no `time.monotonic()`,
-  `datetime.now()`, `loop.time()`, nor a deadline on the loop clock (`asyncio.timeout`,
-  `call_later`) that a fake clock cannot drive.
-- No import circles among our modules, function-level imports included.
-
-Where the code breaks a rule today, a KNOWN list names the place; a test fails when an
-entry is no longer needed, so the lists only shrink.
+- `core/` imports none of our packages; `triggers/` and `programs/` import only `core/`,
+  and `triggers/` does no I/O and reads no clock.
+- Only the CLI imports `space/`; `space/` imports no `runtime/`, and of `triggers/` and
+  `programs/` only the shared pure rules (`SPACE_MAY_IMPORT`).
+- The rooms of `runtime/` import only what `ROOMS` gives them (the architecture page's
+  rooms table is the same); only the Clock reads a clock in `runtime/` and `space/`.
+- No import circles. Where the code breaks a rule today, a KNOWN list names the place;
+  a test fails when an entry is no longer needed, so the lists only shrink.
 """
 
 import ast
 import functools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -468,3 +462,19 @@ def test_the_new_checks_catch_a_violation():
         "space.c",
         "space.a",
     ]
+
+
+def documented_rooms(text: str) -> dict[str, set[str]]:
+    """The rooms table of docs/architecture.md: room → the rooms it may import."""
+    found = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) == 3 and (head := re.match(r"`runtime/(\w*)/?`", cells[0])):
+            names = set(re.findall(r"`(\w+)`", cells[2].split("(")[0]))
+            found[head.group(1)] = {"" if n == "device" else n for n in names}
+    return found
+
+
+def test_the_architecture_page_draws_the_rooms_as_they_are():
+    drawn = documented_rooms((ROOT / "docs" / "architecture.md").read_text())
+    assert drawn == ROOMS
