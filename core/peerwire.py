@@ -1,8 +1,8 @@
 """The presence bodies of the space API: the election's lease and the devices' heartbeats.
 
-Owns the Structs of who is where (SPEC "Who runs what"): a claim, release, hand-over or
-want of the lease and the lease as answered; a heartbeat and the device listing. On
-`core.wire`'s two bases: requests refuse unknown fields; answers ignore them and default
+Owns the Structs of who is where (SPEC "Who runs what"): an acquire (or renewal), release,
+hand-over or want of the lease and the lease as answered; a heartbeat and the device listing.
+On `core.wire`'s two bases: requests refuse unknown fields; answers ignore them and default
 what SPEC leaves optional, so a newer or a foreign space breaks no device. Imports
 nothing of ours but `core.wire`; must not know tables or HTTP.
 """
@@ -18,12 +18,12 @@ from core.wire import Answer, Aware, Body, Peer, Short, Term
 # --- election
 
 
-class ClaimIn(Body, frozen=True, kw_only=True):
+class LeaseIn(Body, frozen=True, kw_only=True):
     peer: Peer
     term: Term
 
 
-class HandoverIn(ClaimIn, frozen=True, kw_only=True):
+class HandoverIn(LeaseIn, frozen=True, kw_only=True):
     to: Peer
 
 

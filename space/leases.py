@@ -1,8 +1,8 @@
 """The election lease of a space: who runs floating triggers, changed only by compare-and-set.
 
-Owns the `leases` table and the lease rules (SPEC "Who runs what"): a claim
-renews when the peer holds the lease at `term`; acquires it with `term + 1`
-when it is free or lapsed by the server's clock and `term` is current; anything
+Owns the `leases` table and the lease rules (SPEC "Who runs what"): an acquire (SPEC's
+path `…/election/claim`) renews when the peer holds the lease at `term`; acquires it with
+`term + 1` when it is free or lapsed by the server's clock and `term` is current; anything
 else is a 409 with the current lease. `term` grows by one at every change of
 holder (a re-acquire after a lapse counts as one). `want` carries a
 higher-priority device's request; the holder hands over directly with
@@ -20,7 +20,7 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from core.peerwire import ClaimIn, HandoverIn, LeaseOut, WantIn
+from core.peerwire import HandoverIn, LeaseIn, LeaseOut, WantIn
 from space import history
 from space.appstate import SETTINGS
 from space.auth import require_peer
@@ -49,7 +49,7 @@ class Conflict(Exception):
     """The compare-and-set did not match; the lease stays as it is."""
 
 
-def claim(lease: Lease, peer: str, term: int, now: datetime, length: timedelta) -> Lease:
+def acquire(lease: Lease, peer: str, term: int, now: datetime, length: timedelta) -> Lease:
     if lease.active == peer and lease.term == term and not lease.lapsed(now):
         return msgspec.structs.replace(lease, expires_at=now + length)
     if lease.lapsed(now) and lease.term == term:
@@ -167,7 +167,7 @@ def remember(db: sqlite_utils.Database, space: str, old: Lease, new: Lease, now:
 
 def _conflict_detail(lease: Lease, now: datetime) -> str:
     if lease.lapsed(now):
-        return f"the lease is free at term {lease.term}; claim with that term"
+        return f"the lease is free at term {lease.term}; acquire it with that term"
     return f"the lease is held by {lease.active!r} at term {lease.term}"
 
 
@@ -187,16 +187,16 @@ async def _peer_body(request: web.Request, kind: type[B]) -> tuple[str, B]:
     return space, body
 
 
-async def post_claim(request: web.Request) -> web.Response:
-    space, body = await _peer_body(request, ClaimIn)
+async def post_acquire(request: web.Request) -> web.Response:
+    space, body = await _peer_body(request, LeaseIn)
     length = _length(request)
     return _change(
-        request, space, lambda lease, now: claim(lease, body.peer, body.term, now, length)
+        request, space, lambda lease, now: acquire(lease, body.peer, body.term, now, length)
     )
 
 
 async def post_release(request: web.Request) -> web.Response:
-    space, body = await _peer_body(request, ClaimIn)
+    space, body = await _peer_body(request, LeaseIn)
     return _change(request, space, lambda lease, now: release(lease, body.peer, body.term, now))
 
 
@@ -221,9 +221,9 @@ def setup(app: web.Application) -> None:
     add_route(
         app,
         "election_claim",
-        post_claim,
+        post_acquire,
         "Renew (holder at term) or acquire (free or lapsed, term current) the lease",
-        body=ClaimIn,
+        body=LeaseIn,
         answer=LeaseOut,
     )
     add_route(
@@ -231,7 +231,7 @@ def setup(app: web.Application) -> None:
         "election_release",
         post_release,
         "Free the lease (holder at term)",
-        body=ClaimIn,
+        body=LeaseIn,
         answer=LeaseOut,
     )
     add_route(

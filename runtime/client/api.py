@@ -262,10 +262,10 @@ class SpaceClient:
     async def election(self, space: str) -> peerwire.LeaseOut:
         return await self.typed("election", peerwire.LeaseOut, space=space)
 
-    async def election_claim(self, space: str, body: peerwire.ClaimIn) -> peerwire.LeaseOut:
+    async def election_claim(self, space: str, body: peerwire.LeaseIn) -> peerwire.LeaseOut:
         return await self.typed("election_claim", peerwire.LeaseOut, body, space=space)
 
-    async def election_release(self, space: str, body: peerwire.ClaimIn) -> peerwire.LeaseOut:
+    async def election_release(self, space: str, body: peerwire.LeaseIn) -> peerwire.LeaseOut:
         return await self.typed("election_release", peerwire.LeaseOut, body, space=space)
 
     async def election_handover(self, space: str, body: peerwire.HandoverIn) -> peerwire.LeaseOut:

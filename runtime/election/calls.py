@@ -1,6 +1,6 @@
-"""The space's election routes for one device: read, claim, hand over, want, release.
+"""The space's election routes for one device: read, acquire (or renew), hand over, want, release.
 
-Owns the bodies these calls send, what a refusal means here (a 409 claim is a
+Owns the bodies these calls send, what a refusal means here (a 409 acquire is a
 conflict, a 409 hand-over a refusal that is logged, a failed release is logged), and
 reading a lease answer as a `lease.LeaseView` anchored to local monotonic time: the
 space answers `expiresInMs`, never an instant, so no wall clock is compared with
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from core.peerwire import ClaimIn, HandoverIn, LeaseOut, WantIn
+from core.peerwire import HandoverIn, LeaseIn, LeaseOut, WantIn
 from runtime.client.api import ApiError
 from runtime.client.seat import Seat
 from runtime.election import decision as lease
@@ -29,11 +29,12 @@ class LeaseCalls:
     async def read(self) -> LeaseOut:
         return await self._client.election(self._space)
 
-    async def claim(self, term: int) -> LeaseOut | None:
-        """Claim or renew at `term`; None when the space refuses it (a conflict)."""
+    async def acquire(self, term: int) -> LeaseOut | None:
+        """Acquire or renew at `term` (the SPEC's `…/election/claim`); None when the space
+        refuses it (a conflict)."""
         try:
             return await self._client.election_claim(
-                self._space, ClaimIn(peer=self._peer, term=term)
+                self._space, LeaseIn(peer=self._peer, term=term)
             )
         except ApiError as exc:
             if exc.status == 409:
@@ -57,7 +58,7 @@ class LeaseCalls:
     async def release(self, term: int) -> None:
         """Free the lease held at `term`; never raises."""
         try:
-            await self._client.election_release(self._space, ClaimIn(peer=self._peer, term=term))
+            await self._client.election_release(self._space, LeaseIn(peer=self._peer, term=term))
             log.info("election: released the lease at term %d", term)
         except Exception as exc:
             log.warning("election: could not release the lease at term %d: %s", term, exc)

@@ -63,7 +63,7 @@ class State(msgspec.Struct, frozen=True, kw_only=True):
 class Act(enum.StrEnum):
     WAIT = "wait"
     RENEW = "renew"
-    CLAIM = "claim"
+    ACQUIRE = "acquire"
     HANDOVER = "handover"
     WANT = "want"
 
@@ -81,7 +81,7 @@ def may_fire(state: State, now: float) -> bool:
 
 
 def on_renewed(state: State, cfg: Config, term: int, sent: float) -> State:
-    """A claim or renewal sent at `sent` succeeded under `term`."""
+    """An acquire or renewal sent at `sent` succeeded under `term`."""
     return msgspec.structs.replace(
         state,
         holding=True,
@@ -133,7 +133,7 @@ def _as_follower(
     state: State, view: LeaseView, cfg: Config, now: float, priorities: dict[str, int]
 ) -> Step:
     if view.active is None or now >= view.expires_at_mono:
-        return Step(act=Act.CLAIM, term=view.term)
+        return Step(act=Act.ACQUIRE, term=view.term)
     if view.active == state.me:  # handed over to us (or ours from before a restart)
         return Step(act=Act.RENEW, term=view.term)
     holder_priority = priorities.get(view.active, 0)

@@ -138,7 +138,7 @@ class Elector:
 
     def slept(self) -> None:
         """The machine slept or its clock jumped: stop acting until a renewal succeeds,
-        and heartbeat (with the device's new instance) before claiming again."""
+        and heartbeat (with the device's new instance) before acquiring it again."""
         self._state = lease.on_slept(self._state, self._clock.monotonic())
         self.heartbeat.beat_now()
         self._edges()
@@ -229,17 +229,17 @@ class Elector:
         match step.act:
             case lease.Act.WAIT:
                 return step.at
-            case lease.Act.CLAIM | lease.Act.RENEW:
-                return await self._claim(step.term)
+            case lease.Act.ACQUIRE | lease.Act.RENEW:
+                return await self._acquire(step.term)
             case lease.Act.HANDOVER:
                 return await self._handover(step.term, step.to or "")
             case lease.Act.WANT:
                 await self._calls.want(self._state.priority)
                 return now + self._cfg.poll_s
 
-    async def _claim(self, term: int) -> float:
+    async def _acquire(self, term: int) -> float:
         sent = self._clock.monotonic()
-        answer = await self._calls.claim(term)
+        answer = await self._calls.acquire(term)
         if answer is None:
             return self._conflict(term)
         self._fold(answer)

@@ -162,10 +162,10 @@ async def test_a_lease_ignores_unknown_fields_and_defaults_what_our_space_adds(f
     assert (view.active, view.term, view.expires_at_mono) == ("box", 3, float("-inf"))
 
 
-async def test_a_claim_and_a_release_read_the_lease_they_answer(foreign):
+async def test_an_acquire_and_a_release_read_the_lease_they_answer(foreign):
     calls = LeaseCalls(foreign.seat())
     foreign.answers["election_claim"] = LEASE | {"expiresInMs": 15000, "extra": [1]}
-    claimed = await calls.claim(3)
+    claimed = await calls.acquire(3)
     assert claimed is not None and (claimed.active, claimed.expiresInMs) == ("box", 15000)
     assert foreign.got["election_claim"] == {"peer": "box", "term": 3}
     foreign.answers["election_release"] = LEASE | {"active": None}
@@ -208,7 +208,7 @@ async def test_the_elector_follows_the_spaces_lease_length_only_when_it_says_one
 async def test_a_lease_that_does_not_fit_is_malformed(foreign, lease):
     foreign.answers["election"] = foreign.answers["election_claim"] = lease
     await malformed(LeaseCalls(foreign.seat()).read(), "election")
-    await malformed(LeaseCalls(foreign.seat()).claim(3), "election_claim")
+    await malformed(LeaseCalls(foreign.seat()).acquire(3), "election_claim")
 
 
 # --- spaces

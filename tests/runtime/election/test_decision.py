@@ -26,15 +26,15 @@ def holder(sent=100.0, term=3, priority=0):
     return on_renewed(State(me="a", priority=priority), CFG, term=term, sent=sent)
 
 
-def test_follower_claims_a_free_lease_with_the_current_term():
+def test_follower_acquires_a_free_lease_with_the_current_term():
     step = decide(State(me="a"), view(None, 7, 0), CFG, now=50, priorities={})
-    assert (step.act, step.term) == (Act.CLAIM, 7)
+    assert (step.act, step.term) == (Act.ACQUIRE, 7)
 
 
-def test_follower_claims_only_once_the_space_says_the_lease_lapsed():
+def test_follower_acquires_only_once_the_space_says_the_lease_lapsed():
     live = view("b", 4, expires_at=115)
     assert decide(State(me="a"), live, CFG, now=110, priorities={}).act == Act.WAIT
-    assert decide(State(me="a"), live, CFG, now=115, priorities={}).act == Act.CLAIM
+    assert decide(State(me="a"), live, CFG, now=115, priorities={}).act == Act.ACQUIRE
 
 
 def test_follower_polls_no_later_than_the_expiry():

@@ -134,7 +134,7 @@ async def world(tmp_path: Path, aiohttp_server):
         await admin.close()
 
 
-async def test_the_first_device_claims_renews_and_a_peer_never_preempts(world: World) -> None:
+async def test_the_first_device_acquires_renews_and_a_peer_never_preempts(world: World) -> None:
     a = await world.device("a")
     assert a.fires() and a.elector.term == 1 and a.edges == [(0.0, True)]
     b = await world.device("b")
