@@ -60,7 +60,7 @@ async def test_a_part_that_dies_gives_the_lease_up_and_comes_back(
     lease = await eventually(retaken)  # given up, then taken again: at a new term
     assert lease.active in (first.peer, second.peer)
     await eventually(lambda: first.device.supervisor.restarts.get("ticker") == 1)
-    assert first.device.elector.status()["partsDown"] == []
+    assert first.device.elector.status().parts_down == []
     assert not first.task.done() and not second.task.done()
 
 
