@@ -24,6 +24,21 @@ MAX_FUNCTION_LINES = 40
 MAX_DOCSTRING_LINES = 12
 # fixed by the restructure; remove when gone
 KNOWN: set[str] = set()
+LOOSE = "dict[str, " + "Any]"
+# where a JSON object handed on or read generically is the real thing (a program's args and
+# result, an event or a message as a program or a responder gets it, a stored record or
+# stamp, an answer kept as sent); everything else is a Struct. The CLI is not counted yet.
+EDGE_DICTS = {
+    "runtime/client/api.py": 1,  # /healthz's answer, as sent (it is no /v1 route)
+    "runtime/chat/responders.py": 1,  # MessageJson: a message as a responder gets it
+    "runtime/feeds/followed.py": 1,  # a message's `agent`, handed on in the event as sent
+    "runtime/feeds/pages.py": 1,  # a stored record, fingerprinted as stored
+    "runtime/fire/dispatch.py": 1,  # Event: a fire's event as its program gets it
+    "runtime/fire/execute.py": 1,  # a program's args
+    "runtime/fire/manual.py": 2,  # a program's args; the run as the space stored it
+    "runtime/fire/recorder.py": 1,  # the run as the space stored it (printed by the CLI)
+    "runtime/health/verdicts.py": 1,  # a stamp (breaker, rollup) read generically
+}
 # the CLI's docstrings are its usage; shortened with the CLI's own rework
 KNOWN_LONG_DOCSTRINGS = {
     "runtime/cli/chat.py",
@@ -140,6 +155,24 @@ def test_module_docstrings_are_short():
     assert not new, f"module docstrings over {MAX_DOCSTRING_LINES} lines: {sorted(new)}"
     stale = KNOWN_LONG_DOCSTRINGS - found
     assert not stale, f"short now, remove from KNOWN_LONG_DOCSTRINGS: {sorted(stale)}"
+
+
+def loose_dicts(files: dict[str, str]) -> dict[str, int]:
+    """How often each module of the daemon (the CLI aside) spells a loose JSON object."""
+    return {
+        path: n
+        for path, text in files.items()
+        if path.startswith("runtime/") and not path.startswith("runtime/cli/")
+        if (n := text.count(LOOSE))
+    }
+
+
+def test_loose_dicts_stand_only_at_the_edges():
+    found = loose_dicts(package_files())
+    more = {p: n for p, n in found.items() if n > EDGE_DICTS.get(p, 0)}
+    assert not more, f"{LOOSE} beyond the edges in EDGE_DICTS (make it a Struct): {more}"
+    fewer = {p: n for p, n in EDGE_DICTS.items() if found.get(p, 0) < n}
+    assert not fewer, f"fewer now, lower EDGE_DICTS: {fewer}"
 
 
 def test_the_docstring_check_catches_a_violation():
