@@ -16,9 +16,9 @@ authenticated `/v1` request, is a `Principal`:
   its peer in heartbeats, claims, election, runs, turns and stamps; no admin
   routes (creating spaces, device tokens, token management).
 - `Role.RUN`: one run (`space`, `trigger_id`, `run_id` set). In its own space
-  only: read records and the change feed, change records' `owner` and `enabled`
-  only, read chats and send messages (always as the agent), read programs, read
-  and write its own trigger's state. Nothing else.
+  only: read records (and `why` they fired) and the change feed, change records'
+  `owner` and `enabled` only, read chats and send messages (always as the agent),
+  read programs, read and write its own trigger's state. Nothing else.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ ANY_TOKEN = {("GET", "/v1/openapi.json")}
 DEVICE_LISTS = {("GET", "/v1/spaces")}  # a device sees its own space only (`spaces`)
 RUN_PATCHABLE = ("owner", "enabled")
 _RUN_RULES: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = (
-    (frozenset({"GET"}), re.compile(r"/triggers(/\{[^}]+\})?|/changes(/stream)?")),
+    (frozenset({"GET"}), re.compile(r"/triggers(/\{[^}]+\}(/why)?)?|/changes(/stream)?")),
     (frozenset({"PATCH"}), re.compile(r"/triggers/\{[^}]+\}")),
     (frozenset({"GET"}), re.compile(r"/chats(/.*)?")),
     (frozenset({"POST"}), re.compile(r"/chats/\{[^}]+\}/messages")),
