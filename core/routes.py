@@ -65,9 +65,18 @@ ROUTES: dict[str, Route] = {
         Route(name="trigger_get", method="GET", path=_T),
         Route(name="trigger_put", method="PUT", path=_T, body=True),
         Route(
-            name="trigger_patch", method="PATCH", path=_T, body=True, headers={"rev": "If-Match"}
+            name="trigger_patch",
+            method="PATCH",
+            path=_T,
+            body=True,
+            headers={"rev": "If-Match", "note": "Baton-Note"},
         ),
-        Route(name="trigger_delete", method="DELETE", path=_T, headers={"rev": "If-Match"}),
+        Route(
+            name="trigger_delete",
+            method="DELETE",
+            path=_T,
+            headers={"rev": "If-Match", "note": "Baton-Note"},
+        ),
         Route(name="trigger_status", method="POST", path=_T + "/status", body=True),
         Route(
             name="trigger_why",

@@ -161,10 +161,12 @@ def _message(db: sqlite_utils.Database, where: Located) -> f.Message | None:
 
 
 def _range(request: web.Request, q: Question) -> web.Response:
-    """Every slot of `[since, until]` (until: default now), each answered, oldest first."""
+    """Every slot of `[since, until]` (until: default now), each answered, oldest first; the
+    part of the range older than the history kept is left out."""
     since = _instant("since", request.query["since"])
     until = _instant("until", request.query["until"]) if "until" in request.query else q.now
-    _kept(q, "since", since)
+    _kept(q, "until", until)
+    since = max(since, q.kept_since)  # a range reaching past the history: from where it begins
     limit = int_query(request, "limit", 100, low=1, high=1000)
     record = load(record_at(q.revisions, until) or {})
     if not isinstance(record, CronTrigger | OnceTrigger):
