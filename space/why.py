@@ -31,6 +31,7 @@ from triggers.records import CronTrigger, OnceTrigger, load
 from triggers.whychain import Located, record_at
 
 BRIDGE_SECONDS = 120.0  # the bridge window W a taking-over device fires back over
+BEATS_PER_LIVE = 3  # a device beats three times per liveness window (every 5 s of 15)
 RUN_FIELDS = ("runId", "peer", "term", "key", "status", "reason", "dueAt", "startedAt", "lateMs")
 _encoder = msgspec.json.Encoder()
 
@@ -148,7 +149,7 @@ def _explain(request: web.Request, q: Question, at: datetime, where: Located) ->
                 db, q.space, q.trigger, where.key, None if claim is None else claim.run_id, slot
             ),
             message=_message(db, where),
-            live_seconds=settings.live_seconds,
+            beat_seconds=settings.live_seconds / BEATS_PER_LIVE,
             bridge_seconds=BRIDGE_SECONDS,
         )
     return why.explain(q.trigger, at, where, known)

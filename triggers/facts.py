@@ -100,7 +100,7 @@ class Facts(msgspec.Struct, frozen=True, kw_only=True):
     refusals: list[Refused] = []
     run: dict[str, Any] | None = None  # the run record of the key, if still kept
     message: Message | None = None  # an event trigger's message
-    live_seconds: float = 15.0  # how long a heartbeat keeps a device live
+    beat_seconds: float = 5.0  # a device beats this often: up this long past its last beat
     bridge_seconds: float = 120.0  # the bridge window W
 
 
@@ -131,13 +131,13 @@ def next_term(terms: list[Term], t: datetime, within: float) -> Term | None:
 
 
 def covering(
-    windows: list[Window], t: datetime, live: float, peer: str | None = None
+    windows: list[Window], t: datetime, beat: float, peer: str | None = None
 ) -> Window | None:
     """A window of `peer` (any peer: None) in which the device was up at `t`."""
     for w in windows:
         if peer is not None and w.peer != peer:
             continue
-        end = w.last_seen if w.stopped else w.last_seen + timedelta(seconds=live)
+        end = w.last_seen if w.stopped else w.last_seen + timedelta(seconds=beat)
         if w.began <= t <= end:
             return w
     return None

@@ -169,8 +169,8 @@ class Chain:
         raise Fail(Reason.NO_DEVICE_UP, self._nobody())
 
     def _nobody(self) -> str:
-        slot, live = self.slot_at, self.facts.live_seconds
-        up = sorted({w.peer for w in self.facts.windows if f.covering([w], slot, live)})
+        slot, beat = self.slot_at, self.facts.beat_seconds
+        up = sorted({w.peer for w in self.facts.windows if f.covering([w], slot, beat)})
         before = [t for t in self.facts.terms if t.began <= slot]
         last = f"; the lease before it: {before[-1].said()}" if before else ""
         if not up:
@@ -193,7 +193,7 @@ class Chain:
         if self.facts.claim is not None or peer is None or self.bridged:
             self.passed("the claim says so" if self.facts.claim else "see the bridge")
             return
-        if f.covering(self.facts.windows, slot, self.facts.live_seconds, peer) is not None:
+        if f.covering(self.facts.windows, slot, self.facts.beat_seconds, peer) is not None:
             self.passed(f"{peer} was up and awake at {iso(slot)}")
             return
         self._asleep(peer)
@@ -236,7 +236,7 @@ class Chain:
             self.passed(f"{peer} had rev {rev.rev}" if had else f"{peer} reports no position")
             return
         late = [a for a in self.facts.applied if a.peer == peer and a.seq >= rev.seq]
-        limit = self.slot_at + timedelta(seconds=self.facts.live_seconds)
+        limit = self.slot_at + timedelta(seconds=self.facts.beat_seconds)
         if late and late[0].at <= limit:  # reported by the heartbeat after: it may have had it
             self.passed(f"{peer} reported rev {rev.rev} applied at {iso(late[0].at)}")
             return
@@ -251,7 +251,7 @@ class Chain:
         if not self.bridged or self.facts.claim is not None:
             self.passed("not needed" if not self.bridged else "the claim says so")
             return
-        up = f.covering(self.facts.windows, self.slot_at, self.facts.live_seconds)
+        up = f.covering(self.facts.windows, self.slot_at, self.facts.beat_seconds)
         if up is None:
             detail = (
                 f"the lease went to {self.responsible}, but no device was up at "
