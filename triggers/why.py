@@ -80,12 +80,21 @@ def explain(trigger: str, at: datetime, where: Located, facts: f.Facts) -> Answe
     try:
         chain.run()
     except Fail as fail:
-        checks = [*chain.checks, Check(chain.step, False, fail.detail)]
+        detail = fail.detail + _refused(chain.step, facts)
+        checks = [*chain.checks, Check(chain.step, False, detail)]
         verdict = fail.verdict or verdict_of(fail.reason)
-        return _answer(trigger, at, where, (verdict, fail.reason, fail.detail), checks, chain)
+        return _answer(trigger, at, where, (verdict, fail.reason, detail), checks, chain)
     reason, detail = chain.outcome
     said = (verdict_of(reason), reason, detail)
     return _answer(trigger, at, where, said, chain.checks, chain)
+
+
+def _refused(step: str, facts: f.Facts) -> str:
+    """A refused claim the chain did not reach (an earlier check failed) is still told."""
+    if step in ("claim", "run") or not facts.refusals:
+        return ""
+    r = facts.refusals[-1]
+    return f"; a claim of it was refused too: {r.peer} at term {r.term}, {r.code}"
 
 
 def _answer(

@@ -190,6 +190,10 @@ class Chain:
 
     def up(self) -> None:
         slot, peer = self.slot_at, self.responsible
+        tried = [r for r in self.facts.refusals if r.peer == peer]
+        if tried:  # a refused claim proves its device was up and had the record
+            self.passed(f"{peer} was up: it claimed the slot at {iso(tried[-1].at)}")
+            return
         if self.facts.claim is not None or peer is None or self.bridged:
             self.passed("the claim says so" if self.facts.claim else "see the bridge")
             return
@@ -228,7 +232,8 @@ class Chain:
 
     def applied(self) -> None:
         peer, rev = self.responsible, self.rev
-        if self.facts.claim is not None or peer is None or not _regime(rev):
+        tried = any(r.peer == peer for r in self.facts.refusals)
+        if self.facts.claim is not None or tried or peer is None or not _regime(rev):
             self.passed("the claim says so" if self.facts.claim else "nothing to apply")
             return
         had = f.applied_at(self.facts.applied, self.slot_at, peer)

@@ -352,3 +352,19 @@ def test_every_five_minutes_follows_real_time_through_the_gap() -> None:
     got = slots_between(spec, lo, lo + timedelta(hours=2), 10)
     assert [s.strftime("%H:%M") for s in got] == ["00:00", "00:30", "01:00", "01:30", "02:00"]
     assert len(slots_between(spec, lo, lo + timedelta(days=1), 10)) == 10
+
+
+def test_a_refusal_proves_its_device_was_up_and_names_the_space_s_words() -> None:
+    gone = Window(peer="box", began=T0, last_seen=at(-600))
+    refused = Refused(at=at(2), peer="box", term=1, code="stale_term", detail="term 1 is over")
+    got = ask(windows=[gone], refusals=[refused])
+    assert reason(got) == (Verdict.NOT_FIRED, Reason.STALE_TERM)
+    assert "box was up: it claimed the slot" in got.checks[4].detail
+
+
+def test_a_refusal_the_chain_did_not_reach_is_still_told() -> None:
+    gone = Window(peer="box", began=T0, last_seen=at(-600), stopped=True)
+    late = Refused(at=at(90), peer="laptop", term=1, code="stale_term", detail="term 1 is over")
+    got = ask(windows=[gone], refusals=[late])
+    assert reason(got) == (Verdict.NOT_FIRED, Reason.NO_DEVICE_UP)
+    assert got.detail.endswith("a claim of it was refused too: laptop at term 1, stale_term")
