@@ -27,8 +27,9 @@ from space.http import Refusal, add_route, answer, int_query, now_of
 from space.spaces import require_space
 from triggers import facts as f
 from triggers import slots, why
+from triggers.facts import record_at
 from triggers.records import CronTrigger, OnceTrigger, load
-from triggers.whychain import Located, record_at
+from triggers.whychain import Located
 
 BRIDGE_SECONDS = 120.0  # the bridge window W a taking-over device fires back over
 BEATS_PER_LIVE = 3  # a device beats three times per liveness window (every 5 s of 15)

@@ -166,3 +166,74 @@ def applied_at(applied: list[Applied], t: datetime, peer: str) -> Applied | None
         if a.peer == peer and a.at <= t and (found is None or a.at >= found.at):
             found = a
     return found
+
+
+# --- a record's revisions ----------------------------------------------------------------
+
+SCHEDULE = ("kind", "spec")  # the fields whose change starts a new firing regime
+
+
+def record_at(revisions: list[Revision], t: datetime) -> dict[str, Any] | None:
+    """The record as it stood at `t`; for a deleted one, as it stood before its delete."""
+    for r in reversed(revisions):
+        if r.at <= t and r.record is not None:
+            return r.record
+    return None
+
+
+def is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def instant_of(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def began_with(revisions: list[Revision], since: datetime) -> str:
+    for r in revisions:
+        if abs((r.at - since).total_seconds()) < 0.001:
+            return f": it was {r.said()}"
+    return ""
+
+
+def last_of(revisions: list[Revision], t: datetime, ops: tuple[str, ...]) -> Revision | None:
+    found = None
+    for r in revisions:
+        if r.at <= t and r.op in ops:
+            found = r
+    return found
+
+
+def regime(rev: Revision) -> bool:
+    """Whether a device that had not applied `rev` would fire differently."""
+    return rev.op in ("create", "resume", "repin", "float") or any(
+        n in rev.changes for n in SCHEDULE
+    )
+
+
+def regime_change(
+    revisions: list[Revision], slot: datetime, asked: dict[str, Any] | None
+) -> Revision | None:
+    """The later revision that made the schedule asked about, if the slot's was another."""
+    at_slot = record_at(revisions, slot)
+    if asked is None or at_slot is None:
+        return None
+    if all(at_slot.get(n) == asked.get(n) for n in SCHEDULE):
+        return None
+    for r in revisions:
+        if r.at > slot and any(n in r.changes for n in SCHEDULE):
+            return r
+    return None
+
+
+def timeout_of(record: dict[str, Any]) -> float:
+    limits = record.get("limits")
+    value = limits.get("timeoutSeconds") if isinstance(limits, dict) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return 60.0

@@ -16,8 +16,9 @@ import msgspec
 from core.vocab import iso, key_instant
 from triggers import facts as f
 from triggers import slots
+from triggers.facts import record_at
 from triggers.records import EventTrigger, Salvaged, load
-from triggers.whychain import Chain, Check, Fail, Located, record_at
+from triggers.whychain import Chain, Check, Fail, Located
 from triggers.whywords import REMEDY, Reason, Verdict, verdict_of
 
 

@@ -22,7 +22,6 @@ from triggers.whywords import Reason, Verdict, reason_of_code, reason_of_run
 LATE_MS = 2000.0  # a run that started later than this after its slot is `fired_late`
 PENDING_SLACK = 30.0  # how long after its slot a fire may still be claimed (the live slack)
 RUN_MARGIN = 30.0  # past the record's timeout, a claim with no run has surely not run
-SCHEDULE = ("kind", "spec")  # the fields whose change starts a new firing regime
 FAILED = ("error", "timeout", "crashed")
 CHECKS = ("slot", "active", "enabled", "device", "up", "applied", "bridge", "claim", "run")
 
@@ -47,14 +46,6 @@ class Fail(Exception):
     def __init__(self, reason: Reason, detail: str, verdict: Verdict | None = None) -> None:
         super().__init__(detail)
         self.reason, self.detail, self.verdict = reason, detail, verdict
-
-
-def record_at(revisions: list[f.Revision], t: datetime) -> dict[str, Any] | None:
-    """The record as it stood at `t`; for a deleted one, as it stood before its delete."""
-    for r in reversed(revisions):
-        if r.at <= t and r.record is not None:
-            return r.record
-    return None
 
 
 class Chain:
@@ -123,11 +114,11 @@ class Chain:
         if rev.record is None:
             raise Fail(Reason.DELETED, f"the trigger was {rev.said()}")
         self.revision = rev
-        since = _instant(rev.record.get("activeSince"))
+        since = f.instant_of(rev.record.get("activeSince"))
         if since is not None and self.slot_at < since:
-            detail = f"its firing regime began at {iso(since)}{_began(revisions, since)}"
+            detail = f"its firing regime began at {iso(since)}{f.began_with(revisions, since)}"
             raise Fail(Reason.BEFORE_ACTIVE, detail)
-        later = _regime_change(revisions, self.slot_at, self.where.record)
+        later = f.regime_change(revisions, self.slot_at, self.where.record)
         if later is not None:
             detail = f"the schedule asked about began later: it was {later.said()}"
             raise Fail(Reason.BEFORE_ACTIVE, detail)
@@ -135,7 +126,7 @@ class Chain:
 
     def enabled(self) -> None:
         if self.record.get("enabled", True) is False:
-            pause = _last(self.facts.revisions, self.slot_at, ("pause", "create"))
+            pause = f.last_of(self.facts.revisions, self.slot_at, ("pause", "create"))
             who = pause.said() if pause else f"rev {self.rev.rev}"
             raise Fail(Reason.PAUSED, f"the trigger was paused: {who}")
         self.passed(f"enabled: {self.rev.said()}")
@@ -233,8 +224,11 @@ class Chain:
     def applied(self) -> None:
         peer, rev = self.responsible, self.rev
         tried = any(r.peer == peer for r in self.facts.refusals)
-        if self.facts.claim is not None or tried or peer is None or not _regime(rev):
+        if self.facts.claim is not None or tried or peer is None or not f.regime(rev):
             self.passed("the claim says so" if self.facts.claim else "nothing to apply")
+            return
+        if self.bridged:
+            self.passed("see the bridge")
             return
         had = f.applied_at(self.facts.applied, self.slot_at, peer)
         if had is None or had.seq >= rev.seq:
@@ -311,7 +305,7 @@ class Chain:
 
     def _unfinished(self, c: f.Claim) -> None:
         said = f"claimed by {c.peer} at term {c.term} at {iso(c.claimed_at)}"
-        ends = c.claimed_at + timedelta(seconds=_timeout(self.record) + RUN_MARGIN)
+        ends = c.claimed_at + timedelta(seconds=f.timeout_of(self.record) + RUN_MARGIN)
         if self.facts.now < ends:
             detail = f"{said}; its run has not ended yet"
             raise Fail(Reason.CLAIMED_NOT_RUN, detail, Verdict.PENDING)
@@ -325,7 +319,9 @@ class Chain:
         detail += f", {late:.0f} ms after its slot"
         phases = (self.facts.run or {}).get("phases")
         if isinstance(phases, dict) and phases:
-            split = [f"{k.removesuffix('Ms')} {v:.0f} ms" for k, v in phases.items() if _num(v)]
+            split = [
+                f"{k.removesuffix('Ms')} {v:.0f} ms" for k, v in phases.items() if f.is_number(v)
+            ]
             detail += " (" + ", ".join(split) + ")"
         self.passed(detail)
         self.outcome = (Reason.FIRED_LATE if late > LATE_MS else Reason.FIRED, detail)
@@ -336,61 +332,3 @@ class Chain:
         if self.facts.run is not None or c is None or c.run_id is None:
             return self.facts.run
         return {"runId": c.run_id, "peer": c.peer, "term": c.term, "status": c.status}
-
-
-def _num(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _instant(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
-
-
-def _began(revisions: list[f.Revision], since: datetime) -> str:
-    for r in revisions:
-        if abs((r.at - since).total_seconds()) < 0.001:
-            return f": it was {r.said()}"
-    return ""
-
-
-def _last(revisions: list[f.Revision], t: datetime, ops: tuple[str, ...]) -> f.Revision | None:
-    found = None
-    for r in revisions:
-        if r.at <= t and r.op in ops:
-            found = r
-    return found
-
-
-def _regime(rev: f.Revision) -> bool:
-    """Whether a device that had not applied `rev` would fire differently."""
-    return rev.op in ("create", "resume", "repin", "float") or any(
-        n in rev.changes for n in SCHEDULE
-    )
-
-
-def _regime_change(
-    revisions: list[f.Revision], slot: datetime, asked: dict[str, Any] | None
-) -> f.Revision | None:
-    """The later revision that made the schedule asked about, if the slot's was another."""
-    at_slot = record_at(revisions, slot)
-    if asked is None or at_slot is None:
-        return None
-    if all(at_slot.get(n) == asked.get(n) for n in SCHEDULE):
-        return None
-    for r in revisions:
-        if r.at > slot and any(n in r.changes for n in SCHEDULE):
-            return r
-    return None
-
-
-def _timeout(record: dict[str, Any]) -> float:
-    limits = record.get("limits")
-    value = limits.get("timeoutSeconds") if isinstance(limits, dict) else None
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    return 60.0

@@ -153,8 +153,9 @@ def _sentence(got: dict[str, Any]) -> str:
         "not_due": "Nothing was due",
         "pending": "Not decided yet",
     }
-    detail = str(got["detail"])
-    return f"{words.get(got['verdict'], got['verdict'])} ({got['reason']}): {detail}."
+    said = words.get(got["verdict"], got["verdict"])
+    why = "" if got["reason"] == got["verdict"] else f" ({got['reason']})"
+    return f"{said}{why}: {got['detail']}."
 
 
 def range_text(record: dict[str, Any], got: dict[str, Any]) -> list[str]:
