@@ -35,7 +35,7 @@ from runtime.cli.common import Target, add_space_options
 from runtime.cli.main import UsageError
 from runtime.cli.programs import render_run
 from runtime.cli.talk import Failure, emit, talk
-from runtime.client.api import SpaceClient
+from runtime.client.api import ApiError, SpaceClient
 from runtime.fire.manual import Manual, run_by_hand
 from triggers.records import INTERNAL_PREFIX, Salvaged, load
 
@@ -177,6 +177,10 @@ async def show(client: SpaceClient, where: Target, tid: str, as_json: bool) -> i
     record = await client.trigger_get(where.space, tid)
     runs = (await client.runs(where.space, trigger=tid, limit=views.NEXT_FIRES))["runs"]
     doc = {"record": record, "next": views.next_fires(record, SystemClock().wall()), "runs": runs}
+    try:  # the verdict of its last due slot (a space without `why` answers none)
+        doc["why"] = await client.trigger_why(where.space, tid)
+    except ApiError:
+        doc["why"] = None
     if as_json:
         emit(doc)
     else:
