@@ -1,7 +1,8 @@
 """`any@v1`: the small synchronous space client a program gets from `use("any@v1")`.
 
 Owns the program-facing calls (SPEC "Programs"): send and read chat messages,
-list and patch trigger records, and this trigger's persistent cursor, all with
+list and patch trigger records, ask why one fired or did not (`why`), and this
+trigger's persistent cursor, all with
 the run's token. Requests are built from `core.routes` (the same table the
 daemon's async client uses) and sent with the standard library only; a refusal
 raises `ApiError` (status, code, detail), no answer at all is status 0
@@ -15,6 +16,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from datetime import datetime
 from http.client import HTTPException
 from typing import Any
 
@@ -78,6 +80,20 @@ class AnyV1:
             "trigger_patch", dict(patch), space=space, id=id, rev=rev
         )
         return record
+
+    def why(
+        self, trigger: str, at: str | datetime | None = None, key: str | None = None
+    ) -> dict[str, Any]:
+        """Why `trigger` (its id, or its name) fired or did not at `at` (default: its last due
+        slot), or for the fire `key`: `{verdict, reason, detail, checks, remedy?, …}`."""
+        space = self._ctx.space
+        tid = trigger
+        if not any(r.get("id") == trigger for r in self.triggers(space)):
+            named = [r["id"] for r in self.triggers(space) if r.get("name") == trigger]
+            tid = named[0] if len(named) == 1 else trigger  # else: the space says 404
+        when = at.isoformat() if isinstance(at, datetime) else at
+        answer: dict[str, Any] = self._call("trigger_why", space=space, id=tid, at=when, key=key)
+        return answer
 
     def cursor_get(self, key: str, default: Any = None) -> Any:
         """This trigger's stored value under `key`, or `default` if none was set."""

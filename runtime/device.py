@@ -112,8 +112,10 @@ class Device:
         self._wire()
 
     def _compose_chat(self, responder: Responder | None) -> None:
-        self.responder = responder or BuiltinResponder(self.clock.wall)
         self.chatlink = ChatLink(self.seat)
+        self.responder = responder or BuiltinResponder(self.clock.wall)
+        if isinstance(self.responder, BuiltinResponder) and self.responder.explain is None:
+            self.responder.explain = self.chatlink.explain  # "why didn't X fire?" in the chat
         self.chatwatch = ChatWatch(
             self.responder,
             self.chatlink.send,

@@ -32,6 +32,7 @@ from space import (
     tokens,
     triggers,
     turns,
+    why,
 )
 from space.appstate import (
     ADMIN_TOKEN_PATH,
@@ -95,6 +96,7 @@ def create_app(
         area.setup(app)
     history.ensure_schema(app[DB], clock().timestamp())  # after `fires`: its outcome columns
     forget.setup(app)
+    why.setup(app)
     chats.setup(app)
     openapi.setup(app)
     dashboard.setup(app)

@@ -39,7 +39,7 @@ ANY_TOKEN = {("GET", "/v1/openapi.json")}
 DEVICE_LISTS = {("GET", "/v1/spaces")}  # a device sees its own space only (`spaces`)
 RUN_PATCHABLE = ("owner", "enabled")
 _RUN_RULES: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = (
-    (frozenset({"GET"}), re.compile(r"/triggers(/\{[^}]+\})?|/changes(/stream)?")),
+    (frozenset({"GET"}), re.compile(r"/triggers(/\{[^}]+\}(/why)?)?|/changes(/stream)?")),
     (frozenset({"PATCH"}), re.compile(r"/triggers/\{[^}]+\}")),
     (frozenset({"GET"}), re.compile(r"/chats(/.*)?")),
     (frozenset({"POST"}), re.compile(r"/chats/\{[^}]+\}/messages")),

@@ -164,7 +164,16 @@ ROOMS: dict[str, set[str]] = {
     "cli": {"client", "chat", "election", "fire", "feeds", "health", "", "cli"},
 }
 STANDALONE = {"client", "chat"}  # of triggers/ and programs/, only `triggers.records`
-SPACE_MAY_IMPORT = {"triggers.records", "triggers.bounds", "programs.refs", "programs.source"}
+SPACE_MAY_IMPORT = {
+    "triggers.records",
+    "triggers.bounds",
+    "programs.refs",
+    "programs.source",
+    "triggers.why",  # `why` answers from the space's history with the pure chain
+    "triggers.whychain",
+    "triggers.facts",
+    "triggers.slots",
+}
 
 
 def room_of(file: str) -> str | None:

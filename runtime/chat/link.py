@@ -3,9 +3,10 @@
 Owns seeding the reserved chat responder record (created when missing, never
 overwritten, retried with backoff until it holds: a space that appears while the
 device runs gets its responder without a restart) and the client calls chat-watch
-makes (send, edit, history), whose answers it decodes typed and hands on as the JSON
-objects chat-watch and the responders take. Recording each turn (the `agent_turns` entry
-and the stamps on chat-watch's record) is runtime.fire.recorder's, the one writer of stamps.
+makes (send, edit, history; `explain`: why a trigger fired or not), whose answers it
+decodes typed and hands on as the JSON objects chat-watch and the responders take.
+Recording each turn (the `agent_turns` entry and the stamps on chat-watch's record) is
+runtime.fire.recorder's, the one writer of stamps.
 Must not decide when chat-watch answers (that is `runtime.chat.watch`). Time only through
 the injected `Clock`.
 """
@@ -19,7 +20,7 @@ import msgspec
 from core.aio import Backoff
 from core.chatwire import WIRE_MESSAGE, AgentIn, Message, MessageEdit, MessageIn, each
 from runtime.chat.responders import MessageJson
-from runtime.client.api import ApiError
+from runtime.client.api import JSON, ApiError
 from runtime.client.seat import Seat
 from triggers.records import CHAT_WATCH_PROGRAM, RESERVED_CHAT_WATCH
 
@@ -83,6 +84,15 @@ class ChatLink:
         for error in errors:
             log.warning("chat-watch: chat %s: history message left out: %s", object_id, error)
         return [as_json(message) for message in found]
+
+    async def explain(self, trigger: str) -> JSON | None:
+        """`why` of the trigger with this id or name (its last due slot); None if there is no
+        such trigger."""
+        found = (await self._client.triggers(self._space))["triggers"]
+        named = [r for r in found if trigger in (r.get("id"), r.get("name"))]
+        if not named:
+            return None
+        return await self._client.trigger_why(self._space, named[0]["id"])
 
 
 def as_json(message: Message) -> MessageJson:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable
+import re
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -61,34 +62,54 @@ def check_reply(reply: object) -> str | None:
 # ---------------------------------------------------------------- builtin
 
 
-HELP = "I answer 'help' and 'time?'; anything else I acknowledge."
+HELP = "I answer 'help', 'time?' and 'why didn't NAME fire?'; anything else I acknowledge."
+WHY = re.compile(r"why (?:didn'?t|did not|did|has|hasn'?t) (.+?) (?:fire|run)", re.IGNORECASE)
+Explain = Callable[
+    [str], Awaitable[Any]
+]  # the space's `why` answer, as sent; None: no such trigger
 
 
 class BuiltinResponder:
-    """The demo responder: acknowledges each message and answers `help` and `time?`."""
+    """The demo responder: acknowledges each message and answers `help`, `time?` and, given
+    `explain` (the space's `why`), "why didn't NAME fire?"."""
 
     ready = True
     describe = "builtin"
 
-    def __init__(self, now: Callable[[], datetime]) -> None:
+    def __init__(self, now: Callable[[], datetime], explain: Explain | None = None) -> None:
         self._now = now
+        self.explain = explain
 
     async def respond(self, snapshot: list[MessageJson], pending: list[MessageJson]) -> str | None:
         if not pending:
             return None
         count = f"{len(pending)} message" + ("s" if len(pending) > 1 else "")
-        lines = [f"Answering {count}:"] + [f"- {self._answer(m)}" for m in pending]
+        lines = [f"Answering {count}:"] + [f"- {await self._answer(m)}" for m in pending]
         return "\n".join(lines)
 
-    def _answer(self, message: MessageJson) -> str:
+    async def _answer(self, message: MessageJson) -> str:
         text = str(message.get("text", "")).strip()
         command = text.lower().rstrip("?!. ")
         if command in ("help", "/help"):
             return HELP
         if command in ("time", "/time", "what time is it"):
             return f"it is {self._now():%Y-%m-%d %H:%M} UTC"
+        asked = WHY.search(text)
+        if asked is not None and self.explain is not None:
+            return await self._why(asked.group(1).strip(" '\"`"))
         shown = text if len(text) <= 60 else text[:57] + "..."
         return f"noted: {shown!r}"
+
+    async def _why(self, name: str) -> str:
+        try:
+            got = await self.explain(name) if self.explain is not None else None
+        except Exception as exc:  # the space refused or is away: say so, the turn goes on
+            return f"I could not ask the space why {name!r} fired or not: {exc}"
+        if got is None:
+            return f"there is no trigger named {name!r}"
+        said = f"{name}: {got['verdict']} ({got['reason']}) at {got.get('slot') or got['at']}"
+        said += f": {got['detail']}"
+        return said + (f". Remedy: {got['remedy']}" if got.get("remedy") else "")
 
 
 # ---------------------------------------------------------------- callable

@@ -57,6 +57,29 @@ def seconds(text: str) -> float:
     return value
 
 
+HISTORY_DAYS = 30.0  # how far back `baton why` answers (SPEC "History and `why`")
+
+
+def days(text: str) -> float:
+    """An argparse type: a retention in days, 1 to 3650 (ten years)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 1 <= value <= 3650:
+        raise argparse.ArgumentTypeError(f"expected 1..3650 days, got {text!r}")
+    return value
+
+
+def add_history_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--history-days",
+        type=days,
+        default=HISTORY_DAYS,
+        help="how long the history `baton why` answers from is kept (default 30)",
+    )
+
+
 def data_dir(explicit: Path | None = None) -> Path:
     return explicit or Path(os.environ.get("BATON_DATA") or Path.home() / ".baton")
 

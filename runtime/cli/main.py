@@ -16,7 +16,18 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeVar
 
-COMMANDS = ("next", "space", "programs", "triggers", "runs", "chat", "devices", "up", "status")
+COMMANDS = (
+    "next",
+    "space",
+    "programs",
+    "triggers",
+    "why",
+    "runs",
+    "chat",
+    "devices",
+    "up",
+    "status",
+)
 MODULE_OF = {"device": "up"}  # subcommands registered by a module of another name
 
 

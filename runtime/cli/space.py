@@ -40,6 +40,7 @@ from runtime.cli.common import (
     DEFAULT_SPACE,
     SPACE_DB,
     Target,
+    add_history_option,
     add_space_options,
     data_dir,
     local_settings,
@@ -79,6 +80,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     for flag in ("--lease-seconds", "--live-seconds"):
         serve.add_argument(flag, type=seconds, default=15.0, help="seconds (default 15)")
+    add_history_option(serve)
     serve.set_defaults(func=run_serve)
     token = sub.add_parser("token", help="mint a device token (printed once); list, revoke")
     token.add_argument("--peer", default=None, help="the device's peer id (to mint)")
@@ -100,6 +102,7 @@ def run_serve(args: argparse.Namespace) -> int:
             admin_token_file=token_file,
             lease_seconds=args.lease_seconds,
             live_seconds=args.live_seconds,
+            history_days=args.history_days,
         )
     except token_store.TokenFileError as exc:
         raise UsageError(f"--admin-token-file: {exc}") from None

@@ -97,10 +97,18 @@ def show_text(doc: Record) -> str:
     ]
     if raw.get("undecodable"):
         rows.append(("decode error", raw.get("decodeError", "")))
+    if doc.get("why"):
+        rows.append(("last slot", last_slot(doc["why"])))
     out = align(rows)
     out += ["", "next fires:", *(_fire_lines(doc["next"], raw) or ["  (none)"])]
     out += ["", "last runs:", *_run_lines(doc["runs"])]
     return "\n".join(out)
+
+
+def last_slot(why: Record) -> str:
+    """`2026-12-01T09:00:00.000Z not_fired: paused (baton why ID --at …)`."""
+    slot = why.get("slot") or "-"
+    return f"{slot} {why.get('verdict')}: {why.get('reason')} (`baton why` says why)"
 
 
 def _fire_lines(fires: list[Record], raw: Record) -> list[str]:

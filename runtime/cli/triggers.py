@@ -8,6 +8,9 @@
     baton triggers pause ID | resume ID | float ID | rm ID | run ID
     baton triggers repin ID PEER [--force]
 
+`edit`, `pause`, `resume`, `float`, `repin` and `rm` take `--note TEXT`, kept with the
+revision in the space's history (`Baton-Note`), which `baton why` shows.
+
 Every verb also takes `--url`, `--token-file`, `--space`, `--json`. Flags are
 checked before anything is sent (`trigger_flags`); `edit` changes only what it is
 given, compare-and-set on the rev it read (a record changed meanwhile is exit 1).
@@ -32,7 +35,7 @@ from runtime.cli.common import Target, add_space_options
 from runtime.cli.main import UsageError
 from runtime.cli.programs import render_run
 from runtime.cli.talk import Failure, emit, talk
-from runtime.client.api import SpaceClient
+from runtime.client.api import ApiError, SpaceClient
 from runtime.fire.manual import Manual, run_by_hand
 from triggers.records import INTERNAL_PREFIX, Salvaged, load
 
@@ -54,8 +57,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     repin.add_argument("peer", metavar="PEER")
     repin.add_argument("--force", action="store_true", help="even to a peer never seen")
     repin.set_defaults(func=cmd_repin)
-    for parser in sub.choices.values():
+    for name, parser in sub.choices.items():
         add_space_options(parser)
+        if name in NOTED:
+            parser.add_argument("--note", metavar="TEXT", help="why (kept in its history)")
 
 
 def _add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -109,29 +114,30 @@ def cmd_edit(args: argparse.Namespace) -> int:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    return talk(args, lambda c, w: change(c, w, args.id, {"enabled": False}, "paused", args.json))
+    return talk(args, lambda c, w: change(c, w, args, {"enabled": False}, "paused"))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    return talk(args, lambda c, w: change(c, w, args.id, {"enabled": True}, "resumed", args.json))
+    return talk(args, lambda c, w: change(c, w, args, {"enabled": True}, "resumed"))
 
 
 def cmd_float(args: argparse.Namespace) -> int:
-    return talk(args, lambda c, w: change(c, w, args.id, {"owner": ""}, "floating", args.json))
+    return talk(args, lambda c, w: change(c, w, args, {"owner": ""}, "floating"))
 
 
 def cmd_repin(args: argparse.Namespace) -> int:
-    return talk(args, lambda c, w: repin(c, w, args.id, args.peer, args.force, args.json))
+    return talk(args, lambda c, w: repin(c, w, args))
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    return talk(args, lambda c, w: remove(c, w, args.id, args.json))
+    return talk(args, lambda c, w: remove(c, w, args.id, args.json, args.note or ""))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     return talk(args, lambda c, w: run_now(c, w, args.id, args.json))
 
 
+NOTED = ("edit", "pause", "resume", "float", "repin", "rm")  # verbs that change a record
 VERBS = (
     ("list", cmd_list, "the space's triggers"),
     ("show", cmd_show, "a record, its next 10 fires and last 10 runs"),
@@ -171,6 +177,10 @@ async def show(client: SpaceClient, where: Target, tid: str, as_json: bool) -> i
     record = await client.trigger_get(where.space, tid)
     runs = (await client.runs(where.space, trigger=tid, limit=views.NEXT_FIRES))["runs"]
     doc = {"record": record, "next": views.next_fires(record, SystemClock().wall()), "runs": runs}
+    try:  # the verdict of its last due slot (a space without `why` answers none)
+        doc["why"] = await client.trigger_why(where.space, tid)
+    except ApiError:
+        doc["why"] = None
     if as_json:
         emit(doc)
     else:
@@ -186,29 +196,33 @@ async def edit(client: SpaceClient, where: Target, args: argparse.Namespace, as_
     if not patch:
         _done(current, f"{args.id} already says so: nothing changed", as_json)
         return 0
-    changed = await client.trigger_patch(where.space, args.id, patch, rev=current["rev"])
+    changed = await client.trigger_patch(
+        where.space, args.id, patch, rev=current["rev"], note=args.note or ""
+    )
     _done(changed, f"edited {args.id}: {', '.join(sorted(patch))}", as_json)
     return 0
 
 
 async def change(
-    client: SpaceClient, where: Target, tid: str, patch: Record, done: str, as_json: bool
+    client: SpaceClient, where: Target, args: argparse.Namespace, patch: Record, done: str
 ) -> int:
-    changed = await client.trigger_patch(where.space, tid, patch)
-    _done(changed, f"{done} {tid} ({changed.get('name', '')})", as_json)
+    tid = args.id
+    changed = await client.trigger_patch(where.space, tid, patch, note=args.note or "")
+    _done(changed, f"{done} {tid} ({changed.get('name', '')})", args.json)
     return 0
 
 
-async def repin(
-    client: SpaceClient, where: Target, tid: str, peer: str, force: bool, as_json: bool
+async def repin(client: SpaceClient, where: Target, args: argparse.Namespace) -> int:
+    peer = args.peer
+    await client.trigger_get(where.space, args.id)  # an unknown id: exit 1 before the peer check
+    await require_seen(client, where, peer, args.force, flag="PEER")
+    return await change(client, where, args, {"owner": peer}, f"pinned to {peer}:")
+
+
+async def remove(
+    client: SpaceClient, where: Target, tid: str, as_json: bool, note: str = ""
 ) -> int:
-    await client.trigger_get(where.space, tid)  # an unknown id is exit 1 before the peer check
-    await require_seen(client, where, peer, force, flag="PEER")
-    return await change(client, where, tid, {"owner": peer}, f"pinned to {peer}:", as_json)
-
-
-async def remove(client: SpaceClient, where: Target, tid: str, as_json: bool) -> int:
-    gone = await client.trigger_delete(where.space, tid)
+    gone = await client.trigger_delete(where.space, tid, note=note)
     _done(gone, f"deleted {tid}", as_json)
     return 0
 

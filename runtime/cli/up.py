@@ -51,6 +51,7 @@ from runtime.cli.common import (
     SPACE_DB,
     Target,
     add_data_option,
+    add_history_option,
     add_space_options,
     data_dir,
     port,
@@ -79,6 +80,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     up.add_argument("--space", default=DEFAULT_SPACE, help="space id (created if missing)")
     _device_options(up, peer_required=False)
+    add_history_option(up)
     up.add_argument("--demo", action="store_true", help="publish and wire example triggers")
     up.set_defaults(func=run_up)
     device = subparsers.add_parser("device", help="run a device joining an existing space")
@@ -167,6 +169,7 @@ async def _up(args: argparse.Namespace, data: Path, responder: Responder) -> Non
             admin_token_file=admin_file,
             lease_seconds=args.lease_seconds,
             live_seconds=args.lease_seconds,
+            history_days=args.history_days,
         ),
         handle_signals=False,
     )

@@ -14,6 +14,7 @@ interpret what it fetches.
 from __future__ import annotations
 
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import aiohttp
 import msgspec
@@ -178,14 +179,27 @@ class SpaceClient:
     async def trigger_put(self, space: str, id: str, body: JSON) -> JSON:
         return await self.call("trigger_put", body, space=space, id=id)
 
-    async def trigger_patch(self, space: str, id: str, body: JSON, rev: int | None = None) -> JSON:
-        return await self.call("trigger_patch", body, space=space, id=id, rev=rev)
+    async def trigger_patch(
+        self, space: str, id: str, body: JSON, rev: int | None = None, note: str = ""
+    ) -> JSON:
+        """`note` goes with the revision (`Baton-Note`), for `baton why`."""
+        return await self.call(
+            "trigger_patch", body, space=space, id=id, rev=rev, note=quote(note) or None
+        )
 
-    async def trigger_delete(self, space: str, id: str, rev: int | None = None) -> JSON:
-        return await self.call("trigger_delete", space=space, id=id, rev=rev)
+    async def trigger_delete(
+        self, space: str, id: str, rev: int | None = None, note: str = ""
+    ) -> JSON:
+        return await self.call(
+            "trigger_delete", space=space, id=id, rev=rev, note=quote(note) or None
+        )
 
     async def trigger_status(self, space: str, id: str, body: JSON) -> JSON:
         return await self.call("trigger_status", body, space=space, id=id)
+
+    async def trigger_why(self, space: str, id: str, **query: object) -> JSON:
+        """`at=`, `key=` or `since=`/`until=`/`limit=`: why its slot fired or did not."""
+        return await self.call("trigger_why", space=space, id=id, **query)
 
     async def changes(
         self, space: str, since: int | None = None, limit: int | None = None

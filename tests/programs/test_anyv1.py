@@ -160,3 +160,14 @@ def test_no_server_is_unreachable():
 def test_program_calls_are_routes_of_the_shared_table():
     used = {"chat_send", "chat_messages", "triggers", "trigger_patch", "state_get", "state_put"}
     assert used <= set(ROUTES)
+
+
+async def test_why_explains_a_trigger_by_name_or_id_to_a_program(space):
+    admin, url, _, trigger = space
+    c = await run_client(admin, url, trigger["id"])
+    by_name = await call(c.why, "tick")
+    assert by_name["trigger"] == trigger["id"] and by_name["verdict"] in ("not_due", "not_fired")
+    assert by_name["checks"][0]["name"] == "slot"
+    with pytest.raises(ApiError) as refused:
+        await call(c.why, trigger["id"], at="not an instant")
+    assert (refused.value.status, refused.value.code) == (400, "invalid_query")

@@ -61,6 +61,36 @@ async def test_builtin_names_how_many_messages_it_answers():
     assert await BuiltinResponder(lambda: NOON).respond([msg("hi")], []) is None
 
 
+async def test_builtin_answers_why_a_trigger_did_not_fire_from_the_spaces_answer():
+    asked: list[str] = []
+
+    async def explain(name: str) -> dict | None:
+        asked.append(name)
+        if name != "report":
+            return None
+        return {
+            "at": "2026-03-01T12:05:00.000Z",
+            "slot": "2026-03-01T12:00:00.000Z",
+            "verdict": "not_fired",
+            "reason": "paused",
+            "detail": 'the trigger was paused: paused at … by admin (rev 2): "holiday"',
+            "remedy": "`baton triggers resume trg_1`",
+        }
+
+    builtin = BuiltinResponder(lambda: NOON, explain)
+    reply = await builtin.respond([], [msg("Why didn't report fire?"), msg("why did nope run", 2)])
+    assert asked == ["report", "nope"]
+    assert reply is not None
+    lines = reply.splitlines()
+    assert lines[1] == (
+        "- report: not_fired (paused) at 2026-03-01T12:00:00.000Z: the trigger was paused: "
+        'paused at … by admin (rev 2): "holiday". Remedy: `baton triggers resume trg_1`'
+    )
+    assert lines[2] == "- there is no trigger named 'nope'"
+    plain = await BuiltinResponder(lambda: NOON).respond([], [msg("why didn't report fire")])
+    assert plain is not None and "noted:" in plain  # with no space to ask: acknowledged
+
+
 # ---------------------------------------------------------------- command
 
 ECHO = """

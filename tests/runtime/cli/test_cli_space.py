@@ -167,3 +167,11 @@ async def test_status_says_when_the_space_cannot_write(cli: Cli, world: World):
     world.app[DB].execute("PRAGMA query_only = OFF")
     await world.admin.device_put(SPACE, "box", {"name": "Box"})
     assert (await cli.json("status"))["health"] == {"status": "ok"}
+
+
+@pytest.mark.parametrize("verb", [["space", "serve"], ["up"]])
+def test_history_days_is_a_flag_of_the_servers_checked_before_anything_starts(verb: list[str]):
+    args = build_parser([*verb]).parse_args([*verb, "--history-days", "45"])
+    assert args.history_days == 45.0
+    assert build_parser([*verb]).parse_args(verb).history_days == 30.0
+    assert main([*verb, "--history-days", "0"]) == 2

@@ -51,7 +51,8 @@ async def test_add_a_cron_then_list_and_show_it_with_dst_notes(cli: Cli):
     assert [t["id"] for t in listed["triggers"]] == [record["id"]]
 
     shown = await cli.json("triggers", "show", record["id"])
-    assert set(shown) == {"record", "next", "runs"} and shown["runs"] == []
+    assert set(shown) == {"record", "next", "runs", "why"} and shown["runs"] == []
+    assert (shown["why"]["verdict"], shown["why"]["reason"]) == ("not_due", "before_active")
     assert shown["record"]["id"] == record["id"] and len(shown["next"]) == 10
     assert all(f["at"].endswith(".000Z") for f in shown["next"])  # one instant format
     assert [f["at"] for f in shown["next"]] == sorted(f["at"] for f in shown["next"])
@@ -62,6 +63,7 @@ async def test_add_a_cron_then_list_and_show_it_with_dst_notes(cli: Cli):
     assert code == 0 and f"id            {record['id']}\n" in out
     assert "next fires:\n  UTC " in out and "LOCAL (Europe/Berlin)" in out
     assert "shifted: its wall time fell in the spring gap" in out
+    assert "\nlast slot     " in out and "not_due: before_active (`baton why` says why)" in out
     assert out.rstrip().endswith("last runs:\n  (none)")
 
 

@@ -1,0 +1,174 @@
+"""Reading the history back for `why`: the facts around one slot of one trigger.
+
+Owns the queries that turn the `history_*` tables, the claim ledger, the runs and the
+chat messages into `triggers.facts` values, read narrowly around the slot (a year of a
+minutely trigger costs what a day does: every read is by key or by a short range). Reads
+only; must not decide anything (that is `triggers.why`).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlite_utils
+
+from triggers import facts as f
+
+AROUND = 3600.0  # seconds of windows and terms read on either side of a slot
+SCAN = 3600.0  # a run record of the key is looked for up to this long after the slot
+
+
+def _at(unix: float) -> datetime:
+    return datetime.fromtimestamp(unix, UTC)
+
+
+def revisions(db: sqlite_utils.Database, space: str, tid: str) -> list[f.Revision]:
+    rows = db.execute(
+        "SELECT rev, seq, at, op, actor, note, changes, record FROM history_revisions "
+        "WHERE space = ? AND trigger_id = ? ORDER BY rev",
+        [space, tid],
+    ).fetchall()
+    found = []
+    for rev, seq, at, op, actor, note, changes, record in rows:
+        try:
+            changed, body = json.loads(changes), None if record is None else json.loads(record)
+        except ValueError:  # an odd row says nothing
+            continue
+        found.append(
+            f.Revision(
+                rev=rev,
+                seq=seq,
+                at=_at(at),
+                op=op,
+                actor=actor,
+                note=note,
+                changes=changed if isinstance(changed, dict) else {},
+                record=body if isinstance(body, dict) else None,
+            )
+        )
+    return found
+
+
+def terms(db: sqlite_utils.Database, space: str, slot: float, bridge: float) -> list[f.Term]:
+    """The terms that overlap `[slot − AROUND, slot + bridge]`, oldest first."""
+    rows = db.execute(
+        "SELECT term, holder, began, ended, how FROM history_terms WHERE space = ? "
+        "AND began <= ? AND (ended IS NULL OR ended >= ?) ORDER BY term",
+        [space, slot + bridge, slot - AROUND],
+    ).fetchall()
+    return [
+        f.Term(term=t, holder=h, began=_at(b), ended=None if e is None else _at(e), how=how)
+        for t, h, b, e, how in rows
+    ]
+
+
+def windows(db: sqlite_utils.Database, space: str, slot: float) -> list[f.Window]:
+    """Every device's windows near `slot`, and each device's last one before it."""
+    rows = db.execute(
+        "SELECT peer, began, last_seen, stopped, slept FROM history_windows WHERE space = ? "
+        "AND began <= ? AND last_seen >= ? ORDER BY began",
+        [space, slot + AROUND, slot - AROUND],
+    ).fetchall()
+    earlier = db.execute(
+        "SELECT peer, began, MAX(last_seen), stopped, slept FROM history_windows "
+        "WHERE space = ? AND last_seen < ? GROUP BY peer",
+        [space, slot - AROUND],
+    ).fetchall()
+    return [
+        f.Window(peer=p, began=_at(b), last_seen=_at(s), stopped=bool(st), slept=sl)
+        for p, b, s, st, sl in sorted([*earlier, *rows], key=lambda r: r[1])
+    ]
+
+
+def applied(db: sqlite_utils.Database, space: str, slot: float) -> list[f.Applied]:
+    """Each device's last applied position at or before `slot`, and those reported after."""
+    rows = db.execute(
+        "SELECT peer, MAX(at), seq FROM history_applied WHERE space = ? AND at <= ? GROUP BY peer",
+        [space, slot],
+    ).fetchall()
+    after = db.execute(
+        "SELECT peer, at, seq FROM history_applied WHERE space = ? AND at > ? AND at <= ? "
+        "ORDER BY at",
+        [space, slot, slot + AROUND],
+    ).fetchall()
+    return [f.Applied(peer=p, at=_at(a), seq=s) for p, a, s in [*rows, *after]]
+
+
+def claim(db: sqlite_utils.Database, space: str, tid: str, key: str) -> f.Claim | None:
+    row = db.execute(
+        "SELECT peer, term, claimed_at, run_id, status, reason, started_at, late_ms "
+        "FROM fires WHERE space = ? AND trigger_id = ? AND key = ?",
+        [space, tid, key],
+    ).fetchone()
+    if row is None:
+        return None
+    peer, term, claimed, run_id, status, reason, started, late = row
+    return f.Claim(
+        peer=peer,
+        term=term,
+        claimed_at=datetime.fromisoformat(claimed),
+        run_id=run_id,
+        status=status,
+        reason=reason,
+        started_at=None if started is None else _at(started),
+        late_ms=late,
+    )
+
+
+def refusals(db: sqlite_utils.Database, space: str, tid: str, key: str) -> list[f.Refused]:
+    rows = db.execute(
+        "SELECT at, peer, term, code, detail FROM history_refusals "
+        "WHERE space = ? AND trigger_id = ? AND key = ? ORDER BY at",
+        [space, tid, key],
+    ).fetchall()
+    return [f.Refused(at=_at(a), peer=p, term=t, code=c, detail=d) for a, p, t, c, d in rows]
+
+
+def run(
+    db: sqlite_utils.Database, space: str, tid: str, key: str, run_id: str | None, slot: float
+) -> dict[str, Any] | None:
+    """The run record of the fire `key` (by its run id, else looked for after the slot)."""
+    if run_id is not None:
+        rows = db.execute(
+            "SELECT body FROM runs WHERE space = ? AND run_id = ?", [space, run_id]
+        ).fetchall()
+    else:
+        rows = db.execute(
+            "SELECT body FROM runs WHERE space = ? AND trigger_id = ? "
+            "AND started_at >= ? AND started_at <= ? ORDER BY seq LIMIT 100",
+            [space, tid, slot - 1, slot + SCAN],
+        ).fetchall()
+    for (body,) in rows:
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and doc.get("key") == key:
+            return doc
+    return None
+
+
+def message(
+    db: sqlite_utils.Database, object_id: str, at: float, message_id: str | None
+) -> f.Message | None:
+    """The message asked about: by id, else the last of the chat accepted at or before `at`."""
+    columns = "SELECT message_id, created_ts, body FROM chat_messages"
+    params: list[object]
+    if message_id is not None:
+        sql, params = f"{columns} WHERE message_id = ?", [message_id]
+    else:
+        sql = f"{columns} WHERE object_id = ? AND created_ts <= ? ORDER BY seq DESC LIMIT 1"
+        params = [object_id, at]
+    row = db.execute(sql, params).fetchone()
+    if row is None:
+        return None
+    try:
+        agent = json.loads(row[2]).get("agent")
+    except (ValueError, AttributeError):
+        agent = None
+    name = agent.get("name") if isinstance(agent, dict) else None
+    return f.Message(
+        message_id=row[0], accepted=_at(row[1]), agent=None if agent is None else str(name)
+    )

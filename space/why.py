@@ -1,0 +1,207 @@
+"""`GET /v1/spaces/{space}/triggers/{id}/why`: why a slot fired or did not, from history.
+
+Owns the route (SPEC "History and `why`"): `?at=<instant>` (RFC 3339 with offset, or unix
+seconds; default now: the last due slot), `?key=<fire key>`, or `?since=&until=` for
+every slot of a range (at most `limit`, 100). It reads the facts around the slot
+(`space.recall`) and answers what `triggers.why` decides. An instant older than the
+retention, or than the history itself, is `410 past_retention`; bad input is 400 naming
+the field. A run token may ask too (the agent explains itself), and is answered without
+the run's result. Must not write.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+import sqlite_utils
+from aiohttp import web
+
+from core.vocab import iso
+from space import history, recall
+from space.appstate import SETTINGS
+from space.auth import Role, principal
+from space.db import DB
+from space.http import Refusal, add_route, answer, int_query, now_of
+from space.spaces import require_space
+from triggers import facts as f
+from triggers import slots, why
+from triggers.facts import record_at
+from triggers.records import CronTrigger, OnceTrigger, load
+from triggers.whychain import Located
+
+BRIDGE_SECONDS = 120.0  # the bridge window W a taking-over device fires back over
+BEATS_PER_LIVE = 3  # a device beats three times per liveness window (every 5 s of 15)
+RUN_FIELDS = ("runId", "peer", "term", "key", "status", "reason", "dueAt", "startedAt", "lateMs")
+_encoder = msgspec.json.Encoder()
+
+
+class Question(msgspec.Struct, frozen=True, kw_only=True):
+    space: str
+    trigger: str
+    now: datetime
+    kept_since: datetime
+    revisions: list[f.Revision]
+
+
+def _instant(name: str, text: str) -> datetime:
+    """`text` as an instant: RFC 3339 with an offset, or unix seconds; 400 naming `name`."""
+    try:
+        if text.replace(".", "", 1).isdigit() and len(text) <= 20:
+            return datetime.fromtimestamp(float(text), UTC)
+        when = datetime.fromisoformat(text)
+    except (ValueError, OverflowError, OSError):
+        when = None
+    if when is None or when.tzinfo is None:
+        detail = f"query `{name}` must be RFC 3339 with an offset, or unix seconds; got {text!r}"
+        raise Refusal(400, "invalid_query", detail)
+    return when.astimezone(UTC)
+
+
+def _question(request: web.Request) -> Question:
+    space, tid, db = require_space(request), request.match_info["id"], request.app[DB]
+    revisions = recall.revisions(db, space, tid)
+    if not revisions:
+        raise Refusal(
+            404, "not_found", f"space {space!r} has no trigger {tid!r}, nor history of one"
+        )
+    now = now_of(request)
+    days = request.app[SETTINGS].history_days
+    began = datetime.fromtimestamp(history.began(db), UTC)
+    kept = max(now - timedelta(days=days), began)
+    return Question(space=space, trigger=tid, now=now, kept_since=kept, revisions=revisions)
+
+
+def _kept(q: Question, name: str, at: datetime) -> None:
+    if at < q.kept_since:
+        detail = (
+            f"`{name}` {iso(at)} is older than the history kept (from {iso(q.kept_since)}); "
+            "`--history-days` sets how long it is kept"
+        )
+        raise Refusal(410, "past_retention", detail)
+
+
+async def get_why(request: web.Request) -> web.Response:
+    q = _question(request)
+    query = request.query
+    given = [n for n in ("at", "key", "since") if n in query]
+    if len(given) > 1:
+        raise Refusal(400, "invalid_query", f"give one of `at`, `key`, `since`, not {given}")
+    if "since" in query:
+        return _range(request, q)
+    db = request.app[DB]
+    if "key" in query:
+        where, at = _by_key(db, q, query["key"])
+    else:
+        at = _instant("at", query["at"]) if "at" in query else q.now
+        _kept(q, "at", at)
+        where = _located(db, q, at, exact="at" in query)
+    return _answer(request, _explain(request, q, at, where))
+
+
+def _located(db: sqlite_utils.Database, q: Question, at: datetime, *, exact: bool) -> Located:
+    record = record_at(q.revisions, at)
+    if record is not None and record.get("kind") == "event":
+        spec = record.get("spec")
+        chat = spec.get("objectId") if isinstance(spec, dict) else None
+        found = recall.message(db, str(chat or ""), at.timestamp(), None)
+        return why.locate_message(q.revisions, at, found)
+    return why.locate(q.revisions, at, exact=exact)
+
+
+def _by_key(db: sqlite_utils.Database, q: Question, key: str) -> tuple[Located, datetime]:
+    record = record_at(q.revisions, q.now)
+    if record is not None and record.get("kind") == "event":
+        found = recall.message(db, "", 0.0, key)
+        if found is None:
+            raise Refusal(
+                404, "not_found", f"no message {key!r}: `key` of an event trigger is a messageId"
+            )
+        _kept(q, "key", found.accepted)
+        return why.locate_message(q.revisions, found.accepted, found), found.accepted
+    try:
+        at = datetime.fromisoformat(key)
+    except ValueError:
+        at = None
+    if at is None or at.tzinfo is None:
+        detail = f"`key` of a cron or once trigger is its slot's instant (RFC 3339), got {key!r}"
+        raise Refusal(400, "invalid_query", detail)
+    _kept(q, "key", at)
+    return why.locate(q.revisions, at.astimezone(UTC), exact=True), at.astimezone(UTC)
+
+
+def _explain(request: web.Request, q: Question, at: datetime, where: Located) -> why.Answer:
+    db, settings = request.app[DB], request.app[SETTINGS]
+    known = f.Facts(now=q.now, kept_since=q.kept_since, revisions=q.revisions)
+    if where.slot is not None and where.key is not None:
+        slot = where.slot.timestamp()
+        claim = recall.claim(db, q.space, q.trigger, where.key)
+        known = f.Facts(
+            now=q.now,
+            kept_since=q.kept_since,
+            revisions=q.revisions,
+            terms=recall.terms(db, q.space, slot, BRIDGE_SECONDS),
+            windows=recall.windows(db, q.space, slot),
+            applied=recall.applied(db, q.space, slot),
+            claim=claim,
+            refusals=recall.refusals(db, q.space, q.trigger, where.key),
+            run=recall.run(
+                db, q.space, q.trigger, where.key, None if claim is None else claim.run_id, slot
+            ),
+            message=_message(db, where),
+            beat_seconds=settings.live_seconds / BEATS_PER_LIVE,
+            bridge_seconds=BRIDGE_SECONDS,
+        )
+    return why.explain(q.trigger, at, where, known)
+
+
+def _message(db: sqlite_utils.Database, where: Located) -> f.Message | None:
+    if where.record is None or where.record.get("kind") != "event" or where.key is None:
+        return None
+    return recall.message(db, "", 0.0, where.key)
+
+
+def _range(request: web.Request, q: Question) -> web.Response:
+    """Every slot of `[since, until]` (until: default now), each answered, oldest first; the
+    part of the range older than the history kept is left out."""
+    since = _instant("since", request.query["since"])
+    until = _instant("until", request.query["until"]) if "until" in request.query else q.now
+    _kept(q, "until", until)
+    since = max(since, q.kept_since)  # a range reaching past the history: from where it begins
+    limit = int_query(request, "limit", 100, low=1, high=1000)
+    record = load(record_at(q.revisions, until) or {})
+    if not isinstance(record, CronTrigger | OnceTrigger):
+        raise Refusal(400, "invalid_query", "`since` lists the slots of a cron or once trigger")
+    found = slots.slots_between(record.spec, since, min(until, q.now), limit)
+    answers = [_explain(request, q, s, why.locate(q.revisions, s, exact=True)) for s in found]
+    return answer(
+        {
+            "trigger": q.trigger,
+            "since": iso(since),
+            "until": iso(until),
+            "answers": [_shown(request, a) for a in answers],
+        }
+    )
+
+
+def _shown(request: web.Request, got: why.Answer) -> dict[str, Any]:
+    doc: dict[str, Any] = msgspec.to_builtins(got)
+    if principal(request).role is Role.RUN and isinstance(doc.get("run"), dict):
+        doc["run"] = {k: v for k, v in doc["run"].items() if k in RUN_FIELDS}
+    return doc
+
+
+def _answer(request: web.Request, got: why.Answer) -> web.Response:
+    return answer(_shown(request, got))
+
+
+def setup(app: web.Application) -> None:
+    add_route(
+        app,
+        "trigger_why",
+        get_why,
+        "Why a slot fired or did not, from history: `?at=<instant>` (default now: the last "
+        "due slot), `?key=<fire key>`, or `?since=&until=&limit=` for every slot of a range",
+        answer=why.Answer,
+    )

@@ -1,0 +1,140 @@
+"""`GET …/triggers/{id}/why` against a real space: facts written through the API, answered back."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from space_support import SPACE, Api, FakeClock
+
+S = f"/spaces/{SPACE}"
+LEASE = f"{S}/election"
+
+
+class Story:
+    """A space driven through its API by the fake clock: devices beat, hold, claim, run."""
+
+    def __init__(self, api: Api, clock: FakeClock) -> None:
+        self.api, self.clock, self.tid = api, clock, ""
+
+    async def create(self, **fields: Any) -> None:
+        self.tid = (await self.api.create_trigger(**fields))["id"]
+
+    async def beat(self, peer: str, seconds: float, term: int | None = None) -> None:
+        """`peer` heartbeats every 5 s for `seconds` (the clock moves), renewing the lease
+        at `term` if given."""
+        spent, every = 0.0, 5.0
+        while spent < seconds:
+            status, got = await self.api.put(f"{S}/devices/{peer}", {"instance": "i1"})
+            assert status == 200, got
+            if term is not None:
+                renewed = await self.api.post(f"{LEASE}/claim", {"peer": peer, "term": term})
+                assert renewed[0] == 200, renewed
+            self.clock.advance(every)
+            spent += every
+
+    async def fire(self, peer: str, term: int, key: str, status: str = "ok", **run: Any) -> None:
+        claim = {"triggerId": self.tid, "key": key, "term": term, "peer": peer}
+        assert (await self.api.post(f"{S}/fires", claim))[0] == 201
+        body = {**claim, "runId": f"r-{key}", "startedAt": key, "status": status, **run}
+        assert (await self.api.post(f"{S}/runs", body))[0] == 201
+
+    async def why(self, **query: str) -> dict[str, Any]:
+        status, got = await self.api.get(f"{S}/triggers/{self.tid}/why?{urlencode(query)}")
+        assert status == 200, got
+        return got
+
+
+async def test_a_day_of_one_trigger_each_slot_explained(api: Api, space_clock: FakeClock) -> None:
+    story = Story(api, space_clock)
+    await story.create()  # */5, created 09:00
+    assert (await api.post(f"{LEASE}/claim", {"peer": "box", "term": 0}))[0] == 200
+    await story.beat("box", 300, term=1)  # 09:00 … 09:05
+    await story.fire("box", 1, "2026-12-01T09:05:00Z", lateMs=120)
+    got = await story.why(at="2026-12-01T09:05:00Z")
+    assert (got["verdict"], got["reason"]) == ("fired", "fired")
+    assert got["run"]["runId"] == "r-2026-12-01T09:05:00Z" and all(c["ok"] for c in got["checks"])
+
+    phone = await api.device_token("phone")
+    status, _ = await api.patch(
+        f"{S}/triggers/{story.tid}",
+        {"enabled": False},
+        token=phone,
+        headers={"Baton-Note": "on%20holiday"},
+    )
+    assert status == 200
+    await story.beat("box", 300, term=1)  # 09:05 … 09:10, paused
+    got = await story.why(at="2026-12-01T09:10:00Z")
+    assert (got["verdict"], got["reason"]) == ("not_fired", "paused")
+    assert "by device:phone" in got["detail"] and '"on holiday"' in got["detail"]
+    assert got["remedy"].startswith(f"`baton triggers resume {story.tid}`")
+    assert [c["name"] for c in got["checks"]] == ["slot", "active", "enabled"]
+
+    got = await story.why(at="2026-12-01T09:07:00Z")
+    assert (got["verdict"], got["reason"]) == ("not_due", "not_a_slot")
+    assert got["slot"] == "2026-12-01T09:05:00.000Z"
+
+
+async def test_down_refused_and_never_run_slots(api: Api, space_clock: FakeClock) -> None:
+    story = Story(api, space_clock)
+    await story.create(owner="box")
+    await story.beat("box", 60)  # 09:00 … 09:01, then box is gone
+    space_clock.advance(540)  # 09:10
+    got = await story.why(at="2026-12-01T09:05:00Z")
+    assert (got["verdict"], got["reason"]) == ("not_fired", "owner_offline")
+    assert "last seen 2026-12-01T09:00:55.000Z" in got["detail"]
+
+    await story.beat("box", 30)
+    claim = {"triggerId": story.tid, "key": "2026-12-01T09:10:00Z", "term": 0, "peer": "laptop"}
+    assert (await api.post(f"{S}/fires", claim))[1]["error"] == "not_owner"
+    got = await story.why(key="2026-12-01T09:10:00Z")
+    assert (got["reason"], got["key"]) == ("claimed_elsewhere", "2026-12-01T09:10:00Z")
+    assert "laptop's claim" in got["detail"] and "pinned to 'box'" in got["detail"]
+
+    await story.beat("box", 300)  # to 09:15:30
+    claim = {"triggerId": story.tid, "key": "2026-12-01T09:15:00Z", "term": 0, "peer": "box"}
+    assert (await api.post(f"{S}/fires", claim))[0] == 201  # and box died before its run
+    space_clock.advance(600)
+    got = await story.why(at="2026-12-01T09:15:00Z")
+    assert (got["verdict"], got["reason"]) == ("not_fired", "claimed_not_run")
+
+
+async def test_bad_input_unknown_trigger_and_past_retention(
+    api: Api, space_clock: FakeClock
+) -> None:
+    story = Story(api, space_clock)
+    await story.create()
+    for query, field in (({"at": "yesterday"}, "`at`"), ({"key": "x"}, "`key`")):
+        status, got = await api.get(f"{S}/triggers/{story.tid}/why?{urlencode(query)}")
+        assert (status, got["error"]) == (400, "invalid_query") and field in got["detail"]
+    status, got = await api.get(f"{S}/triggers/trg_nope/why")
+    assert (status, got["error"]) == (404, "not_found")
+    space_clock.advance(29 * 86400)
+    assert (await story.why(at="2026-12-01T09:05:00Z"))["reason"] == "no_device_up"
+    space_clock.advance(2 * 86400)
+    status, got = await api.get(f"{S}/triggers/{story.tid}/why?at=2026-12-01T09:05:00Z")
+    assert (status, got["error"]) == (410, "past_retention") and "--history-days" in got["detail"]
+
+
+async def test_a_range_answers_every_slot_and_a_run_token_may_ask(
+    api: Api, space_clock: FakeClock
+) -> None:
+    story = Story(api, space_clock)
+    await story.create(owner="box")
+    await story.beat("box", 600)  # 09:00 … 09:10
+    await story.fire("box", 0, "2026-12-01T09:05:00Z", result={"secret": 1})
+    got = await story.why(since="2026-12-01T09:00:00Z")
+    assert [(a["slot"][11:16], a["reason"]) for a in got["answers"]] == [
+        ("09:00", "holder_asleep"),  # box was up, and no claim came
+        ("09:05", "fired"),
+        ("09:10", "claimed_not_run"),  # just now: pending
+    ]
+    assert got["answers"][2]["verdict"] == "pending"
+    status, token = await api.post(
+        f"{S}/tokens/run", {"triggerId": story.tid, "runId": "r9", "ttlSeconds": 60}
+    )
+    assert status == 201, token
+    status, got = await api.as_(token["token"]).get(
+        f"{S}/triggers/{story.tid}/why?at=2026-12-01T09:05:00Z"
+    )
+    assert status == 200 and got["reason"] == "fired" and "result" not in got["run"]
