@@ -4,7 +4,8 @@ Owns the life of one subscription: connecting with `Last-Event-ID`, parsing with
 aiohttp-sse-client's `EventSource` used for ONE connection only (a new one per
 connection, its own reconnect stopped), delivering `hello`, `message`, `gap` (and
 any other named event) to the caller's async callback as `SseEvent`s,
-deduplicating by integer event id, noticing a silently dead stream by a read
+deduplicating by integer event id (an `update`, an edit in place, has no id of its
+own: SSE hands it the last one, so it is never taken for a repeat), noticing a silently dead stream by a read
 timeout longer than the server's heartbeat, and reconnecting with capped
 full-jitter backoff slept through the injected `Clock`.
 
@@ -54,6 +55,7 @@ class ConnectionState(enum.StrEnum):
 
 
 DEFAULT_BACKOFF = Backoff(base=0.5, cap=30.0)  # full jitter, at least a Retry-After
+UNPLACED = "update"  # an event that is no new position in the stream (SSE: no `id` field)
 
 
 class SubscriptionStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -182,13 +184,13 @@ class Subscription:
             self._retry.reset()
             if self._last_id is None:
                 self._last_id = _hello_cursor(event)
-        elif event.event != "gap" and self._seen(event.seq):
+        elif event.event not in ("gap", UNPLACED) and self._seen(event.seq):
             return
         try:
             await on_event(event)
         except Exception as exc:
             raise _CallerFailed(exc) from exc
-        if event.event != "hello" and event.seq is not None:
+        if event.event not in ("hello", UNPLACED) and event.seq is not None:
             self._last_id = event.seq  # a gap's id may go back: the stream goes on from there
             self._retry.reset()
 
