@@ -5,9 +5,9 @@ aiohttp-sse-client's `EventSource` used for ONE connection only (a new one per
 connection, its own reconnect stopped), delivering `hello`, `message`, `gap` (and
 any other named event) to the caller's async callback as `SseEvent`s,
 deduplicating by integer event id (an `update`, an edit in place, has no id of its
-own: SSE hands it the last one, so it is never taken for a repeat), noticing a silently dead stream by a read
-timeout longer than the server's heartbeat, and reconnecting with capped
-full-jitter backoff slept through the injected `Clock`.
+own: SSE hands it the last one, so it is never taken for a repeat), noticing a
+silently dead stream by a read timeout longer than the server's heartbeat, and
+reconnecting with capped full-jitter backoff slept through the injected `Clock`.
 
 Failures are classified here, not by the package: a 4xx other than 408/429 is
 permanent (`Permanent` is raised, carrying status, code and detail, e.g. 404
