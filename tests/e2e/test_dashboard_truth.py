@@ -39,9 +39,7 @@ async def test_an_offline_device_is_not_shown_ready(baton_up: str, page, tmp_pat
         await api.device_put("default", "box", {"stopped": True})
     await page.goto(baton_up)
     box = page.locator(".device", has_text="box")
-    await playwright.expect(box.locator(".pill", has_text="offline")).to_be_visible(
-        timeout=WAIT_MS
-    )
+    await playwright.expect(box.locator(".pill", has_text="offline")).to_be_visible(timeout=WAIT_MS)
     await playwright.expect(box).to_contain_text("offline since")
     await shoot(page, tmp_path, "offline.png")
     text = await box.inner_text()
