@@ -53,9 +53,12 @@ class Setup:
         self.admin, self.known, self.health, self.clock = admin, known, health, clock
         self.db, self.missing, self.url, self.elector = db, missing, url, elector
         self.armed = armed  # what the ticker would have armed: {id: next fire}
+        self.made = 0
 
     async def create(self, **fields) -> str:
-        return (await self.admin.trigger_create(SPACE, {**TICK, **fields}))["id"]
+        self.made += 1  # names are unique within a space
+        body = {**TICK, "name": f"tick-{self.made}", **fields}
+        return (await self.admin.trigger_create(SPACE, body))["id"]
 
     def judging(self, touched: Touched) -> HealthPass:
         """A second pass over the same space that judges only what `touched` names."""
