@@ -25,6 +25,8 @@ from triggers import records
 RESERVED_IDS = frozenset({records.RESERVED_CHAT_WATCH})
 ID_PREFIX = "trg_"
 
+# a record's name, for the index that keeps names unique (a body that is not JSON has none)
+NAME_OF_BODY = "(CASE WHEN json_valid(body) THEN json_extract(body, '$.name') END)"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS trigger_ids (space TEXT NOT NULL, id TEXT NOT NULL,
   PRIMARY KEY (space, id));
@@ -34,7 +36,8 @@ CREATE TABLE IF NOT EXISTS changes (seq INTEGER PRIMARY KEY AUTOINCREMENT,
   space TEXT NOT NULL, trigger_id TEXT NOT NULL, op TEXT NOT NULL, rev INTEGER NOT NULL,
   body TEXT, at TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS changes_by_space ON changes (space, seq);
-"""
+CREATE INDEX IF NOT EXISTS triggers_by_name ON triggers (space, NAME_OF_BODY);
+""".replace("NAME_OF_BODY", NAME_OF_BODY)
 
 Record = dict[str, Any]
 
@@ -99,12 +102,24 @@ def _write(db: sqlite_utils.Database, space: str, record: Record, op: str, now: 
     return int(cur.lastrowid or 0)
 
 
+def _name_free(db: sqlite_utils.Database, space: str, name: object, tid: str = "") -> None:
+    """Names are unique within a space: 409 `name_taken` naming the record that has it."""
+    rows = db.execute(
+        f"SELECT id FROM triggers WHERE space = ? AND {NAME_OF_BODY} = ? AND id != ? LIMIT 1",
+        [space, name, tid],
+    )
+    if (row := rows.fetchone()) is not None:
+        detail = f"trigger {row[0]} in space {space!r} is named {name!r} already - at `$.name`"
+        raise Refusal(409, "name_taken", detail, id=row[0])
+
+
 def create(
     db: sqlite_utils.Database, space: str, body: Record, now: str, by: Author = SPACE_AUTHOR
 ) -> Record:
-    """Store a new record under a freshly minted `id`."""
+    """Store a new record under a freshly minted `id` (its name not taken)."""
     record_input.check(body)
     with transaction(db):
+        _name_free(db, space, body.get("name"))
         tid = _mint_id(db, space)
         record = _new(tid, body, now)
         seq = _write(db, space, record, "create", now)
@@ -174,6 +189,8 @@ def patch(
         _check_rev(rev, if_match)
         user = {k: v for k, v in record.items() if k in records.USER_FIELDS}
         record_input.check({**user, **changes}, tid)
+        if "name" in changes and changes["name"] != record.get("name"):
+            _name_free(db, space, changes["name"], tid)
         merged = {**record, **changes, "id": tid, "rev": rev + 1, "updatedAt": now}
         since = _active_since(record, merged, now)
         old, record = record, merged if since is None else {**merged, "activeSince": since}

@@ -8,8 +8,9 @@ it may fire event triggers and be answered by chat-watch) and prints the message
 id and seq. `tail` prints the newest `--limit` messages (default 20), oldest
 first; `--follow` then prints each new message as the space accepts it, over the
 chat's SSE stream resumed from the last one printed (`runtime.client.stream`, which
-reconnects with `Last-Event-ID`), until Ctrl-C or SIGTERM (exit 0). Messages the
-stream reports skipped (a `gap`) are named on stderr. With `--json`, `send` prints
+reconnects with `Last-Event-ID`), until Ctrl-C or SIGTERM (exit 0); a reply written
+in place (`event: update`) is printed again each time it grows and when it ends.
+Messages the stream reports skipped (a `gap`) are named on stderr. With `--json`, `send` prints
 the stored message, `tail` `{"messages": [...]}`, and followed messages one JSON
 object per line.
 """
@@ -98,10 +99,13 @@ async def _tail(
     if as_json and not follow:
         emit({"messages": messages})
         return
+    last = messages[-1]["seq"] if messages else 0  # an empty chat: from its start
+    if follow:  # a reply still growing comes over the stream, as it is by then, and grows on
+        last = min((m["seq"] - 1 for m in messages if growing(m)), default=last)
     for message in messages:
-        show(message, as_json)
+        if message["seq"] <= last:
+            show(message, as_json)
     if follow:
-        last = messages[-1]["seq"] if messages else 0  # an empty chat: from its start
         await _follow(client, where, object_id, last, as_json)
 
 
@@ -109,7 +113,7 @@ async def _follow(
     client: SpaceClient, where: Target, object_id: str, last: int, as_json: bool
 ) -> None:
     async def on_event(event: SseEvent) -> None:
-        if event.event == "message":
+        if event.event in ("message", "update"):  # update: a reply growing in place
             show(event.json(), as_json)
         elif event.event == "gap":
             print(f"baton: messages skipped by the stream: {event.data}", file=sys.stderr)
@@ -128,5 +132,9 @@ def who(message: dict[str, Any]) -> str:
     agent = message.get("agent")
     if not agent:
         return "user"
-    name = agent.get("name") or "agent"
-    return name + ("" if agent.get("done", True) is not False else " …")
+    return (agent.get("name") or "agent") + (" …" if growing(message) else "")
+
+
+def growing(message: dict[str, Any]) -> bool:
+    """An agent message still being written (`agent.done` false)."""
+    return (message.get("agent") or {}).get("done", True) is False

@@ -5,7 +5,8 @@
 Reads the space only: its health (a storage fault is a line under the head), the
 election, the devices (with what each reports of itself in its heartbeat: its chat
 subscriptions, whether its chat responder is ready (and if not, why), how contained
-its runs are, with what is weaker than full), and the triggers with owner, status and
+its runs are, with what is weaker than full; an offline device is shown offline, never
+ready, whatever it said last), and the triggers with owner, status and
 next fire. Failures go to stderr (`--json`: as a JSON error object).
 """
 
@@ -66,13 +67,14 @@ def _watch(device: dict[str, Any]) -> dict[str, Any]:
 
 
 def _responder(device: dict[str, Any]) -> dict[str, Any]:
-    """What a device said of its chat responder: ready or why not, and what waits."""
-    watch = _watch(device)
+    """What a device said of its chat responder: ready or why not, and what waits. An
+    offline device answers nothing, whatever it said last."""
+    watch, live = _watch(device), bool(device.get("live"))
     return {
         "peer": device["peer"],
         "responder": (device.get("status") or {}).get("responder", ""),
-        "ready": bool(watch.get("ready", True)),
-        "reason": watch.get("reason", "") or "",
+        "ready": live and bool(watch.get("ready", True)),
+        "reason": (watch.get("reason", "") or "") if live else offline(device),
         "waiting": sum(c.get("waiting", 0) for c in watch.get("chats", [])),
     }
 
@@ -91,8 +93,15 @@ def _trigger(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def offline(device: dict[str, Any]) -> str:
+    return f"offline since {device.get('lastSeen') or '?'}"
+
+
 def containment(device: dict[str, Any]) -> str:
-    """How contained the device's runs are: `full`, `partial`, `none` (or `unknown`)."""
+    """How contained the device's runs are: `full`, `partial`, `none` (or `unknown`); an
+    offline device runs nothing (`-`)."""
+    if not device.get("live"):
+        return "-"
     found = (device.get("status") or {}).get("containment")
     return str(found.get("level", "unknown")) if isinstance(found, dict) else "unknown"
 
@@ -139,7 +148,7 @@ def _devices(report: dict[str, Any]) -> list[str]:
     ]
     columns = ["device", "name", "priority", "live", "last seen", "containment"]
     lines = ["", *render(columns, devices)]
-    weaker = [f"{d['peer']}: {w}" for d in report["devices"] for w in _weaker(d)]
+    weaker = [f"{d['peer']}: {w}" for d in report["devices"] if d["live"] for w in _weaker(d)]
     if weaker:
         lines += ["", "containment weaker than full:", *(f"  {w}" for w in weaker)]
     return lines

@@ -67,6 +67,11 @@ def report(failure: Failure, *, as_json: bool) -> int:
     return failure.code
 
 
+def warn(text: str) -> None:
+    """A warning: the command did what it was asked, but the user should know this."""
+    print(f"baton: warning: {text}", file=sys.stderr, flush=True)
+
+
 def emit(data: Any) -> None:
     """One JSON document on stdout, flushed (followers read it line by line)."""
     print(json.dumps(data), flush=True)

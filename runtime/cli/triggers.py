@@ -27,17 +27,17 @@ import argparse
 import json
 from typing import Any
 
-from core.clock import SystemClock
+from core.clock import SystemClock, iso
 from core.vocab import RunStatus
 from runtime.cli import trigger_flags as flags
 from runtime.cli import trigger_views as views
 from runtime.cli.common import Target, add_space_options
 from runtime.cli.main import UsageError
 from runtime.cli.programs import render_run
-from runtime.cli.talk import Failure, emit, talk
+from runtime.cli.talk import Failure, emit, talk, warn
 from runtime.client.api import ApiError, SpaceClient
 from runtime.fire.manual import Manual, run_by_hand
-from triggers.records import INTERNAL_PREFIX, Salvaged, load
+from triggers.records import INTERNAL_PREFIX, RESERVED_CHAT_WATCH, Salvaged, load
 
 Record = dict[str, Any]
 
@@ -158,6 +158,7 @@ async def add(client: SpaceClient, where: Target, body: Record, force: bool, as_
     if body["kind"] == "event":
         await require_chat(client, where, body["spec"]["objectId"])
     created = await client.trigger_create(where.space, body)
+    await warn_unpublished(client, where, body["program"])
     _done(created, f"created {created['id']} ({created['name']})", as_json)
     return 0
 
@@ -199,6 +200,8 @@ async def edit(client: SpaceClient, where: Target, args: argparse.Namespace, as_
     changed = await client.trigger_patch(
         where.space, args.id, patch, rev=current["rev"], note=args.note or ""
     )
+    if "program" in patch:
+        await warn_unpublished(client, where, patch["program"])
     _done(changed, f"edited {args.id}: {', '.join(sorted(patch))}", as_json)
     return 0
 
@@ -222,6 +225,11 @@ async def repin(client: SpaceClient, where: Target, args: argparse.Namespace) ->
 async def remove(
     client: SpaceClient, where: Target, tid: str, as_json: bool, note: str = ""
 ) -> int:
+    if tid == RESERVED_CHAT_WATCH:
+        raise UsageError(
+            f"ID: {tid} is the chat responder, seeded again as soon as it is deleted; "
+            f"`baton triggers pause {tid}` stops the agent answering"
+        )
     gone = await client.trigger_delete(where.space, tid, note=note)
     _done(gone, f"deleted {tid}", as_json)
     return 0
@@ -251,15 +259,30 @@ async def run_now(client: SpaceClient, where: Target, tid: str, as_json: bool) -
 async def require_seen(
     client: SpaceClient, where: Target, peer: str, force: bool, *, flag: str
 ) -> None:
-    """A peer the space has never seen is refused (exit 2) unless `force`."""
-    if force:
-        return
-    known = [d.peer for d in (await client.devices(where.space)).devices]
-    if peer not in known:
-        seen = ", ".join(known) or "none yet"
+    """A peer the space has never seen is refused (exit 2) unless `force`; one that is
+    offline is a warning (nothing runs the trigger until it is back)."""
+    devices = (await client.devices(where.space)).devices
+    found = next((d for d in devices if d.peer == peer), None)
+    if found is None and not force:
+        seen = ", ".join(d.peer for d in devices) or "none yet"
         raise UsageError(
             f"{flag}: space {where.space} has never seen device {peer!r} "
             f"(seen: {seen}); --force pins it anyway"
+        )
+    if found is not None and not found.live:
+        warn(
+            f"device {peer!r} is offline (last seen {iso(found.lastSeen)}): "
+            "nothing runs this trigger until it is back"
+        )
+
+
+async def warn_unpublished(client: SpaceClient, where: Target, ref: str) -> None:
+    """A program not published yet is allowed (each due fire is skipped until it is): said."""
+    published = {p.ref for p in (await client.programs(where.space)).programs}
+    if ref not in published:
+        warn(
+            f"program {ref} is not published in space {where.space}: each due fire is "
+            f"skipped (unknown_program) until `baton programs publish` puts it there"
         )
 
 

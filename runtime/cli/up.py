@@ -41,6 +41,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from core.clock import SystemClock
+from core.peerwire import LeaseIn
 from runtime.chat.responders import Responder
 from runtime.cli import demo
 from runtime.cli import responder as responder_config
@@ -256,6 +257,10 @@ def run_device(args: argparse.Namespace) -> int:
         f"{_named(responder)})",
         flush=True,
     )
+    refused = asyncio.run(refusal(where, args.peer))
+    if refused is not None:
+        print(f"baton device: refused by the space: {refused}", file=sys.stderr)
+        return 1
     try:
         asyncio.run(until_signalled(_device(args, where, args.peer, responder)))
     except PartFailed as exc:
@@ -263,6 +268,22 @@ def run_device(args: argparse.Namespace) -> int:
         return 1
     print("baton: stopped", flush=True)
     return 0
+
+
+async def refusal(where: Target, peer: str) -> str | None:
+    """Why the space refuses this device for good, or None (admitted, or not up yet: the
+    device waits for it). Permanent: a token it does not know (401), one of another space
+    or another peer (403), a space it does not have (404), any 4xx but 408 and 429. The peer
+    is proven by a release at term 0, a term nobody ever holds: after checking who asks,
+    the space refuses it (409) and changes nothing."""
+    async with SpaceClient(where.url, where.token) as client:
+        try:
+            await client.space_get(where.space)
+            await client.election_release(where.space, LeaseIn(peer=peer, term=0))
+        except ApiError as exc:
+            lasting = 400 <= exc.status < 500 and exc.status not in (408, 409, 429)
+            return str(exc) if lasting else None
+    return None
 
 
 def _device(

@@ -98,7 +98,7 @@ class SpaceClient:
                 raw = await resp.read()
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ApiError(0, "unreachable", f"{route.method} {url}: {exc!r}") from exc
+            raise ApiError(0, "unreachable", f"{route.method} {url}: {no_answer(exc)}") from exc
         if status >= 400:
             raise error_from(status, raw)
         return raw
@@ -110,7 +110,7 @@ class SpaceClient:
             async with self._api().get(url) as resp:
                 raw = await resp.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ApiError(0, "unreachable", f"GET {url}: {exc!r}") from exc
+            raise ApiError(0, "unreachable", f"GET {url}: {no_answer(exc)}") from exc
         try:
             found = msgspec.json.decode(raw)
         except msgspec.DecodeError:
@@ -323,3 +323,11 @@ class SpaceClient:
 
     async def state_put(self, space: str, trigger_id: str, key: str, body: JSON) -> JSON:
         return await self.call("state_put", body, space=space, triggerId=trigger_id, key=key)
+
+
+def no_answer(exc: BaseException) -> str:
+    """Why there was no answer, in words (`Cannot connect to host 127.0.0.1:9 …`, `timed
+    out`), never the exception's repr."""
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__

@@ -2,9 +2,10 @@
 
 Owns the life of one subscription: connecting with `Last-Event-ID` (aiohttp-sse-client's
 `EventSource` for one connection only), delivering named events as `SseEvent`s, dedup by
-event id, a read timeout past the server's heartbeat, reconnecting with backoff on the
-Clock; and the classing of failures: a 4xx other than 408/429 is `Permanent`, anything else
-is retried. Must not decide what an event means, and never sleeps but through the Clock.
+event id (an `update` has none of its own: never a repeat), a read timeout past the
+server's heartbeat, reconnecting with backoff on the Clock; and the classing of failures:
+a 4xx other than 408/429 is `Permanent`, anything else is retried. Must not decide what an
+event means, and never sleeps but through the Clock.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class ConnectionState(enum.StrEnum):
 
 
 DEFAULT_BACKOFF = Backoff(base=0.5, cap=30.0)  # full jitter, at least a Retry-After
+UNPLACED = "update"  # an event that is no new position in the stream (SSE: no `id` field)
 
 
 class SubscriptionStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -182,13 +184,13 @@ class Subscription:
             self._retry.reset()
             if self._last_id is None:
                 self._last_id = _hello_cursor(event)
-        elif event.event != "gap" and self._seen(event.seq):
+        elif event.event not in ("gap", UNPLACED) and self._seen(event.seq):
             return
         try:
             await on_event(event)
         except Exception as exc:
             raise _CallerFailed(exc) from exc
-        if event.event != "hello" and event.seq is not None:
+        if event.event not in ("hello", UNPLACED) and event.seq is not None:
             self._last_id = event.seq  # a gap's id may go back: the stream goes on from there
             self._retry.reset()
 

@@ -3,7 +3,8 @@
 Owns the loop around `triggers.health` (SPEC "Reconcile, registry, health pass"): it builds
 `HealthInputs`, judges what changed (a `Touched`) and the records whose re-check came
 (runtime.health.rechecks), and writes only the stamps that change, `nextFireAt` included,
-through runtime.fire.recorder; at rest it judges nothing. Must not judge a record itself
+through runtime.fire.recorder (a `nextFireAt` a previous holder left is written anew at
+once, never shown in the past); at rest it judges nothing. Must not judge a record itself
 (`triggers.health`), and must not die of a record or the space.
 """
 
@@ -81,6 +82,8 @@ class HealthPass:
         self.judged = 0  # records judged so far (a pass at rest judges none)
         self._last_pass: datetime | None = None
         self._error: str | None = None
+        self._started: datetime | None = None  # the first pass
+        self._held_since: datetime | None = None  # the first pass that saw this device active
 
     def kick(self) -> None:
         """Run a pass soon (records, programs, chats or the election changed)."""
@@ -134,7 +137,14 @@ class HealthPass:
         """What this pass judges: what changed and what turned, or everything when what every
         verdict reads changed (or there is no `Touched`, or stale turns piled up)."""
         records = self._records()
-        seen = (programs, self._elector.active, frozenset(self._elector.live), self._missing())
+        active = self._elector.active
+        if self._started is None:
+            self._started = now
+        if active == self._peer and self._held_since is None:
+            self._held_since = now  # took the lease: what came due before is not ours
+        elif active != self._peer:
+            self._held_since = None
+        seen = (programs, active, frozenset(self._elector.live), self._missing())
         piled = self._turns.held > 2 * len(records) + 1024
         if self._touched is None or seen != self._inputs_seen or piled:
             self._inputs_seen = seen
@@ -155,7 +165,7 @@ class HealthPass:
             if tid not in records:
                 self._sent.pop(tid, None)  # gone: nothing to remember of it
         inputs = self._inputs(found, programs, now)
-        written = 0
+        found, written = await self._drop_stale(found, inputs)
         for stamp in health.due(found, self._peer, inputs):
             written += await self._write(stamp, stamps.shown(records.get(stamp.id)), now)
         for record in found:
@@ -168,6 +178,44 @@ class HealthPass:
                 self._turns.push(at, record.id)
         self.judged += len(found)
         return written
+
+    async def _drop_stale(
+        self, found: list[Loaded], inputs: health.HealthInputs
+    ) -> tuple[list[Loaded], int]:
+        """A `nextFireAt` that came due before this device began stamping the record (the
+        previous holder's, or from before this device started) is not its fire to wait for:
+        it is written anew from the armed next fire before anything is judged, so a
+        takeover never shows a next fire in the past, nor `overdue` for it."""
+        kept: list[Loaded] = []
+        written = 0
+        for record in found:
+            if (
+                isinstance(record, Salvaged)
+                or (want := self._instead_of_stale(record, inputs)) is None
+            ):
+                kept.append(record)
+            elif await self._stamp_next_fire(record, want, inputs, check_run=False):
+                kept.append(msgspec.structs.replace(record, next_fire_at=want))
+                written += 1
+            else:
+                kept.append(record)
+        return kept, written
+
+    def _instead_of_stale(self, record: Trigger, inputs: health.HealthInputs) -> datetime | None:
+        """The armed next fire to show instead of a stamped one that came due before this
+        device began stamping `record`; None when the stamp is not stale."""
+        if record.next_fire_at is None or self._next_fire is None:
+            return None
+        if record.next_fire_at >= self._stamping_since(record) or not self._stamps(record, inputs):
+            return None
+        return self._next_fire(record.id)
+
+    def _stamping_since(self, record: Trigger) -> datetime:
+        """Since when this device stamps `record`: since it took the lease for a floating
+        one, since its first pass for one pinned to it."""
+        if record.owner or self._held_since is None:
+            return self._started or stamps.EPOCH
+        return self._held_since
 
     def _stamps(self, record: Trigger, inputs: health.HealthInputs) -> bool:
         return health.stamper(record, self._peer, inputs.active_peer, inputs.live)
@@ -209,14 +257,19 @@ class HealthPass:
         return 1
 
     async def _stamp_next_fire(
-        self, record: Trigger, want: datetime | None, inputs: health.HealthInputs
+        self,
+        record: Trigger,
+        want: datetime | None,
+        inputs: health.HealthInputs,
+        *,
+        check_run: bool = True,
     ) -> int:
         """Write `nextFireAt` when the armed next fire differs from the record's (rules above)."""
         if stamps.same_instant(record.next_fire_at, want) or stamps.not_near(
             record, want, inputs.now
         ):
             return 0
-        if want is not None and stamps.awaits_run(record, inputs.now):
+        if check_run and want is not None and stamps.awaits_run(record, inputs.now):
             return 0  # a fire due with no run yet: moving it on would hide an `overdue`
         try:
             await self._recorder.stamp(record.id, Stamps(nextFireAt=want))

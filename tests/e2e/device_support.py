@@ -50,6 +50,7 @@ class Space:
         self.port = 0
         self.admin: SpaceClient | None = None
         self.general = ""
+        self.made = 0  # records made by `trigger`
 
     @property
     def url(self) -> str:
@@ -111,7 +112,10 @@ class Space:
         await self.api.program_put(SPACE, ref, {"source": source})
 
     async def trigger(self, **fields: Any) -> dict[str, Any]:
-        return await self.api.trigger_create(SPACE, {"name": "t", **fields})
+        """A record, named `t`, `t-2`, … unless `name` is given (names are unique)."""
+        self.made += 1
+        name = "t" if self.made == 1 else f"t-{self.made}"
+        return await self.api.trigger_create(SPACE, {"name": name, **fields})
 
     async def event_trigger(self, chat: str, **fields: Any) -> dict[str, Any]:
         spec = {"dataset": "chat_messages", "objectId": chat}

@@ -4,7 +4,8 @@
 pytest-aiohttp's `aiohttp_server`) with one space created. `Cli` runs
 `runtime.cli.main([...])` in a thread (it has its own event loop while the server
 runs in the test's) with `--url`, `--token-file` and `--space` pointed at it, and
-returns (exit code, stdout, stderr). `Follower` runs `baton` as a subprocess, for
+returns (exit code, stdout, stderr); `Cli.process` runs it as a process of its own.
+`Follower` runs `baton` as a subprocess, for
 the verbs that follow a stream until signalled, and reads its lines under a deadline.
 """
 
@@ -65,6 +66,23 @@ class Cli:
         code = await asyncio.to_thread(main, [*argv, *flags])
         out, err = self.capsys.readouterr()
         return code, out, err
+
+    async def process(self, *argv: str, flags: bool = True) -> tuple[int, str, str]:
+        """`baton ARGV` as a process of its own (the command exactly as a user runs it)."""
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "runtime.cli",
+            *argv,
+            *(self.world.flags() if flags else ()),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        async with asyncio.timeout(DEADLINE_S):
+            out, err = await proc.communicate()
+        assert proc.returncode is not None
+        return proc.returncode, out.decode(), err.decode()
 
     async def json(self, *argv: str) -> Any:
         code, out, err = await self(*argv, "--json")

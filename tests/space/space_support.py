@@ -32,6 +32,7 @@ class Api:
 
     def __init__(self, client: TestClient, token: str, db_path: Path) -> None:
         self.client, self.token, self.db_path = client, token, db_path
+        self.created = 0  # records made by `create_trigger`: names are unique in a space
 
     def as_(self, token: str) -> Api:
         return Api(self.client, token, self.db_path)
@@ -74,7 +75,12 @@ class Api:
         return body["token"]
 
     async def create_trigger(self, **fields: Any) -> dict[str, Any]:
-        status, body = await self.post(f"/spaces/{SPACE}/triggers", {**CRON, **fields})
+        """A cron record; named `tick`, then `tick-2`, … unless `name` is given."""
+        self.created += 1
+        name = CRON["name"] + ("" if self.created == 1 else f"-{self.created}")
+        status, body = await self.post(
+            f"/spaces/{SPACE}/triggers", {**CRON, "name": name, **fields}
+        )
         assert status == 201, body
         return body
 

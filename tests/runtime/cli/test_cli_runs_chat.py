@@ -160,6 +160,37 @@ async def test_chat_tail_follow_prints_new_messages_until_stopped(world: World):
 
 
 @pytest.mark.e2e  # `baton … --follow` as a process
+async def test_chat_tail_follow_shows_a_streamed_reply_grow_and_end(world: World):
+    """A reply written in place (`event: update`) is shown as it grows and as it ends (a
+    line that comes over the stream means the follower is subscribed: the edits after it
+    come live)."""
+    await world.admin.chat_send(SPACE, world.chat, {"text": "before"})
+    async with Follower.start(world, "chat", "tail", "--follow") as follower:
+        assert (await follower.line()).endswith("before")
+        agent = {"name": "bot", "done": False}
+        sent = await world.admin.chat_send(SPACE, world.chat, {"text": "Two", "agent": agent})
+        assert (await follower.line()).endswith("bot …         Two")
+        edit = world.admin.chat_edit
+        await edit(SPACE, world.chat, sent.message_id, {"text": "Two meetings"})
+        assert (await follower.line()).endswith("bot …         Two meetings")
+        await edit(SPACE, world.chat, sent.message_id, {"text": "Two meetings.", "done": True})
+        assert (await follower.line()).endswith("bot           Two meetings.")
+        assert await follower.stop() == 0
+    async with Follower.start(world, "chat", "tail", "-f", "--limit", "1", "--json") as follower:
+        assert json.loads(await follower.line())["agent"]["done"] is True
+        sent = await world.admin.chat_send(SPACE, world.chat, {"text": "a", "agent": agent})
+        assert json.loads(await follower.line())["text"] == "a"
+        await edit(SPACE, world.chat, sent.message_id, {"text": "ab", "done": True})
+        grown = json.loads(await follower.line())
+        assert (grown["messageId"], grown["text"], grown["agent"]["done"]) == (
+            sent.message_id,
+            "ab",
+            True,
+        )
+        assert await follower.stop() == 0
+
+
+@pytest.mark.e2e  # `baton … --follow` as a process
 async def test_chat_tail_follow_of_an_empty_chat_misses_nothing(world: World):
     async with Follower.start(world, "chat", "tail", "--follow", "--json") as follower:
         await world.admin.chat_send(SPACE, world.chat, {"text": "first"})

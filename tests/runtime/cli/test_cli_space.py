@@ -175,3 +175,29 @@ def test_history_days_is_a_flag_of_the_servers_checked_before_anything_starts(ve
     assert args.history_days == 45.0
     assert build_parser([*verb]).parse_args(verb).history_days == 30.0
     assert main([*verb, "--history-days", "0"]) == 2
+
+
+REPORT = {  # what a device says of itself in its heartbeat while it runs
+    "responder": "builtin",
+    "chatWatch": {"ready": True, "reason": "", "chats": []},
+    "containment": {"level": "full", "weaker": []},
+    "subscriptions": [{"chat": "chat_x", "state": "live", "triggers": ["chat-watch"]}],
+}
+
+
+@pytest.mark.e2e  # `baton status` as a process
+async def test_status_never_shows_an_offline_device_ready(cli: Cli, world: World):
+    """What a device last said of itself is not how it stands once it is offline."""
+    await world.admin.device_put(SPACE, "box", {"name": "Box", "status": REPORT})
+    await world.admin.device_put(SPACE, "box", {"stopped": True})  # signed off: offline
+    code, out, err = await cli.process("status")
+    assert code == 0, err
+    box = [line for line in out.splitlines() if line.startswith("box ")]
+    assert box and all("  ready" not in line and "full" not in line for line in box), out
+    assert any("not ready: offline since " in line for line in box), out
+    assert not any(line.split()[2:3] == ["live"] for line in box), out
+    code, out, err = await cli.process("status", "--json")
+    found = json.loads(out)
+    (responder,) = found["responders"]
+    assert responder["ready"] is False and responder["reason"].startswith("offline since ")
+    assert [s["state"] for s in found["subscriptions"]] == ["stopped"]

@@ -314,3 +314,37 @@ async def test_pause_json_and_text_agree_with_the_record(cli: Cli):
     assert (code, out) == (0, f"resumed {t['id']} (t)\n")
     code, out, _ = await cli("triggers", "float", t["id"])
     assert (code, out) == (0, f"floating {t['id']} (t)\n")
+
+
+@pytest.mark.e2e  # `baton triggers …` as processes
+async def test_foot_guns_warn_on_stderr_or_are_refused(cli: Cli, world: World):
+    """Each of these did what it was told silently, exit 0: now the user is told."""
+    code, out, err = await cli.process(
+        "triggers", "add", "--name", "t", "--cron", "*/5 * * * *", "--program", "later@v1"
+    )
+    assert code == 0 and out.startswith("created trg_"), err
+    assert err == (
+        "baton: warning: program later@v1 is not published in space home: each due fire is "
+        "skipped (unknown_program) until `baton programs publish` puts it there\n"
+    )
+    tid = out.split()[1]
+    code, out, err = await cli.process("triggers", "edit", tid, "--program", "never@v1")
+    assert code == 0 and "program never@v1 is not published" in err, err
+
+    code, out, err = await cli.process(
+        "triggers", "add", "--name", "t", "--cron", "* * * * *", "--program", "later@v1"
+    )
+    assert (code, out) == (1, "") and err.startswith("baton: name_taken: "), err
+    assert f"trigger {tid} in space 'home' is named 't' already" in err and err.count("\n") == 1
+
+    await world.admin.device_put(SPACE, "box", {"name": "Box"})
+    await world.admin.device_put(SPACE, "box", {"stopped": True})
+    code, out, err = await cli.process("triggers", "repin", tid, "box")
+    assert (code, out) == (0, f"pinned to box: {tid} (t)\n"), err
+    assert err.startswith("baton: warning: device 'box' is offline (last seen 20"), err
+    assert err.endswith("Z): nothing runs this trigger until it is back\n"), err
+
+    code, out, err = await cli.process("triggers", "rm", "chat-watch")
+    assert (code, out) == (2, ""), err
+    assert err.startswith("baton: ID: chat-watch is the chat responder, seeded again"), err
+    assert "`baton triggers pause chat-watch`" in err

@@ -5,6 +5,7 @@ skipped records, a server restart on the same file and the slow resync.
 """
 
 import asyncio
+import itertools
 import json
 import logging
 import sqlite3
@@ -33,6 +34,14 @@ from triggers.registry import Diff
 SPACE = "home"
 ME, OTHER = "laptop", "box"
 CRON = {"name": "tick", "kind": "cron", "spec": {"expr": "*/5 * * * *"}, "program": "tick@v1"}
+_SERIAL = itertools.count(1)
+
+
+def named(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` with a name of its own (names are unique within a space)."""
+    return {**body, "name": f"{body['name']}-{next(_SERIAL)}"}
+
+
 FAST = {"backoff": Backoff(base=0.05, cap=0.2), "read_timeout": 10.0}
 
 
@@ -162,10 +171,10 @@ BAD_SPEC = {"id": "trg_bad", "kind": "cron", "spec": {"expr": "61 * * * *"}, "pr
 
 @pytest.mark.parametrize("active", [False, True])
 async def test_first_sync_fills_records_and_registry_by_responsibility(space, start, active):
-    floating = await space.admin.trigger_create(SPACE, CRON)
-    mine = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
-    theirs = await space.admin.trigger_create(SPACE, CRON | {"owner": OTHER})
-    paused = await space.admin.trigger_create(SPACE, CRON | {"owner": ME, "enabled": False})
+    floating = await space.admin.trigger_create(SPACE, named(CRON))
+    mine = await space.admin.trigger_create(SPACE, named(CRON) | {"owner": ME})
+    theirs = await space.admin.trigger_create(SPACE, named(CRON) | {"owner": OTHER})
+    paused = await space.admin.trigger_create(SPACE, named(CRON) | {"owner": ME, "enabled": False})
     write_raw(space.db, "trg_hook", BAD_KIND)
     run = await start()
     run.active = active
@@ -186,7 +195,7 @@ async def test_feed_brings_create_patch_stamp_delete_in_well_under_a_second(spac
     run = await start()
     await ready(run)
     admin, rec = space.admin, run.reconciler
-    made = await admin.trigger_create(SPACE, CRON | {"owner": ME})
+    made = await admin.trigger_create(SPACE, named(CRON) | {"owner": ME})
     tid = made["id"]
     await run.until(lambda: run.ids("add") == [tid])
     await admin.trigger_patch(SPACE, tid, {"args": {"n": 2}})
@@ -210,7 +219,7 @@ async def test_edits_to_records_armed_elsewhere_are_heard_and_stamps_are_not(spa
     run = await start(on_edit=lambda: run.on_edit())
     await ready(run)
     admin = space.admin
-    theirs = await admin.trigger_create(SPACE, CRON | {"owner": OTHER})  # never armed here
+    theirs = await admin.trigger_create(SPACE, named(CRON) | {"owner": OTHER})  # never armed here
     await run.until(lambda: run.edits == 1)
     assert run.diffs == []
     await admin.trigger_status(SPACE, theirs["id"], {"lastStatus": "owner_offline"})
@@ -228,7 +237,7 @@ async def test_bad_records_are_skipped_loudly_once_and_never_armed(space, start,
     await ready(run)
     await space.admin.trigger_status(SPACE, "trg_hook", {"lastStatus": "unsupported_kind"})
     await space.admin.trigger_status(SPACE, "trg_bad", {"lastStatus": "invalid_spec"})
-    good = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    good = await space.admin.trigger_create(SPACE, named(CRON) | {"owner": ME})
     await run.until(lambda: good["id"] in run.ids("add"))  # the stamps came before it
     await run.reconciler.sync()
     warned = [r.getMessage() for r in caplog.records if r.name == "runtime.feeds.reconciler"]
@@ -241,8 +250,8 @@ async def test_bad_records_are_skipped_loudly_once_and_never_armed(space, start,
 
 
 async def test_resync_moves_floating_records_with_the_lease(space, start):
-    floating = await space.admin.trigger_create(SPACE, CRON)
-    mine = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    floating = await space.admin.trigger_create(SPACE, named(CRON))
+    mine = await space.admin.trigger_create(SPACE, named(CRON) | {"owner": ME})
     run = await start()
     await ready(run)
     rec = run.reconciler
@@ -260,7 +269,7 @@ async def test_resync_moves_floating_records_with_the_lease(space, start):
 async def test_a_resync_asked_before_the_first_sync_lists_the_records_once(
     space, start, aiohttp_server
 ):
-    floating = await space.admin.trigger_create(SPACE, CRON)
+    floating = await space.admin.trigger_create(SPACE, named(CRON))
     listings = 0
 
     @web.middleware
@@ -282,7 +291,7 @@ async def test_a_server_restart_on_the_same_file_loses_no_change(space, start, a
     await ready(run)
     await space.restart(aiohttp_server, lambda db: create_in_store(db, "while-down"))
     await run.until(lambda: len(run.ids("add")) == 1, deadline=5)
-    after = await space.admin.trigger_create(SPACE, CRON | {"owner": ME, "name": "after"})
+    after = await space.admin.trigger_create(SPACE, named(CRON) | {"owner": ME, "name": "after"})
     await run.until(lambda: len(run.ids("add")) == 2)
     names = [run.reconciler.registry[i].record.name for i in run.ids("add")]
     assert names == ["while-down", "after"] and run.ids("add")[1] == after["id"]
@@ -328,7 +337,7 @@ async def test_a_listing_older_than_the_feed_never_moves_a_record_back(
     syncing = asyncio.create_task(run.reconciler.sync())
     async with asyncio.timeout(5):
         await listed.wait()
-    made = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    made = await space.admin.trigger_create(SPACE, named(CRON) | {"owner": ME})
     await run.until(lambda: run.ids("add") == [made["id"]])
     gate.set()
     async with asyncio.timeout(5):
@@ -377,7 +386,7 @@ async def test_the_slow_resync_waits_a_thousand_times_a_long_sync(space, start, 
 
 async def test_an_unreachable_space_is_retried_until_it_answers(space, start, aiohttp_server):
     clock = FakeClock()
-    made = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    made = await space.admin.trigger_create(SPACE, named(CRON) | {"owner": ME})
     await space.server.close()
     run = await start(clock)
     async with asyncio.timeout(5):
@@ -404,9 +413,9 @@ async def test_a_failing_callback_does_not_stop_the_loop(space, start):
 
     run = await start(wrap=exploding)
     await ready(run)
-    made = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    made = await space.admin.trigger_create(SPACE, named(CRON) | {"owner": ME})
     await run.until(lambda: made["id"] in run.ids("add"))
-    again = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    again = await space.admin.trigger_create(SPACE, named(CRON) | {"owner": ME})
     await run.until(lambda: again["id"] in run.ids("add"))
     assert calls == 2
 
@@ -426,7 +435,7 @@ async def test_a_stamp_change_is_taken_without_a_diff_nor_a_registry_copy(space,
     run = await start(on_edit=lambda: run.on_edit())
     await ready(run)
     rec = run.reconciler
-    made = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    made = await space.admin.trigger_create(SPACE, named(CRON) | {"owner": ME})
     await run.until(lambda: run.ids("add") == [made["id"]])
     registry, edits = rec.registry, run.edits
     stamped = {**made, "nextFireAt": "2026-12-01T09:05:00.000Z", "lastStatus": "ok"}
@@ -441,7 +450,7 @@ async def test_a_stamp_change_is_taken_without_a_diff_nor_a_registry_copy(space,
 async def test_a_resync_keeps_the_record_objects_it_holds(space, start):
     run = await start()
     await ready(run)
-    made = await space.admin.trigger_create(SPACE, CRON | {"owner": ME})
+    made = await space.admin.trigger_create(SPACE, named(CRON) | {"owner": ME})
     await run.until(lambda: run.ids("add") == [made["id"]])
     held = run.reconciler.records[made["id"]]
     run.reconciler.touched.take()

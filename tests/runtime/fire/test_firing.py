@@ -76,6 +76,7 @@ class World:
 
     def __init__(self, url: str, admin: SpaceClient, device: SpaceClient, chat: str) -> None:
         self.url, self.admin, self.device, self.chat = url, admin, device, chat
+        self.made = 0  # triggers made: each gets a name of its own
         self.clock = FakeClock(datetime.now(UTC).replace(microsecond=0))
         self.firing: Firing | None = None
         self.seen: list[tuple[str, str]] = []  # (method, route) of every request the space answered
@@ -91,8 +92,9 @@ class World:
         await self.admin.program_put(SPACE, ref, {"source": source})
 
     async def trigger(self, program: str, **fields: Any) -> Trigger:
+        self.made += 1  # names are unique within a space
         body = {
-            "name": "t",
+            "name": f"t-{self.made}",
             "kind": "cron",
             "spec": {"expr": "*/5 * * * *"},
             "program": program,

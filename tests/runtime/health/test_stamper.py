@@ -53,9 +53,12 @@ class Setup:
         self.admin, self.known, self.health, self.clock = admin, known, health, clock
         self.db, self.missing, self.url, self.elector = db, missing, url, elector
         self.armed = armed  # what the ticker would have armed: {id: next fire}
+        self.made = 0
 
     async def create(self, **fields) -> str:
-        return (await self.admin.trigger_create(SPACE, {**TICK, **fields}))["id"]
+        self.made += 1  # names are unique within a space
+        body = {**TICK, "name": f"tick-{self.made}", **fields}
+        return (await self.admin.trigger_create(SPACE, body))["id"]
 
     def judging(self, touched: Touched) -> HealthPass:
         """A second pass over the same space that judges only what `touched` names."""
@@ -261,12 +264,14 @@ async def test_a_pass_that_cannot_list_programs_stamps_nothing_and_the_loop_goes
 
 async def test_a_fire_that_never_ran_is_overdue_until_a_run_comes(setup: Setup) -> None:
     tid = await setup.create()
-    due = START - timedelta(minutes=2)  # stamped by whoever armed it; no run came since
+    await setup.pass_()  # this device stamps the record from here on
+    await setup.elapse(240)
+    due = START + timedelta(minutes=1)  # stamped while this device held; no run came since
     await setup.admin.trigger_status(SPACE, tid, {"nextFireAt": iso(due)})
     setup.armed[TriggerId(tid)] = START + timedelta(minutes=5)
     assert await setup.pass_() == 1
     status, detail = await setup.stamp_of(tid)
-    assert status == "overdue" and detail.startswith("due 2026-12-01T08:58:00")
+    assert status == "overdue" and detail.startswith("due 2026-12-01T09:01:00")
     record = await setup.admin.trigger_get(SPACE, tid)
     assert record["nextFireAt"] == iso(due)  # not moved on: that would hide the missed fire
 
@@ -278,6 +283,22 @@ async def test_a_fire_that_never_ran_is_overdue_until_a_run_comes(setup: Setup) 
     assert await setup.stamp_of(tid) == ("ok", "")
     record = await setup.admin.trigger_get(SPACE, tid)
     assert record["nextFireAt"] == iso(START + timedelta(minutes=5))
+
+
+async def test_a_next_fire_that_came_due_before_the_takeover_is_recomputed_at_once(
+    setup: Setup,
+) -> None:
+    """The previous holder's `nextFireAt` (due before this device took the lease, its
+    fire claimed and lost with that holder) is not this device's fire to wait for: its
+    first pass writes the armed next fire, and shows no `overdue` for the old one."""
+    tid = await setup.create()
+    due = START - timedelta(minutes=2)
+    await setup.admin.trigger_status(SPACE, tid, {"nextFireAt": iso(due)})
+    setup.armed[TriggerId(tid)] = START + timedelta(minutes=5)
+    assert await setup.pass_() == 1
+    record = await setup.admin.trigger_get(SPACE, tid)
+    assert record["nextFireAt"] == iso(START + timedelta(minutes=5))
+    assert await setup.stamp_of(tid) == ("", "")
 
 
 async def test_a_first_next_fire_beyond_the_horizon_is_not_written_until_it_nears(
