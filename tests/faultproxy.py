@@ -5,7 +5,8 @@ and answers that never come back.
 moment: `latency` (seconds added to every chunk, each way), `frozen` (no byte moves while
 set), `refusing` (every connection is cut and a new one closed at once: the space is
 down), `drop_answers` (the next N answers, on any connection, are swallowed and their
-connection cut: the request landed, the client never hears). It knows nothing of HTTP beyond "the answer is what comes back".
+connection cut: the request landed, the client never hears). It knows nothing of HTTP
+beyond "the answer is what comes back".
 """
 
 from __future__ import annotations
