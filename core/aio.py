@@ -153,11 +153,14 @@ async def retry(
     retry_if: Callable[[Exception], bool] = lambda exc: True,
     on_failure: Callable[[Exception, float], object] | None = None,
     draw: Callable[[], float] = random.random,
+    until: float | None = None,
 ) -> T:
     """Await `work()` until it returns, sleeping through `clock` after each failure.
 
-    Gives up (re-raises the exception) after `attempts` tries in all (None: never) or at
-    once when `retry_if(exc)` is false. `on_failure(exc, delay)` hears each retried one."""
+    Gives up (re-raises the exception) after `attempts` tries in all (None: never), once
+    the next try would start past `until` (the clock's monotonic seconds; None: no
+    deadline), or at once when `retry_if(exc)` is false. `on_failure(exc, delay)` hears
+    each retried one."""
     streak = backoff.streak(draw)
     while True:
         try:
@@ -166,6 +169,8 @@ async def retry(
             if not retry_if(exc) or (attempts is not None and streak.failures + 1 >= attempts):
                 raise
             delay = streak.failed()
+            if until is not None and clock.monotonic() + delay > until:
+                raise
             if on_failure is not None:
                 on_failure(exc, delay)
             await clock.sleep(delay)

@@ -20,6 +20,9 @@ from urllib.parse import quote, urlencode
 import msgspec
 
 PREFIX = "/v1"
+IDEMPOTENCY_HEADER = "Idempotency-Key"  # every write carries one; a retry sends it again
+RETRIES = 2  # a write whose answer was lost (timeout, dropped connection) is sent again
+RETRY_DELAY_S = 0.5  # …after 0.5 s, then 1 s: a space restart's window
 
 
 class Route(msgspec.Struct, frozen=True, kw_only=True):
@@ -146,6 +149,11 @@ def target(route: Route, params: Mapping[str, object]) -> str:
 def headers(route: Route, params: Mapping[str, object]) -> dict[str, str]:
     """The optional headers the parameters ask for (e.g. `If-Match` from `rev`)."""
     return {h: str(params[k]) for k, h in route.headers.items() if params.get(k) is not None}
+
+
+def writes(route: Route) -> bool:
+    """Whether `route` changes the space (so its requests carry an `Idempotency-Key`)."""
+    return route.method != "GET"
 
 
 def error_from(status: int, body: bytes) -> ApiError:

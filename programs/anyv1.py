@@ -1,26 +1,37 @@
 """`any@v1`: the small synchronous space client a program gets from `use("any@v1")`.
 
-Owns the program-facing calls (SPEC "Programs"): send and read chat messages,
-list and patch trigger records, ask why one fired or did not (`why`), and this
-trigger's persistent cursor, all with
-the run's token. Requests are built from `core.routes` (the same table the
-daemon's async client uses) and sent with the standard library only; a refusal
-raises `ApiError` (status, code, detail), no answer at all is status 0
-`unreachable`. It must not import the runtime, and holds no connection between
-calls (a program may run for a second or an hour).
+Owns the program-facing calls (SPEC "Programs"): send and read chat messages, list and
+patch trigger records, ask `why` one fired or did not, and this trigger's persistent
+cursor, all with the run's token. Requests are built from `core.routes` and sent with the
+standard library only; a refusal raises `ApiError`, no answer at all is status 0
+`unreachable`. A write carries an `Idempotency-Key` and is sent again with it when its
+answer was lost, so a retry never stores twice. Must not import the runtime; holds no
+connection between calls (a program may run for a second or an hour).
 """
 
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from http.client import HTTPException
 from typing import Any
 
-from core.routes import ROUTES, ApiError, error_from, headers, target
+from core.routes import (
+    IDEMPOTENCY_HEADER,
+    RETRIES,
+    RETRY_DELAY_S,
+    ROUTES,
+    ApiError,
+    error_from,
+    headers,
+    target,
+    writes,
+)
 from programs.context import RunContext
 
 __all__ = ["AnyV1", "ApiError"]
@@ -118,13 +129,24 @@ class AnyV1:
 
     def _call(self, name: str, body: Any = None, **params: Any) -> Any:
         route = ROUTES[name]
+        extra = headers(route, params)
+        if writes(route):
+            extra[IDEMPOTENCY_HEADER] = uuid.uuid4().hex
         request = urllib.request.Request(
             self._base + target(route, params),
             method=route.method,
             data=None if body is None else json.dumps(body).encode(),
-            headers=self._headers(body, headers(route, params)),
+            headers=self._headers(body, extra),
         )
-        return _send(request, self._timeout)
+        tries = RETRIES + 1 if writes(route) else 1
+        for attempt in range(tries):
+            try:
+                return _send(request, self._timeout)
+            except _AnswerLost as lost:
+                if attempt == tries - 1 or (attempt == 0 and not lost.maybe_landed):
+                    raise lost.error from None
+                time.sleep(RETRY_DELAY_S * (attempt + 1))  # the same key: stored at most once
+        raise AssertionError("unreachable")
 
     def _headers(self, body: Any, extra: dict[str, str]) -> dict[str, str]:
         head = {"Authorization": f"Bearer {self._ctx.token}", "Accept": "application/json"}
@@ -133,8 +155,16 @@ class AnyV1:
         return head | extra
 
 
+class _AnswerLost(Exception):
+    """No answer; `maybe_landed` unless the connection was refused before anything was sent."""
+
+    def __init__(self, error: ApiError, maybe_landed: bool) -> None:
+        super().__init__(str(error))
+        self.error, self.maybe_landed = error, maybe_landed
+
+
 def _send(request: urllib.request.Request, timeout: float) -> Any:
-    """The decoded JSON answer; `ApiError` for a refusal or no answer."""
+    """The decoded JSON answer; `ApiError` for a refusal, `_AnswerLost` for no answer."""
     try:
         with _NO_PROXY.open(request, timeout=timeout) as resp:
             raw = resp.read()
@@ -143,5 +173,7 @@ def _send(request: urllib.request.Request, timeout: float) -> Any:
             raise error_from(exc.code, exc.read()) from None
     except (urllib.error.URLError, HTTPException, OSError) as exc:
         where = f"{request.get_method()} {request.full_url}"
-        raise ApiError(0, "unreachable", f"{where}: {exc}") from None
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        refused = isinstance(reason, ConnectionRefusedError)
+        raise _AnswerLost(ApiError(0, "unreachable", f"{where}: {exc}"), not refused) from None
     return json.loads(raw) if raw else None

@@ -29,6 +29,7 @@ from runtime.chat.readiness import Readiness
 from runtime.chat.responders import BuiltinResponder, Responder
 from runtime.chat.watch import ChatWatch, WatchStatus
 from runtime.client.api import ApiError, SpaceClient
+from runtime.client.retry import retried_for
 from runtime.client.seat import Seat
 from runtime.election.decision import Config as LeaseConfig
 from runtime.election.loop import Elector
@@ -245,12 +246,27 @@ class Device:
         """Arm the floating triggers live, then bridge what came before (election.takeover)."""
         await self.reconciler.resync()
         settle = 2 * self.elector.beat_seconds
-        try:
-            start = await self.takeover.start(gained, settle)
+
+        def holding() -> bool:
+            return self.elector.may_fire() and self.elector.term == term
+
+        def unreadable(exc: Exception, delay: float) -> None:
+            log.warning(
+                "takeover at term %d: devices unreadable, again in %g s: %s", term, delay, exc
+            )
+
+        try:  # until it reads, the term is lost, or the window it could bridge has passed
+            start = await retried_for(
+                lambda: self.takeover.start(gained, settle),
+                self.clock,
+                self.settings.bridge_seconds,
+                still=holding,
+                on_failure=unreadable,
+            )
         except (ApiError, ValueError) as exc:  # bridge nothing rather than replay downtime
             log.warning("takeover at term %d: devices unreadable, no bridge: %s", term, exc)
             return
-        if not (self.elector.may_fire() and self.elector.term == term):
+        if not holding():
             return  # lost again meanwhile: the next holder bridges
         slots, chats = self.ticker.bridge(start), self.subscriptions.bridge(start)
         log.info(

@@ -2,7 +2,8 @@
 
 Owns the application factory: opening the store, the admin token file, the
 typed app state (settings, server clock), the middlewares (refusals, storage
-faults, then authentication) and calling each area's `setup(app)`. Must not hold route logic.
+faults, authentication, then `Idempotency-Key` replays) and calling each area's
+`setup(app)`. Must not hold route logic.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from space import (
     fires,
     forget,
     history,
+    idempotency,
     leases,
     metrics,
     openapi,
@@ -84,7 +86,8 @@ def create_app(
         max_program_bytes=max_program_bytes,
     )
     app = web.Application(
-        client_max_size=max_body_bytes, middlewares=[refusals, storage.guard, auth.authenticate]
+        client_max_size=max_body_bytes,
+        middlewares=[refusals, storage.guard, auth.authenticate, idempotency.replay],
     )
     app[SETTINGS] = settings
     app[CLOCK] = clock
@@ -92,6 +95,7 @@ def create_app(
     metrics.setup(app)  # first: the claim and run routes feed it
     storage.setup(app)
     _open_store(app, db_path, Path(admin_token_file or default_admin_token_file(db_path)))
+    idempotency.setup(app)
     for area in _AREAS:
         area.setup(app)
     history.ensure_schema(app[DB], clock().timestamp())  # after `fires`: its outcome columns

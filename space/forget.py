@@ -1,12 +1,13 @@
 """Forgetting history past its retention (`--history-days`), a small batch at a time.
 
-Owns the pruning of the `history_*` tables and of the claim ledger (`fires`): every
-`every` seconds, rows older than the retention go in batches of `BATCH` rows, each its own
-short transaction with the event loop free between them, so a prune never holds up a
-claim. A revision stays while it is the latest of its record before the cutoff (it says
-how the record stood at the start of the kept history). Claims stay at least
-`CLAIMS_FLOOR_DAYS` (past the longest grace a slot may still be fired in), so the guard
-against double fires never forgets a key that could come again. Must not write facts.
+Owns the pruning of the `history_*` tables, of the claim ledger (`fires`) and of
+`Idempotency-Key`s past a day: every `every` seconds, rows older than the retention go in
+batches of `BATCH` rows, each its own short transaction with the event loop free between
+them, so a prune never holds up a claim. A revision stays while it is the latest of its
+record before the cutoff (it says how the record stood at the start of the kept history).
+Claims stay at least `CLAIMS_FLOOR_DAYS` (past the longest grace a slot may still be fired
+in), so the guard against double fires never forgets a key that could come again. Must not
+write facts.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 import sqlite_utils
 from aiohttp import web
 
+from space import idempotency
 from space.appstate import CLOCK, SETTINGS
 from space.db import DB, transaction
 from space.servertime import iso
@@ -41,8 +43,11 @@ DELETE FROM history_revisions WHERE rowid IN (
 """
 
 
-def prune_batch(db: sqlite_utils.Database, cutoff: float, claims_cutoff: float) -> int:
-    """One batch of each table; how many rows went (0: nothing is left to forget)."""
+def prune_batch(
+    db: sqlite_utils.Database, cutoff: float, claims_cutoff: float, now: float | None = None
+) -> int:
+    """One batch of each table (with `now`, of the idempotency keys too); how many rows went
+    (0: nothing is left to forget)."""
     gone = 0
     with transaction(db):
         for table, column in _BY_ROWID.items():
@@ -59,6 +64,8 @@ def prune_batch(db: sqlite_utils.Database, cutoff: float, claims_cutoff: float) 
                 [cutoff, BATCH],
             ).rowcount
         gone += db.execute(_REVISIONS, {"cutoff": cutoff, "batch": BATCH}).rowcount
+        if now is not None:
+            gone += idempotency.prune_batch(db, now, BATCH)
     return gone
 
 
@@ -73,7 +80,7 @@ async def prune(app: web.Application) -> int:
     cutoff = (now - timedelta(days=days)).timestamp()
     claims = (now - timedelta(days=max(days, CLAIMS_FLOOR_DAYS))).timestamp()
     total = 0
-    while (gone := prune_batch(app[DB], cutoff, claims)) > 0:
+    while (gone := prune_batch(app[DB], cutoff, claims, now.timestamp())) > 0:
         total += gone
         await asyncio.sleep(0)  # a fire's claim goes between two batches
     return total

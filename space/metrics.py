@@ -18,6 +18,7 @@ from datetime import datetime
 from aiohttp import web
 
 from space import auth, chat_store, storage
+from space import leases as lease_store
 from space.appstate import CLOCK
 from space.db import DB
 from space.http import Refusal, answer
@@ -117,7 +118,7 @@ def render(app: web.Application, now: datetime) -> str:
         "SELECT space, status, SUM(count) FROM run_rollups GROUP BY space, status"
     ).fetchall()
     fires = db.execute("SELECT space, COUNT(*) FROM fires GROUP BY space").fetchall()
-    leases = db.execute("SELECT space, active, term, expires_at FROM leases").fetchall()
+    held = [(s, lease_store.load(db, s)) for (s,) in db.execute("SELECT space FROM leases")]
     streams = Counter(_feed(s.request.path) for s in app[STREAMS].streams())
     out = [
         *_family(
@@ -166,16 +167,16 @@ def render(app: web.Application, now: datetime) -> str:
             "baton_election_term",
             "gauge",
             "The election term of each space.",
-            (f"baton_election_term{_labels({'space': s})} {t}" for s, _, t, _ in leases),
+            (f"baton_election_term{_labels({'space': s})} {lease.term}" for s, lease in held),
         ),
         *_family(
             "baton_election_active",
             "gauge",
             "1 for the device holding a live lease.",
             (
-                f"baton_election_active{_labels({'space': s, 'peer': a})} 1"
-                for s, a, _, exp in leases
-                if a and exp and exp > now.timestamp()
+                f"baton_election_active{_labels({'space': s, 'peer': lease.active})} 1"
+                for s, lease in held
+                if lease.active and not lease.lapsed(now)
             ),
         ),
         *_storage_lines(app),

@@ -13,6 +13,7 @@ interpret what it fetches.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -21,7 +22,18 @@ import msgspec
 
 from core import chatwire, peerwire, wire
 from core.clock import Clock, SystemClock
-from core.routes import ROUTES, ApiError, error_from, headers, path_params, target
+from core.routes import (
+    IDEMPOTENCY_HEADER,
+    RETRIES,
+    RETRY_DELAY_S,
+    ROUTES,
+    ApiError,
+    error_from,
+    headers,
+    path_params,
+    target,
+    writes,
+)
 from runtime.client.sse import sse_session
 from runtime.client.stream import Subscription
 
@@ -29,6 +41,13 @@ __all__ = ["ApiError", "SpaceClient"]
 
 JSON = Any
 T = TypeVar("T")
+
+
+def _answer_lost(exc: BaseException) -> bool:
+    """Whether the request may have reached the space (a timeout, a dropped connection),
+    not refused before it was sent (no route, connection refused). Once one may have,
+    every retry carries its key until one is answered."""
+    return not isinstance(exc, aiohttp.ClientConnectorError | aiohttp.InvalidURL)
 
 
 class SpaceClient:
@@ -83,6 +102,8 @@ class SpaceClient:
             raise ApiError(200, "malformed_answer", f"{name}: {exc}") from exc
 
     async def _send(self, name: str, body: JSON, params: dict[str, object]) -> bytes:
+        """One request; a write carries an `Idempotency-Key` and is sent again (same key) when
+        its answer was lost, so a retry never stores twice."""
         route = ROUTES[name]
         if route.body and body is None:
             raise ValueError(f"{name}: a JSON body is required")
@@ -92,13 +113,21 @@ class SpaceClient:
         data = wire.encode(body) if body is not None else None
         if data is not None:
             head["Content-Type"] = "application/json"
+        if writes(route):
+            head[IDEMPOTENCY_HEADER] = uuid.uuid4().hex
         url = self.url + target(route, params)
-        try:
-            async with self._api().request(route.method, url, data=data, headers=head) as resp:
-                raw = await resp.read()
-                status = resp.status
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ApiError(0, "unreachable", f"{route.method} {url}: {no_answer(exc)}") from exc
+        tries = RETRIES + 1 if writes(route) else 1
+        for attempt in range(tries):
+            try:
+                async with self._api().request(route.method, url, data=data, headers=head) as r:
+                    raw = await r.read()
+                    status = r.status
+                break
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                if attempt == tries - 1 or (attempt == 0 and not _answer_lost(exc)):
+                    detail = f"{route.method} {url}: {no_answer(exc)}"
+                    raise ApiError(0, "unreachable", detail) from exc
+                await self._clock.sleep(RETRY_DELAY_S * (attempt + 1))  # a restart's window
         if status >= 400:
             raise error_from(status, raw)
         return raw

@@ -4,7 +4,9 @@ or a failing space.
 Owns the one retry policy of space calls (`retried`, through `core.aio.retry` on the
 Clock): no answer at all or a 5xx is transient and tried again after 0.5 s, then 1 s;
 any other refusal is the caller's to judge at once. Used by the fire path (claims, run
-tokens, run writes). Must not know what a call asks.
+tokens, run writes). `retried_for` keeps trying (0.5 s, 1 s, then every 2 s) for a
+window instead (a takeover's bridge: a space restart must not cost it). Must not know
+what a call asks.
 """
 
 from __future__ import annotations
@@ -32,4 +34,24 @@ async def retried(work: Callable[[], Awaitable[T]], clock: Clock) -> T:
     the last refusal, or one that is not transient, is raised."""
     return await retry(
         work, clock=clock, backoff=SPACE_RETRY, attempts=SPACE_TRIES, retry_if=transient
+    )
+
+
+async def retried_for(
+    work: Callable[[], Awaitable[T]],
+    clock: Clock,
+    seconds: float,
+    *,
+    still: Callable[[], bool] = lambda: True,
+    on_failure: Callable[[Exception, float], object] | None = None,
+) -> T:
+    """`work()`, tried again after a transient refusal for up to `seconds` (while `still()`
+    holds); the last refusal, or one that is not transient, is raised."""
+    return await retry(
+        work,
+        clock=clock,
+        backoff=SPACE_RETRY,
+        retry_if=lambda exc: transient(exc) and still(),
+        on_failure=on_failure,
+        until=clock.monotonic() + seconds,
     )

@@ -20,6 +20,7 @@ import msgspec
 
 from core.aio import Backoff, TaskSet, sleep_until
 from core.routes import ApiError
+from runtime.client.retry import retried_for
 from runtime.client.seat import Seat
 from runtime.client.sse import Permanent, SseEvent
 from runtime.client.stream import (
@@ -47,6 +48,7 @@ from triggers.registry import Diff
 from triggers.schedule import fire_key_event
 
 log = logging.getLogger(__name__)
+BRIDGE_RETRY_S = 120.0  # a bridge that fails is tried again for as long as its window
 
 
 class Subscriptions:
@@ -277,17 +279,29 @@ class Subscriptions:
             await self._bridge(chat, bridge, upto)
 
     async def _bridge(self, chat: FollowedChat, bridge: Bridge, upto: int) -> None:
-        """Fire messages `seq <= upto` created at or after `since`, to the bridged triggers."""
-        fired = 0
-        try:
-            after = await bridge_start(
-                self._client, self._space, chat.object_id, bridge.since, upto
-            )
+        """Fire messages `seq <= upto` created at or after `since`, to the bridged triggers;
+        a transient failure (a space restart) is tried again from where the walk stood, for
+        up to the bridge window."""
+        fired, after = 0, -1
+
+        async def walk() -> None:
+            nonlocal fired, after
+            if after < 0:
+                after = await bridge_start(
+                    self._client, self._space, chat.object_id, bridge.since, upto
+                )
             async for message in history(self._client, self._space, chat.object_id, after, upto):
                 if message.created_at >= bridge.since:
                     fired += 1
                     ids = sorted(bridge.ids & chat.triggers.keys())  # still armed here
                     await self._fire(chat, [chat.triggers[t] for t in ids], message, catchup=True)
+                after = message.seq
+
+        def failed(exc: Exception, delay: float) -> None:
+            log.warning("chat %s: bridge failed, again in %g s: %s", chat.object_id, delay, exc)
+
+        try:
+            await retried_for(walk, self._clock, BRIDGE_RETRY_S, on_failure=failed)
         except ApiError as exc:
             log.warning("chat %s: bridge from %s failed: %s", chat.object_id, bridge.since, exc)
         log.info("chat %s: bridged %d messages since %s", chat.object_id, fired, bridge.since)

@@ -147,7 +147,7 @@ def reads(ids: dict[str, str]) -> list[str]:
     ]
 
 
-NOT_YET = {"leases"}  # still a 500: issue 24, row 3 left open
+NOT_YET: set[str] = set()
 
 
 @pytest.mark.parametrize(
@@ -185,3 +185,14 @@ def assert_kept(old: Any, new: Any, path: str) -> None:
                 got = new.get(key)
                 assert isinstance(got, list), (path, key, new)
                 assert all(item in got for item in value), (path, key, value, got)
+
+
+async def test_an_odd_lease_row_is_free_at_the_last_term_and_the_next_claim_replaces_it(
+    api: Api,
+) -> None:
+    await populate(api)  # laptop holds term 1
+    write_odd(api, "leases", {})
+    status, lease = await read(api, f"/v1{S}/election")
+    assert status == 200 and lease["active"] is None and lease["term"] == 1, lease
+    status, body = await api.post(f"{S}/election/claim", {"peer": "laptop", "term": 1})
+    assert status == 200 and body["active"] == "laptop" and body["term"] == 2, body

@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from faultproxy import FaultProxy
 from waiting import eventually
 
 from core.chatwire import Message
@@ -442,3 +443,46 @@ async def test_other_sources_are_not_followed_and_run_closes_on_cancel(world):
     await stop(runner)
     assert w.subs.status() == []
     await eventually(lambda: w.streams(w.general) == 0)
+
+
+async def test_a_bridge_that_fails_on_a_space_restart_is_tried_again_and_loses_nothing(
+    tmp_path: Path, aiohttp_server: Any
+) -> None:
+    """The space is away (connections refused) when the takeover's bridge reads the chat:
+    the bridge is tried again once it is back, and every message since `since` fires."""
+    db = tmp_path / "space.db"
+    server_clock = ServerClock()
+    server = await aiohttp_server(create_app(db, clock=server_clock))
+    token = default_admin_token_file(db).read_text().strip()
+    clock = FakeClock()
+    async with FaultProxy(server.port) as proxy, SpaceClient(proxy.url, token, clock=clock) as c:
+        w = World(server, db, c, clock)
+        w.server_clock = server_clock
+        w.general = (await c.space_create({"id": SPACE})).generalChat
+        try:
+            w.arm(event_record("trg_pinned", w.general, owner=ME))
+            await w.live(w.general)
+            since = server_clock.now
+            server_clock.now += timedelta(seconds=1)
+            sent = [await w.send(w.general, f"m {i}") for i in range(3)]
+            await w.recorder.until(lambda r: len(r.fired) == 3)  # the pinned trigger, live
+            proxy.refusing = True  # the space restarts
+            w.arm(
+                event_record("trg_pinned", w.general, owner=ME),
+                event_record("trg_f", w.general),
+                bridge_from=since,
+            )
+            async with asyncio.timeout(5):  # the stream's backoff, and the bridge's: it failed
+                await clock.wait_for_sleepers(2)  # and waits to try again
+            assert w.recorder.texts("trg_f") == []
+            proxy.refusing = False
+            driver = asyncio.create_task(drive(clock))
+            try:
+                await w.recorder.until(lambda r: len(r.texts("trg_f")) == 3)
+            finally:
+                await stop(driver)
+            assert [r.key for r in w.recorder.fired if r.trigger.id == "trg_f"] == [
+                m.message_id for m in sent
+            ]
+        finally:
+            await w.subs.close()

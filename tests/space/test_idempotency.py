@@ -1,0 +1,98 @@
+"""`Idempotency-Key`: a write retried within a day answers its first result, stores nothing new."""
+
+from __future__ import annotations
+
+import asyncio
+
+from space_support import SPACE, Api, FakeClock
+
+from space import forget
+
+S = f"/spaces/{SPACE}"
+
+
+async def _chat(api: Api) -> str:
+    _, space = await api.get(S)
+    return str(space["generalChat"])
+
+
+async def _messages(api: Api, chat: str) -> list[str]:
+    _, page = await api.get(f"{S}/chats/{chat}/messages")
+    return [m["text"] for m in page["messages"]]
+
+
+async def test_a_retried_send_answers_the_first_message_and_stores_nothing_new(api: Api) -> None:
+    chat = await _chat(api)
+    key = {"Idempotency-Key": "send-1"}
+    first = await api.post(f"{S}/chats/{chat}/messages", {"text": "hi"}, headers=key)
+    again = await api.post(f"{S}/chats/{chat}/messages", {"text": "hi"}, headers=key)
+    assert first[0] == 201 and again == first
+    assert await _messages(api, chat) == ["hi"]
+    other = await api.post(f"{S}/chats/{chat}/messages", {"text": "hi"})
+    assert other[0] == 201 and other[1]["messageId"] != first[1]["messageId"]
+    assert await _messages(api, chat) == ["hi", "hi"]
+
+
+async def test_the_first_refusal_is_the_answer_of_its_retries(api: Api) -> None:
+    trigger = await api.create_trigger()
+    claim = {"triggerId": trigger["id"], "key": "2026-12-01T09:00:00.000Z", "term": 0}
+    key = {"Idempotency-Key": "claim-1"}
+    bad = await api.post(f"{S}/fires", {**claim, "peer": ""}, headers=key)
+    assert bad[0] == 400
+    assert await api.post(f"{S}/fires", {**claim, "peer": ""}, headers=key) == bad
+
+
+async def test_a_key_reused_for_another_request_is_refused_naming_it(api: Api) -> None:
+    chat = await _chat(api)
+    key = {"Idempotency-Key": "k"}
+    assert (await api.post(f"{S}/chats/{chat}/messages", {"text": "a"}, headers=key))[0] == 201
+    status, body = await api.post(f"{S}/chats/{chat}/messages", {"text": "b"}, headers=key)
+    assert status == 422 and body["error"] == "idempotency_key_reused", body
+    assert "Idempotency-Key" in body["detail"]
+    assert await _messages(api, chat) == ["a"]
+
+
+async def test_a_bad_key_is_a_400_naming_the_header(api: Api) -> None:
+    chat = await _chat(api)
+    status, body = await api.post(
+        f"{S}/chats/{chat}/messages", {"text": "a"}, headers={"Idempotency-Key": "x" * 256}
+    )
+    assert (
+        status == 400 and body["error"] == "invalid_header" and "Idempotency-Key" in body["detail"]
+    )
+    assert await _messages(api, chat) == []
+
+
+async def test_keys_are_per_token(api: Api) -> None:
+    chat = await _chat(api)
+    laptop = api.as_(await api.device_token("laptop"))
+    key = {"Idempotency-Key": "same"}
+    assert (await api.post(f"{S}/chats/{chat}/messages", {"text": "a"}, headers=key))[0] == 201
+    assert (await laptop.post(f"{S}/chats/{chat}/messages", {"text": "a"}, headers=key))[0] == 201
+    assert await _messages(api, chat) == ["a", "a"]
+
+
+async def test_retries_in_flight_together_store_one(api: Api) -> None:
+    chat = await _chat(api)
+    key = {"Idempotency-Key": "burst"}
+    answers = await asyncio.gather(
+        *(api.post(f"{S}/chats/{chat}/messages", {"text": "x"}, headers=key) for _ in range(5))
+    )
+    assert len({a[1]["messageId"] for a in answers}) == 1
+    assert await _messages(api, chat) == ["x"]
+
+
+async def test_a_key_is_forgotten_after_a_day(api: Api, space_clock: FakeClock) -> None:
+    chat = await _chat(api)
+    key = {"Idempotency-Key": "old"}
+    assert (await api.post(f"{S}/chats/{chat}/messages", {"text": "a"}, headers=key))[0] == 201
+    space_clock.advance(23 * 3600)
+    app = api.client.server.app
+    assert app is not None
+    await forget.prune(app)
+    assert (await api.post(f"{S}/chats/{chat}/messages", {"text": "a"}, headers=key))[0] == 201
+    assert await _messages(api, chat) == ["a"]
+    space_clock.advance(2 * 3600)
+    await forget.prune(app)
+    assert (await api.post(f"{S}/chats/{chat}/messages", {"text": "a"}, headers=key))[0] == 201
+    assert await _messages(api, chat) == ["a", "a"]
