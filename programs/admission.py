@@ -12,6 +12,9 @@ trigger's running and queued fires; the caller keeps the queued fires themselves
   size: more could not run at once anyway). Beyond it a fire waits in the queue
   like `queue` (bounded by `maxQueue`, overflow rejected `queue_full`) rather
   than being skipped: a full pool is a lack of capacity, not an overlap.
+- `restart`: a fire while one runs supersedes it: the caller cancels the running
+  fire (recorded `cancelled`, reason `superseded`), and this one starts when that
+  one's `finished` comes; it waits alone (a fire waiting before it is superseded too).
 
 Every `start` must be matched by exactly one `finished`, whatever the outcome
 (ok, error, timeout, crash). A fire waiting in the queue never jumps ahead: while
@@ -31,6 +34,7 @@ from core.vocab import Overlap, RunReason, RunStatus
 class Ruling(enum.StrEnum):
     START = "start"  # run it now
     QUEUED = "queued"  # keep it; `finished` says when to start it
+    RESTART = "restart"  # cancel the running fire; keep this one, alone, to start after it
     SKIPPED = RunStatus.SKIPPED.value  # a run record with status skipped
     REJECTED = RunStatus.REJECTED.value  # a run record with status rejected
 
@@ -61,6 +65,10 @@ def admit(
     capacity = pool_size if policy is Overlap.PARALLEL else 1
     if state.running < capacity and state.queued == 0:
         return START, replace(state, running=state.running + 1)
+    if policy is Overlap.RESTART:
+        return Decision(verdict=Ruling.RESTART, reason=RunReason.SUPERSEDED), replace(
+            state, queued=1
+        )
     if policy is Overlap.SKIP:
         return Decision(verdict=Ruling.SKIPPED, reason=RunReason.OVERLAP), replace(
             state, skipped=state.skipped + 1

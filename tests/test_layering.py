@@ -170,7 +170,13 @@ ROOMS: dict[str, set[str]] = {
     "cli": {"client", "chat", "election", "fire", "feeds", "health", "", "cli"},
 }
 STANDALONE = {"client", "chat"}  # of triggers/ and programs/, only `triggers.records`
-SPACE_MAY_IMPORT = {"triggers.records", "triggers.bounds", "programs.refs", "programs.source"}
+SPACE_MAY_IMPORT = {
+    "triggers.records",
+    "triggers.bounds",
+    "triggers.policies",
+    "programs.refs",
+    "programs.source",
+}
 
 
 def room_of(file: str) -> str | None:

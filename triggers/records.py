@@ -38,6 +38,19 @@ from triggers.bounds import (
     enc_hook,
     within_calendar,
 )
+from triggers.policies import (
+    Budget,
+    BudgetInput,
+    Instant,
+    JitterSeconds,
+    MaxRuns,
+    QuietChat,
+    QuietChatInput,
+    Retry,
+    RetryInput,
+    Window,
+    WindowInput,
+)
 from triggers.sharing import share_fields, share_instants
 
 TriggerId = NewType("TriggerId", str)
@@ -112,6 +125,14 @@ class _Fields(Base, frozen=True, kw_only=True, tag_field="kind"):
     owner: str = ""
     enabled: bool = True
     limits: Limits = Limits()
+    # the policies (SPEC "Trigger policies", triggers.policies); none by default
+    retry: Retry | None = None
+    paused_until: Instant | None = None
+    window: Window | None = None
+    max_runs: MaxRuns | None = None
+    jitter_seconds: JitterSeconds = 0.0
+    budget: Budget | None = None
+    quiet_chat: QuietChat | None = None
 
     def __post_init__(self) -> None:
         if self.args:
@@ -153,7 +174,10 @@ class _Stored(_Fields, frozen=True, kw_only=True):
         """Nothing of this record fires for an instant before this (SPEC "Active since"):
         `activeSince`, or `createdAt` for a record stored before the space stamped it."""
         since = self.active_since or self.created_at
-        return since if since is not None and since.tzinfo is not None else None
+        if since is None or since.tzinfo is None:
+            return None
+        snoozed = self.paused_until  # the space moves `activeSince` there; an older one may not
+        return snoozed if snoozed is not None and snoozed > since else since
 
     @property
     def effective_overlap(self) -> Overlap:
@@ -214,6 +238,10 @@ class LimitsInput(Limits, frozen=True, kw_only=True, forbid_unknown_fields=True)
 class _Input(_Fields, frozen=True, kw_only=True, forbid_unknown_fields=True):
     program: RefText
     limits: LimitsInput = LimitsInput()
+    retry: RetryInput | None = None
+    window: WindowInput | None = None
+    budget: BudgetInput | None = None
+    quiet_chat: QuietChatInput | None = None
 
 
 class CronInput(_Input, frozen=True, kw_only=True, tag="cron"):
