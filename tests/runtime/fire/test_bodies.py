@@ -99,8 +99,10 @@ def test_run_record(outcome: Outcome, reason: str, expect: dict[str, Any]) -> No
         "stderrTail",
         "lateMs",
         "reason",
+        "attempt",
     }
     assert body.items() >= expect.items()
+    assert body["attempt"] == 1  # a fire's own key: its first attempt
     assert (body["runId"], body["triggerId"], body["peer"], body["term"]) == (
         "run_1",
         "trg_a",
