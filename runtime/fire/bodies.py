@@ -70,6 +70,13 @@ def not_run(status: RunStatus, reason: str) -> Outcome:
     return Outcome(status=status)
 
 
+def cancelled(duration_ms: float) -> Outcome:
+    """A run stopped by a newer fire of its trigger (`overlap: restart`)."""
+    return Outcome(
+        status=RunStatus.CANCELLED, error="superseded by a newer fire", duration_ms=duration_ms
+    )
+
+
 def failed_before_run(error: str) -> Outcome:
     """A fire whose program could not be started (unknown program, no run token, …)."""
     return Outcome(status=RunStatus.ERROR, error=error)

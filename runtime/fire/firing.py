@@ -3,16 +3,19 @@
 Owns `Firing`, the `Dispatcher` of the daemon (SPEC "Who runs what", "Runs"): the claim
 and the admission of each fire, and the order of the steps.
 
-    floating and not allowed now → dropped (logged)
+    floating and not allowed now, or its `maxRuns` done → dropped (logged)
     claim (triggerId, key, term, peer, run) ── already_claimed / not_owner → nothing
                                              └─ stale_term → a `rejected` run
     chat-watch (by its reserved id) → the ChatWatch (no run record: its turns are logged)
     claimed ahead of its slot (runtime.fire.ahead) ── waits for it; withdrawn meanwhile → `skipped`
-    admission (overlap policy) ── skip → `skipped` overlap; full queue → `rejected` queue_full
+    admission (overlap policy) ── skip → `skipped` overlap; full queue → `rejected` queue_full;
+                              restart → the running run `cancelled` superseded, this one next
     program (runtime.fire.execute) ── not published → `skipped` unknown_program (the breaker
                               never sees it, and the next fire after publishing runs)
+    holds (runtime.fire.holds) ── budget spent, a person writing → `skipped` budget / chat_active
     breaker ── open → `skipped` breaker_open
     run (runtime.fire.execute, under the claim's token) → record and stamps (runtime.fire.recorder)
+    failed with attempts left (`retry`) → the fire again as `<key>#k`, claimed when due
 
 Fires handed over together (the fires due at one wake of the ticker, the event triggers
 of one chat message) are claimed in one request, the list form of `POST …/fires`, each
@@ -37,7 +40,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from core.aio import TaskSet
-from core.vocab import RunReason, RunStatus
+from core.vocab import FAILED, RunReason, RunStatus
 from programs import admission
 from programs.loader import LoadedProgram
 from programs.outcome import Outcome
@@ -45,12 +48,17 @@ from runtime.client.api import ApiError
 from runtime.client.seat import Seat
 from runtime.fire import bodies
 from runtime.fire.ahead import Ahead
+from runtime.fire.attempts import Retries, Running
 from runtime.fire.bodies import RunIdentity
 from runtime.fire.claims import CLAIM_MAX, claim
 from runtime.fire.dispatch import FireRequest, named
 from runtime.fire.execute import TOKEN_FRESH_S, Ending, Execute, new_run_id, work_of
+from runtime.fire.holds import Holds
 from runtime.fire.lanes import Claimed, Lanes, Queued
 from runtime.fire.recorder import Recorder
+from triggers import policies
+from triggers.health import ok_runs
+from triggers.records import Trigger
 from triggers.registry import Diff
 
 Offer = Callable[[dict[str, Any]], Coroutine[Any, Any, None]]  # chat-watch's intake of one fire
@@ -77,6 +85,9 @@ class Firing:
         self._term, self._may_fire_floating, self._offer_to_chat = term, may_fire_floating, offer
         self._lanes = Lanes(execute.size)
         self._ahead = Ahead(seat.clock)  # fires claimed ahead of their slot (runtime.fire.ahead)
+        self._running = Running(seat.clock)  # runs in flight, for `restart`
+        self._retries = Retries(seat.clock, self.fire)  # failed fires waiting for a next attempt
+        self._holds = Holds(seat)
         self._tasks = TaskSet("fire")
         self._closed = False
         self.counts: dict[str, int] = {}
@@ -94,6 +105,7 @@ class Firing:
     def apply(self, diff: Diff) -> None:
         """Forget removed triggers; their waiting fires are recorded `skipped` withdrawn."""
         self._ahead.withdraw(diff.remove, RunReason.WITHDRAWN)
+        self._retries.withdraw(list(diff.remove))
         for tid in diff.remove:
             for queued in self._lanes.remove(tid):
                 self._spawn(self._withdrawn(queued), queued.request)
@@ -104,7 +116,12 @@ class Firing:
 
     def status(self) -> dict[str, Any]:
         busy = self._lanes.status()  # inFlight: the tasks (a run and the fires queued after it)
-        return {"inFlight": len(self._tasks), "triggers": busy, "counts": dict(self.counts)}
+        return {
+            "inFlight": len(self._tasks),
+            "retrying": len(self._retries),
+            "triggers": busy,
+            "counts": dict(self.counts),
+        }
 
     async def settled(self) -> None:
         """Wait until every fire taken so far is recorded (tests, clean stops)."""
@@ -113,6 +130,7 @@ class Firing:
     async def close(self) -> None:
         """Cancel fires in flight and wait for them to unwind; later fires are dropped."""
         self._closed = True
+        await self._retries.close()
         await self._tasks.close()
 
     def _spawn(self, work: Coroutine[Any, Any, None], request: FireRequest) -> None:
@@ -127,11 +145,21 @@ class Firing:
     # --- claim, then route ---------------------------------------------------------------
 
     def _may_take(self, request: FireRequest) -> bool:
-        if ok := not request.trigger.floating or self._may_fire_floating():
-            return ok
-        log.info("fire %s@%s dropped: not the active device", named(request.trigger), request.key)
+        record = request.trigger
+        if not record.floating or self._may_fire_floating():
+            if record.max_runs is None or not policies.runs_done(record.max_runs, self._ok(record)):
+                return True
+            log.info("fire %s@%s dropped: maxRuns done", named(record), request.key)
+            self._count("done")
+            return False
+        log.info("fire %s@%s dropped: not the active device", named(record), request.key)
         self._count("dropped")
-        return ok
+        return False
+
+    def _ok(self, record: Trigger) -> int:
+        """Runs of `record` that ended ok: this device's count, or the record's if newer."""
+        lane = self._lanes.get(record.id)
+        return max(ok_runs(record), lane.book.rollup.ok if lane is not None else 0)
 
     async def _take(self, requests: list[FireRequest]) -> None:
         term = self._term()
@@ -191,10 +219,15 @@ class Firing:
     # --- admission, breaker, run ----------------------------------------------------------
 
     def _admit(self, queued: Queued) -> None:
-        decision = self._lanes.admit(queued)
+        decision, superseded = self._lanes.admit(queued)
         match decision.verdict:
             case admission.Ruling.START:
                 self._spawn(self._run_admitted(queued), queued.request)
+            case admission.Ruling.RESTART:  # this one starts when the running one has ended
+                for waiting in superseded:
+                    skip = self._not_run(waiting, RunStatus.SKIPPED, decision.reason)
+                    self._spawn(skip, waiting.request)
+                self._running.supersede(queued.request.trigger.id)
             case admission.Ruling.SKIPPED:
                 self._spawn(
                     self._not_run(queued, RunStatus.SKIPPED, decision.reason), queued.request
@@ -221,6 +254,8 @@ class Firing:
             program = await self._execute.load(request.trigger.program)
             if isinstance(program, tuple) and program[1] == RunReason.UNKNOWN_PROGRAM:
                 await self._not_run(queued, RunStatus.SKIPPED, RunReason.UNKNOWN_PROGRAM)
+            elif held := await self._holds.reason(request.trigger, lane.book, self._clock.wall()):
+                await self._not_run(queued, RunStatus.SKIPPED, held)
             elif self._lanes.breaker_admits(lane, self._clock.wall()):
                 await self._run(queued, program)
             else:
@@ -237,7 +272,8 @@ class Firing:
         fire = self._fire_of(queued)
         log.debug("fire %s@%s → %s", named(record), request.key, record.program)
         token = self._fresh_token(queued.claimed)
-        outcome, reason = await self._execute.run(fire, program, work_of(request), token)
+        run = self._execute.run(fire, program, work_of(request), token)
+        outcome, reason = await self._running.run(record.id, run)
         log.info(
             "fire %s@%s ← %s %.0f ms%s",
             named(record),
@@ -286,6 +322,8 @@ class Firing:
         stamps = self._lanes.settle(request.trigger, fire, outcome, why, now=now, admitted=admitted)
         written = self._recorder.enqueue(request.trigger, run, stamps)  # written even past close
         self._spawn(_settled(written), request)
+        if admitted and outcome.status in FAILED and not self._closed:
+            self._retries.after(request, now)
 
     def _fire_of(self, queued: Queued) -> RunIdentity:
         request = queued.request
