@@ -65,10 +65,15 @@ ROUTES: dict[str, Route] = {
         Route(name="trigger_get", method="GET", path=_T),
         Route(name="trigger_put", method="PUT", path=_T, body=True),
         Route(
-            name="trigger_patch", method="PATCH", path=_T, body=True, headers={"rev": "If-Match"}
+            name="trigger_patch",
+            method="PATCH",
+            path=_T,
+            body=True,
+            headers={"rev": "If-Match", "note": "Baton-Note"},
         ),
         Route(name="trigger_delete", method="DELETE", path=_T, headers={"rev": "If-Match"}),
         Route(name="trigger_status", method="POST", path=_T + "/status", body=True),
+        Route(name="trigger_backfill", method="POST", path=_T + "/backfill", body=True),
         Route(name="changes", method="GET", path=_S + "/changes", query=("since", "limit")),
         Route(name="changes_stream", method="GET", path=_S + "/changes/stream", stream=True),
         Route(name="chat_create", method="POST", path=_S + "/chats", body=True),

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from space import (
     auth,
+    backfills,
     changes,
     chats,
     dashboard,
@@ -46,7 +47,20 @@ from space.http import refusals
 from space.servertime import ServerClock, system_clock
 
 ADMIN_TOKEN_FILE = "admin.token"
-_AREAS = (spaces, tokens, triggers, changes, leases, fires, programs, devices, runs, turns, state)
+_AREAS = (
+    spaces,
+    tokens,
+    triggers,
+    backfills,
+    changes,
+    leases,
+    fires,
+    programs,
+    devices,
+    runs,
+    turns,
+    state,
+)
 
 
 def default_admin_token_file(db_path: str | Path) -> Path:

@@ -174,6 +174,7 @@ SPACE_MAY_IMPORT = {
     "triggers.records",
     "triggers.bounds",
     "triggers.policies",
+    "triggers.backfill",
     "programs.refs",
     "programs.source",
 }

@@ -144,6 +144,14 @@ class _Fields(Base, frozen=True, kw_only=True, tag_field="kind"):
         return self.__struct_config__.tag  # type: ignore[return-value]
 
 
+class BackfillStamp(Base, frozen=True, kw_only=True):
+    """A user's backfill as the space stamped it: the slot keys to fire (space.backfills)."""
+
+    id: str
+    keys: tuple[str, ...] = ()
+    requested_at: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
+
+
 class _Stored(_Fields, frozen=True, kw_only=True):
     """A record as the space keeps it: user fields, server fields, runtime stamps."""
 
@@ -158,6 +166,7 @@ class _Stored(_Fields, frozen=True, kw_only=True):
     next_fire_at: datetime | None = None
     breaker: dict[str, Any] | None = None
     rollup: dict[str, Any] | None = None
+    backfill: BackfillStamp | None = None
 
     def __post_init__(self) -> None:  # `_Fields`'s, and the instants (one call: 100,000 a sync)
         if self.args:

@@ -2,11 +2,15 @@
 
     baton triggers add --name N (--cron EXPR [--tz TZ] [--catchup latest] | --at TIME
                        | --chat OBJECTID) --program REF [--args JSON] [--pin PEER] [--paused]
+                       [policies]
     baton triggers list | show ID
     baton triggers edit ID [--name N] [--cron EXPR] [--tz TZ] [--at TIME] [--program REF]
-                       [--args JSON]
-    baton triggers pause ID | resume ID | float ID | rm ID | run ID
+                       [--args JSON] [policies]
+    baton triggers pause ID [--until T] [--note TEXT] | resume ID | float ID | rm ID | run ID
     baton triggers repin ID PEER [--force]
+    baton triggers backfill ID --from T1 --to T2 [--dry-run]
+
+The policies are runtime.cli.policy_flags' (`--retry`, `--budget`, `--quiet-chat`, …).
 
 Every verb also takes `--url`, `--token-file`, `--space`, `--json`. Flags are
 checked before anything is sent (`trigger_flags`); `edit` changes only what it is
@@ -26,6 +30,7 @@ from typing import Any
 
 from core.clock import SystemClock
 from core.vocab import RunStatus
+from runtime.cli import policy_flags
 from runtime.cli import trigger_flags as flags
 from runtime.cli import trigger_views as views
 from runtime.cli.common import Target, add_space_options
@@ -72,6 +77,7 @@ def _add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add.add_argument("--pin", metavar="PEER", help="run on this device only (default floating)")
     add.add_argument("--force", action="store_true", help="--pin even to a peer never seen")
     add.add_argument("--paused", action="store_true", help="create it paused")
+    policy_flags.add_flags(add)
     add.set_defaults(func=cmd_add)
 
 
@@ -85,6 +91,7 @@ def _edit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     edit.add_argument("--tz", metavar="TZ")
     edit.add_argument("--program", metavar="REF")
     edit.add_argument("--args", metavar="JSON", help="replaces the args whole")
+    policy_flags.add_flags(edit)
     edit.set_defaults(func=cmd_edit)
 
 

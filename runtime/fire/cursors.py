@@ -40,6 +40,7 @@ class Entry(msgspec.Struct, gc=False):
     settled: FireKey | None = None  # a once: the key it fired with (or missed)
     bridge: Sequence[datetime] = ()  # cron slots to fire at the next wake (no list per entry)
     next_at: datetime | None = None  # earliest instant this entry may fire; None: never
+    backfilled: str = ""  # the id of the last backfill request taken into the bridge
 
     def refresh(self) -> None:
         rec = self.record
@@ -131,6 +132,8 @@ def arm(record: Timed, now: datetime, prev: Entry | None, up_since: datetime) ->
         if _same_slots(prev.record, record):  # a bridge not yet fired survives a repin back
             since = record.fires_from
             entry.bridge = tuple(s for s in prev.bridge if since is None or s >= since)
+        entry.backfilled = prev.backfilled
+    add_backfill(entry, now)
     entry.refresh()
     return entry
 
@@ -142,6 +145,33 @@ def _same_slots(prev: Timed, record: Timed) -> bool:
         and record.floating
         and prev.spec == record.spec
     )
+
+
+BACKFILL_FRESH = timedelta(hours=1)
+"""A backfill request older than this is not taken (a device starting long after it)."""
+
+
+def add_backfill(entry: Entry, now: datetime) -> int:
+    """Queue the slots of the record's backfill request, once per request; how many."""
+    rec, asked = entry.record, entry.record.backfill
+    if asked is None or asked.id == entry.backfilled or not isinstance(rec, CronTrigger):
+        return 0
+    entry.backfilled = asked.id
+    if asked.requested_at is None or now - asked.requested_at > BACKFILL_FRESH:
+        return 0
+    slots = {s for s in map(_key_slot, asked.keys) if s is not None}
+    added = len(slots - set(entry.bridge))
+    entry.bridge = sorted(slots | set(entry.bridge))
+    entry.refresh()
+    return added
+
+
+def _key_slot(key: str) -> datetime | None:
+    try:
+        slot = datetime.fromisoformat(key)
+    except ValueError:
+        return None
+    return slot if slot.tzinfo is not None else None
 
 
 def add_bridge(entry: Entry, start: datetime) -> int:

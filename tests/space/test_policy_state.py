@@ -3,6 +3,7 @@ a retry's key in the claim fence, a retry's attempt in its run record."""
 
 from __future__ import annotations
 
+import pytest
 from space_support import SPACE, Api, FakeClock
 
 F = f"/spaces/{SPACE}/fires"
@@ -65,3 +66,53 @@ async def test_bad_policy_values_are_refused_naming_the_field(api: Api) -> None:
             {"kind": "cron", "spec": EVERY_SECOND, "program": "p@v1", field: value},
         )
         assert status == 400 and field in body["detail"], (field, body)
+
+
+async def test_a_backfill_answers_the_slots_never_claimed_and_stamps_the_request(
+    api: Api, space_clock: FakeClock
+) -> None:
+    record = await api.create_trigger(owner="box", spec={"expr": "* * * * *"})  # 09:00
+    space_clock.advance(600)
+    fire = {"triggerId": record["id"], "term": 0, "peer": "box"}
+    assert (await api.post(F, {**fire, "key": "2026-12-01T09:03:00Z"}))[0] == 201
+    path = f"/spaces/{SPACE}/triggers/{record['id']}/backfill"
+    ask = {"from": "2026-12-01T09:01:00Z", "to": "2026-12-01T09:05:00Z"}
+    status, dry = await api.post(path, {**ask, "dryRun": True})
+    assert status == 200 and dry["id"] is None and dry["skipped"] == 1
+    assert dry["keys"] == [f"2026-12-01T09:0{m}:00Z" for m in (1, 2, 4, 5)]
+    assert (await api.get(f"/spaces/{SPACE}/triggers/{record['id']}"))[1].get("backfill") is None
+    status, done = await api.post(path, ask)
+    assert status == 200 and done["id"].startswith("bf_") and done["keys"] == dry["keys"]
+    _, stamped = await api.get(f"/spaces/{SPACE}/triggers/{record['id']}")
+    assert stamped["backfill"] == {
+        "id": done["id"],
+        "keys": done["keys"],
+        "requestedAt": "2026-12-01T09:10:00.000Z",
+    }
+    assert stamped["rev"] == record["rev"]  # a stamp: the user's rev holds
+
+
+@pytest.mark.parametrize(
+    ("ask", "says"),
+    [
+        ({"from": "2026-12-01T09:00:00Z", "to": "2026-12-01T11:00:00Z"}, "more than 100 slots"),
+        ({"from": "2026-12-01T09:05:00Z", "to": "2026-12-01T09:01:00Z"}, "`to`"),
+        ({"from": "2026-12-01T08:00:00Z", "to": "2026-12-01T09:01:00Z"}, "activeSince"),
+        ({"from": "2026-11-01T08:00:00Z", "to": "2026-12-01T09:01:00Z"}, "claim ledger"),
+        ({"from": "soon", "to": "2026-12-01T09:01:00Z"}, "$.from"),
+        ({"to": "2026-12-01T09:01:00Z"}, "from"),
+    ],
+)
+async def test_a_bad_backfill_is_refused_naming_the_field(api: Api, ask: dict, says: str) -> None:
+    record = await api.create_trigger(owner="box", spec={"expr": "* * * * *"})
+    before = (await api.get(f"/spaces/{SPACE}/triggers/{record['id']}"))[1]
+    status, body = await api.post(f"/spaces/{SPACE}/triggers/{record['id']}/backfill", ask)
+    assert status == 400 and body["error"] == "invalid_backfill" and says in body["detail"]
+    assert (await api.get(f"/spaces/{SPACE}/triggers/{record['id']}"))[1] == before
+
+
+async def test_only_a_cron_trigger_is_backfilled(api: Api) -> None:
+    record = await api.create_trigger(owner="box", kind="once", spec={"at": "2026-12-01T09:30:00Z"})
+    ask = {"from": "2026-12-01T09:00:00Z", "to": "2026-12-01T10:00:00Z"}
+    status, body = await api.post(f"/spaces/{SPACE}/triggers/{record['id']}/backfill", ask)
+    assert status == 400 and "`kind`" in body["detail"]

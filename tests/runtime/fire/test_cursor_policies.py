@@ -83,3 +83,18 @@ def test_a_late_wake_loses_no_jittered_slot_within_its_tolerance():
     entry = arm(rec, T0, None, T0)
     fires = take(entry, T0 + MIN + timedelta(seconds=75))  # 25 s past the latest jitter
     assert fires[0][0] == schedule.fire_key_cron(T0 + MIN)  # counted from its jittered instant
+
+
+def test_a_backfill_request_is_queued_once_and_an_old_one_not_at_all():
+    asked = {"id": "bf_1", "keys": ["2026-12-01T08:30:00Z", "2026-12-01T08:40:00Z"]}
+    fresh = record(backfill={**asked, "requestedAt": "2026-12-01T08:59:00Z"})
+    entry = arm(fresh, T0, None, T0)
+    fires = take(entry, T0)
+    assert [(k, catchup) for k, _, catchup in fires] == [
+        ("2026-12-01T08:30:00Z", True),
+        ("2026-12-01T08:40:00Z", True),
+    ]
+    again = arm(fresh, T0 + MIN, entry, T0)  # re-armed with the same request: not again
+    assert take(again, T0 + MIN) == [(schedule.fire_key_cron(T0 + MIN), T0 + MIN, False)]
+    old = record(backfill={**asked, "id": "bf_2", "requestedAt": "2026-12-01T07:00:00Z"})
+    assert take(arm(old, T0, None, T0), T0) == []  # a device starting hours later
