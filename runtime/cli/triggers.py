@@ -10,7 +10,7 @@
     baton triggers repin ID PEER [--force]
     baton triggers backfill ID --from T1 --to T2 [--dry-run]
 
-The policies are runtime.cli.policy_flags' (`--retry`, `--budget`, `--quiet-chat`, …).
+The policies are runtime.cli.policies' (`--retry`, `--budget`, `--quiet-chat`, …).
 
 Every verb also takes `--url`, `--token-file`, `--space`, `--json`. Flags are
 checked before anything is sent (`trigger_flags`); `edit` changes only what it is
@@ -28,13 +28,14 @@ import argparse
 import json
 from typing import Any
 
-from core.clock import SystemClock
+from core.clock import SystemClock, iso
 from core.vocab import RunStatus
-from runtime.cli import policy_flags
+from runtime.cli import policies
 from runtime.cli import trigger_flags as flags
 from runtime.cli import trigger_views as views
 from runtime.cli.common import Target, add_space_options
 from runtime.cli.main import UsageError
+from runtime.cli.next import instant
 from runtime.cli.programs import render_run
 from runtime.cli.talk import Failure, emit, talk
 from runtime.client.api import SpaceClient
@@ -59,6 +60,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     repin.add_argument("peer", metavar="PEER")
     repin.add_argument("--force", action="store_true", help="even to a peer never seen")
     repin.set_defaults(func=cmd_repin)
+    pause = sub.choices["pause"]
+    pause.add_argument("--until", metavar="TIME", help="a snooze: it resumes by itself then")
+    pause.add_argument("--note", metavar="TEXT", help="why, kept in the trigger's history")
+    _backfill_parser(sub)
     for parser in sub.choices.values():
         add_space_options(parser)
 
@@ -77,8 +82,17 @@ def _add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add.add_argument("--pin", metavar="PEER", help="run on this device only (default floating)")
     add.add_argument("--force", action="store_true", help="--pin even to a peer never seen")
     add.add_argument("--paused", action="store_true", help="create it paused")
-    policy_flags.add_flags(add)
+    policies.add_flags(add)
     add.set_defaults(func=cmd_add)
+
+
+def _backfill_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    fill = sub.add_parser("backfill", help="run the slots of a range that never fired")
+    fill.add_argument("id", metavar="ID")
+    fill.add_argument("--from", dest="start", required=True, metavar="T1", help="RFC 3339")
+    fill.add_argument("--to", dest="end", required=True, metavar="T2", help="RFC 3339")
+    fill.add_argument("--dry-run", action="store_true", help="list the slots, run nothing")
+    fill.set_defaults(func=cmd_backfill)
 
 
 def _edit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -91,7 +105,7 @@ def _edit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     edit.add_argument("--tz", metavar="TZ")
     edit.add_argument("--program", metavar="REF")
     edit.add_argument("--args", metavar="JSON", help="replaces the args whole")
-    policy_flags.add_flags(edit)
+    policies.add_flags(edit)
     edit.set_defaults(func=cmd_edit)
 
 
@@ -116,11 +130,27 @@ def cmd_edit(args: argparse.Namespace) -> int:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    return talk(args, lambda c, w: change(c, w, args.id, {"enabled": False}, "paused", args.json))
+    patch: Record
+    if args.until is None:
+        patch, done = {"enabled": False}, "paused"
+    else:  # a snooze: enabled stays, nothing before `until` fires
+        until = iso(instant("--until", args.until))
+        patch, done = {"pausedUntil": until}, f"snoozed until {until}:"
+    return talk(args, lambda c, w: change(c, w, args.id, patch, done, args.json, note=args.note))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    return talk(args, lambda c, w: change(c, w, args.id, {"enabled": True}, "resumed", args.json))
+    patch = {"enabled": True, "pausedUntil": None}  # a snooze ends now too
+    return talk(args, lambda c, w: change(c, w, args.id, patch, "resumed", args.json))
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    body = {
+        "from": iso(instant("--from", args.start)),
+        "to": iso(instant("--to", args.end)),
+        "dryRun": args.dry_run,
+    }
+    return talk(args, lambda c, w: backfill(c, w, args.id, body, args.json))
 
 
 def cmd_float(args: argparse.Namespace) -> int:
@@ -199,10 +229,31 @@ async def edit(client: SpaceClient, where: Target, args: argparse.Namespace, as_
 
 
 async def change(
-    client: SpaceClient, where: Target, tid: str, patch: Record, done: str, as_json: bool
+    client: SpaceClient,
+    where: Target,
+    tid: str,
+    patch: Record,
+    done: str,
+    as_json: bool,
+    *,
+    note: str | None = None,
 ) -> int:
-    changed = await client.trigger_patch(where.space, tid, patch)
+    changed = await client.trigger_patch(where.space, tid, patch, note=note)
     _done(changed, f"{done} {tid} ({changed.get('name', '')})", as_json)
+    return 0
+
+
+async def backfill(
+    client: SpaceClient, where: Target, tid: str, body: Record, as_json: bool
+) -> int:
+    answer = await client.trigger_backfill(where.space, tid, body)
+    if as_json:
+        emit(answer)
+        return 0
+    keys, skipped = answer["keys"], answer["skipped"]
+    verb = "would run" if body["dryRun"] else "runs"
+    print(f"{tid} {verb} {len(keys)} slot(s); {skipped} already fired")
+    print("\n".join(f"  {k}" for k in keys))
     return 0
 
 

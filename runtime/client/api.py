@@ -14,6 +14,7 @@ interpret what it fetches.
 from __future__ import annotations
 
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import aiohttp
 import msgspec
@@ -178,8 +179,15 @@ class SpaceClient:
     async def trigger_put(self, space: str, id: str, body: JSON) -> JSON:
         return await self.call("trigger_put", body, space=space, id=id)
 
-    async def trigger_patch(self, space: str, id: str, body: JSON, rev: int | None = None) -> JSON:
-        return await self.call("trigger_patch", body, space=space, id=id, rev=rev)
+    async def trigger_patch(
+        self, space: str, id: str, body: JSON, rev: int | None = None, note: str | None = None
+    ) -> JSON:
+        """Patch user fields; `note` (why) is kept in the record's history (`Baton-Note`)."""
+        said = quote(note, safe="") if note else None
+        return await self.call("trigger_patch", body, space=space, id=id, rev=rev, note=said)
+
+    async def trigger_backfill(self, space: str, id: str, body: JSON) -> JSON:
+        return await self.call("trigger_backfill", body, space=space, id=id)
 
     async def trigger_delete(self, space: str, id: str, rev: int | None = None) -> JSON:
         return await self.call("trigger_delete", space=space, id=id, rev=rev)

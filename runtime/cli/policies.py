@@ -1,10 +1,11 @@
-"""The policy flags of `baton triggers add|edit` (SPEC "Trigger policies") as record fields.
+"""The trigger policies in the CLI (SPEC "Trigger policies"): flags in, lines out.
 
-Owns `--retry N --backoff S`, `--start-at/--end-at`, `--max-runs`, `--jitter`,
-`--budget N/PERIOD`, `--quiet-chat CHAT:SECONDS` and `--overlap`, each turned into its
-record field (on `edit`, merged with what the record has; `none` clears one), and the
-flag each validator path names. The values are checked by the same validator the space
-uses (runtime.cli.trigger_flags.check). Pure: no I/O.
+Owns the flags of `triggers add|edit` — `--retry N --backoff S`, `--start-at/--end-at`,
+`--max-runs`, `--jitter`, `--budget N/PERIOD`, `--quiet-chat CHAT:SECONDS`, `--overlap` —
+each turned into its record field (on `edit`, merged with what the record has; `none`
+clears one), the flag each validator path names, and the policy lines of `triggers
+show`. Values are checked by the space's own validator (runtime.cli.trigger_flags.check).
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -126,3 +127,33 @@ def _number(flag: str, text: str, kind: type[float] | type[int] = float) -> Any:
     except ValueError:
         what = "a whole number" if kind is int else "a number"
         raise UsageError(f"{flag}: {text!r} is not {what}") from None
+
+
+# --- lines of `triggers show` ------------------------------------------------------------------
+
+
+def rows(raw: Record) -> list[tuple[str, str]]:
+    """`(label, text)` for each policy the record sets, in the order of SPEC's list."""
+    found: list[tuple[str, str]] = []
+    if isinstance(retry := raw.get("retry"), dict) and retry.get("attempts", 1) > 1:
+        backoff, cap = retry.get("backoffSeconds", 10), retry.get("maxBackoffSeconds", 600)
+        found.append(
+            ("retry", f"{retry['attempts']} attempts, {backoff:g} s doubling, ≤ {cap:g} s")
+        )
+    if raw.get("pausedUntil"):
+        found.append(("snoozed until", str(raw["pausedUntil"])))
+    if isinstance(window := raw.get("window"), dict):
+        found.append(("window", f"{window.get('startAt') or '…'} to {window.get('endAt') or '…'}"))
+    if raw.get("maxRuns") is not None:
+        ok = (raw.get("rollup") or {}).get("ok", 0)
+        found.append(("max runs", f"{raw['maxRuns']} ({ok} ok so far)"))
+    if raw.get("jitterSeconds"):
+        found.append(("jitter", f"up to {raw['jitterSeconds']:g} s after each slot"))
+    if isinstance(b := raw.get("budget"), dict):
+        found.append(("budget", f"{b.get('runs')} runs per {b.get('perSeconds', 0):g} s"))
+    if isinstance(q := raw.get("quietChat"), dict):
+        found.append(("quiet chat", f"{q.get('objectId')}: {q.get('seconds', 0):g} s"))
+    overlap = (raw.get("limits") or {}).get("overlap")
+    if overlap:
+        found.append(("overlap", str(overlap)))
+    return found
