@@ -87,6 +87,7 @@ ROUTES: dict[str, Route] = {
             path=_T + "/why",
             query=("at", "key", "since", "until", "limit"),
         ),
+        Route(name="trigger_backfill", method="POST", path=_T + "/backfill", body=True),
         Route(name="changes", method="GET", path=_S + "/changes", query=("since", "limit")),
         Route(name="changes_stream", method="GET", path=_S + "/changes/stream", stream=True),
         Route(name="chat_create", method="POST", path=_S + "/chats", body=True),

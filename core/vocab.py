@@ -23,9 +23,12 @@ class RunStatus(enum.StrEnum):  # how a run record ended (`status`)
     CRASHED = "crashed"
     REJECTED = "rejected"  # never ran: refused (a full queue, a stale term, shutdown)
     SKIPPED = "skipped"  # never ran: not to run (overlap, open breaker, unknown program, …)
+    CANCELLED = "cancelled"  # ran, and was stopped by a newer fire (`overlap: restart`)
 
 
-RAN = frozenset({RunStatus.OK, RunStatus.ERROR, RunStatus.TIMEOUT, RunStatus.CRASHED})
+RAN = frozenset(
+    {RunStatus.OK, RunStatus.ERROR, RunStatus.TIMEOUT, RunStatus.CRASHED, RunStatus.CANCELLED}
+)
 """The program ran: a record of one of these is of a fire its device claimed."""
 NOT_RAN = frozenset({RunStatus.REJECTED, RunStatus.SKIPPED})
 FAILED = frozenset({RunStatus.ERROR, RunStatus.TIMEOUT, RunStatus.CRASHED})
@@ -50,6 +53,10 @@ class RunReason(enum.StrEnum):
     WITHDRAWN = "withdrawn"
     SLEPT = "slept"  # claimed ahead of its slot, and the machine slept through it
     SHUTDOWN = "shutdown"
+    OUTSIDE_WINDOW = "outside_window"  # the space refused the claim: outside the record's window
+    BUDGET = "budget"  # the record's budget of runs per period is spent
+    CHAT_ACTIVE = "chat_active"  # a person wrote in the record's quiet chat just now
+    SUPERSEDED = "superseded"  # cancelled by a newer fire (`overlap: restart`)
 
 
 class HealthReason(enum.StrEnum):  # a verdict of the health pass, stamped as `lastStatus`
@@ -77,6 +84,7 @@ class Overlap(enum.StrEnum):  # `limits.overlap`: a fire while an earlier one st
     SKIP = "skip"
     QUEUE = "queue"
     PARALLEL = "parallel"
+    RESTART = "restart"  # the new fire cancels the running run, then starts
 
 
 # --- instants as text ------------------------------------------------------------------

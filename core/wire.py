@@ -75,6 +75,7 @@ class RunIn(Body, frozen=True, kw_only=True):
     stderrTail: str = ""
     lateMs: float | None = None
     reason: str = ""
+    attempt: Annotated[int, msgspec.Meta(ge=1, le=10)] = 1  # a retry's (SPEC "Trigger policies")
     stamps: Stamps | None = None  # the trigger's stamps, written with the run (never stored in it)
 
 

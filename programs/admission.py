@@ -1,10 +1,11 @@
 """Admission of a trigger's fires against its overlap policy, as pure functions.
 
 Owns what happens to a fire while earlier fires of the same trigger still run (SPEC "Runs":
-`limits.overlap`, `limits.maxQueue`): `skip`, `queue` (FIFO, `queue_full` beyond `maxQueue`)
-and `parallel` (up to the pool's size, then queued). Every `start` is matched by one
-`finished`; a waiting fire is never overtaken. The caller keeps the queued fires.
-Pure: no I/O, no clock, no pool.
+`limits.overlap`, `limits.maxQueue`): `skip`, `queue` (FIFO, `queue_full` beyond `maxQueue`),
+`parallel` (up to the pool's size, then queued) and `restart` (the caller cancels the
+running fire, `cancelled` `superseded`; this one waits alone for its end). Every `start` is
+matched by one `finished`; a waiting fire is never overtaken. The caller keeps the queued
+fires. Pure: no I/O, no clock, no pool.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from core.vocab import Overlap, RunReason, RunStatus
 class Ruling(enum.StrEnum):
     START = "start"  # run it now
     QUEUED = "queued"  # keep it; `finished` says when to start it
+    RESTART = "restart"  # cancel the running fire; keep this one, alone, to start after it
     SKIPPED = RunStatus.SKIPPED.value  # a run record with status skipped
     REJECTED = RunStatus.REJECTED.value  # a run record with status rejected
 
@@ -50,6 +52,10 @@ def admit(
     capacity = pool_size if policy is Overlap.PARALLEL else 1
     if state.running < capacity and state.queued == 0:
         return START, replace(state, running=state.running + 1)
+    if policy is Overlap.RESTART:
+        return Decision(verdict=Ruling.RESTART, reason=RunReason.SUPERSEDED), replace(
+            state, queued=1
+        )
     if policy is Overlap.SKIP:
         return Decision(verdict=Ruling.SKIPPED, reason=RunReason.OVERLAP), replace(
             state, skipped=state.skipped + 1

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from core.vocab import FAILED, NOT_RAN
+from core.vocab import FAILED, NOT_RAN, RunStatus
 
 
 class Phase(enum.StrEnum):
@@ -83,9 +83,10 @@ def on_outcome(
 def on_status(
     state: BreakerState, status: object, now: datetime, policy: BreakerPolicy = DEFAULT_POLICY
 ) -> BreakerState:
-    """The state after a run record with `status`: a not-run status leaves it as it was,
-    except that a trial which never ran passes the trial on to the next fire."""
-    if _value(status) in NOT_RAN:
+    """The state after a run record with `status`: a not-run status (or a run cancelled by a
+    newer fire, neither success nor failure) leaves it as it was, except that a trial which
+    did not finish passes the trial on to the next fire."""
+    if _value(status) in NOT_RAN or _value(status) == RunStatus.CANCELLED:
         if state.phase is Phase.HALF_OPEN:
             return msgspec.structs.replace(state, phase=Phase.OPEN, trial_started_at=None)
         return state

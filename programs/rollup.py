@@ -23,6 +23,8 @@ GAMMA = (1 + ALPHA) / (1 - ALPHA)
 _LOG_GAMMA = math.log(GAMMA)
 MAX_INDEX = math.ceil(math.log(1e9) / _LOG_GAMMA)  # 1e9 ms ≈ 11.6 days
 
+MAX_STARTS = 1000  # `recentStarts` of a merge: a budget counts no more (triggers.policies)
+
 # the rollup's counter of each run status
 COUNTER: dict[str, str] = {
     RunStatus.OK: "ok",
@@ -31,6 +33,7 @@ COUNTER: dict[str, str] = {
     RunStatus.CRASHED: "crashed",
     RunStatus.REJECTED: "rejected",
     RunStatus.SKIPPED: "skipped",
+    RunStatus.CANCELLED: "cancelled",
 }
 
 Count = Annotated[int, msgspec.Meta(ge=0)]
@@ -56,12 +59,15 @@ class Rollup(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     crashed: Count = 0
     rejected: Count = 0
     skipped: Count = 0
+    cancelled: Count = 0  # stopped by a newer fire (`overlap: restart`)
     suppressed: Count = 0  # the skipped ones refused by an open breaker
     consecutive_failures: Count = 0
     last_run_at: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
     last_status: str = ""
     starts: Count = 0  # chat-watch: conversation starts
     durations: Sketch = Sketch()
+    recent_starts: tuple[Annotated[datetime, msgspec.Meta(tz=True)], ...] = ()
+    """The newest run starts, as many as the record's `budget` counts (SPEC "Trigger policies")."""
 
 
 EMPTY = Rollup()
@@ -124,9 +130,16 @@ def merge_sketches(a: Sketch, b: Sketch) -> Sketch:
 
 
 def add(
-    rollup: Rollup, status: object, duration_ms: float | None, at: datetime, *, reason: str = ""
+    rollup: Rollup,
+    status: object,
+    duration_ms: float | None,
+    at: datetime,
+    *,
+    reason: str = "",
+    keep_starts: int = 0,
 ) -> Rollup:
-    """The rollup with one more run record (`status` a `RunStatus` or its str value)."""
+    """The rollup with one more run record (`status` a `RunStatus` or its str value); a run
+    that ran adds its start `at` to `recentStarts`, which keeps the newest `keep_starts`."""
     value = str(getattr(status, "value", status))
     field = COUNTER.get(value)
     if field is None:
@@ -135,8 +148,11 @@ def add(
     if value == RunStatus.SKIPPED and reason == RunReason.BREAKER_OPEN:
         changes["suppressed"] = rollup.suppressed + 1
     if value in RAN:
-        failed = value in FAILED
-        changes["consecutive_failures"] = rollup.consecutive_failures + 1 if failed else 0
+        if value != RunStatus.CANCELLED:  # stopped, neither a success nor a failure
+            failed = value in FAILED
+            changes["consecutive_failures"] = rollup.consecutive_failures + 1 if failed else 0
+        kept = sorted((*rollup.recent_starts, at))[-keep_starts:] if keep_starts > 0 else ()
+        changes["recent_starts"] = tuple(kept)
         if duration_ms is not None:
             changes["durations"] = record(rollup.durations, duration_ms)
     return replace(rollup, **changes, **_last(rollup, at, value))
@@ -163,6 +179,7 @@ def merge(a: Rollup, b: Rollup) -> Rollup:
         last_run_at=later.last_run_at,
         last_status=later.last_status,
         durations=merge_sketches(a.durations, b.durations),
+        recent_starts=tuple(sorted({*a.recent_starts, *b.recent_starts}))[-MAX_STARTS:],
     )
 
 

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from space import (
     auth,
+    backfills,
     changes,
     chats,
     dashboard,
@@ -49,7 +50,20 @@ from space.http import refusals
 from space.servertime import ServerClock, system_clock
 
 ADMIN_TOKEN_FILE = "admin.token"
-_AREAS = (spaces, tokens, triggers, changes, leases, fires, programs, devices, runs, turns, state)
+_AREAS = (
+    spaces,
+    tokens,
+    triggers,
+    backfills,
+    changes,
+    leases,
+    fires,
+    programs,
+    devices,
+    runs,
+    turns,
+    state,
+)
 
 
 def default_admin_token_file(db_path: str | Path) -> Path:

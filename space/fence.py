@@ -4,8 +4,9 @@ A claim for a floating trigger is refused (`stale_term`) unless the claimer hold
 the current lease at that term; one for a pinned trigger is refused
 (`not_owner`) from any peer but its owner. A paused record is refused
 (`paused`), and so is a fire for an instant before the record's `activeSince`
-(`before_active`: a message accepted before it, a cron slot before it). The
-refusal codes are the reasons the device records (`core.vocab.RunReason`).
+(`before_active`: a message accepted before it, a cron slot before it), or
+outside its `window` (`outside_window`); a retry (`<key>#k`) is fenced as its
+fire's key. The refusal codes are the reasons the device records (`core.vocab.RunReason`).
 Reads only, inside the caller's transaction; must not write.
 """
 
@@ -20,6 +21,7 @@ from core.vocab import RunReason
 from core.wire import FireIn
 from space import chat_store, leases, trigger_store
 from space.http import Refusal
+from triggers.policies import base_key
 
 
 def record_to_claim(
@@ -47,20 +49,31 @@ def record_to_claim(
 
 
 def _active(db: sqlite_utils.Database, record: dict[str, Any], fire: FireIn) -> None:
-    """Refuse a fire of a paused record, or for an instant before its `activeSince`."""
-    tid = fire.triggerId
+    """Refuse a fire of a paused record, for an instant before its `activeSince` or outside
+    its `window`; a retry is fenced by the instant of the fire it retries."""
+    tid, key = fire.triggerId, base_key(fire.key)
     if record.get("enabled") is False:
         raise Refusal(409, RunReason.PAUSED, f"trigger {tid!r} is paused")
-    since = record.get("activeSince")
-    if not isinstance(since, str):
-        return
     kind = record.get("kind")
-    if kind == "event":
-        accepted = chat_store.created_at(db, fire.key)
-        if accepted is not None and accepted <= since:  # both in the one wire format
-            raise Refusal(409, RunReason.BEFORE_ACTIVE, f"message {fire.key!r} came before {since}")
-    elif kind == "cron" and _before(_instant(fire.key), _instant(since)):
-        raise Refusal(409, RunReason.BEFORE_ACTIVE, f"slot {fire.key} is before {since}")
+    at = _instant(chat_store.created_at(db, key) if kind == "event" else key)
+    if at is None or kind not in ("cron", "event"):
+        return
+    _in_window(record, key, at)
+    text = record.get("activeSince")
+    since = _instant(text)
+    if kind == "event" and since is not None and at <= since:
+        raise Refusal(409, RunReason.BEFORE_ACTIVE, f"message {key!r} came before {text}")
+    if kind == "cron" and _before(at, since):
+        raise Refusal(409, RunReason.BEFORE_ACTIVE, f"slot {key} is before {text}")
+
+
+def _in_window(record: dict[str, Any], key: str, at: datetime) -> None:
+    window = record.get("window")
+    if not isinstance(window, dict):
+        return
+    start, end = _instant(window.get("startAt")), _instant(window.get("endAt"))
+    if (start is not None and at < start) or (end is not None and at >= end):
+        raise Refusal(409, RunReason.OUTSIDE_WINDOW, f"{key} is outside the trigger's window")
 
 
 def _before(slot: datetime | None, start: datetime | None) -> bool:
@@ -68,7 +81,9 @@ def _before(slot: datetime | None, start: datetime | None) -> bool:
     return slot is not None and start is not None and slot < start
 
 
-def _instant(text: str) -> datetime | None:
+def _instant(text: object) -> datetime | None:
+    if not isinstance(text, str):
+        return None
     try:
         when = datetime.fromisoformat(text)
     except ValueError:

@@ -2,8 +2,9 @@
 
 Owns the `triggers`, `trigger_ids` and `changes` tables (a `seq` over create, update, stamp
 and delete); records stored as raw JSON, so unknown fields survive; `activeSince`, the
-instant a record's firing regime began. Input is checked by `record_input`, reads shaped by
-`record_view`. Callers hold no transaction. Must not know HTTP beyond raising `Refusal`.
+instant a record's firing regime began (moved to the end of a snooze, `pausedUntil`).
+Input is checked by `record_input`, reads shaped by `record_view`. Callers hold no
+transaction. Must not know HTTP beyond raising `Refusal`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from space import history, record_input, record_view
 from space.db import transaction
 from space.history import SPACE_AUTHOR, Author
 from space.http import Refusal
+from space.servertime import iso
 from triggers import records
 
 RESERVED_IDS = frozenset({records.RESERVED_CHAT_WATCH})
@@ -132,18 +134,36 @@ def _unix(now: str) -> float:
 
 
 def _new(tid: str, body: Record, now: str) -> Record:
-    return {"id": tid, **body, "rev": 1, "createdAt": now, "updatedAt": now, "activeSince": now}
+    snooze = _instant_text(body.get("pausedUntil"))
+    since = snooze if snooze is not None and snooze > now else now  # created snoozed
+    return {"id": tid, **body, "rev": 1, "createdAt": now, "updatedAt": now, "activeSince": since}
 
 
 def _active_since(old: Record, new: Record, now: str) -> str | None:
     """When the record's firing regime began (SPEC "Active since"): reset to `now` by a resume
-    (`enabled` false → true) or a change of `kind` or `spec` (its chat included)."""
+    (`enabled` false → true, a snooze lifted early) or a change of `kind` or `spec` (its chat
+    included); a snooze (`pausedUntil` later than now) moves it to the snooze's end."""
+    snooze = _instant_text(new.get("pausedUntil"))
+    if snooze is not None and snooze > now and snooze != old.get("pausedUntil"):
+        return snooze  # both in the one wire format: text order is time order
+    was = _instant_text(old.get("pausedUntil"))
+    lifted = was is not None and was > now and snooze != was
     resumed = old.get("enabled", True) is False and new.get("enabled", True) is not False
     moved = old.get("kind") != new.get("kind") or old.get("spec") != new.get("spec")
-    if resumed or moved:
+    if resumed or moved or lifted:
         return now
     kept = old.get("activeSince", old.get("createdAt"))
     return kept if isinstance(kept, str) else None
+
+
+def _instant_text(value: object) -> str | None:
+    """A record's instant field in the one wire format (the space's `iso`), None if absent."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return iso(datetime.fromisoformat(value))
+    except ValueError:
+        return None
 
 
 def create_reserved(

@@ -173,6 +173,8 @@ SPACE_MAY_IMPORT = {
     "triggers.whychain",
     "triggers.facts",
     "triggers.slots",
+    "triggers.policies",  # the claim fence's window and retry keys
+    "triggers.backfill",
 }
 
 

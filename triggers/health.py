@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 import msgspec
 
 from core.vocab import HealthReason, detail_instant
+from triggers.policies import runs_done
 from triggers.records import (
     CHAT_DATASET,
     EventTrigger,
@@ -84,7 +85,12 @@ def verdict(record: Loaded, inputs: HealthInputs) -> Verdict:
     """The health of one record under `inputs`; see the module docstring for the order."""
     if isinstance(record, Salvaged):
         return _undecodable(record)
-    found = _source(record, inputs) or _program(record, inputs) or _once(record, inputs)
+    found = (
+        _source(record, inputs)
+        or _program(record, inputs)
+        or _once(record, inputs)
+        or _ran_out(record)
+    )
     if found or not record.enabled:
         return found or HEALTHY
     return _owner(record, inputs) or _breaker(record, inputs) or _overdue(record, inputs) or HEALTHY
@@ -124,6 +130,23 @@ def _program(record: Trigger, inputs: HealthInputs) -> Verdict | None:
         return None
     detail = unknown_program_detail(record.program)
     return Verdict(reason=HealthReason.UNKNOWN_PROGRAM, detail=detail)
+
+
+def runs_done_detail(max_runs: int) -> str:
+    """The detail of a record that ran its `maxRuns`; the fire pipeline stamps the same words."""
+    return f"ran {max_runs} of maxRuns {max_runs}"
+
+
+def ok_runs(record: Trigger) -> int:
+    """How many runs of the record ended `ok`, as its rollup stamp counts them."""
+    ok = record.rollup.get("ok") if record.rollup else None
+    return ok if isinstance(ok, int) else 0
+
+
+def _ran_out(record: Trigger) -> Verdict | None:
+    if record.max_runs is None or not runs_done(record.max_runs, ok_runs(record)):
+        return None
+    return Verdict(reason=HealthReason.DONE, detail=runs_done_detail(record.max_runs))
 
 
 def _once(record: Trigger, inputs: HealthInputs) -> Verdict | None:

@@ -30,6 +30,19 @@ from triggers.bounds import (
     enc_hook,
     within_calendar,
 )
+from triggers.policies import (
+    Budget,
+    BudgetInput,
+    Instant,
+    JitterSeconds,
+    MaxRuns,
+    QuietChat,
+    QuietChatInput,
+    Retry,
+    RetryInput,
+    Window,
+    WindowInput,
+)
 from triggers.sharing import share_fields, share_instants
 
 TriggerId = NewType("TriggerId", str)
@@ -104,6 +117,14 @@ class _Fields(Base, frozen=True, kw_only=True, tag_field="kind"):
     owner: str = ""
     enabled: bool = True
     limits: Limits = Limits()
+    # the policies (SPEC "Trigger policies", triggers.policies); none by default
+    retry: Retry | None = None
+    paused_until: Instant | None = None
+    window: Window | None = None
+    max_runs: MaxRuns | None = None
+    jitter_seconds: JitterSeconds = 0.0
+    budget: Budget | None = None
+    quiet_chat: QuietChat | None = None
 
     def __post_init__(self) -> None:
         if self.args:
@@ -113,6 +134,14 @@ class _Fields(Base, frozen=True, kw_only=True, tag_field="kind"):
     @property
     def kind(self) -> str:
         return self.__struct_config__.tag  # type: ignore[return-value]
+
+
+class BackfillStamp(Base, frozen=True, kw_only=True):
+    """A user's backfill as the space stamped it: the slot keys to fire (space.backfills)."""
+
+    id: str
+    keys: tuple[str, ...] = ()
+    requested_at: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
 
 
 class _Stored(_Fields, frozen=True, kw_only=True):
@@ -129,6 +158,7 @@ class _Stored(_Fields, frozen=True, kw_only=True):
     next_fire_at: datetime | None = None
     breaker: dict[str, Any] | None = None
     rollup: dict[str, Any] | None = None
+    backfill: BackfillStamp | None = None
 
     def __post_init__(self) -> None:  # `_Fields`'s, and the instants (one call: 100,000 a sync)
         if self.args:
@@ -145,7 +175,10 @@ class _Stored(_Fields, frozen=True, kw_only=True):
         """Nothing of this record fires for an instant before this (SPEC "Active since"):
         `activeSince`, or `createdAt` for a record stored before the space stamped it."""
         since = self.active_since or self.created_at
-        return since if since is not None and since.tzinfo is not None else None
+        if since is None or since.tzinfo is None:
+            return None
+        snoozed = self.paused_until  # the space moves `activeSince` there; an older one may not
+        return snoozed if snoozed is not None and snoozed > since else since
 
     @property
     def effective_overlap(self) -> Overlap:
@@ -206,6 +239,10 @@ class LimitsInput(Limits, frozen=True, kw_only=True, forbid_unknown_fields=True)
 class _Input(_Fields, frozen=True, kw_only=True, forbid_unknown_fields=True):
     program: RefText
     limits: LimitsInput = LimitsInput()
+    retry: RetryInput | None = None
+    window: WindowInput | None = None
+    budget: BudgetInput | None = None
+    quiet_chat: QuietChatInput | None = None
 
 
 class CronInput(_Input, frozen=True, kw_only=True, tag="cron"):

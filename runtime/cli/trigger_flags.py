@@ -14,6 +14,7 @@ import argparse
 import re
 from typing import Any
 
+from runtime.cli import policies
 from runtime.cli.main import UsageError
 from runtime.cli.next import instant
 from runtime.cli.programs import parse_object, parse_ref_flag
@@ -31,6 +32,7 @@ FLAGS = {
     "$.name": "--name",
     "$.owner": "--pin",
     "$.enabled": "--paused",
+    **policies.FLAGS,
 }
 _PATH = re.compile(r" - at `(\$[^`]*)`$")
 Record = dict[str, Any]
@@ -50,6 +52,7 @@ def record_of(args: argparse.Namespace) -> Record:
         "owner": args.pin or "",
         "enabled": not args.paused,
     }
+    body.update((k, v) for k, v in policies.fields_of(args).items() if v is not None)
     check(body)
     return body
 
@@ -66,8 +69,11 @@ def patch_of(args: argparse.Namespace, current: Record) -> Record:
     if args.args is not None:
         patch["args"] = parse_object("--args", args.args)
     patch.update(_spec_change(args, current))
+    patch.update(policies.fields_of(args, current))
     if not patch:
-        raise UsageError("nothing to change: give --name, --cron, --tz, --at, --program or --args")
+        raise UsageError(
+            "nothing to change: give --name, --cron, --tz, --at, --program, --args or a policy"
+        )
     patch = {k: v for k, v in patch.items() if current.get(k) != v}
     check({k: v for k, v in {**current, **patch}.items() if k in records.USER_FIELDS})
     return patch

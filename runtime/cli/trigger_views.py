@@ -16,9 +16,11 @@ from datetime import datetime
 from typing import Any
 
 from core.clock import iso
+from runtime.cli import policies
 from runtime.cli.next import LEGEND
 from runtime.cli.runs import HEADERS, line, run_row
 from runtime.cli.table import align, render
+from triggers.policies import in_window
 from triggers.records import CronTrigger, OnceTrigger, Salvaged, load
 from triggers.schedule import upcoming
 
@@ -73,7 +75,9 @@ def next_fires(raw: Record, now: datetime) -> list[Record]:
         return []
     if not isinstance(record, CronTrigger | OnceTrigger):
         return []
-    fires = upcoming(record.spec, now, NEXT_FIRES)
+    since = record.fires_from  # a snooze moves it
+    start = since if since is not None and since > now else now
+    fires = [f for f in upcoming(record.spec, start, NEXT_FIRES) if in_window(record.window, f.at)]
     return [{"at": iso(f.at), "local": f.local.isoformat(), "dst": f.dst} for f in fires]
 
 
@@ -94,6 +98,7 @@ def show_text(doc: Record) -> str:
         ("rev", raw.get("rev", "")),
         ("active since", raw.get("activeSince") or "-"),
         ("updated", raw.get("updatedAt") or "-"),
+        *policies.rows(raw),
     ]
     if raw.get("undecodable"):
         rows.append(("decode error", raw.get("decodeError", "")))

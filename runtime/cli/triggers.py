@@ -2,11 +2,15 @@
 
     baton triggers add --name N (--cron EXPR [--tz TZ] [--catchup latest] | --at TIME
                        | --chat OBJECTID) --program REF [--args JSON] [--pin PEER] [--paused]
+                       [policies]
     baton triggers list | show ID
     baton triggers edit ID [--name N] [--cron EXPR] [--tz TZ] [--at TIME] [--program REF]
-                       [--args JSON]
-    baton triggers pause ID | resume ID | float ID | rm ID | run ID
+                       [--args JSON] [policies]
+    baton triggers pause ID [--until T] [--note TEXT] | resume ID | float ID | rm ID | run ID
     baton triggers repin ID PEER [--force]
+    baton triggers backfill ID --from T1 --to T2 [--dry-run]
+
+The policies are runtime.cli.policies' (`--retry`, `--budget`, `--quiet-chat`, …).
 
 `edit`, `pause`, `resume`, `float`, `repin` and `rm` take `--note TEXT`, kept with the
 revision in the space's history (`Baton-Note`), which `baton why` shows.
@@ -29,10 +33,12 @@ from typing import Any
 
 from core.clock import SystemClock, iso
 from core.vocab import RunStatus
+from runtime.cli import policies
 from runtime.cli import trigger_flags as flags
 from runtime.cli import trigger_views as views
 from runtime.cli.common import Target, add_space_options
 from runtime.cli.main import UsageError
+from runtime.cli.next import instant
 from runtime.cli.programs import render_run
 from runtime.cli.talk import Failure, emit, talk, warn
 from runtime.client.api import ApiError, SpaceClient
@@ -57,6 +63,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     repin.add_argument("peer", metavar="PEER")
     repin.add_argument("--force", action="store_true", help="even to a peer never seen")
     repin.set_defaults(func=cmd_repin)
+    sub.choices["pause"].add_argument(
+        "--until", metavar="TIME", help="a snooze: it resumes by itself then"
+    )
+    _backfill_parser(sub)
     for name, parser in sub.choices.items():
         add_space_options(parser)
         if name in NOTED:
@@ -77,7 +87,17 @@ def _add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     add.add_argument("--pin", metavar="PEER", help="run on this device only (default floating)")
     add.add_argument("--force", action="store_true", help="--pin even to a peer never seen")
     add.add_argument("--paused", action="store_true", help="create it paused")
+    policies.add_flags(add)
     add.set_defaults(func=cmd_add)
+
+
+def _backfill_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    fill = sub.add_parser("backfill", help="run the slots of a range that never fired")
+    fill.add_argument("id", metavar="ID")
+    fill.add_argument("--from", dest="start", required=True, metavar="T1", help="RFC 3339")
+    fill.add_argument("--to", dest="end", required=True, metavar="T2", help="RFC 3339")
+    fill.add_argument("--dry-run", action="store_true", help="list the slots, run nothing")
+    fill.set_defaults(func=cmd_backfill)
 
 
 def _edit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -90,6 +110,7 @@ def _edit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     edit.add_argument("--tz", metavar="TZ")
     edit.add_argument("--program", metavar="REF")
     edit.add_argument("--args", metavar="JSON", help="replaces the args whole")
+    policies.add_flags(edit)
     edit.set_defaults(func=cmd_edit)
 
 
@@ -114,11 +135,27 @@ def cmd_edit(args: argparse.Namespace) -> int:
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    return talk(args, lambda c, w: change(c, w, args, {"enabled": False}, "paused"))
+    if args.until is None:
+        patch: Record = {"enabled": False}
+        done = "paused"
+    else:  # a snooze: enabled stays, nothing before `until` fires
+        until = iso(instant("--until", args.until))
+        patch, done = {"pausedUntil": until}, f"snoozed until {until}:"
+    return talk(args, lambda c, w: change(c, w, args, patch, done))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    return talk(args, lambda c, w: change(c, w, args, {"enabled": True}, "resumed"))
+    patch = {"enabled": True, "pausedUntil": None}  # a snooze ends now too
+    return talk(args, lambda c, w: change(c, w, args, patch, "resumed"))
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    body = {
+        "from": iso(instant("--from", args.start)),
+        "to": iso(instant("--to", args.end)),
+        "dryRun": args.dry_run,
+    }
+    return talk(args, lambda c, w: backfill(c, w, args.id, body, args.json))
 
 
 def cmd_float(args: argparse.Namespace) -> int:
@@ -212,6 +249,20 @@ async def change(
     tid = args.id
     changed = await client.trigger_patch(where.space, tid, patch, note=args.note or "")
     _done(changed, f"{done} {tid} ({changed.get('name', '')})", args.json)
+    return 0
+
+
+async def backfill(
+    client: SpaceClient, where: Target, tid: str, body: Record, as_json: bool
+) -> int:
+    answer = await client.trigger_backfill(where.space, tid, body)
+    if as_json:
+        emit(answer)
+        return 0
+    keys, skipped = answer["keys"], answer["skipped"]
+    verb = "would run" if body["dryRun"] else "runs"
+    print(f"{tid} {verb} {len(keys)} slot(s); {skipped} already fired")
+    print("\n".join(f"  {k}" for k in keys))
     return 0
 
 

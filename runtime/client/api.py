@@ -216,6 +216,9 @@ class SpaceClient:
             "trigger_patch", body, space=space, id=id, rev=rev, note=quote(note) or None
         )
 
+    async def trigger_backfill(self, space: str, id: str, body: JSON) -> JSON:
+        return await self.call("trigger_backfill", body, space=space, id=id)
+
     async def trigger_delete(
         self, space: str, id: str, rev: int | None = None, note: str = ""
     ) -> JSON:

@@ -14,13 +14,14 @@ from datetime import datetime
 import msgspec
 from msgspec.structs import replace
 
-from core.vocab import NOT_RAN, RAN, HealthReason, RunReason, RunStatus, TurnOutcome
+from core.vocab import FAILED, NOT_RAN, RAN, HealthReason, RunReason, RunStatus, TurnOutcome
 from core.wire import RunIn, Stamps, TurnIn
 from programs import breaker, rollup
 from programs.breaker import BreakerState
 from programs.outcome import Outcome
 from programs.rollup import Rollup
-from triggers.health import breaker_detail, done_detail, unknown_program_detail
+from triggers import policies
+from triggers.health import breaker_detail, done_detail, runs_done_detail, unknown_program_detail
 from triggers.records import Loaded, OnceTrigger, Salvaged, Trigger
 
 DETAIL_CHARS = 200
@@ -58,6 +59,13 @@ def not_run(status: RunStatus, reason: str) -> Outcome:
     return Outcome(status=status)
 
 
+def cancelled(duration_ms: float) -> Outcome:
+    """A run stopped by a newer fire of its trigger (`overlap: restart`)."""
+    return Outcome(
+        status=RunStatus.CANCELLED, error="superseded by a newer fire", duration_ms=duration_ms
+    )
+
+
 def failed_before_run(error: str) -> Outcome:
     """A fire whose program could not be started (unknown program, no run token, …)."""
     return Outcome(status=RunStatus.ERROR, error=error)
@@ -90,6 +98,7 @@ def run_record(
         stderrTail=outcome.stderr_tail,
         lateMs=late_ms(fire),
         reason=reason,
+        attempt=policies.attempt_of(fire.key),
     )
 
 
@@ -119,13 +128,18 @@ def settle(
 
     The breaker moves only on fires that passed its admission (`admitted`): a fire
     refused by it, or skipped before it, was never its to judge. An admitted fire that
-    did not run (the executor closed under it) hands a trial on to the next fire.
+    did not run (the executor closed under it) hands a trial on to the next fire. A
+    failed attempt that will be retried is not the breaker's either: only the last counts.
     """
     state = book.breaker
-    if admitted:
+    retried = outcome.status in FAILED and not policies.last_attempt(record.retry, fire.key)
+    if admitted and not retried:
         state = breaker.on_status(state, outcome.status, finished_at)
     duration = outcome.duration_ms if outcome.status in RAN else None
-    roll = rollup.add(book.rollup, outcome.status, duration, fire.started_at, reason=reason)
+    keep = record.budget.runs if record.budget is not None else 0
+    roll = rollup.add(
+        book.rollup, outcome.status, duration, fire.started_at, reason=reason, keep_starts=keep
+    )
     after = Book(breaker=state, rollup=roll)
     return after, stamps(after, record, fire, outcome, reason=reason, now=finished_at)
 
@@ -152,6 +166,8 @@ def last_status(
     is open, else the run's status."""
     if isinstance(record, OnceTrigger) and outcome.status is RunStatus.OK:
         return HealthReason.DONE.value, done_detail(record.spec.at_utc)
+    if record.max_runs is not None and policies.runs_done(record.max_runs, book.rollup.ok):
+        return HealthReason.DONE.value, runs_done_detail(record.max_runs)
     if outcome.status is RunStatus.SKIPPED and reason == RunReason.UNKNOWN_PROGRAM:
         return HealthReason.UNKNOWN_PROGRAM.value, unknown_program_detail(record.program)
     until = breaker.until(book.breaker)

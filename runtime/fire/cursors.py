@@ -5,8 +5,9 @@ functions of (entry, now) → fires, with no clock and no I/O: where a freshly a
 entry's cursor starts (`start_cursor`), a re-arm that never goes back (`arm`), the
 slots a takeover bridges (`add_bridge`), the fires due at a wake (`take`), and a
 restart after a sleep (`restart`). Slots at or before an entry's cursor never fire;
-nothing fires before a record's `activeSince`. runtime.fire.ticker holds the entries,
-sleeps and dispatches; it must not compute any of this itself.
+nothing fires before a record's `activeSince`, outside its `window` or after its
+`maxRuns`; a jittered slot is due at slot + jitter (triggers.policies). runtime.fire.ticker
+holds the entries, sleeps and dispatches; it must not compute any of this itself.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from datetime import datetime, timedelta
 import msgspec
 
 from runtime.fire.dispatch import named
-from triggers import schedule
+from triggers import policies, schedule
+from triggers.health import ok_runs
 from triggers.records import Catchup, CronTrigger, FireKey, OnceTrigger
 
 log = logging.getLogger(__name__)
@@ -38,16 +40,41 @@ class Entry(msgspec.Struct, gc=False):
     settled: FireKey | None = None  # a once: the key it fired with (or missed)
     bridge: Sequence[datetime] = ()  # cron slots to fire at the next wake (no list per entry)
     next_at: datetime | None = None  # earliest instant this entry may fire; None: never
+    backfilled: str = ""  # the id of the last backfill request taken into the bridge
 
     def refresh(self) -> None:
         rec = self.record
         if isinstance(rec, OnceTrigger):
-            due = self.settled != schedule.fire_key_once(rec.spec)
+            due = self.settled != schedule.fire_key_once(rec.spec) and _may_fire(
+                rec, rec.spec.at_utc
+            )
             self.next_at = rec.spec.at_utc if due else None
         elif self.bridge:
             self.next_at = self.bridge[0]
         else:
-            self.next_at = schedule.next_fire(rec.spec, self.cursor)
+            slot = _next_slot(rec, self.cursor)
+            self.next_at = None if slot is None else slot + _jitter(rec, slot)
+
+
+def _may_fire(record: Timed, at: datetime) -> bool:
+    """Whether the record's policies let a fire for `at` happen: in its window, runs left."""
+    if record.max_runs is not None and policies.runs_done(record.max_runs, ok_runs(record)):
+        return False
+    return policies.in_window(record.window, at)
+
+
+def _next_slot(record: CronTrigger, after: datetime) -> datetime | None:
+    """The first slot after `after` its policies let fire; None when none will."""
+    window = record.window
+    if window is not None and window.start_at is not None and after < window.start_at:
+        after = window.start_at - EPSILON
+    slot = schedule.next_fire(record.spec, after)
+    return slot if slot is not None and _may_fire(record, slot) else None
+
+
+def _jitter(record: CronTrigger, slot: datetime) -> timedelta:
+    seconds = record.jitter_seconds
+    return policies.jitter(record.id, slot, seconds) if seconds else timedelta(0)
 
 
 def start_cursor(record: Timed, now: datetime, up_since: datetime) -> datetime:
@@ -89,7 +116,8 @@ def slots_between(record: CronTrigger, start: datetime, end: datetime) -> list[d
     slots: list[datetime] = []
     slot = schedule.next_fire(record.spec, start)
     while slot is not None and slot <= end:
-        slots.append(slot)
+        if _may_fire(record, slot):
+            slots.append(slot)
         slot = schedule.next_fire(record.spec, slot)
     return slots
 
@@ -104,6 +132,8 @@ def arm(record: Timed, now: datetime, prev: Entry | None, up_since: datetime) ->
         if _same_slots(prev.record, record):  # a bridge not yet fired survives a repin back
             since = record.fires_from
             entry.bridge = tuple(s for s in prev.bridge if since is None or s >= since)
+        entry.backfilled = prev.backfilled
+    add_backfill(entry, now)
     entry.refresh()
     return entry
 
@@ -115,6 +145,33 @@ def _same_slots(prev: Timed, record: Timed) -> bool:
         and record.floating
         and prev.spec == record.spec
     )
+
+
+BACKFILL_FRESH = timedelta(hours=1)
+"""A backfill request older than this is not taken (a device starting long after it)."""
+
+
+def add_backfill(entry: Entry, now: datetime) -> int:
+    """Queue the slots of the record's backfill request, once per request; how many."""
+    rec, asked = entry.record, entry.record.backfill
+    if asked is None or asked.id == entry.backfilled or not isinstance(rec, CronTrigger):
+        return 0
+    entry.backfilled = asked.id
+    if asked.requested_at is None or now - asked.requested_at > BACKFILL_FRESH:
+        return 0
+    slots = {s for s in map(_key_slot, asked.keys) if s is not None}
+    added = len(slots - set(entry.bridge))
+    entry.bridge = sorted(slots | set(entry.bridge))
+    entry.refresh()
+    return added
+
+
+def _key_slot(key: str) -> datetime | None:
+    try:
+        slot = datetime.fromisoformat(key)
+    except ValueError:
+        return None
+    return slot if slot.tzinfo is not None else None
 
 
 def add_bridge(entry: Entry, start: datetime) -> int:
@@ -139,13 +196,31 @@ def take(entry: Entry, now: datetime) -> list[tuple[FireKey, datetime, bool]]:
     if isinstance(rec, OnceTrigger):
         fires = [(key, at, False) for key, at in _take_once(entry, rec, now)]
     else:
-        fires = [(schedule.fire_key_cron(s), s, True) for s in entry.bridge]
+        bridged = [s for s in entry.bridge if _may_fire(rec, s)]
+        fires = [(schedule.fire_key_cron(s), s, True) for s in bridged]
         entry.bridge = ()
-        slots = schedule.due_slots(rec.spec, entry.cursor, now)
-        fires += [(schedule.fire_key_cron(s), s, s != slots[-1]) for s in slots]
-        entry.cursor = max(entry.cursor, now)
+        slots, entry.cursor = _due(rec, entry.cursor, now)
+        slots = [s for s in slots if _may_fire(rec, s)]
+        fires += [(schedule.fire_key_cron(s), s + _jitter(rec, s), s != slots[-1]) for s in slots]
     entry.refresh()
     return fires
+
+
+def _due(rec: CronTrigger, cursor: datetime, now: datetime) -> tuple[list[datetime], datetime]:
+    """The slots due at `now` and where the cursor moves. A jittered slot is due at slot +
+    its jitter, in slot order: the cursor stops at the last slot taken, never past one
+    still waiting, and a tolerance late is counted from the jittered instant."""
+    if not rec.jitter_seconds:
+        return schedule.due_slots(rec.spec, cursor, now), max(cursor, now)
+    low = max(cursor, now - schedule.tolerance(rec.spec) - timedelta(seconds=rec.jitter_seconds))
+    slots: list[datetime] = []
+    slot = schedule.next_fire(rec.spec, low)
+    while slot is not None and slot <= now and slot + _jitter(rec, slot) <= now:
+        slots.append(slot)
+        slot = schedule.next_fire(rec.spec, slot)
+    if slots and rec.spec.catchup is Catchup.LATEST:
+        slots = slots[-1:]
+    return slots, max(low, slots[-1]) if slots else low
 
 
 def _take_once(entry: Entry, rec: OnceTrigger, now: datetime) -> list[tuple[FireKey, datetime]]:
@@ -154,6 +229,8 @@ def _take_once(entry: Entry, rec: OnceTrigger, now: datetime) -> list[tuple[Fire
         return []
     key = schedule.fire_key_once(rec.spec)
     entry.settled = key
+    if not _may_fire(rec, rec.spec.at_utc):  # outside its window, or its runs are done
+        return []
     if state is schedule.OnceState.MISSED:  # never fires; the health pass stamps `missed`
         log.info("once %s: %s is past its grace, not fired", named(rec), key)
         return []

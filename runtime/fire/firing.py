@@ -1,11 +1,13 @@
 """Firing: what happens to a fire once the ticker or a chat decided it, up to its run.
 
 Owns `Firing`, the daemon's `Dispatcher` (SPEC "Who runs what", "Runs"): the order of the
-steps — the floating gate, the claim (runtime.fire.claims, fires handed over together
-claimed in one request), chat-watch's fires to `offer`, the wait for a slot claimed ahead,
-admission in its lane (runtime.fire.lanes), the program, the breaker, the run
-(runtime.fire.execute) and its record (runtime.fire.recorder). The steps and their endings
-are drawn in docs/architecture.md. Never raises into its caller nor dies of a fire.
+steps — the floating gate (and `maxRuns` done), the claim (runtime.fire.claims, fires handed
+over together claimed in one request), chat-watch's fires to `offer`, the wait for a slot
+claimed ahead, admission in its lane (runtime.fire.lanes; `restart` supersedes the running
+run), the program, the holds (runtime.fire.holds: budget, quiet chat), the breaker, the run
+(runtime.fire.execute), its record (runtime.fire.recorder) and a failed fire's retry
+(runtime.fire.attempts). The steps and their endings are drawn in docs/architecture.md.
+Never raises into its caller nor dies of a fire.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 import msgspec
 
 from core.aio import TaskSet
-from core.vocab import RunReason, RunStatus
+from core.vocab import FAILED, RunReason, RunStatus
 from core.wire import RunIn
 from programs import admission
 from programs.loader import LoadedProgram
@@ -27,13 +29,17 @@ from runtime.client.api import ApiError
 from runtime.client.seat import Seat
 from runtime.fire import bodies
 from runtime.fire.ahead import Ahead
+from runtime.fire.attempts import Retries, Running
 from runtime.fire.bodies import RunIdentity
 from runtime.fire.claims import CLAIM_MAX, claim
 from runtime.fire.dispatch import Event, FireRequest, named
 from runtime.fire.execute import TOKEN_FRESH_S, Ending, Execute, new_run_id, work_of
+from runtime.fire.holds import Holds
 from runtime.fire.lanes import Claimed, Lanes, Queued
 from runtime.fire.recorder import Recorder
-from triggers.records import TriggerId
+from triggers import policies
+from triggers.health import ok_runs
+from triggers.records import Trigger, TriggerId
 from triggers.registry import Diff
 
 Offer = Callable[[Event], Coroutine[Any, Any, None]]  # chat-watch's intake of one fire
@@ -43,6 +49,7 @@ log = logging.getLogger("baton.firing")
 
 class FiringStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     in_flight: int
+    retrying: int  # failed fires waiting out their backoff
     triggers: dict[TriggerId, dict[str, int]]  # busy lanes: running and queued, per trigger
     counts: dict[str, int]
 
@@ -66,6 +73,9 @@ class Firing:
         self._term, self._may_fire_floating, self._offer_to_chat = term, may_fire_floating, offer
         self._lanes = Lanes(execute.size)
         self._ahead = Ahead(seat.clock)  # fires claimed ahead of their slot (runtime.fire.ahead)
+        self._running = Running(seat.clock)  # runs in flight, for `restart`
+        self._retries = Retries(seat.clock, self.fire)  # failed fires waiting for a next attempt
+        self._holds = Holds(seat)
         self._tasks = TaskSet("fire")
         self._closed = False
         self.counts: dict[str, int] = {}
@@ -83,6 +93,7 @@ class Firing:
     def apply(self, diff: Diff) -> None:
         """Forget removed triggers; their waiting fires are recorded `skipped` withdrawn."""
         self._ahead.withdraw(diff.remove, RunReason.WITHDRAWN)
+        self._retries.withdraw(list(diff.remove))
         for tid in diff.remove:
             for queued in self._lanes.remove(tid):
                 self._spawn(self._withdrawn(queued), queued.request)
@@ -93,7 +104,12 @@ class Firing:
 
     def status(self) -> FiringStatus:
         busy = self._lanes.status()  # in flight: the tasks (a run and the fires queued after it)
-        return FiringStatus(in_flight=len(self._tasks), triggers=busy, counts=dict(self.counts))
+        return FiringStatus(
+            in_flight=len(self._tasks),
+            retrying=len(self._retries),
+            triggers=busy,
+            counts=dict(self.counts),
+        )
 
     async def settled(self) -> None:
         """Wait until every fire taken so far is recorded (tests, clean stops)."""
@@ -102,6 +118,7 @@ class Firing:
     async def close(self) -> None:
         """Cancel fires in flight and wait for them to unwind; later fires are dropped."""
         self._closed = True
+        await self._retries.close()
         await self._tasks.close()
 
     def _spawn(self, work: Coroutine[Any, Any, None], request: FireRequest) -> None:
@@ -116,11 +133,21 @@ class Firing:
     # --- claim, then route ---------------------------------------------------------------
 
     def _may_take(self, request: FireRequest) -> bool:
-        if ok := not request.trigger.floating or self._may_fire_floating():
-            return ok
-        log.info("fire %s@%s dropped: not the active device", named(request.trigger), request.key)
+        record = request.trigger
+        if not record.floating or self._may_fire_floating():
+            if record.max_runs is None or not policies.runs_done(record.max_runs, self._ok(record)):
+                return True
+            log.info("fire %s@%s dropped: maxRuns done", named(record), request.key)
+            self._count("done")
+            return False
+        log.info("fire %s@%s dropped: not the active device", named(record), request.key)
         self._count("dropped")
-        return ok
+        return False
+
+    def _ok(self, record: Trigger) -> int:
+        """Runs of `record` that ended ok: this device's count, or the record's if newer."""
+        lane = self._lanes.get(record.id)
+        return max(ok_runs(record), lane.book.rollup.ok if lane is not None else 0)
 
     async def _take(self, requests: list[FireRequest]) -> None:
         term = self._term()
@@ -180,10 +207,15 @@ class Firing:
     # --- admission, breaker, run ----------------------------------------------------------
 
     def _admit(self, queued: Queued) -> None:
-        decision = self._lanes.admit(queued)
+        decision, superseded = self._lanes.admit(queued)
         match decision.verdict:
             case admission.Ruling.START:
                 self._spawn(self._run_admitted(queued), queued.request)
+            case admission.Ruling.RESTART:  # this one starts when the running one has ended
+                for waiting in superseded:
+                    skip = self._not_run(waiting, RunStatus.SKIPPED, decision.reason)
+                    self._spawn(skip, waiting.request)
+                self._running.supersede(queued.request.trigger.id)
             case admission.Ruling.SKIPPED:
                 self._spawn(
                     self._not_run(queued, RunStatus.SKIPPED, decision.reason), queued.request
@@ -210,6 +242,8 @@ class Firing:
             program = await self._execute.load(request.trigger.program)
             if isinstance(program, tuple) and program[1] == RunReason.UNKNOWN_PROGRAM:
                 await self._not_run(queued, RunStatus.SKIPPED, RunReason.UNKNOWN_PROGRAM)
+            elif held := await self._holds.reason(request.trigger, lane.book, self._clock.wall()):
+                await self._not_run(queued, RunStatus.SKIPPED, held)
             elif self._lanes.breaker_admits(lane, self._clock.wall()):
                 await self._run(queued, program)
             else:
@@ -226,7 +260,8 @@ class Firing:
         fire = self._fire_of(queued)
         log.debug("fire %s@%s → %s", named(record), request.key, record.program)
         token = self._fresh_token(queued.claimed)
-        outcome, reason = await self._execute.run(fire, program, work_of(request), token)
+        run = self._execute.run(fire, program, work_of(request), token)
+        outcome, reason = await self._running.run(record.id, run)
         log.info(
             "fire %s@%s ← %s %.0f ms%s",
             named(record),
@@ -275,6 +310,8 @@ class Firing:
         stamps = self._lanes.settle(request.trigger, fire, outcome, why, now=now, admitted=admitted)
         written = self._recorder.enqueue(request.trigger, run, stamps)  # written even past close
         self._spawn(_settled(written), request)
+        if admitted and outcome.status in FAILED and not self._closed:
+            self._retries.after(request, now)
 
     def _fire_of(self, queued: Queued) -> RunIdentity:
         request = queued.request

@@ -67,6 +67,9 @@ def policy(request: FireRequest, lane: Lane) -> Overlap:
     return request.trigger.effective_overlap
 
 
+_ADMITTED = (admission.Ruling.START, admission.Ruling.QUEUED, admission.Ruling.RESTART)
+
+
 class Lanes:
     """The lanes of the triggers this device has fires of; `size` runs at once in all."""
 
@@ -77,18 +80,21 @@ class Lanes:
     def get(self, tid: TriggerId) -> Lane | None:
         return self._lanes.get(tid)
 
-    def admit(self, queued: Queued) -> admission.Decision:
-        """Admission of a claimed fire: start, queue (kept in its lane), skip or reject."""
+    def admit(self, queued: Queued) -> tuple[admission.Decision, list[Queued]]:
+        """Admission of a claimed fire: start, queue (kept in its lane), skip, reject or
+        restart (kept alone in its lane); the waiting fires a restart superseded."""
         request = queued.request
         lane = self._lane(request.trigger)
         limit = request.trigger.limits.max_queue
         decision, lane.slots = admission.admit(lane.slots, policy(request, lane), limit, self._size)
-        admitted = decision.verdict in (admission.Ruling.START, admission.Ruling.QUEUED)
-        if request.catchup and admitted:
+        verdict, superseded = decision.verdict, []
+        if request.catchup and verdict in _ADMITTED:
             lane.catchups += 1
-        if decision.verdict is admission.Ruling.QUEUED:
+        if verdict is admission.Ruling.RESTART:
+            superseded, lane.waiting = list(lane.waiting), deque()
+        if verdict in (admission.Ruling.QUEUED, admission.Ruling.RESTART):
             lane.waiting.append(queued)
-        return decision
+        return decision, superseded
 
     def _lane(self, record: Trigger) -> Lane:
         lane = self._lanes.get(record.id)

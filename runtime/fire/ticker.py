@@ -20,7 +20,7 @@ import msgspec
 from core.aio import MAX_SLEEP
 from core.clock import Clock, iso, sleep_or_wake
 from runtime.fire.ahead import CLAIM_AHEAD
-from runtime.fire.cursors import Entry, add_bridge, arm, restart, take
+from runtime.fire.cursors import Entry, add_backfill, add_bridge, arm, restart, take
 from runtime.fire.dispatch import Dispatcher, FireRequest, named
 from runtime.fire.nextfires import NextFires
 from runtime.health.touched import Touched
@@ -189,7 +189,9 @@ class Ticker:
     def _refresh(self, armed: Armed) -> None:
         entry = self._entries.get(armed.record.id)
         if entry is not None and type(armed.record) is type(entry.record):
-            entry.record = armed.record  # fire times stay
+            entry.record = armed.record  # fire times stay; a backfill asked of it joins
+            if add_backfill(entry, self._clock.wall()):
+                self._push(entry)
 
     def slept(self, now: datetime) -> None:
         """The machine slept or the wall clock jumped: restart every cursor from `now`."""

@@ -41,6 +41,7 @@ def test_a_run_is_sent_with_its_instants_in_the_one_format() -> None:
         "stderrTail": "",
         "lateMs": None,
         "reason": "",
+        "attempt": 1,
         "stamps": {  # only the stamps given: absent ones are left as they are
             "lastStatus": "ok",
             "lastRunAt": "2026-12-01T09:00:01.250Z",

@@ -13,6 +13,8 @@ from programs.admission import (
 )
 
 START, QUEUED, SKIPPED, REJECTED = Ruling.START, Ruling.QUEUED, Ruling.SKIPPED, Ruling.REJECTED
+RESTART = Ruling.RESTART
+WAITS_ALONE = Slots(running=1, queued=1)
 
 
 @pytest.mark.parametrize(
@@ -51,6 +53,18 @@ START, QUEUED, SKIPPED, REJECTED = Ruling.START, Ruling.QUEUED, Ruling.SKIPPED, 
         ),
         (Slots(running=1), "parallel", 0, 1, REJECTED, "queue_full", Slots(running=1, rejected=1)),
         (Slots(running=2, queued=1), "parallel", 10, 4, QUEUED, "", Slots(running=2, queued=2)),
+        # restart: the running fire is superseded; the new one waits alone for its end
+        (IDLE, "restart", 100, 4, START, "", Slots(running=1)),
+        (Slots(running=1), "restart", 100, 4, RESTART, "superseded", Slots(running=1, queued=1)),
+        (
+            Slots(running=1, queued=1),
+            "restart",
+            0,
+            4,
+            RESTART,
+            "superseded",
+            Slots(running=1, queued=1),
+        ),
     ],
 )
 def test_admit(
@@ -131,7 +145,7 @@ def test_policy_accepts_enum_values() -> None:
 @pytest.mark.parametrize(
     ("policy", "max_queue", "pool", "says"),
     [
-        ("sometimes", 1, 1, "overlap 'sometimes' is not one of skip, queue, parallel"),
+        ("sometimes", 1, 1, "overlap 'sometimes' is not one of skip, queue, parallel, restart"),
         ("queue", -1, 1, "maxQueue must be ≥ 0"),
         ("parallel", 1, 0, "pool_size must be ≥ 1"),
     ],

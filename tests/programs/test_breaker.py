@@ -244,3 +244,11 @@ def test_agrees_with_run_statuses() -> None:
     result = pytest.importorskip("programs.outcome")
     for status in RunStatus:
         assert is_failure(status) is result.Outcome(status=status).failed, status
+
+
+def test_a_cancelled_run_leaves_the_breaker_as_it_was():
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    state = CLOSED
+    for _ in range(2):
+        state = on_status(state, "error", now)
+    assert on_status(state, "cancelled", now) == state

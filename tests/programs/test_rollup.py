@@ -229,3 +229,23 @@ def test_counts_every_run_status() -> None:
         rollup = add(rollup, status, 1.0, T0)
     assert rollup.runs == len(RunStatus)
     assert rollup.last_status in {s.value for s in RunStatus}
+
+
+def test_a_cancelled_run_counts_apart_and_leaves_the_failure_streak():
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    failing = add(add(EMPTY, RunStatus.ERROR, 5.0, at), RunStatus.ERROR, 5.0, at)
+    after = add(failing, RunStatus.CANCELLED, 5.0, at + timedelta(seconds=1))
+    assert after.cancelled == 1 and after.runs == 3
+    assert after.consecutive_failures == 2  # neither a success nor a failure
+
+
+def test_recent_starts_keep_the_newest_for_a_budget():
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    roll = EMPTY
+    for n in range(5):
+        roll = add(roll, RunStatus.OK, 1.0, at + timedelta(seconds=n), keep_starts=3)
+    roll = add(roll, RunStatus.SKIPPED, None, at + timedelta(seconds=9), keep_starts=3)
+    assert roll.recent_starts == tuple(at + timedelta(seconds=n) for n in (2, 3, 4))
+    assert add(roll, RunStatus.OK, 1.0, at).recent_starts == ()  # no budget: nothing kept
+    merged = merge(roll, add(EMPTY, RunStatus.OK, 1.0, at + timedelta(seconds=7), keep_starts=3))
+    assert merged.recent_starts[-1] == at + timedelta(seconds=7)

@@ -131,7 +131,7 @@ def test_round_trip_keeps_wire_names():
         ({**CRON, "spec": {"expr": "* * * * *", "graceSeconds": -1}}, "at `$.spec.graceSeconds`"),
         ({**CRON, "limits": {"timeoutSeconds": 0}}, "at `$.limits.timeoutSeconds`"),
         ({**CRON, "limits": {"memoryMB": 0}}, "at `$.limits.memoryMB`"),
-        ({**CRON, "limits": {"overlap": "restart"}}, "at `$.limits.overlap`"),
+        ({**CRON, "limits": {"overlap": "replace"}}, "at `$.limits.overlap`"),
         ({**CRON, "limits": {"cpu": 1}}, "unknown field `cpu` - at `$.limits`"),
         ({**CRON, "kind": "webhook"}, "Invalid value 'webhook' - at `$.kind`"),
         ({"kind": "cron", "spec": {"expr": "* * * * *"}}, "missing required field `program`"),
@@ -162,4 +162,6 @@ def test_user_input_accepts_each_kind_and_internal_refs():
 
 
 def test_user_fields_are_the_writable_ones():
-    assert USER_FIELDS == {"kind", "name", "spec", "program", "args", "owner", "enabled", "limits"}
+    record = {"kind", "name", "spec", "program", "args", "owner", "enabled", "limits"}
+    policies = {"retry", "pausedUntil", "window", "maxRuns", "jitterSeconds", "budget", "quietChat"}
+    assert USER_FIELDS == record | policies

@@ -101,8 +101,10 @@ def test_run_record(outcome: Outcome, reason: str, expect: dict[str, Any]) -> No
         "lateMs",
         "reason",
         "stamps",  # null: the recorder adds the trigger's
+        "attempt",
     }
     assert body.items() >= expect.items()
+    assert body["attempt"] == 1  # a fire's own key: its first attempt
     assert (body["runId"], body["triggerId"], body["peer"], body["term"]) == (
         "run_1",
         "trg_a",

@@ -1,0 +1,95 @@
+"""Attempts: the runs of a trigger in flight (so `restart` can stop them) and the retries.
+
+Owns two policies of SPEC "Trigger policies" and "Runs" that outlive one run's walk:
+`Running` keeps each trigger's runs in tasks of their own, so a newer fire under
+`overlap: restart` cancels them (the worker and the run's processes are killed; the run
+ends `cancelled`, reason `superseded`); `Retries` waits out a failed fire's backoff and
+hands its next attempt (`<key>#k`, claimed like any fire) back to the pipeline,
+unless its trigger left this device first. Must not claim, admit or record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+import msgspec
+
+from core.aio import TaskSet
+from core.clock import Clock
+from core.vocab import RunReason
+from runtime.fire import bodies
+from runtime.fire.ahead import Ahead
+from runtime.fire.dispatch import FireRequest, named
+from runtime.fire.execute import Ending
+from triggers import policies
+from triggers.records import FireKey, TriggerId
+
+log = logging.getLogger(__name__)
+
+
+class Running:
+    """`await running.run(tid, work)`: the ending of `work`, or `cancelled` if superseded."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._runs: dict[TriggerId, set[asyncio.Future[Ending]]] = {}
+
+    async def run(self, tid: TriggerId, work: Awaitable[Ending]) -> Ending:
+        started = self._clock.monotonic()
+        run = asyncio.ensure_future(work)
+        running = self._runs.setdefault(tid, set())
+        running.add(run)
+        try:
+            await asyncio.wait([run])
+        except asyncio.CancelledError:  # the device stops: the run goes with it
+            run.cancel()
+            await asyncio.wait([run])
+            raise
+        finally:
+            running.discard(run)
+            if not running:
+                self._runs.pop(tid, None)
+        if run.cancelled():
+            elapsed = (self._clock.monotonic() - started) * 1000
+            return bodies.cancelled(elapsed), RunReason.SUPERSEDED
+        return run.result()
+
+    def supersede(self, tid: TriggerId) -> None:
+        """Cancel every run of `tid` in flight."""
+        for run in self._runs.get(tid, ()):
+            run.cancel()
+
+
+class Retries:
+    """`retries.after(request, now)` schedules the next attempt of a failed fire, if any."""
+
+    def __init__(self, clock: Clock, fire: Callable[[FireRequest], Awaitable[None]]) -> None:
+        self._waiting = Ahead(clock)
+        self._fire = fire
+        self._tasks = TaskSet("retry")  # apart from the fires: a backoff is not a fire in flight
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def after(self, failed: FireRequest, now: datetime) -> None:
+        delay = policies.retry_delay(failed.trigger.retry, policies.attempt_of(failed.key))
+        if delay is not None:
+            self._tasks.spawn(self._retry(failed, now + delay), name=f"retry {failed.key}")
+
+    async def _retry(self, failed: FireRequest, due: datetime) -> None:
+        attempt = policies.attempt_of(failed.key) + 1
+        key = FireKey(policies.retry_key(failed.key, attempt))
+        again = msgspec.structs.replace(failed, key=key, due_at=due, catchup=True)
+        if why := await self._waiting.until_due(again):
+            log.info("retry %s@%s withdrawn: %s", named(failed.trigger), key, why)
+            return
+        await self._fire(again)
+
+    def withdraw(self, tids: list[TriggerId]) -> None:
+        self._waiting.withdraw(tids, RunReason.WITHDRAWN)
+
+    async def close(self) -> None:
+        await self._tasks.close()

@@ -1,0 +1,118 @@
+"""The space keeps each trigger policy's state: a snooze as `activeSince`, the window and
+a retry's key in the claim fence, a retry's attempt in its run record."""
+
+from __future__ import annotations
+
+import pytest
+from space_support import SPACE, Api, FakeClock
+
+F = f"/spaces/{SPACE}/fires"
+EVERY_SECOND = {"expr": "* * * * * *"}
+
+
+async def test_a_snooze_moves_active_since_and_fences_the_snoozed_slots(
+    api: Api, space_clock: FakeClock
+) -> None:
+    record = await api.create_trigger(owner="box", spec=EVERY_SECOND)  # 09:00:00
+    path = f"/spaces/{SPACE}/triggers/{record['id']}"
+    status, snoozed = await api.patch(path, {"pausedUntil": "2026-12-01T09:10:00Z"})
+    assert status == 200 and snoozed["activeSince"] == "2026-12-01T09:10:00.000Z"
+    fire = {"triggerId": record["id"], "term": 0, "peer": "box"}
+    status, body = await api.post(F, {**fire, "key": "2026-12-01T09:05:00Z"})
+    assert status == 409 and body["error"] == "before_active"  # a slot of the snooze
+    assert (await api.post(F, {**fire, "key": "2026-12-01T09:10:00Z"}))[0] == 201  # its end
+    space_clock.advance(60)
+    status, lifted = await api.patch(path, {"pausedUntil": None})  # lifted early: from now
+    assert status == 200 and lifted["activeSince"] == "2026-12-01T09:01:00.000Z"
+
+
+async def test_a_trigger_created_snoozed_is_active_from_the_snooze_end(api: Api) -> None:
+    record = await api.create_trigger(
+        owner="box", spec=EVERY_SECOND, pausedUntil="2026-12-02T00:00:00+01:00"
+    )
+    assert record["activeSince"] == "2026-12-01T23:00:00.000Z"
+
+
+async def test_a_snooze_already_over_changes_nothing(api: Api, space_clock: FakeClock) -> None:
+    record = await api.create_trigger(owner="box", spec=EVERY_SECOND)
+    space_clock.advance(30)
+    path = f"/spaces/{SPACE}/triggers/{record['id']}"
+    _, after = await api.patch(path, {"pausedUntil": "2026-12-01T09:00:10Z"})
+    assert after["activeSince"] == record["activeSince"]
+
+
+async def test_the_window_fences_claims_and_a_retry_is_fenced_as_its_fire(api: Api) -> None:
+    window = {"startAt": "2026-12-01T09:00:10Z", "endAt": "2026-12-01T09:00:20Z"}
+    record = await api.create_trigger(owner="box", spec=EVERY_SECOND, window=window)
+    fire = {"triggerId": record["id"], "term": 0, "peer": "box"}
+    for key in ("2026-12-01T09:00:05Z", "2026-12-01T09:00:20Z", "2026-12-01T09:00:20Z#2"):
+        status, body = await api.post(F, {**fire, "key": key})
+        assert status == 409 and body["error"] == "outside_window", key
+    assert (await api.post(F, {**fire, "key": "2026-12-01T09:00:10Z"}))[0] == 201
+    assert (await api.post(F, {**fire, "key": "2026-12-01T09:00:10Z#2"}))[0] == 201  # its retry
+    status, body = await api.post(F, {**fire, "key": "2026-12-01T08:59:00Z#3"})
+    assert status == 409 and body["error"] in ("before_active", "outside_window")
+
+
+async def test_bad_policy_values_are_refused_naming_the_field(api: Api) -> None:
+    for field, value in [
+        ("retry", {"attempts": 11}),
+        ("budget", {"runs": 0, "perSeconds": 60}),
+        ("window", {"startAt": "2026-12-02T00:00:00Z", "endAt": "2026-12-01T00:00:00Z"}),
+        ("jitterSeconds", 7200),
+    ]:
+        status, body = await api.post(
+            f"/spaces/{SPACE}/triggers",
+            {"kind": "cron", "spec": EVERY_SECOND, "program": "p@v1", field: value},
+        )
+        assert status == 400 and field in body["detail"], (field, body)
+
+
+async def test_a_backfill_answers_the_slots_never_claimed_and_stamps_the_request(
+    api: Api, space_clock: FakeClock
+) -> None:
+    record = await api.create_trigger(owner="box", spec={"expr": "* * * * *"})  # 09:00
+    space_clock.advance(600)
+    fire = {"triggerId": record["id"], "term": 0, "peer": "box"}
+    assert (await api.post(F, {**fire, "key": "2026-12-01T09:03:00Z"}))[0] == 201
+    path = f"/spaces/{SPACE}/triggers/{record['id']}/backfill"
+    ask = {"from": "2026-12-01T09:01:00Z", "to": "2026-12-01T09:05:00Z"}
+    status, dry = await api.post(path, {**ask, "dryRun": True})
+    assert status == 200 and dry["id"] is None and dry["skipped"] == 1
+    assert dry["keys"] == [f"2026-12-01T09:0{m}:00Z" for m in (1, 2, 4, 5)]
+    assert (await api.get(f"/spaces/{SPACE}/triggers/{record['id']}"))[1].get("backfill") is None
+    status, done = await api.post(path, ask)
+    assert status == 200 and done["id"].startswith("bf_") and done["keys"] == dry["keys"]
+    _, stamped = await api.get(f"/spaces/{SPACE}/triggers/{record['id']}")
+    assert stamped["backfill"] == {
+        "id": done["id"],
+        "keys": done["keys"],
+        "requestedAt": "2026-12-01T09:10:00.000Z",
+    }
+    assert stamped["rev"] == record["rev"]  # a stamp: the user's rev holds
+
+
+@pytest.mark.parametrize(
+    ("ask", "says"),
+    [
+        ({"from": "2026-12-01T09:00:00Z", "to": "2026-12-01T11:00:00Z"}, "more than 100 slots"),
+        ({"from": "2026-12-01T09:05:00Z", "to": "2026-12-01T09:01:00Z"}, "`to`"),
+        ({"from": "2026-12-01T08:00:00Z", "to": "2026-12-01T09:01:00Z"}, "activeSince"),
+        ({"from": "2026-11-01T08:00:00Z", "to": "2026-12-01T09:01:00Z"}, "claim ledger"),
+        ({"from": "soon", "to": "2026-12-01T09:01:00Z"}, "$.from"),
+        ({"to": "2026-12-01T09:01:00Z"}, "from"),
+    ],
+)
+async def test_a_bad_backfill_is_refused_naming_the_field(api: Api, ask: dict, says: str) -> None:
+    record = await api.create_trigger(owner="box", spec={"expr": "* * * * *"})
+    before = (await api.get(f"/spaces/{SPACE}/triggers/{record['id']}"))[1]
+    status, body = await api.post(f"/spaces/{SPACE}/triggers/{record['id']}/backfill", ask)
+    assert status == 400 and body["error"] == "invalid_backfill" and says in body["detail"]
+    assert (await api.get(f"/spaces/{SPACE}/triggers/{record['id']}"))[1] == before
+
+
+async def test_only_a_cron_trigger_is_backfilled(api: Api) -> None:
+    record = await api.create_trigger(owner="box", kind="once", spec={"at": "2026-12-01T09:30:00Z"})
+    ask = {"from": "2026-12-01T09:00:00Z", "to": "2026-12-01T10:00:00Z"}
+    status, body = await api.post(f"/spaces/{SPACE}/triggers/{record['id']}/backfill", ask)
+    assert status == 400 and "`kind`" in body["detail"]
