@@ -2,20 +2,13 @@
 
     baton triggers add --name N (--cron EXPR [--tz TZ] [--catchup latest] | --at TIME
                        | --chat OBJECTID) --program REF [--args JSON] [--pin PEER] [--paused]
-    baton triggers list | show ID
-    baton triggers edit ID [--name N] [--cron EXPR] [--tz TZ] [--at TIME] [--program REF]
-                       [--args JSON]
+    baton triggers list | show ID | edit ID [--name|--cron|--tz|--at|--program|--args …]
     baton triggers pause ID | resume ID | float ID | rm ID | run ID
     baton triggers repin ID PEER [--force]
 
-Every verb also takes `--url`, `--token-file`, `--space`, `--json`. Flags are
-checked before anything is sent (`trigger_flags`); `edit` changes only what it is
-given, compare-and-set on the rev it read (a record changed meanwhile is exit 1).
-`repin` (and `add --pin`) refuse with exit 2 a peer the space has never seen,
-unless `--force`. `run` runs the trigger's program now with its own args, limits
-and state, recorded as a run of that trigger (`runtime.fire.manual`), and prints the run
-record: exit 0 when it is ok, 1 when not; it neither claims a fire nor stamps the
-record. Mutations print one line (`--json`: the record as stored).
+Owns the verbs: flags checked before anything is sent (`trigger_flags`), `edit` a
+compare-and-set on the rev it read, `run` a manual run of the trigger (runtime.fire.manual);
+details in docs/architecture.md, "Module notes". A shell: parse, call, print.
 """
 
 from __future__ import annotations
