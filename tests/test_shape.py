@@ -162,6 +162,12 @@ def test_loose_dicts_stand_only_at_the_edges():
     assert not fewer, f"fewer now, lower EDGE_DICTS: {fewer}"
 
 
+def test_the_loose_dict_count_catches_a_violation():
+    line = f"def f(x: {LOOSE}) -> {LOOSE}: ...\n"
+    files = {"runtime/fire/x.py": line, "runtime/cli/y.py": line, "space/z.py": line}
+    assert loose_dicts(files) == {"runtime/fire/x.py": 2}
+
+
 def test_the_docstring_check_catches_a_violation():
     def module(lines: int) -> str:
         return '"""Summary.\n' + "story\n" * (lines - 2) + '"""\nx = 1\n'
