@@ -2,15 +2,10 @@
 
 Run: .venv/bin/python bench/atrest.py [N] [--traced]   (default 100,000; about 10 s)
 
-The records are bench/compare.py's at-rest ones (pinned monthly crons in February, ≈ 40,000
-distinct expressions among 100,000), as the space stores them. Each stage runs as the
-device runs it: `records.load` on every stored record (the first time: every expression is
-parsed and checked), `diffing.reconcile` into an empty registry, `Ticker.apply` of that
-diff, then `Ticker.arm_pending` (in chunks that yield to the loop). Prints the CPU seconds
-of each stage (`time.process_time`, cycle collections included) and the process's RSS
-growth per record since the stored bytes were made; with `--traced`, the memory traced
-per record instead (`tracemalloc`: exact, but every allocation is slower, so the CPU
-figures of that run are not comparable).
+Each stage as the device runs it (`records.load`, `diffing.reconcile`, `Ticker.apply`,
+`Ticker.arm_pending`), on bench/compare.py's at-rest records; prints each stage's CPU
+seconds and the RSS growth per record (`--traced`: traced memory instead, slower CPU).
+What it measures exactly is in docs/performance.md, "Benchmark notes".
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
-"""The space's side of a fire: its claim (which answers the run's token), and the run record
-with the trigger's stamps that ends it.
+"""The space's side of a fire: its claim (with the run's token) and the run record that ends it.
 
 Run: .venv/bin/python bench/claim.py [--quick]
 
-The space server (`create_app`, fresh SQLite file) runs in a child process; this process is
-the device, with a device token, firing distinct keys of one pinned trigger. Each round runs
-both ways in turn (`claim` then `fire`), so load on the shared machine hits both alike:
-
-- claim: `POST …/fires` with `run` (the claim answers the run's token)
-- fire:  that claim, then the run record with its stamps, in the list form of
-         `POST …/runs` as the device's recorder sends it (which also ends the token)
-
-- sequential: one fire at a time; latency = the first request sent → the last answer
-- 20 in flight: fires/s, and the server's CPU (utime+stime from /proc) per fire
-
-Printed: the median of the rounds for each figure, and each round's figures.
+The space in a child process, this process the device firing distinct keys of one pinned
+trigger, both ways in turn each round (`claim` alone, `fire`: the claim then the run with
+its stamps), one at a time and 20 in flight; prints the medians and each round's figures.
+Details in docs/performance.md, "Benchmark notes".
 """
 
 from __future__ import annotations

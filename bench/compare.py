@@ -3,34 +3,10 @@
 Run: .venv/bin/python bench/compare.py [--quick] [--rounds N] [--only rest|fires]
         [--count N] [--no-peer] [--idle S]   (needs the `bench` extra)
 
-Every workload runs on 127.0.0.1 in real processes: for baton the space server
-(bench/serving.py) and a device (`python -m runtime.cli device`, as bench/fire.py
-starts it); for the peer a child process of this file running APScheduler 3.11
-(`BackgroundScheduler`, its default thread pool, memory job store, `misfire_grace_time`
-30 s so that no job of a burst is dropped). Rounds alternate who goes first (ABBA),
-and each figure is the median over the rounds, printed with the spread (min–max) and
-its ratio to the peer, the floor or the goal. Workloads:
-
-- event fire: one event trigger, messages POSTed at 100/s; POST → `main()` entered.
-  Floor: a bare SSE subscriber of the same chat stream, POST → event parsed;
-- one cron trigger every second (`* * * * * *`): `main()` entered − slot;
-- 1,000 crons due in the same second: `main()` − slot, and when the last run was done;
-- fires/s per device: the burst's 1,000 / the time to its last run;
-- warm fires/s: two event triggers on one chat (one per worker, so each keeps its run
-  process warm), 500 messages posted back to back (4 in flight); both triggers' fires /
-  the time from the first post to the last run;
-- 100,000 cron triggers at rest (monthly in February: none due): records written to the
-  space's SQLite file directly, then the device started; time to ready (start → every
-  entry armed, from its log), RSS, idle CPU over a window. The peer: `add_job` × N + start;
-- 1,000 chat subscriptions (an event trigger on each of 1,000 chats): the device's RSS
-  growth; then 1,000 event triggers on one chat, one message: `main()` entered p50/p99.
-
-`--quick` runs one round with fewer messages, an 8 s cron window, idle windows of 6 s and
-25,000 triggers at rest instead of 100,000 (APScheduler alone takes 15–70 s to add 100,000
-on this machine); under 2 minutes. `--only rest` (or `--only fires`) runs only that half of
-a round; `--count N` sets the triggers at rest; `--no-peer` leaves APScheduler out;
-`--idle S` sets the idle CPU window (default 30 s, 6 s with `--quick`).
-`--only rest --count 100000 --no-peer` takes about a minute.
+Every workload in real processes on 127.0.0.1 (the space, a device, APScheduler in a child
+process), rounds alternating who goes first, each figure the median with its spread and its
+ratio to the peer, the floor or the goal. The workloads and the options are in
+docs/performance.md, "Benchmark notes".
 """
 
 from __future__ import annotations

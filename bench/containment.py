@@ -2,30 +2,11 @@
 
 Run: .venv/bin/python bench/containment.py [runs]
 
-This process plays the worker (it becomes a subreaper and enters its pids cgroup,
-as `programs.worker` does) and runs a trivial program (`return {"ok": True}`) `runs`
-times each way; it prints a Markdown table of the cost of one run, wall time from
-the request to the reply with every process of the run reaped, and of the program
-entering `main()`, and the CPU time one run costs (this process and the run
-processes it reaped, from `getrusage`; the machine is shared, so CPU time is the
-steadier figure):
-
-- warm call:               `runner.run_request` in this process, no isolation between
-                           runs (what a worker shared by every trigger did before)
-- spare, forked ahead:     what the fire pays now: the request to a run process that
-                           was forked and confined beforehand, its reply, the reap
-- warm process, one trigger: the worker's loop (`programs.worker.Processes`: run, reply,
-                           refill) for runs of one warm key: the process kept clean
-                           after a run serves the next
-- worker loop, distinct triggers: the same loop with a new key each run: a spare each,
-                           the previous warm process ended and a new spare forked
-                           after the reply (counted here)
-- fork + confine + run:    the cold path (a spare that died while idle)
-- fork + run, unconfined:  the same without Landlock or the privilege drop
-- forking the next spare:  paid after the reply, off the fire path
-- worker process, distinct triggers: a real `python -m programs.worker` (not this
-                           process) driven over its control socket, a new key each run;
-                           CPU from its /proc stat (its own and its reaped children's)
+This process plays the worker (a subreaper in its pids cgroup, as `programs.worker`) and runs
+a trivial program `runs` times each way: a warm call, a spare forked ahead, a warm process
+for one trigger, the worker loop with distinct triggers, the cold paths, a real worker
+process. Prints a Markdown table of wall and CPU time per run; the ways are in
+docs/performance.md, "Benchmark notes".
 """
 
 from __future__ import annotations

@@ -2,30 +2,11 @@
 
 Run: .venv/bin/python bench/fire.py [--quick] [--fires]
 
-`--fires` stops after the event and burst scenarios (no 10,000 at rest). With
-BENCH_PROFILE=DIR the device and the space server run under cProfile, their stats
-written to DIR/device.prof and DIR/space.prof as they stop.
-
-The space server (`create_app` on a fresh SQLite file) runs in a child process, the
-device in another (`python -m runtime.cli device`, exactly what `baton device` runs,
-logging at its default INFO level to a file), this process only posts and reads. Every
-fire runs the published program `stamp@v1`, which returns `time.time()` taken as its
-`main()` is entered; the figures compare that with this process's `time.time()` (one
-machine, one wall clock). The server keeps up to 5,000 ok runs per trigger (instead of
-200) so that every run of a scenario can be read back.
-
-- event N/s:   one event trigger on its own chat; messages posted at a fixed rate
-               (each POST a task started on schedule); latency = main() entered minus
-               the instant just before the POST was sent; default limits (`overlap:
-               queue`, `maxQueue` 100)
-- cron burst:  N cron triggers due in the same second (`S M * * * *`, hourly, UTC); lateness =
-               the run record's `lateMs` (startedAt - slot) and main() entered - slot
-- idle:        CPU (% of one core, utime+stime from /proc over a window) and RSS of the
-               device process, with few triggers and with 10,000 armed cron triggers
-               (the burst's plus 9,000 `0 0 1 1 *`, none due during the window); the
-               server's CPU alongside; also the CPU it took to absorb the 9,000 new records
-
-Device CPU per fire is its utime+stime over the scenario divided by the fires.
+The space and the device (`python -m runtime.cli device`) in child processes; every fire runs
+`stamp@v1`, which returns the instant its `main()` is entered. Scenarios: event N/s, a cron
+burst, idle CPU and RSS with 10,000 armed triggers (`--fires`: the first two only;
+`BENCH_PROFILE=DIR`: both processes under cProfile). Details in docs/performance.md,
+"Benchmark notes".
 """
 
 from __future__ import annotations

@@ -2,16 +2,10 @@
 
 Run: .venv/bin/python bench/phases.py [runs]
 
-As bench/containment.py, this process plays the worker (subreaper, pids cgroup, the
-bounding set dropped) and runs a trivial program with a new trigger each run through
-the worker's own loop (`programs.worker.Processes`: a spare each, the previous run's
-process ended after the reply). Each phase, a function of the worker or of the run
-process wrapped here, is counted in CPU time (`time.thread_time`) and in page faults
-(minor faults of the thread: after a fork, the first write to a page copies it, in the
-worker as in the run process). A run process writes its phases to fd 2 as it answers;
-this process adds them up. "at fork return" is the run process's CPU until `os.fork()`
-returns in it (the interpreter's and the modules' after-fork work). The wrappers cost a
-little of their own; the totals (rusage, the run processes' exit included) say how much.
+As bench/containment.py, this process plays the worker and runs a trivial program with a new
+trigger each run through the worker's own loop; each phase (a function of the worker or the
+run process, wrapped here) is counted in CPU time and page faults, and the totals say what
+the wrappers cost. Details in docs/performance.md, "Benchmark notes".
 """
 
 from __future__ import annotations

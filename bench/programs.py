@@ -2,20 +2,10 @@
 
 Run: .venv/bin/python bench/programs.py [warm_runs] [cold_runs]
 
-The program is trivial (`return {"ok": True}`), so the figures are the executor's own
-cost. Latency is from the fire (the call that starts the run) to the moment `main()`
-is entered, measured on CLOCK_MONOTONIC on both sides of the process boundary. CPU is
-what a run costs the whole device side: this process (the executor), its workers and
-the run processes they reaped (/proc stat of each child, rusage of this process).
-
-- pool, no trigger:     `Executor(size=2)` started beforehand; one run at a time; a job
-                        without a trigger never reuses a run process (a fresh one each)
-- pool, one trigger:    the same pool, every run of one trigger and program: its warm
-                        run process serves them all (`Job.warm_key`)
-- pool, one trigger, 2 at once: the same, runs issued two at a time
-- pool, distinct triggers: a new trigger each run (a fresh run process each)
-- fresh worker per run: `python -m programs.worker` spawned per run, then the same protocol
-- bare `python -c`:     the floor of any fresh interpreter: `python -c` printing its clock
+A trivial program, so the figures are the executor's own cost: latency from the fire to
+`main()` entered (CLOCK_MONOTONIC on both sides), CPU of the whole device side. Ways: the
+pool with no trigger, one trigger (its warm process), two at once, distinct triggers, a
+fresh worker per run, a bare `python -c`. Details in docs/performance.md, "Benchmark notes".
 """
 
 from __future__ import annotations

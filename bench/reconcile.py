@@ -2,17 +2,10 @@
 
 Run: .venv/bin/python bench/reconcile.py [--wall] [sizes...]
 
-Records are a mix of cron, once and event, a quarter pinned here, a quarter pinned
-elsewhere, half floating (this device is active). Each figure is the best of 7 runs in
-CPU milliseconds of this process (`time.process_time`), so that other work on a shared
-machine does not count; `--wall` measures wall time instead.
-
-- cold:            full reconcile against an empty registry (every record is an add)
-- full, none:      full reconcile, the same record objects as armed
-- full, 1 changed: full reconcile of a fresh decode (all new objects), one spec edited
-- full, restamped: full reconcile of a fresh decode where every record's stamps changed
-                   (nothing to arm; every record is listed in `refresh` for `apply`)
-- one + apply:     reconcile_one for one edited record, then apply (the change-feed path)
+A mix of cron, once and event records, pinned here, elsewhere or floating; each figure the
+best of 7 runs in CPU milliseconds (`--wall`: wall time): cold, full with nothing changed,
+one changed, every record restamped, and one change applied from the feed. Details in
+docs/performance.md, "Benchmark notes".
 """
 
 from __future__ import annotations

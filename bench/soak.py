@@ -2,29 +2,11 @@
 
     python bench/soak.py [--seconds 600] [--seed N] [--json]   # BATON_SOAK_LOG=INFO: more log
 
-Loopback only, bounded in time. One `baton space serve` (3 s lease) and three `baton
-device` processes; a floating and a pinned `* * * * * *` cron, a floating event trigger
-fed by a message generator, chat-watch answering the general chat; a second floating
-cron created half-way, messages sent before the event trigger existed, and pauses of
-the floating triggers. Every few seconds a random act: SIGKILL, SIGTERM or
-SIGSTOP+SIGCONT of a device, SIGKILL of the space, a pause. The last `--quiet` seconds
-have no chaos, so every takeover and bridge can finish. Then the space's SQLite file
-(claims, runs, turns, messages, records) is checked against what the harness did:
-
-- duplicates: a key claimed or run twice, a message answered twice;
-- lost: a slot or message that came while a device was up for `HORIZON` seconds after
-  it (time for a takeover and its bridge) and the space with it, yet never claimed;
-  unless no holder was firing live then and the record was paused before the bridge
-  (SPEC: nothing of a paused record fires, and the resume moves `activeSince` past it);
-- replayed: a claim for an instant when no device process was running at all;
-- before activeSince, in paused time: a claim for an instant before the record existed, or
-  between a pause and the `activeSince` of its resume (the space's change feed says when);
-- stale term: a floating claim whose term is below one already claimed, or a run that
-  is not its claim's (peer, term);
-- failover: from an act that stopped the lease holder to the next floating claim.
-
-The margins (`EDGE`) keep each check off the instants next to an act, where the harness
-cannot know what a process saw. Exit status 1 when an invariant (not failover) fails.
+Loopback only, bounded in time: one space, three devices, floating and pinned triggers and
+chat-watch, random SIGKILL / SIGTERM / SIGSTOP of the processes and pauses, a quiet end; then
+the space's SQLite file is checked: no duplicates, nothing lost, nothing replayed, nothing
+before `activeSince`, no stale term, and the failover times. Exit 1 when an invariant
+fails. The invariants in full are in docs/performance.md, "Benchmark notes".
 """
 
 from __future__ import annotations

@@ -2,15 +2,10 @@
 
 Run: .venv/bin/python bench/space.py [--quick]
 
-The server runs in its own process (`create_app` on a fresh SQLite file, AppRunner +
-TCPSite on 127.0.0.1, port 0), the clients in this one, so the two use separate cores.
-Streams are read with a raw aiohttp session (`TCPConnector(limit=0)`), posts go through
-a second session. Latency is post → receive on this process's `perf_counter`: from just
-before the POST is sent to the moment the subscriber has parsed the event.
-
-- fan-out N:    N subscribers of one chat; messages posted by 4 concurrent senders
-- 1,000 chats:  one stream per chat on one session; 2 messages per chat, 20 senders
-- fire claims:  POST /fires with distinct keys on a pinned trigger, 20 concurrent claimers
+The server in its own process, the clients in this one (separate cores); latency from just
+before the POST to the subscriber's parsed event. Scenarios: fan-out to N subscribers of one
+chat, 1,000 chats with a stream each, fire claims with 20 concurrent claimers. Details in
+docs/performance.md, "Benchmark notes".
 """
 
 from __future__ import annotations

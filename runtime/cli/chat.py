@@ -3,16 +3,10 @@
     baton chat send TEXT [--chat ID] [--json]
     baton chat tail [--chat ID] [--limit N] [--follow] [--json]
 
-`--chat` defaults to the space's general chat. `send` posts TEXT as the user (so
-it may fire event triggers and be answered by chat-watch) and prints the message
-id and seq. `tail` prints the newest `--limit` messages (default 20), oldest
-first; `--follow` then prints each new message as the space accepts it, over the
-chat's SSE stream resumed from the last one printed (`runtime.client.stream`, which
-reconnects with `Last-Event-ID`), until Ctrl-C or SIGTERM (exit 0); a reply written
-in place (`event: update`) is printed again each time it grows and when it ends.
-Messages the stream reports skipped (a `gap`) are named on stderr. With `--json`, `send` prints
-the stored message, `tail` `{"messages": [...]}`, and followed messages one JSON
-object per line.
+Owns the verbs' flags and output: `send` posts as the user, `tail` prints the newest
+messages and `--follow` the new ones over the chat's stream (runtime.client.stream), until
+Ctrl-C or SIGTERM (exit 0); what each prints is in docs/architecture.md, "Module notes".
+A shell: must not decide anything the space or chat-watch decides.
 """
 
 from __future__ import annotations

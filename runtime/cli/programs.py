@@ -5,15 +5,9 @@
     baton programs show triage@v1 [--json]
     baton programs run triage@v1 --args '{"space": "home"}' [--timeout S] [--memory-mb M]
 
-`publish` inspects the file locally first (`programs.source.inspect_source`), so a
-syntax error or a missing `main(args)` is refused with its line before anything is
-sent; publishing the same source again is a no-op, other source under a published
-version is refused by the space (exit 1). `run` is a manual run (runtime.fire.manual): the
-program runs as a fire's does (`runtime.fire.execute`: loaded and inspected, a run token,
-the executor) and is recorded as a fire's (`runtime.fire.bodies`, `runtime.fire.recorder`),
-under the trigger id `manual:<name@vN>` with a run token scoped to it (so its cursors
-are its own and never a real trigger's); it stamps no record. Exit 0
-when the run is ok, 1 when it is not, 2 on bad input. A shell: parse, call, print.
+Owns the verbs: `publish` checks the source locally first (`programs.source`); `run` is a
+manual run (runtime.fire.manual), recorded under `manual:<name@vN>`; exits 0 ok, 1 not,
+2 bad input (docs/architecture.md, "Module notes"). A shell: parse, call, print.
 """
 
 from __future__ import annotations

@@ -2,14 +2,10 @@
 
     baton runs [--trigger ID] [--status S] [--since T] [--limit N] [--follow] [--json]
 
-Lists runs oldest first: the latest `--limit` (default 20), or with `--since` (an
-RFC 3339 instant, or a duration back from now: `90s`, `15m`, `2h`, `7d`) the first
-`--limit` from then. `--follow` then prints each new run as it is recorded, until
-Ctrl-C or SIGTERM (exit 0). The space has no run stream, so following asks for
-the runs of the last `LOOKBACK` before the newest one seen, once a `POLL_S`, and
-prints those not yet printed: a run that started more than `LOOKBACK` before the
-newest one shown is not followed. With `--json` the list is one object
-`{"runs": [...]}`; followed, each run is one JSON object per line.
+Owns the listing (oldest first, the latest `--limit`, or the first from `--since`: an
+instant or a duration back) and `--follow`, which polls (the space has no run stream:
+`LOOKBACK` before the newest run seen, once a `POLL_S`) until Ctrl-C or SIGTERM. The
+details are in docs/architecture.md, "Module notes". A shell: parse, call, print.
 """
 
 from __future__ import annotations

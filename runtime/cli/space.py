@@ -7,20 +7,8 @@
     baton space create ID [--name N]      (over the API: --url, --token-file, --json)
     baton space list
 
-`serve` binds 127.0.0.1 unless `--host` says otherwise, prints where it listens
-and where the admin token file is, and stops cleanly on Ctrl-C or SIGTERM.
-`--lease-seconds` is the election lease length and `--live-seconds` how long a
-device counts as live after its last heartbeat (both default 15).
-`token` mints a device token straight in the store (the server may be running)
-and writes it to stdout (or to `--out FILE`, created 0600): it is shown this
-once. It is bound to `--space` (default `$BATON_SPACE`, else the local space,
-else `default`; it may be created later) and to `--peer`. `--db` defaults to
-`$BATON_DB`, else `space.db` in the data directory (`$BATON_DATA`, else
-`~/.baton`), the same file `baton up` serves. The database is created 0600 in a
-directory created 0700; an admin token file that group or others may read is
-refused (exit 2). A shell over `space`.
-`create` makes a space with its general chat (admin token) and prints its id and
-`generalChat`; `list` lists the spaces. Both talk to a running server.
+Owns the verbs' flags and defaults (`$BATON_DB`, `$BATON_SPACE`, the data directory; files
+0600 in a 0700 directory; docs/architecture.md, "Module notes"). A shell over `space`.
 """
 
 from __future__ import annotations

@@ -4,12 +4,9 @@
     baton space token revoke ID [--url U] [--token-file F] [--data DIR] [--json]
     baton space token rotate-admin [--url U] [--token-file F] [--data DIR] [--json]
 
-`list` shows every live token without its secret (id, role, peer, space, created,
-expires, last used); `--all` adds revoked and expired ones. `revoke ID` ends a
-token at once (its next request is a 401). `rotate-admin` mints a new admin
-token, revokes every other one, and writes it to the token file (0600; the
-server rewrites its own file too). Talks to the space with the admin token
-(`--token-file`, default the local one). A shell over the `/v1/tokens` routes.
+Owns the verbs: `list` shows live tokens without their secrets (`--all`: revoked and
+expired too), `revoke` ends one at once, `rotate-admin` mints a new admin token and revokes
+every other. A shell over the `/v1/tokens` routes: must not touch the store itself.
 """
 
 from __future__ import annotations

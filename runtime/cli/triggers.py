@@ -1,28 +1,14 @@
 """`baton triggers`: manage trigger records as `temporal schedule` and `kubectl` do.
 
-    baton triggers add --name N (--cron EXPR [--tz TZ] [--catchup latest] | --at TIME
-                       | --chat OBJECTID) --program REF [--args JSON] [--pin PEER] [--paused]
-                       [policies]
-    baton triggers list | show ID
-    baton triggers edit ID [--name N] [--cron EXPR] [--tz TZ] [--at TIME] [--program REF]
-                       [--args JSON] [policies]
-    baton triggers pause ID [--until T] [--note TEXT] | resume ID | float ID | rm ID | run ID
-    baton triggers repin ID PEER [--force]
-    baton triggers backfill ID --from T1 --to T2 [--dry-run]
+    baton triggers add --name N (--cron EXPR | --at TIME | --chat OBJECTID) --program REF …
+    baton triggers list | show ID | edit ID [--name|--cron|--tz|--at|--program|--args …]
+    baton triggers pause ID [--until T] | resume ID | float ID | rm ID | run ID
+    baton triggers repin ID PEER [--force] | backfill ID --from T1 --to T2 [--dry-run]
 
-The policies are runtime.cli.policies' (`--retry`, `--budget`, `--quiet-chat`, …).
-
-`edit`, `pause`, `resume`, `float`, `repin` and `rm` take `--note TEXT`, kept with the
-revision in the space's history (`Baton-Note`), which `baton why` shows.
-
-Every verb also takes `--url`, `--token-file`, `--space`, `--json`. Flags are
-checked before anything is sent (`trigger_flags`); `edit` changes only what it is
-given, compare-and-set on the rev it read (a record changed meanwhile is exit 1).
-`repin` (and `add --pin`) refuse with exit 2 a peer the space has never seen,
-unless `--force`. `run` runs the trigger's program now with its own args, limits
-and state, recorded as a run of that trigger (`runtime.fire.manual`), and prints the run
-record: exit 0 when it is ok, 1 when not; it neither claims a fire nor stamps the
-record. Mutations print one line (`--json`: the record as stored).
+Owns the verbs: flags checked before anything is sent (`trigger_flags`, the policies'
+`policies`), `edit` a compare-and-set on the rev it read, `--note` on the verbs that change
+a record, `run` a manual run (runtime.fire.manual); details in docs/architecture.md and
+docs/cli.md. A shell: parse, call, print.
 """
 
 from __future__ import annotations

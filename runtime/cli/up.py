@@ -5,23 +5,10 @@
     baton device --peer NAME [--priority N] [--url U] [--token-file F] [--space ID] [--data DIR]
                  [--lease-seconds S] [--health-seconds S] [RESPONDER]
 
-RESPONDER: [--responder builtin|openai|command:ARGV|python:MOD:FN] [--llm-url U]
-[--llm-model M] [--llm-key-file F] [--system-prompt-file F], each also from the
-environment or the data directory's `config.toml` (runtime.cli.responder).
-
-`up` is the main job on one machine: the space server and one device in one
-process, its data in `--data` (default `~/.baton`): `space.db`, `admin.token`
-(mode 0600), the device's token (0600, bound to the space and the peer; re-minted
-when the space no longer takes it) and `local.json`, which tells the other commands
-where the local space is. It prints the dashboard's URL with the admin token in its
-fragment (`http://127.0.0.1:8377/#token=…`: a fragment never leaves the browser), which
-opens it logged in. Ctrl-C or SIGTERM stops it cleanly, releasing the lease.
-`--lease-seconds` (default 15) sets the election timings in proportion (renew and
-margin a third, poll 1/7.5, settle two thirds); `up` gives its space the same lease.
-A device follows the length its space answers once it has read the election, so for
-`device` the flag only matters until then.
-`--health-seconds` (default 30) is the health pass's period; it also runs after changes.
-A shell over `runtime.device.Device` and `space.app.create_app`.
+Owns the flags of a device and its data directory (`space.db`, the tokens, `local.json`),
+the dashboard's URL it prints, and a clean stop on Ctrl-C or SIGTERM; RESPONDER is
+runtime.cli.responder's. Details in docs/architecture.md, "Module notes". A shell over
+`runtime.device.Device` and `space.app.create_app`: must not decide what a device does.
 """
 
 from __future__ import annotations

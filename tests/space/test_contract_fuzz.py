@@ -1,15 +1,11 @@
 """A contract fuzz of the space API from its own `/v1/openapi.json` (schemathesis): no 5xx, ever.
 
-The server runs for real (SpaceRunner on 127.0.0.1, a SQLite file) in a thread of its
-own, since schemathesis calls it synchronously. Every operation but the two SSE
-streams (their answers never end; their hostile headers are in test_hostile.py) is
-fed schema-valid and schema-violating requests: `EXAMPLES` of each per operation.
-Path parameters point at a real space, and half the time at a real record and chat,
-so requests get past the 404s into the handlers. Every answer must be < 500 and
-every refusal the JSON error body. The counts are printed for docs/reliability.md.
-
-The operations are dealt into `GROUPS` tests over one server per worker, so the workers
-share the fuzz; every operation still gets its `EXAMPLES` of each mode.
+The server runs for real (SpaceRunner on 127.0.0.1, a SQLite file) in a thread of its own;
+every operation but the two SSE streams (test_hostile.py has theirs) is fed schema-valid and
+schema-violating requests, `EXAMPLES` of each, with path parameters pointing at a real space,
+record and chat half the time. Every answer must be < 500 and every refusal the JSON error
+body; the counts are printed for docs/reliability.md. The operations are dealt into `GROUPS`
+tests over one server per worker.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The DST rule, checked exhaustively at every zone transition from 2000 to 2040.
 
-Transitions are found here independently of triggers.cron (day steps, then bisection
-on whole seconds). Around each one the fires of `next_fire` are compared with an
-oracle written from the rule itself, with no croniter:
-
-- a wildcard job fires at every instant whose local wall time matches;
-- a fixed-time daily job fires once per local day: at its wall time when that exists
-  once, at the first occurrence when it exists twice, at the gap's end when it falls
-  in the gap.
-
-and `latest_at_or_before` must walk the same fires backwards.
+Transitions are found here independently of triggers.cron (day steps, then bisection on
+whole seconds). Around each one the fires of `next_fire` are compared with an oracle written
+from the rule itself, with no croniter: a wildcard job fires at every instant whose local
+wall time matches; a fixed-time daily job once per local day (its wall time, the first of a
+repeated one, the gap's end for one in a gap); `latest_at_or_before` walks the same fires
+backwards.
 """
 
 from __future__ import annotations
