@@ -267,6 +267,14 @@ class ChangePage(Answer, frozen=True, kw_only=True):
     more: bool
 
 
+class NextAttempt(Body, frozen=True, kw_only=True):
+    """A failed fire's next attempt (SPEC "Trigger policies", retry): its key and due instant,
+    stamped so that whichever device holds the trigger then runs it."""
+
+    key: str
+    dueAt: Aware
+
+
 class Stamps(Body, frozen=True, kw_only=True):
     """`POST …/status`: runtime stamps only; absent fields are left as they are."""
 
@@ -276,3 +284,4 @@ class Stamps(Body, frozen=True, kw_only=True):
     nextFireAt: Aware | msgspec.UnsetType | None = msgspec.UNSET
     breaker: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
     rollup: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
+    nextAttempt: NextAttempt | msgspec.UnsetType | None = msgspec.UNSET

@@ -16,7 +16,15 @@ from triggers import records
 
 Record = dict[str, Any]
 SERVER_FIELDS = ("id", "rev", "createdAt", "updatedAt", "activeSince")
-STAMP_FIELDS = ("lastStatus", "lastStatusDetail", "lastRunAt", "nextFireAt", "breaker", "rollup")
+STAMP_FIELDS = (
+    "lastStatus",
+    "lastStatusDetail",
+    "lastRunAt",
+    "nextFireAt",
+    "breaker",
+    "rollup",
+    "nextAttempt",
+)
 
 
 def check(body: Record, tid: str = "") -> None:

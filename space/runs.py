@@ -21,7 +21,7 @@ import sqlite_utils
 from aiohttp import web
 
 from core.vocab import KEPT_LONGER, RunStatus
-from core.wire import RollupList, RunIn, RunList, RunResult, Stamps
+from core.wire import RollupList, RunIn, RunList, RunResult, Stamps, to_wire
 from space import auth, duties, history, logtable, metrics, oddrows, token_store, trigger_store
 from space.appstate import SETTINGS, RunRetention
 from space.changes import notify
@@ -201,12 +201,8 @@ def _stamp(request: web.Request, space: str, run: RunIn, stamps: Stamps, now: da
 
 def stamp_fields(stamps: Stamps) -> dict[str, Any]:
     """The stamps given, as the record holds them (instants in the one wire format)."""
-    given = {f: getattr(stamps, f) for f in stamps.__struct_fields__}
-    return {
-        f: iso(v) if isinstance(v, datetime) else v
-        for f, v in given.items()
-        if v is not msgspec.UNSET
-    }
+    given: dict[str, Any] = to_wire(stamps)
+    return given
 
 
 def _result(request: web.Request, space: str, posted: RunIn, now: datetime) -> RunResult:

@@ -112,6 +112,13 @@ def retry_delay(retry: Retry | None, attempt: int) -> timedelta | None:
     return timedelta(seconds=seconds)
 
 
+def next_attempt(retry: Retry | None, key: str, failed_at: datetime) -> tuple[str, datetime] | None:
+    """The key and due instant of the attempt after a failed run of `key`; None: no more."""
+    attempt = attempt_of(key)
+    delay = retry_delay(retry, attempt)
+    return None if delay is None else (retry_key(key, attempt + 1), failed_at + delay)
+
+
 def last_attempt(retry: Retry | None, key: str) -> bool:
     """Whether a run of `key` is its fire's last attempt: only that one counts for the breaker."""
     return retry is None or attempt_of(key) >= retry.attempts

@@ -144,6 +144,13 @@ class BackfillStamp(Base, frozen=True, kw_only=True):
     requested_at: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
 
 
+class Attempt(Base, frozen=True, kw_only=True):
+    """A failed fire's next attempt as stamped: whichever device holds the trigger runs it."""
+
+    key: str
+    due_at: Annotated[datetime, msgspec.Meta(tz=True)]
+
+
 class _Stored(_Fields, frozen=True, kw_only=True):
     """A record as the space keeps it: user fields, server fields, runtime stamps."""
 
@@ -159,6 +166,7 @@ class _Stored(_Fields, frozen=True, kw_only=True):
     breaker: dict[str, Any] | None = None
     rollup: dict[str, Any] | None = None
     backfill: BackfillStamp | None = None
+    next_attempt: Attempt | None = None
 
     def __post_init__(self) -> None:  # `_Fields`'s, and the instants (one call: 100,000 a sync)
         if self.args:

@@ -24,7 +24,6 @@ from runtime.fire import bodies
 from runtime.fire.ahead import Ahead
 from runtime.fire.dispatch import FireRequest, named
 from runtime.fire.execute import Ending
-from triggers import policies
 from triggers.records import FireKey, TriggerId
 
 log = logging.getLogger(__name__)
@@ -74,14 +73,11 @@ class Retries:
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def after(self, failed: FireRequest, now: datetime) -> None:
-        delay = policies.retry_delay(failed.trigger.retry, policies.attempt_of(failed.key))
-        if delay is not None:
-            self._tasks.spawn(self._retry(failed, now + delay), name=f"retry {failed.key}")
+    def schedule(self, failed: FireRequest, key: str, due: datetime) -> None:
+        """Fire `failed` again as `key` at `due` (`triggers.policies.next_attempt`)."""
+        self._tasks.spawn(self._retry(failed, FireKey(key), due), name=f"retry {key}")
 
-    async def _retry(self, failed: FireRequest, due: datetime) -> None:
-        attempt = policies.attempt_of(failed.key) + 1
-        key = FireKey(policies.retry_key(failed.key, attempt))
+    async def _retry(self, failed: FireRequest, key: FireKey, due: datetime) -> None:
         again = msgspec.structs.replace(failed, key=key, due_at=due, catchup=True)
         if why := await self._waiting.until_due(again):
             log.info("retry %s@%s withdrawn: %s", named(failed.trigger), key, why)

@@ -15,7 +15,7 @@ import msgspec
 from msgspec.structs import replace
 
 from core.vocab import FAILED, NOT_RAN, RAN, HealthReason, RunReason, RunStatus, TurnOutcome
-from core.wire import RunIn, Stamps, TurnIn
+from core.wire import NextAttempt, RunIn, Stamps, TurnIn
 from programs import breaker, rollup
 from programs.breaker import BreakerState
 from programs.outcome import Outcome
@@ -123,6 +123,7 @@ def settle(
     finished_at: datetime,
     admitted: bool,
     reason: str = "",
+    next_attempt: tuple[str, datetime] | None = None,
 ) -> tuple[Book, Stamps]:
     """The book after this fire and the stamps to write on its trigger.
 
@@ -141,7 +142,21 @@ def settle(
         book.rollup, outcome.status, duration, fire.started_at, reason=reason, keep_starts=keep
     )
     after = Book(breaker=state, rollup=roll)
-    return after, stamps(after, record, fire, outcome, reason=reason, now=finished_at)
+    stamped = stamps(after, record, fire, outcome, reason=reason, now=finished_at)
+    return after, msgspec.structs.replace(stamped, nextAttempt=_attempt(record, fire, next_attempt))
+
+
+def _attempt(
+    record: Trigger, fire: RunIdentity, next_attempt: tuple[str, datetime] | None
+) -> NextAttempt | msgspec.UnsetType | None:
+    """The `nextAttempt` stamp: the one scheduled now, cleared when this fire ended the
+    chain the stamped one belongs to, else left as it is."""
+    if next_attempt is not None:
+        return NextAttempt(key=next_attempt[0], dueAt=next_attempt[1])
+    stamped, base = record.next_attempt, policies.base_key(fire.key)
+    if policies.attempt_of(fire.key) > 1 or (stamped and policies.base_key(stamped.key) == base):
+        return None  # a retry ended its chain (the record it came with may predate the stamp)
+    return msgspec.UNSET
 
 
 def stamps(

@@ -41,6 +41,7 @@ class Entry(msgspec.Struct, gc=False):
     bridge: Sequence[datetime] = ()  # cron slots to fire at the next wake (no list per entry)
     next_at: datetime | None = None  # earliest instant this entry may fire; None: never
     backfilled: str = ""  # the id of the last backfill request taken into the bridge
+    attempt: tuple[FireKey, datetime] | None = None  # a stamped retry this device runs
 
     def refresh(self) -> None:
         rec = self.record
@@ -54,6 +55,8 @@ class Entry(msgspec.Struct, gc=False):
         else:
             slot = _next_slot(rec, self.cursor)
             self.next_at = None if slot is None else slot + _jitter(rec, slot)
+        if self.attempt is not None and (self.next_at is None or self.attempt[1] < self.next_at):
+            self.next_at = self.attempt[1]
 
 
 def _may_fire(record: Timed, at: datetime) -> bool:
@@ -132,7 +135,9 @@ def arm(record: Timed, now: datetime, prev: Entry | None, up_since: datetime) ->
         if _same_slots(prev.record, record):  # a bridge not yet fired survives a repin back
             since = record.fires_from
             entry.bridge = tuple(s for s in prev.bridge if since is None or s >= since)
-        entry.backfilled = prev.backfilled
+        entry.backfilled, entry.attempt = prev.backfilled, prev.attempt
+    else:
+        add_attempt(entry, entry.cursor)
     add_backfill(entry, now)
     entry.refresh()
     return entry
@@ -174,6 +179,18 @@ def _key_slot(key: str) -> datetime | None:
     return slot if slot.tzinfo is not None else None
 
 
+def add_attempt(entry: Entry, start: datetime) -> bool:
+    """Take the record's stamped next attempt (a failed fire's retry) if it is due after
+    `start` (the bridge rule: a retry that came due while no one could run it, never one
+    from before); whether it was taken."""
+    stamped = entry.record.next_attempt
+    if stamped is None or stamped.due_at <= start or entry.attempt is not None:
+        return False
+    entry.attempt = (FireKey(stamped.key), stamped.due_at)
+    entry.refresh()
+    return True
+
+
 def add_bridge(entry: Entry, start: datetime) -> int:
     """Queue a floating cron entry's slots in `(start, cursor]`; how many are new."""
     rec = entry.record
@@ -193,6 +210,9 @@ def take(entry: Entry, now: datetime) -> list[tuple[FireKey, datetime, bool]]:
     they run in turn rather than being skipped for overlap. Advances the entry.
     """
     rec = entry.record
+    attempt, entry.attempt = entry.attempt, None
+    if attempt is not None and attempt[1] > now:
+        attempt, entry.attempt = None, attempt
     if isinstance(rec, OnceTrigger):
         fires = [(key, at, False) for key, at in _take_once(entry, rec, now)]
     else:
@@ -202,6 +222,8 @@ def take(entry: Entry, now: datetime) -> list[tuple[FireKey, datetime, bool]]:
         slots, entry.cursor = _due(rec, entry.cursor, now)
         slots = [s for s in slots if _may_fire(rec, s)]
         fires += [(schedule.fire_key_cron(s), s + _jitter(rec, s), s != slots[-1]) for s in slots]
+    if attempt is not None:
+        fires.insert(0, (attempt[0], attempt[1], True))
     entry.refresh()
     return fires
 

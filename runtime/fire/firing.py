@@ -307,11 +307,16 @@ class Firing:
         self._count(outcome.status.value)
         now = self._clock.wall()
         run = bodies.run_record(fire, outcome, finished_at=now, reason=why)
-        stamps = self._lanes.settle(request.trigger, fire, outcome, why, now=now, admitted=admitted)
+        again = None
+        if admitted and outcome.status in FAILED and not self._closed:
+            again = policies.next_attempt(request.trigger.retry, request.key, now)
+        stamps = self._lanes.settle(
+            request.trigger, fire, outcome, why, now=now, admitted=admitted, next_attempt=again
+        )
         written = self._recorder.enqueue(request.trigger, run, stamps)  # written even past close
         self._spawn(_settled(written), request)
-        if admitted and outcome.status in FAILED and not self._closed:
-            self._retries.after(request, now)
+        if again is not None:
+            self._retries.schedule(request, *again)
 
     def _fire_of(self, queued: Queued) -> RunIdentity:
         request = queued.request

@@ -135,6 +135,7 @@ class Lanes:
         *,
         now: datetime,
         admitted: bool,
+        next_attempt: tuple[str, datetime] | None = None,
     ) -> Stamps | None:
         """Move the trigger's book on by this ending; the stamps to write (None when the
         lane is gone: withdrawn meanwhile, no longer this device's to stamp)."""
@@ -142,7 +143,14 @@ class Lanes:
         if lane is None:
             return None
         lane.book, stamps = bodies.settle(
-            lane.book, record, fire, outcome, finished_at=now, reason=why, admitted=admitted
+            lane.book,
+            record,
+            fire,
+            outcome,
+            finished_at=now,
+            reason=why,
+            admitted=admitted,
+            next_attempt=next_attempt,
         )
         lane.runs_seen = lane.book.rollup.runs
         return stamps

@@ -20,7 +20,7 @@ import msgspec
 from core.aio import MAX_SLEEP
 from core.clock import Clock, iso, sleep_or_wake
 from runtime.fire.ahead import CLAIM_AHEAD
-from runtime.fire.cursors import Entry, add_backfill, add_bridge, arm, restart, take
+from runtime.fire.cursors import Entry, add_attempt, add_backfill, add_bridge, arm, restart, take
 from runtime.fire.dispatch import Dispatcher, FireRequest, named
 from runtime.fire.nextfires import NextFires
 from runtime.health.touched import Touched
@@ -55,6 +55,13 @@ class TickerStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     failed: dict[TriggerId, str]  # why its entry was dropped
     last_wake: str | None
     next: NextFire | None
+
+
+def _bridged(entry: Entry, start: datetime) -> int:
+    """A takeover's bridge for one entry: its floating slots in `(start, cursor]`, and its
+    stamped retry if that came due after `start`; how many fires that adds."""
+    added = add_bridge(entry, start)
+    return added + (entry.record.floating and add_attempt(entry, start))
 
 
 class Ticker:
@@ -137,7 +144,7 @@ class Ticker:
         for tid in taken:
             armed, now = self._pending.pop(tid)
             entry = self._arm(armed, now, self._entries.get(tid))
-            if start is not None and entry is not None and add_bridge(entry, start):
+            if start is not None and entry is not None and _bridged(entry, start):
                 self._push(entry)  # a takeover came before its arming
         if not self._pending:
             self._pending = {}  # a dict keeps its size when emptied: 100,000 slots
@@ -150,7 +157,7 @@ class Ticker:
         (not before its `activeSince`; claims drop what already ran); how many."""
         added = 0
         for entry in self._entries.values():
-            if n := add_bridge(entry, start):
+            if n := _bridged(entry, start):
                 added += n
                 self._push(entry)
         if self._pending:  # entries not armed yet bridge as they are armed

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runtime.fire.cursors import Entry, add_bridge, arm, take
+from runtime.fire.cursors import Entry, add_attempt, add_bridge, arm, take
 from triggers import policies, schedule
 from triggers.records import CronTrigger, OnceTrigger, load
 
@@ -98,3 +98,23 @@ def test_a_backfill_request_is_queued_once_and_an_old_one_not_at_all():
     assert take(again, T0 + MIN) == [(schedule.fire_key_cron(T0 + MIN), T0 + MIN, False)]
     old = record(backfill={**asked, "id": "bf_2", "requestedAt": "2026-12-01T07:00:00Z"})
     assert take(arm(old, T0, None, T0), T0) == []  # a device starting hours later
+
+
+def test_a_stamped_retry_due_after_the_bridge_start_is_run_and_one_from_before_is_not():
+    stamped = {"key": "2026-12-01T08:59:00Z#2", "dueAt": "2026-12-01T09:00:30Z"}
+    rec = record(nextAttempt=stamped)
+    entry = arm(rec, T0, None, T0)  # armed at 09:00: the retry is due after it
+    assert entry.next_at == T0 + timedelta(seconds=30)
+    assert take(entry, T0 + timedelta(seconds=30)) == [
+        ("2026-12-01T08:59:00Z#2", T0 + timedelta(seconds=30), True)
+    ]
+    assert entry.attempt is None and entry.next_at == T0 + MIN  # taken once
+    late = arm(rec, T0 + MIN, None, T0 + MIN)  # armed after it came due: not this device's
+    assert not add_attempt(late, T0 + MIN) and late.attempt is None
+    bridged = arm(rec, T0 + MIN, None, T0 + MIN)
+    assert add_attempt(bridged, T0)  # a takeover whose bridge starts before it came due
+    assert take(bridged, T0 + MIN)[0] == (
+        "2026-12-01T08:59:00Z#2",
+        T0 + timedelta(seconds=30),
+        True,
+    )

@@ -4,6 +4,7 @@ retry, budget, quiet chat, restart and maxRuns (SPEC "Trigger policies")."""
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from firing_world import FAIL, GATED, OK, SPACE, World
@@ -123,3 +124,18 @@ async def test_after_max_runs_ok_runs_the_trigger_is_done_and_fires_no_more(w: W
     await w.fire(w.request(record, "c"))
     assert [r["key"] for r in await w.runs(record)] == ["a", "b"]
     assert w.firing is not None and w.firing.counts.get("done") == 1
+
+
+async def test_a_scheduled_retry_is_stamped_for_whoever_holds_the_trigger_then(w: World):
+    await w.publish("fail@v1", FAIL)
+    record = await w.trigger("fail@v1", retry={"attempts": 2, "backoffSeconds": 30})
+    await w.fire(w.request(record, "k"))
+    stamped = await w.stamped(record)
+    due = datetime.fromisoformat(stamped["nextAttempt"]["dueAt"])
+    assert stamped["nextAttempt"]["key"] == "k#2"
+    assert due - w.clock.wall() == timedelta(seconds=30)
+    await backoff(w, 30)
+    async with asyncio.timeout(10):
+        await eventually(lambda: w.firing is not None and w.firing.counts.get("error") == 2)
+    await w.fire()
+    assert (await w.stamped(record)).get("nextAttempt") is None  # the chain ended
