@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from core.vocab import iso
+from core.vocab import FAILED, RunStatus, iso
 from triggers import facts as f
 from triggers.slots import Asked
 from triggers.whywords import Reason, Verdict, reason_of_code, reason_of_run
@@ -22,7 +22,6 @@ from triggers.whywords import Reason, Verdict, reason_of_code, reason_of_run
 LATE_MS = 2000.0  # a run that started later than this after its slot is `fired_late`
 PENDING_SLACK = 30.0  # how long after its slot a fire may still be claimed (the live slack)
 RUN_MARGIN = 30.0  # past the record's timeout, a claim with no run has surely not run
-FAILED = ("error", "timeout", "crashed")
 CHECKS = ("slot", "active", "enabled", "device", "up", "applied", "bridge", "claim", "run")
 
 
@@ -291,7 +290,7 @@ class Chain:
         assert c is not None
         if c.status is None:
             self._unfinished(c)
-        elif c.status == "ok":
+        elif c.status == RunStatus.OK:
             self._fired(c)
         elif c.status in FAILED:
             error = (self.facts.run or {}).get("error") or ""
