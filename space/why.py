@@ -150,6 +150,7 @@ def _explain(request: web.Request, q: Question, at: datetime, where: Located) ->
                 db, q.space, q.trigger, where.key, None if claim is None else claim.run_id, slot
             ),
             message=_message(db, where),
+            subscriptions=_streams(db, q.space, where),
             beat_seconds=settings.live_seconds / BEATS_PER_LIVE,
             bridge_seconds=BRIDGE_SECONDS,
         )
@@ -160,6 +161,15 @@ def _message(db: sqlite_utils.Database, where: Located) -> f.Message | None:
     if where.record is None or where.record.get("kind") != "event" or where.key is None:
         return None
     return recall.message(db, "", 0.0, where.key)
+
+
+def _streams(db: sqlite_utils.Database, space: str, where: Located) -> list[f.Subscription]:
+    record = where.record or {}
+    spec = record.get("spec")
+    chat = spec.get("objectId") if isinstance(spec, dict) else None
+    if where.slot is None or not isinstance(chat, str) or record.get("kind") != "event":
+        return []
+    return recall.subscriptions(db, space, chat, where.slot.timestamp())
 
 
 def _range(request: web.Request, q: Question) -> web.Response:

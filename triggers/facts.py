@@ -56,6 +56,13 @@ class Window(msgspec.Struct, frozen=True, kw_only=True):
     slept: float | None = None  # the suspend the device reported at this window's start
 
 
+class Subscription(msgspec.Struct, frozen=True, kw_only=True):
+    peer: str
+    began: datetime
+    ended: datetime | None = None  # None: still live
+    resumed: bool = False  # from a `Last-Event-ID`: what came while it was away was replayed
+
+
 class Applied(msgspec.Struct, frozen=True, kw_only=True):
     peer: str
     at: datetime
@@ -100,6 +107,7 @@ class Facts(msgspec.Struct, frozen=True, kw_only=True):
     refusals: list[Refused] = []
     run: dict[str, Any] | None = None  # the run record of the key, if still kept
     message: Message | None = None  # an event trigger's message
+    subscriptions: list[Subscription] = []  # the chat's streams around the message
     beat_seconds: float = 5.0  # a device beats this often: up this long past its last beat
     bridge_seconds: float = 120.0  # the bridge window W
 
@@ -140,6 +148,21 @@ def covering(
         end = w.last_seen if w.stopped else w.last_seen + timedelta(seconds=beat)
         if w.began <= t <= end:
             return w
+    return None
+
+
+def streaming(
+    subs: list[Subscription], t: datetime, peer: str, within: float
+) -> Subscription | None:
+    """The stream of `peer` that carried what came at `t`: live then, or resumed (replaying
+    what it missed) within `within` seconds after."""
+    for s in subs:
+        if s.peer != peer:
+            continue
+        if s.began <= t and (s.ended is None or t <= s.ended):
+            return s
+        if s.resumed and t < s.began <= t + timedelta(seconds=within):
+            return s
     return None
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-from space_support import SPACE, Api, FakeClock
+from space_support import SPACE, Api, FakeClock, rows
+from waiting import eventually
 
 S = f"/spaces/{SPACE}"
 LEASE = f"{S}/election"
@@ -188,3 +189,27 @@ async def test_an_event_trigger_is_asked_about_its_messages(
     assert (got["verdict"], got["reason"]) == ("not_fired", "no_subscriber")
     status, got = await api.get(f"{S}/triggers/{story.tid}/why?key=m_nope")
     assert (status, got["error"]) == (404, "not_found") and "messageId" in got["detail"]
+
+
+async def test_a_devices_chat_stream_is_the_evidence_of_who_was_subscribed(
+    api: Api, space_clock: FakeClock
+) -> None:
+    chat = (await api.post(f"{S}/chats", {"name": "feed"}))[1]["objectId"]
+    story = Story(api, space_clock)
+    spec = {"dataset": "chat_messages", "objectId": chat}
+    await story.create(kind="event", spec=spec, owner="box")
+    box = {"Authorization": f"Bearer {await api.device_token('box')}"}
+    async with api.client.get(f"/v1{S}/chats/{chat}/stream", headers=box) as stream:
+        assert (await stream.content.readline()).startswith(b"id:")  # hello: it is live
+        await story.beat("box", 10)
+        carried = (await api.post(f"{S}/chats/{chat}/messages", {"text": "one"}))[1]
+    ended = "SELECT COUNT(*) FROM history_subscriptions WHERE ended IS NOT NULL"
+    await eventually(lambda: rows(api, ended) == [(1,)], what="the stream's end noted")
+    await story.beat("box", 10)
+    missed = (await api.post(f"{S}/chats/{chat}/messages", {"text": "two"}))[1]
+    await story.beat("box", 60)
+    got = await story.why(key=missed["messageId"])
+    assert (got["verdict"], got["reason"]) == ("not_fired", "no_subscriber")
+    assert "its stream of the chat was not live" in got["detail"] and "had ended" in got["detail"]
+    got = await story.why(key=carried["messageId"])
+    assert got["reason"] == "holder_asleep" and "made no claim" in got["detail"]

@@ -10,7 +10,17 @@ import msgspec
 import pytest
 
 from triggers import why
-from triggers.facts import Applied, Claim, Facts, Message, Refused, Revision, Term, Window
+from triggers.facts import (
+    Applied,
+    Claim,
+    Facts,
+    Message,
+    Refused,
+    Revision,
+    Subscription,
+    Term,
+    Window,
+)
 from triggers.records import CronSpec
 from triggers.slots import slots_between
 from triggers.whywords import REMEDY, Reason, Verdict
@@ -368,3 +378,30 @@ def test_a_refusal_the_chain_did_not_reach_is_still_told() -> None:
     got = ask(windows=[gone], refusals=[late])
     assert reason(got) == (Verdict.NOT_FIRED, Reason.NO_DEVICE_UP)
     assert got.detail.endswith("a claim of it was refused too: laptop at term 1, stale_term")
+
+
+def event_facts(*streams: Subscription) -> tuple[Facts, why.Located]:
+    event = record(kind="event", spec={"dataset": "chat_messages", "objectId": "c1"})
+    rev = Revision(rev=1, seq=1, at=T0, op="create", actor="admin", record=event)
+    msg = Message(message_id="m7", accepted=SLOT)
+    known = facts(revisions=[rev], message=msg, subscriptions=list(streams))
+    return known, why.locate_message(known.revisions, SLOT, msg)
+
+
+def test_an_event_s_stream_live_resumed_or_ended() -> None:
+    live = Subscription(peer="box", began=at(-60))
+    known, where = event_facts(live)
+    got = why.explain(TID, SLOT, where, known)
+    assert got.reason is Reason.HOLDER_ASLEEP and "made no claim" in got.detail
+    back = Subscription(peer="box", began=at(30), resumed=True)
+    ended = Subscription(peer="box", began=at(-60), ended=at(-1))
+    known, where = event_facts(ended, back)
+    assert why.explain(TID, SLOT, where, known).reason is Reason.HOLDER_ASLEEP  # replayed
+    fresh = Subscription(peer="box", began=at(30))
+    known, where = event_facts(ended, fresh)
+    got = why.explain(TID, SLOT, where, known)
+    assert reason(got) == (Verdict.NOT_FIRED, Reason.NO_SUBSCRIBER)
+    assert (
+        "had ended 2026-12-01T08:59:59.000Z" in got.detail
+        and "again 2026-12-01T09:00:30" in got.detail
+    )
