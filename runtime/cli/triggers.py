@@ -8,7 +8,7 @@
     baton triggers pause ID | resume ID | float ID | rm ID | run ID
     baton triggers repin ID PEER [--force]
 
-`edit`, `pause`, `resume`, `float`, `repin` and `rm` take `--note TEXT`, kept with the
+`add`, `edit`, `pause`, `resume`, `float`, `repin` and `rm` take `--note TEXT`, kept with the
 revision in the space's history (`Baton-Note`), which `baton why` shows.
 
 Every verb also takes `--url`, `--token-file`, `--space`, `--json`. Flags are
@@ -98,7 +98,7 @@ def _edit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def cmd_add(args: argparse.Namespace) -> int:
     body = flags.record_of(args)
-    return talk(args, lambda c, w: add(c, w, body, args.force, args.json))
+    return talk(args, lambda c, w: add(c, w, body, args))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -137,7 +137,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return talk(args, lambda c, w: run_now(c, w, args.id, args.json))
 
 
-NOTED = ("edit", "pause", "resume", "float", "repin", "rm")  # verbs that change a record
+NOTED = ("add", "edit", "pause", "resume", "float", "repin", "rm")  # verbs that change a record
 VERBS = (
     ("list", cmd_list, "the space's triggers"),
     ("show", cmd_show, "a record, its next 10 fires and last 10 runs"),
@@ -152,13 +152,13 @@ VERBS = (
 # --- the conversations -----------------------------------------------------------------------
 
 
-async def add(client: SpaceClient, where: Target, body: Record, force: bool, as_json: bool) -> int:
+async def add(client: SpaceClient, where: Target, body: Record, args: argparse.Namespace) -> int:
     if body["owner"]:
-        await require_seen(client, where, body["owner"], force, flag="--pin")
+        await require_seen(client, where, body["owner"], args.force, flag="--pin")
     if body["kind"] == "event":
         await require_chat(client, where, body["spec"]["objectId"])
-    created = await client.trigger_create(where.space, body)
-    _done(created, f"created {created['id']} ({created['name']})", as_json)
+    created = await client.trigger_create(where.space, body, note=args.note or "")
+    _done(created, f"created {created['id']} ({created['name']})", args.json)
     return 0
 
 
