@@ -16,6 +16,8 @@ from typing import Any
 import msgspec
 
 from core.vocab import iso
+from triggers import slots
+from triggers.records import CronTrigger, load
 
 
 class Revision(msgspec.Struct, frozen=True, kw_only=True):
@@ -260,3 +262,12 @@ def timeout_of(record: dict[str, Any]) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
         return float(value)
     return 60.0
+
+
+def wall_of(record: dict[str, Any] | None, slot: datetime) -> str:
+    """`, 02:30 CEST in Europe/Berlin, the first 02:30 of the day`, or ''."""
+    loaded = None if record is None else load(record)
+    if not isinstance(loaded, CronTrigger):
+        return ""
+    words = slots.wall_words(loaded.spec, slot)
+    return f", {words}" if words else ""

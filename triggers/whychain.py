@@ -103,7 +103,8 @@ class Chain:
         if m is not None:
             self.passed(f"message {m.message_id} accepted at {iso(m.accepted)}")
         else:
-            self.passed(f"slot {iso(self.slot_at)} (key {where.key})")
+            wall = f.wall_of(where.record, self.slot_at)
+            self.passed(f"slot {iso(self.slot_at)} (key {where.key}{wall})")
 
     def active(self) -> None:
         revisions = self.facts.revisions

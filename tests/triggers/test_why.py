@@ -405,3 +405,20 @@ def test_an_event_s_stream_live_resumed_or_ended() -> None:
         "had ended 2026-12-01T08:59:59.000Z" in got.detail
         and "again 2026-12-01T09:00:30" in got.detail
     )
+
+
+def test_two_runs_that_look_alike_show_their_keys_and_what_tells_them_apart() -> None:
+    spec = {"expr": "30 * * * *", "tz": "Europe/Berlin"}  # a wildcard hour: real time
+    rev = Revision(rev=1, seq=1, at=T0, op="create", actor="admin", record=record(spec=spec))
+    said = []
+    for slot in (
+        datetime(2027, 10, 31, 0, 30, tzinfo=UTC),
+        datetime(2027, 10, 31, 1, 30, tzinfo=UTC),
+    ):
+        claim = msgspec.structs.replace(OK, claimed_at=slot, started_at=slot)
+        got = ask(slot, revisions=[rev], claim=claim, now=slot + timedelta(hours=1))
+        assert got.reason is Reason.FIRED
+        said.append((got.key, got.checks[0].detail))
+    assert [k for k, _ in said] == ["2027-10-31T00:30:00Z", "2027-10-31T01:30:00Z"]
+    assert "02:30 CEST in Europe/Berlin, the first 02:30 of the day" in said[0][1]
+    assert "02:30 CET in Europe/Berlin, the second 02:30 of the day" in said[1][1]
