@@ -51,12 +51,12 @@ def _instant(name: str, text: str) -> datetime:
         if text.replace(".", "", 1).isdigit() and len(text) <= 20:
             return datetime.fromtimestamp(float(text), UTC)
         when = datetime.fromisoformat(text)
-    except (ValueError, OverflowError, OSError):
-        when = None
-    if when is None or when.tzinfo is None:
-        detail = f"query `{name}` must be RFC 3339 with an offset, or unix seconds; got {text!r}"
-        raise Refusal(400, "invalid_query", detail)
-    return when.astimezone(UTC)
+        if when.tzinfo is not None:
+            return when.astimezone(UTC)
+    except (ValueError, OverflowError, OSError):  # OverflowError: an offset past year 1 or 9999
+        pass
+    detail = f"query `{name}` must be RFC 3339 with an offset, or unix seconds; got {text!r}"
+    raise Refusal(400, "invalid_query", detail)
 
 
 def _question(request: web.Request) -> Question:
@@ -121,14 +121,12 @@ def _by_key(db: sqlite_utils.Database, q: Question, key: str) -> tuple[Located, 
         _kept(q, "key", found.accepted)
         return why.locate_message(q.revisions, found.accepted, found), found.accepted
     try:
-        at = datetime.fromisoformat(key)
-    except ValueError:
-        at = None
-    if at is None or at.tzinfo is None:
+        at = _instant("key", key)
+    except Refusal:
         detail = f"`key` of a cron or once trigger is its slot's instant (RFC 3339), got {key!r}"
-        raise Refusal(400, "invalid_query", detail)
+        raise Refusal(400, "invalid_query", detail) from None
     _kept(q, "key", at)
-    return why.locate(q.revisions, at.astimezone(UTC), exact=True), at.astimezone(UTC)
+    return why.locate(q.revisions, at, exact=True), at
 
 
 def _explain(request: web.Request, q: Question, at: datetime, where: Located) -> why.Answer:

@@ -213,3 +213,18 @@ async def test_a_devices_chat_stream_is_the_evidence_of_who_was_subscribed(
     assert "its stream of the chat was not live" in got["detail"] and "had ended" in got["detail"]
     got = await story.why(key=carried["messageId"])
     assert got["reason"] == "holder_asleep" and "made no claim" in got["detail"]
+
+
+async def test_odd_instants_are_400_never_500(api: Api) -> None:
+    story = Story(api, FakeClock())
+    await story.create()
+    for query in (
+        "at=0001-01-01T00:00:00%2B14:00",
+        "at=9999-12-31T23:59:59-14:00",
+        "key=0001-01-01T00:00:00%2B14:00",
+        "at=99999999999999999999",
+        "since=nope",
+        "at=1&key=x",
+    ):
+        status, got = await api.get(f"{S}/triggers/{story.tid}/why?{query}")
+        assert (status, got["error"]) == (400, "invalid_query"), (query, got)
