@@ -63,3 +63,4 @@ def test_wall_times_are_read_in_the_triggers_zone() -> None:
     assert parse_when("T", "09:00", berlin, now) == datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
     assert parse_when("T", "yesterday 09:00", berlin, now) == datetime(2026, 12, 2, 8, tzinfo=UTC)
     assert parse_when("T", "1764748800", berlin, now) == datetime(2025, 12, 3, 8, tzinfo=UTC)
+    assert parse_when("--since", "2h", berlin, now) == datetime(2026, 12, 3, 10, tzinfo=UTC)
