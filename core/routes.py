@@ -64,7 +64,13 @@ ROUTES: dict[str, Route] = {
         Route(
             name="triggers", method="GET", path=_S + "/triggers", query=("after", "limit", "stored")
         ),
-        Route(name="trigger_create", method="POST", path=_S + "/triggers", body=True),
+        Route(
+            name="trigger_create",
+            method="POST",
+            path=_S + "/triggers",
+            body=True,
+            headers={"note": "Baton-Note"},
+        ),
         Route(name="trigger_get", method="GET", path=_T),
         Route(name="trigger_put", method="PUT", path=_T, body=True),
         Route(

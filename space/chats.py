@@ -9,6 +9,9 @@ each accepted message to the chat's streams. Storage is `chat_store`, the event 
 
 from __future__ import annotations
 
+import logging
+import sqlite3
+
 import msgspec
 from aiohttp import web
 
@@ -18,15 +21,19 @@ from space import (
     auth,
     chat_store,
     chat_stream,
+    history,
     oddrows,
     trigger_store,
 )
+from space.auth import Role, principal
 from space.chat_store import Chat, ChatIn, NotEditable, UnknownChat
-from space.db import DB
+from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.servertime import epoch
 from space.spaces import require_space
-from space.streams import EventStream, install
+from space.streams import EventStream, install, last_event_id
+
+log = logging.getLogger("baton.space")
 
 
 class ChatSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -206,7 +213,35 @@ async def get_stream(request: web.Request) -> web.StreamResponse:
     options = {"heartbeat": conf.heartbeat, "queue_size": conf.queue_size}
     async with EventStream.open(request, send_timeout=conf.send_timeout, **options) as stream:
         now = epoch(now_of(request))
-        await chat_stream.run(
-            stream, app[TOPICS], app[DB], space, object_id, now=now, window=conf.window
-        )
+        live = _subscribed(request, space, object_id, now)
+        try:
+            await chat_stream.run(
+                stream, app[TOPICS], app[DB], space, object_id, now=now, window=conf.window
+            )
+        finally:
+            _unsubscribed(request, live)
     return stream.response
+
+
+def _subscribed(request: web.Request, space: str, object_id: str, now: float) -> int | None:
+    """A device's stream goes into its history (`why`: who was subscribed when)."""
+    who = principal(request)
+    if who.role is not Role.DEVICE or who.peer is None:
+        return None
+    resumed = last_event_id(request) is not None
+    try:
+        with transaction(request.app[DB]):
+            return history.subscribed(request.app[DB], space, who.peer, object_id, now, resumed)
+    except sqlite3.Error as exc:  # a storage fault costs the history, never the stream
+        log.warning("history: stream of %s not noted: %s", object_id, exc)
+        return None
+
+
+def _unsubscribed(request: web.Request, row: int | None) -> None:
+    if row is None:
+        return
+    try:
+        with transaction(request.app[DB]):
+            history.unsubscribed(request.app[DB], row, epoch(now_of(request)))
+    except sqlite3.Error as exc:
+        log.warning("history: end of a stream not noted: %s", exc)

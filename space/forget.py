@@ -31,7 +31,11 @@ CLAIMS_FLOOR_DAYS = 8.0  # a cron `latest` grace or a once's grace is at most 7 
 
 # table → (the column of its instant, unix seconds or the wire text)
 _BY_ROWID = {"history_refusals": "at", "history_applied": "at", "fires": "claimed_at"}
-_SCANNED = {"history_terms": "ended", "history_windows": "last_seen"}
+_SCANNED = {
+    "history_terms": "ended",
+    "history_windows": "last_seen",
+    "history_subscriptions": "COALESCE(ended, began)",  # one left open by a crash goes too
+}
 _REVISIONS = """
 DELETE FROM history_revisions WHERE rowid IN (
   SELECT r.rowid FROM history_revisions r WHERE r.at < :cutoff AND (

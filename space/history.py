@@ -3,8 +3,9 @@
 Owns the `history_*` tables and the outcome columns of the claim ledger (`fires`): record
 revisions (rev, instant, actor, changed fields old → new, note, the record as it then
 stood), lease terms (holder, began, ended, how), device windows (unbroken runs of
-heartbeats, the sleep a device reported, the feed position it had applied), claim
-refusals, and each claimed fire's run outcome. Every write here happens inside the
+heartbeats, the sleep a device reported, the feed position it had applied), each
+device's chat streams (when live, and whether it resumed), claim refusals, and each
+claimed fire's run outcome. Every write here happens inside the
 transaction of the fact it describes (a record write, a lease change, a heartbeat, a
 claim, a run), so there is no request of its own and nothing lives only in memory.
 Must not decide anything: the reasoning is `triggers.why`, the reading `space.recall`.
@@ -39,6 +40,10 @@ CREATE TABLE IF NOT EXISTS history_refusals (space TEXT NOT NULL, trigger_id TEX
   key TEXT NOT NULL, at REAL NOT NULL, peer TEXT NOT NULL, term INTEGER NOT NULL,
   code TEXT NOT NULL, detail TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS history_refusals_by_key ON history_refusals (space, trigger_id, key);
+CREATE TABLE IF NOT EXISTS history_subscriptions (space TEXT NOT NULL, peer TEXT NOT NULL,
+  object_id TEXT NOT NULL, began REAL NOT NULL, ended REAL, resumed INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS history_subscriptions_by_chat ON history_subscriptions
+  (space, object_id, began);
 CREATE TABLE IF NOT EXISTS history_meta (name TEXT PRIMARY KEY, value REAL NOT NULL);
 """
 FIRE_OUTCOME = {  # the claim ledger's entry closes with its run's outcome
@@ -209,6 +214,21 @@ def _applied(
     ).fetchone()
     if crossed or before == 0:
         db.execute("INSERT INTO history_applied VALUES (?, ?, ?, ?)", [space, peer, now, seq])
+
+
+def subscribed(
+    db: sqlite_utils.Database, space: str, peer: str, object_id: str, at: float, resumed: bool
+) -> int:
+    """A device's stream of a chat went live (`resumed`: from a `Last-Event-ID`); its row."""
+    cur = db.execute(
+        "INSERT INTO history_subscriptions VALUES (?, ?, ?, ?, NULL, ?)",
+        [space, peer, object_id, at, int(resumed)],
+    )
+    return int(cur.lastrowid or 0)
+
+
+def unsubscribed(db: sqlite_utils.Database, row: int, at: float) -> None:
+    db.execute("UPDATE history_subscriptions SET ended = ? WHERE rowid = ?", [at, row])
 
 
 # --- the claim ledger ------------------------------------------------------------------------

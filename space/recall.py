@@ -1,9 +1,9 @@
 """Reading the history back for `why`: the facts around one slot of one trigger.
 
-Owns the queries that turn the `history_*` tables, the claim ledger, the runs and the
-chat messages into `triggers.facts` values, read narrowly around the slot (a year of a
-minutely trigger costs what a day does: every read is by key or by a short range). Reads
-only; must not decide anything (that is `triggers.why`).
+Owns the queries that turn the `history_*` tables, the claim ledger, the runs, the chat
+messages and the devices' chat streams into `triggers.facts` values, read narrowly around
+the slot (a year of a minutely trigger costs what a day does: every read is by key or by
+a short range). Reads only; must not decide anything (that is `triggers.why`).
 """
 
 from __future__ import annotations
@@ -172,3 +172,18 @@ def message(
     return f.Message(
         message_id=row[0], accepted=_at(row[1]), agent=None if agent is None else str(name)
     )
+
+
+def subscriptions(
+    db: sqlite_utils.Database, space: str, object_id: str, at: float
+) -> list[f.Subscription]:
+    """The devices' streams of the chat around the instant `at`, oldest first."""
+    rows = db.execute(
+        "SELECT peer, began, ended, resumed FROM history_subscriptions WHERE space = ? "
+        "AND object_id = ? AND began <= ? AND (ended IS NULL OR ended >= ?) ORDER BY began",
+        [space, object_id, at + AROUND, at - AROUND],
+    ).fetchall()
+    return [
+        f.Subscription(peer=p, began=_at(b), ended=None if e is None else _at(e), resumed=bool(r))
+        for p, b, e, r in rows
+    ]

@@ -51,12 +51,12 @@ def _instant(name: str, text: str) -> datetime:
         if text.replace(".", "", 1).isdigit() and len(text) <= 20:
             return datetime.fromtimestamp(float(text), UTC)
         when = datetime.fromisoformat(text)
-    except (ValueError, OverflowError, OSError):
-        when = None
-    if when is None or when.tzinfo is None:
-        detail = f"query `{name}` must be RFC 3339 with an offset, or unix seconds; got {text!r}"
-        raise Refusal(400, "invalid_query", detail)
-    return when.astimezone(UTC)
+        if when.tzinfo is not None:
+            return when.astimezone(UTC)
+    except (ValueError, OverflowError, OSError):  # OverflowError: an offset past year 1 or 9999
+        pass
+    detail = f"query `{name}` must be RFC 3339 with an offset, or unix seconds; got {text!r}"
+    raise Refusal(400, "invalid_query", detail)
 
 
 def _question(request: web.Request) -> Question:
@@ -121,14 +121,12 @@ def _by_key(db: sqlite_utils.Database, q: Question, key: str) -> tuple[Located, 
         _kept(q, "key", found.accepted)
         return why.locate_message(q.revisions, found.accepted, found), found.accepted
     try:
-        at = datetime.fromisoformat(key)
-    except ValueError:
-        at = None
-    if at is None or at.tzinfo is None:
+        at = _instant("key", key)
+    except Refusal:
         detail = f"`key` of a cron or once trigger is its slot's instant (RFC 3339), got {key!r}"
-        raise Refusal(400, "invalid_query", detail)
+        raise Refusal(400, "invalid_query", detail) from None
     _kept(q, "key", at)
-    return why.locate(q.revisions, at.astimezone(UTC), exact=True), at.astimezone(UTC)
+    return why.locate(q.revisions, at, exact=True), at
 
 
 def _explain(request: web.Request, q: Question, at: datetime, where: Located) -> why.Answer:
@@ -150,6 +148,7 @@ def _explain(request: web.Request, q: Question, at: datetime, where: Located) ->
                 db, q.space, q.trigger, where.key, None if claim is None else claim.run_id, slot
             ),
             message=_message(db, where),
+            subscriptions=_streams(db, q.space, where),
             beat_seconds=settings.live_seconds / BEATS_PER_LIVE,
             bridge_seconds=BRIDGE_SECONDS,
         )
@@ -160,6 +159,15 @@ def _message(db: sqlite_utils.Database, where: Located) -> f.Message | None:
     if where.record is None or where.record.get("kind") != "event" or where.key is None:
         return None
     return recall.message(db, "", 0.0, where.key)
+
+
+def _streams(db: sqlite_utils.Database, space: str, where: Located) -> list[f.Subscription]:
+    record = where.record or {}
+    spec = record.get("spec")
+    chat = spec.get("objectId") if isinstance(spec, dict) else None
+    if where.slot is None or not isinstance(chat, str) or record.get("kind") != "event":
+        return []
+    return recall.subscriptions(db, space, chat, where.slot.timestamp())
 
 
 def _range(request: web.Request, q: Question) -> web.Response:

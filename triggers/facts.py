@@ -16,6 +16,8 @@ from typing import Any
 import msgspec
 
 from core.vocab import iso
+from triggers import slots
+from triggers.records import CronTrigger, load
 
 
 class Revision(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,6 +56,13 @@ class Window(msgspec.Struct, frozen=True, kw_only=True):
     last_seen: datetime
     stopped: bool = False
     slept: float | None = None  # the suspend the device reported at this window's start
+
+
+class Subscription(msgspec.Struct, frozen=True, kw_only=True):
+    peer: str
+    began: datetime
+    ended: datetime | None = None  # None: still live
+    resumed: bool = False  # from a `Last-Event-ID`: what came while it was away was replayed
 
 
 class Applied(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,6 +109,7 @@ class Facts(msgspec.Struct, frozen=True, kw_only=True):
     refusals: list[Refused] = []
     run: dict[str, Any] | None = None  # the run record of the key, if still kept
     message: Message | None = None  # an event trigger's message
+    subscriptions: list[Subscription] = []  # the chat's streams around the message
     beat_seconds: float = 5.0  # a device beats this often: up this long past its last beat
     bridge_seconds: float = 120.0  # the bridge window W
 
@@ -140,6 +150,21 @@ def covering(
         end = w.last_seen if w.stopped else w.last_seen + timedelta(seconds=beat)
         if w.began <= t <= end:
             return w
+    return None
+
+
+def streaming(
+    subs: list[Subscription], t: datetime, peer: str, within: float
+) -> Subscription | None:
+    """The stream of `peer` that carried what came at `t`: live then, or resumed (replaying
+    what it missed) within `within` seconds after."""
+    for s in subs:
+        if s.peer != peer:
+            continue
+        if s.began <= t and (s.ended is None or t <= s.ended):
+            return s
+        if s.resumed and t < s.began <= t + timedelta(seconds=within):
+            return s
     return None
 
 
@@ -237,3 +262,12 @@ def timeout_of(record: dict[str, Any]) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
         return float(value)
     return 60.0
+
+
+def wall_of(record: dict[str, Any] | None, slot: datetime) -> str:
+    """`, 02:30 CEST in Europe/Berlin, the first 02:30 of the day`, or ''."""
+    loaded = None if record is None else load(record)
+    if not isinstance(loaded, CronTrigger):
+        return ""
+    words = slots.wall_words(loaded.spec, slot)
+    return f", {words}" if words else ""

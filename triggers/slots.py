@@ -124,3 +124,20 @@ def _wall(r: cron.CronRule, t: datetime) -> str:
     """`2027-03-28T01:00:00.000Z (03:00 CEST)`: the instant, and its wall time in the zone."""
     local = t.astimezone(r.tz)
     return f"{iso(t)} ({local:%H:%M} {local.tzname()})"
+
+
+def wall_words(spec: CronSpec | OnceSpec, slot: datetime) -> str:
+    """What tells a slot from one that looks like it: its wall time in the zone, and what
+    the DST rule did (`02:30 CET, the second 02:30 of the day`), or '' in UTC."""
+    if isinstance(spec, OnceSpec) or spec.tz in ("UTC", "Etc/UTC"):
+        return ""
+    r = cron.rule_of(spec)
+    local = slot.astimezone(r.tz)
+    said = f"{local:%H:%M} {local.tzname()} in {spec.tz}"
+    note = schedule.dst_note(spec, slot)
+    if note is schedule.DstNote.SHIFTED:
+        return said + ", moved out of the spring gap"
+    if cron.repeated(r.tz, slot):
+        which = "second" if local.fold else "first"
+        return said + f", the {which} {local:%H:%M} of the day"
+    return said

@@ -14,12 +14,13 @@ from typing import Any
 
 import msgspec
 
-from core.vocab import FAILED, iso
+from core.vocab import FAILED, RunStatus, iso
 from triggers import facts as f
 from triggers.slots import Asked
 from triggers.whywords import Reason, Verdict, reason_of_code, reason_of_run
 
 LATE_MS = 2000.0  # a run that started later than this after its slot is `fired_late`
+BRIDGE_W = 120.0  # a stream resumed within this long replays what it missed (the window W)
 PENDING_SLACK = 30.0  # how long after its slot a fire may still be claimed (the live slack)
 RUN_MARGIN = 30.0  # past the record's timeout, a claim with no run has surely not run
 CHECKS = ("slot", "active", "enabled", "device", "up", "applied", "bridge", "claim", "run")
@@ -102,7 +103,8 @@ class Chain:
         if m is not None:
             self.passed(f"message {m.message_id} accepted at {iso(m.accepted)}")
         else:
-            self.passed(f"slot {iso(self.slot_at)} (key {where.key})")
+            wall = f.wall_of(where.record, self.slot_at)
+            self.passed(f"slot {iso(self.slot_at)} (key {where.key}{wall})")
 
     def active(self) -> None:
         revisions = self.facts.revisions
@@ -188,6 +190,7 @@ class Chain:
             self.passed("the claim says so" if self.facts.claim else "see the bridge")
             return
         if f.covering(self.facts.windows, slot, self.facts.beat_seconds, peer) is not None:
+            self._subscribed(peer)
             self.passed(f"{peer} was up and awake at {iso(slot)}")
             return
         self._asleep(peer)
@@ -202,6 +205,24 @@ class Chain:
             return
         detail = f"the holder {peer} was not up at {iso(slot)}{gone}, and nobody took over"
         raise Fail(Reason.NO_DEVICE_UP, detail)
+
+    def _subscribed(self, peer: str) -> None:
+        """An event's device was up: was its stream of the chat live for the message?"""
+        m = self.facts.message
+        if m is None or f.streaming(self.facts.subscriptions, m.accepted, peer, BRIDGE_W):
+            return
+        mine = [s for s in self.facts.subscriptions if s.peer == peer]
+        before = [s for s in mine if s.began <= m.accepted]
+        after = [s for s in mine if s.began > m.accepted]
+        was = (
+            f"; its stream had ended {iso(before[-1].ended)}" if before and before[-1].ended else ""
+        )
+        then = f"; it subscribed again {iso(after[0].began)}" if after else ""
+        detail = (
+            f"{peer} was up, but its stream of the chat was not live when {m.message_id} was "
+            f"accepted at {iso(m.accepted)}{was}{then}"
+        )
+        raise Fail(Reason.NO_SUBSCRIBER, detail)
 
     def _asleep(self, peer: str) -> None:
         woke = f.sleep_over(self.facts.windows, self.slot_at, peer)
@@ -279,9 +300,6 @@ class Chain:
             detail = f"not claimed yet; it may be until {iso(until)}"
             raise Fail(Reason.CLAIMED_NOT_RUN, detail, Verdict.PENDING)
         who = self.responsible or "the device"
-        if self.facts.message is not None:
-            detail = f"no claim: {who}'s stream of the chat was not live when it was accepted"
-            raise Fail(Reason.NO_SUBSCRIBER, detail)
         detail = f"{who} was up, yet made no claim: its fire path did not reach the slot in time"
         raise Fail(Reason.HOLDER_ASLEEP, detail)
 
@@ -290,7 +308,7 @@ class Chain:
         assert c is not None
         if c.status is None:
             self._unfinished(c)
-        elif c.status == "ok":
+        elif c.status == RunStatus.OK:
             self._fired(c)
         elif c.status in FAILED:
             error = (self.facts.run or {}).get("error") or ""

@@ -63,10 +63,18 @@ def parse_query(args: argparse.Namespace, clock: Clock) -> dict[str, Any]:
     return {**query, "limit": parse_limit(args.limit)}
 
 
+def ago(text: str, now: datetime) -> datetime | None:
+    """`15m`, `2h`, `7d` (also `90s`) back from `now`; None if `text` is no such duration."""
+    found = _AGO.fullmatch(text.strip())
+    if found is None:
+        return None
+    return now - timedelta(**{_UNITS[found.group(2)]: int(found.group(1))})
+
+
 def parse_since(text: str, now: datetime) -> datetime:
-    ago = _AGO.fullmatch(text.strip())
-    if ago is not None:
-        return now - timedelta(**{_UNITS[ago.group(2)]: int(ago.group(1))})
+    back = ago(text, now)
+    if back is not None:
+        return back
     try:
         return instant("--since", text)
     except UsageError:

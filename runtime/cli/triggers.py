@@ -7,8 +7,8 @@
 
 Owns the verbs: flags checked before anything is sent (`trigger_flags`, the policies'
 `policies`), `edit` a compare-and-set on the rev it read, `--note` on the verbs that change
-a record, `run` a manual run (runtime.fire.manual); details in docs/architecture.md and
-docs/cli.md. A shell: parse, call, print.
+a record (`add` too), `run` a manual run (runtime.fire.manual); details in
+docs/architecture.md and docs/cli.md. A shell: parse, call, print.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def _edit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def cmd_add(args: argparse.Namespace) -> int:
     body = flags.record_of(args)
-    return talk(args, lambda c, w: add(c, w, body, args.force, args.json))
+    return talk(args, lambda c, w: add(c, w, body, args))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -160,7 +160,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return talk(args, lambda c, w: run_now(c, w, args.id, args.json))
 
 
-NOTED = ("edit", "pause", "resume", "float", "repin", "rm")  # verbs that change a record
+NOTED = ("add", "edit", "pause", "resume", "float", "repin", "rm")  # verbs that change a record
 VERBS = (
     ("list", cmd_list, "the space's triggers"),
     ("show", cmd_show, "a record, its next 10 fires and last 10 runs"),
@@ -175,14 +175,14 @@ VERBS = (
 # --- the conversations -----------------------------------------------------------------------
 
 
-async def add(client: SpaceClient, where: Target, body: Record, force: bool, as_json: bool) -> int:
+async def add(client: SpaceClient, where: Target, body: Record, args: argparse.Namespace) -> int:
     if body["owner"]:
-        await require_seen(client, where, body["owner"], force, flag="--pin")
+        await require_seen(client, where, body["owner"], args.force, flag="--pin")
     if body["kind"] == "event":
         await require_chat(client, where, body["spec"]["objectId"])
-    created = await client.trigger_create(where.space, body)
+    created = await client.trigger_create(where.space, body, note=args.note or "")
     await warn_unpublished(client, where, body["program"])
-    _done(created, f"created {created['id']} ({created['name']})", as_json)
+    _done(created, f"created {created['id']} ({created['name']})", args.json)
     return 0
 
 

@@ -3,10 +3,10 @@
     baton why TRIGGER [T] [--at T | --key K | --since T [--until T]] [--json]
 
 TRIGGER is an id or a name (an unknown or ambiguous one is exit 2 with the closest
-names). T is RFC 3339, unix seconds, or a wall time in the trigger's zone: "09:00"
-(today), "yesterday 09:00", "2026-12-01 09:00". Without T: the last due slot. Prints
-the chain of checks with ✓/✗, one sentence, and the remedy (`--since`: one line per
-slot). Exit 0 when answered, whatever the verdict.
+names). T is RFC 3339, unix seconds, a wall time in the trigger's zone: "09:00"
+(today), "yesterday 09:00", "2026-12-01 09:00", or a duration back from now ("2h").
+Without T: the last due slot. Prints the chain of checks with ✓/✗, one sentence, and
+the remedy (`--since`: one line per slot). Exit 0 when answered, whatever the verdict.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from core.clock import SystemClock
 from runtime.cli.common import Target, add_space_options
 from runtime.cli.main import UsageError
 from runtime.cli.next import instant
+from runtime.cli.runs import ago
 from runtime.cli.table import render
 from runtime.cli.talk import emit, talk
 from runtime.client.api import SpaceClient
@@ -104,7 +105,11 @@ def _zone(record: dict[str, Any]) -> ZoneInfo:
 
 
 def parse_when(flag: str, text: str, zone: ZoneInfo, now: datetime) -> datetime:
-    """An instant: RFC 3339, unix seconds, or a wall time in `zone` ("09:00" is today's)."""
+    """An instant: RFC 3339, unix seconds, a wall time in `zone` ("09:00" is today's), or
+    a duration back from now (`2h`)."""
+    back = ago(text, now)
+    if back is not None:
+        return back
     wall = _WALL.fullmatch(text.strip())
     if wall is None:
         return instant(flag, text, allow_unix=True)

@@ -199,8 +199,8 @@ class SpaceClient:
             "triggers", wire.TriggerPage, space=space, after=after or None, limit=limit, stored=1
         )
 
-    async def trigger_create(self, space: str, body: JSON) -> JSON:
-        return await self.call("trigger_create", body, space=space)
+    async def trigger_create(self, space: str, body: JSON, note: str = "") -> JSON:
+        return await self.call("trigger_create", body, space=space, note=quote(note) or None)
 
     async def trigger_get(self, space: str, id: str) -> JSON:
         return await self.call("trigger_get", space=space, id=id)

@@ -130,5 +130,9 @@ async def test_log_in_from_the_printed_url_pause_chat_and_open_a_run(
     await expect(detail).to_be_visible()
     await expect(detail.locator("#run-facts")).to_contain_text("demo-tally@v1")
     await expect(detail.locator("#run-facts")).to_contain_text("startedAt")
+    why = detail.locator("#run-why")  # the space's `why` of the run's fire key
+    await expect(why.locator(".pill", has_text="fired")).to_be_visible(timeout=WAIT_MS)
+    await expect(why.locator("li.ok", has_text="claim: claimed by laptop")).to_be_visible()
+    assert "null" not in await why.inner_text()  # no remedy for a fire: nothing shown
     await detail.scroll_into_view_if_needed()
     await shoot(page, tmp_path, "run-detail.png")

@@ -92,3 +92,12 @@ def snapshot(db_path: Path) -> list[str]:
         return list(conn.iterdump())
     finally:
         conn.close()
+
+
+def rows(api: Api, sql: str) -> list[tuple[Any, ...]]:
+    """The rows `sql` reads from the space's file, on a connection of its own."""
+    conn = sqlite3.connect(api.db_path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()

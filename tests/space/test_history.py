@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from datetime import UTC, datetime
-from typing import Any
 
 import sqlite_utils
-from space_support import SPACE, Api, FakeClock
+from space_support import SPACE, Api, FakeClock, rows
 
 from space import forget
 
 S = f"/spaces/{SPACE}"
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC).timestamp()
-
-
-def rows(api: Api, sql: str) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(api.db_path)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 async def test_every_change_of_a_record_is_a_revision_with_actor_and_note(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-from space_support import SPACE, Api, FakeClock
+from space_support import SPACE, Api, FakeClock, rows
+from waiting import eventually
 
 S = f"/spaces/{SPACE}"
 LEASE = f"{S}/election"
@@ -20,13 +21,16 @@ class Story:
     async def create(self, **fields: Any) -> None:
         self.tid = (await self.api.create_trigger(**fields))["id"]
 
-    async def beat(self, peer: str, seconds: float, term: int | None = None) -> None:
+    async def beat(self, peer: str, seconds: float, term: int | None = None, **body: Any) -> None:
         """`peer` heartbeats every 5 s for `seconds` (the clock moves), renewing the lease
-        at `term` if given."""
+        at `term` if given; `body` goes with the first beat (`instance`, `sleptSeconds`,
+        `appliedSeq`: the last two once, the position with every beat)."""
         spent, every = 0.0, 5.0
+        beat = {"instance": "i1", **body}
         while spent < seconds:
-            status, got = await self.api.put(f"{S}/devices/{peer}", {"instance": "i1"})
+            status, got = await self.api.put(f"{S}/devices/{peer}", beat)
             assert status == 200, got
+            beat = {k: v for k, v in beat.items() if k != "sleptSeconds"}
             if term is not None:
                 renewed = await self.api.post(f"{LEASE}/claim", {"peer": peer, "term": term})
                 assert renewed[0] == 200, renewed
@@ -138,3 +142,89 @@ async def test_a_range_answers_every_slot_and_a_run_token_may_ask(
         f"{S}/triggers/{story.tid}/why?at=2026-12-01T09:05:00Z"
     )
     assert status == 200 and got["reason"] == "fired" and "result" not in got["run"]
+
+
+async def test_asleep_and_behind_the_feed(api: Api, space_clock: FakeClock) -> None:
+    story = Story(api, space_clock)
+    await story.create(owner="box")  # change feed position 1
+    await story.beat("box", 60, appliedSeq=1)  # 09:00 … 09:01, then the lid closes
+    space_clock.advance(650)
+    await story.beat("box", 30, instance="i2", sleptSeconds=648.0, appliedSeq=1)
+    got = await story.why(at="2026-12-01T09:05:00Z")
+    assert (got["verdict"], got["reason"]) == ("not_fired", "holder_asleep")
+    assert (
+        "box was asleep from 2026-12-01T09:01:02.000Z to 2026-12-01T09:11:50.000Z" in got["detail"]
+    )
+
+    tid = story.tid
+    assert (await api.patch(f"{S}/triggers/{tid}", {"enabled": False}))[0] == 200  # seq 2
+    await story.beat("box", 60, appliedSeq=2)
+    assert (await api.patch(f"{S}/triggers/{tid}", {"enabled": True}))[0] == 200  # seq 3
+    await story.beat("box", 120, appliedSeq=2)  # its feed is stuck before the resume
+    await story.beat("box", 10, appliedSeq=3)
+    got = await story.why(at="2026-12-01T09:15:00Z")
+    assert (got["verdict"], got["reason"]) == ("not_fired", "not_applied")
+    assert "box had applied the change feed to 2" in got["detail"] and "rev 3" in got["detail"]
+
+
+async def test_an_event_trigger_is_asked_about_its_messages(
+    api: Api, space_clock: FakeClock
+) -> None:
+    chat = (await api.post(f"{S}/chats", {"name": "feed"}))[1]["objectId"]
+    story = Story(api, space_clock)
+    spec = {"dataset": "chat_messages", "objectId": chat}
+    await story.create(kind="event", spec=spec, owner="box")
+    space_clock.advance(5)
+    sent = (await api.post(f"{S}/chats/{chat}/messages", {"text": "hello"}))[1]
+    space_clock.advance(5)
+    got = await story.why()
+    assert (got["key"], got["reason"]) == (sent["messageId"], "owner_offline")
+    await story.beat("box", 30)
+    mine = (await api.post(f"{S}/chats/{chat}/messages", {"text": "x", "agent": {"name": "a"}}))[1]
+    got = await story.why(key=mine["messageId"])
+    assert (got["verdict"], got["reason"]) == ("not_due", "not_a_slot")
+    sent = (await api.post(f"{S}/chats/{chat}/messages", {"text": "while up"}))[1]  # box is up
+    space_clock.advance(60)
+    got = await story.why(key=sent["messageId"])
+    assert (got["verdict"], got["reason"]) == ("not_fired", "no_subscriber")
+    status, got = await api.get(f"{S}/triggers/{story.tid}/why?key=m_nope")
+    assert (status, got["error"]) == (404, "not_found") and "messageId" in got["detail"]
+
+
+async def test_a_devices_chat_stream_is_the_evidence_of_who_was_subscribed(
+    api: Api, space_clock: FakeClock
+) -> None:
+    chat = (await api.post(f"{S}/chats", {"name": "feed"}))[1]["objectId"]
+    story = Story(api, space_clock)
+    spec = {"dataset": "chat_messages", "objectId": chat}
+    await story.create(kind="event", spec=spec, owner="box")
+    box = {"Authorization": f"Bearer {await api.device_token('box')}"}
+    async with api.client.get(f"/v1{S}/chats/{chat}/stream", headers=box) as stream:
+        assert (await stream.content.readline()).startswith(b"id:")  # hello: it is live
+        await story.beat("box", 10)
+        carried = (await api.post(f"{S}/chats/{chat}/messages", {"text": "one"}))[1]
+    ended = "SELECT COUNT(*) FROM history_subscriptions WHERE ended IS NOT NULL"
+    await eventually(lambda: rows(api, ended) == [(1,)], what="the stream's end noted")
+    await story.beat("box", 10)
+    missed = (await api.post(f"{S}/chats/{chat}/messages", {"text": "two"}))[1]
+    await story.beat("box", 60)
+    got = await story.why(key=missed["messageId"])
+    assert (got["verdict"], got["reason"]) == ("not_fired", "no_subscriber")
+    assert "its stream of the chat was not live" in got["detail"] and "had ended" in got["detail"]
+    got = await story.why(key=carried["messageId"])
+    assert got["reason"] == "holder_asleep" and "made no claim" in got["detail"]
+
+
+async def test_odd_instants_are_400_never_500(api: Api) -> None:
+    story = Story(api, FakeClock())
+    await story.create()
+    for query in (
+        "at=0001-01-01T00:00:00%2B14:00",
+        "at=9999-12-31T23:59:59-14:00",
+        "key=0001-01-01T00:00:00%2B14:00",
+        "at=99999999999999999999",
+        "since=nope",
+        "at=1&key=x",
+    ):
+        status, got = await api.get(f"{S}/triggers/{story.tid}/why?{query}")
+        assert (status, got["error"]) == (400, "invalid_query"), (query, got)

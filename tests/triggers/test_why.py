@@ -10,7 +10,17 @@ import msgspec
 import pytest
 
 from triggers import why
-from triggers.facts import Applied, Claim, Facts, Message, Refused, Revision, Term, Window
+from triggers.facts import (
+    Applied,
+    Claim,
+    Facts,
+    Message,
+    Refused,
+    Revision,
+    Subscription,
+    Term,
+    Window,
+)
 from triggers.records import CronSpec
 from triggers.slots import slots_between
 from triggers.whywords import REMEDY, Reason, Verdict
@@ -368,3 +378,47 @@ def test_a_refusal_the_chain_did_not_reach_is_still_told() -> None:
     got = ask(windows=[gone], refusals=[late])
     assert reason(got) == (Verdict.NOT_FIRED, Reason.NO_DEVICE_UP)
     assert got.detail.endswith("a claim of it was refused too: laptop at term 1, stale_term")
+
+
+def event_facts(*streams: Subscription) -> tuple[Facts, why.Located]:
+    event = record(kind="event", spec={"dataset": "chat_messages", "objectId": "c1"})
+    rev = Revision(rev=1, seq=1, at=T0, op="create", actor="admin", record=event)
+    msg = Message(message_id="m7", accepted=SLOT)
+    known = facts(revisions=[rev], message=msg, subscriptions=list(streams))
+    return known, why.locate_message(known.revisions, SLOT, msg)
+
+
+def test_an_event_s_stream_live_resumed_or_ended() -> None:
+    live = Subscription(peer="box", began=at(-60))
+    known, where = event_facts(live)
+    got = why.explain(TID, SLOT, where, known)
+    assert got.reason is Reason.HOLDER_ASLEEP and "made no claim" in got.detail
+    back = Subscription(peer="box", began=at(30), resumed=True)
+    ended = Subscription(peer="box", began=at(-60), ended=at(-1))
+    known, where = event_facts(ended, back)
+    assert why.explain(TID, SLOT, where, known).reason is Reason.HOLDER_ASLEEP  # replayed
+    fresh = Subscription(peer="box", began=at(30))
+    known, where = event_facts(ended, fresh)
+    got = why.explain(TID, SLOT, where, known)
+    assert reason(got) == (Verdict.NOT_FIRED, Reason.NO_SUBSCRIBER)
+    assert (
+        "had ended 2026-12-01T08:59:59.000Z" in got.detail
+        and "again 2026-12-01T09:00:30" in got.detail
+    )
+
+
+def test_two_runs_that_look_alike_show_their_keys_and_what_tells_them_apart() -> None:
+    spec = {"expr": "30 * * * *", "tz": "Europe/Berlin"}  # a wildcard hour: real time
+    rev = Revision(rev=1, seq=1, at=T0, op="create", actor="admin", record=record(spec=spec))
+    said = []
+    for slot in (
+        datetime(2027, 10, 31, 0, 30, tzinfo=UTC),
+        datetime(2027, 10, 31, 1, 30, tzinfo=UTC),
+    ):
+        claim = msgspec.structs.replace(OK, claimed_at=slot, started_at=slot)
+        got = ask(slot, revisions=[rev], claim=claim, now=slot + timedelta(hours=1))
+        assert got.reason is Reason.FIRED
+        said.append((got.key, got.checks[0].detail))
+    assert [k for k, _ in said] == ["2027-10-31T00:30:00Z", "2027-10-31T01:30:00Z"]
+    assert "02:30 CEST in Europe/Berlin, the first 02:30 of the day" in said[0][1]
+    assert "02:30 CET in Europe/Berlin, the second 02:30 of the day" in said[1][1]

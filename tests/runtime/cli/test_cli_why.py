@@ -45,8 +45,12 @@ async def test_why_says_who_paused_it_with_the_note(cli: Cli, world: World) -> N
 async def test_why_refuses_an_unknown_name_with_the_closest_and_a_bad_instant(
     cli: Cli, world: World
 ) -> None:
-    body = {"name": "report", "kind": "cron", "spec": {"expr": "0 9 * * *"}, "program": "t@v1"}
-    await world.admin.trigger_create(SPACE, body)
+    made = ("--name", "report", "--cron", "0 9 * * *", "--program", "t@v1")
+    code, _, _ = await cli("triggers", "add", *made, "--note", "for the weekly report")
+    assert code == 0
+    got = await cli.json("why", "report", "--json")
+    assert (got["verdict"], got["reason"]) == ("not_due", "before_active")
+    assert got["detail"].endswith('by admin (rev 1): "for the weekly report"')
     err = await cli.fails(2, "why", "reprot")
     assert "no trigger 'reprot'" in err and "did you mean report" in err
     err = await cli.fails(2, "why", "report", "--at", "soon")
@@ -59,3 +63,4 @@ def test_wall_times_are_read_in_the_triggers_zone() -> None:
     assert parse_when("T", "09:00", berlin, now) == datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
     assert parse_when("T", "yesterday 09:00", berlin, now) == datetime(2026, 12, 2, 8, tzinfo=UTC)
     assert parse_when("T", "1764748800", berlin, now) == datetime(2025, 12, 3, 8, tzinfo=UTC)
+    assert parse_when("--since", "2h", berlin, now) == datetime(2026, 12, 3, 10, tzinfo=UTC)
