@@ -32,6 +32,7 @@ from typing import Annotated, Any
 import msgspec
 
 from core.vocab import FAILED, NOT_RAN
+from core.wire import wire_builtins
 
 
 class Phase(enum.StrEnum):
@@ -129,7 +130,7 @@ def until(state: BreakerState) -> datetime | None:
 
 def to_dict(state: BreakerState) -> dict[str, Any]:
     """The `breaker` stamp for the trigger record."""
-    stamp: dict[str, Any] = msgspec.to_builtins(state)
+    stamp: dict[str, Any] = wire_builtins(state)
     return stamp
 
 

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 
 import msgspec
 
-from core.vocab import key_instant
+from core.vocab import canonical_key, key_instant
 from triggers import cron
 from triggers.records import Catchup, CronSpec, FireKey, OnceSpec
 
@@ -136,8 +136,9 @@ def due_slots(spec: CronSpec, cursor: datetime, now: datetime) -> list[datetime]
 
 
 def once_due(spec: OnceSpec, now: datetime, fired_key: FireKey | None) -> OnceState:
-    """The state of a `once` trigger at `now`; `fired_key` is the key it last fired with."""
-    if fired_key == fire_key_once(spec):
+    """The state of a `once` trigger at `now`; `fired_key` is the key it last fired with
+    (an older build's form of it too)."""
+    if fired_key is not None and canonical_key(fired_key) == fire_key_once(spec):
         return OnceState.DONE
     at = spec.at_utc
     if now < at:

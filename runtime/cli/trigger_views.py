@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from core.clock import iso
+from core.vocab import local_instant
 from runtime.cli.next import LEGEND
 from runtime.cli.runs import HEADERS, line, run_row
 from runtime.cli.table import align, render
@@ -74,7 +75,7 @@ def next_fires(raw: Record, now: datetime) -> list[Record]:
     if not isinstance(record, CronTrigger | OnceTrigger):
         return []
     fires = upcoming(record.spec, now, NEXT_FIRES)
-    return [{"at": iso(f.at), "local": f.local.isoformat(), "dst": f.dst} for f in fires]
+    return [{"at": iso(f.at), "local": local_instant(f.local), "dst": f.dst} for f in fires]
 
 
 def show_text(doc: Record) -> str:
