@@ -25,12 +25,9 @@ import msgspec
 
 from core.vocab import canonical_key, key_instant
 from triggers import cron
+from triggers.bounds import CRON_LATEST_GRACE, LIVE_SLACK
 from triggers.records import Catchup, CronSpec, FireKey, OnceSpec
 
-CRON_LATEST_GRACE = 3600.0
-"""Default `graceSeconds` of a cron trigger with `catchup: "latest"`."""
-LIVE_SLACK = 30.0
-"""How late a tick may reach a slot of a `catchup: "none"` trigger and still fire it."""
 MIN_TOLERANCE = 1.0
 """No tolerance is below this: a tick never lands exactly on the slot's second."""
 
