@@ -52,7 +52,7 @@ CLIPPED = """() => {
     const style = getComputedStyle(node);
     if (style.display === "none" || !node.offsetParent || style.overflowX === "visible") continue;
     if (node.scrollWidth > node.clientWidth + 1)
-      out.push(`${node.tagName}.${node.className}#${node.id}: ${node.scrollWidth} px in ${node.clientWidth}`);
+      out.push(`${node.tagName}.${node.className}: ${node.scrollWidth} px in ${node.clientWidth}`);
   }
   const page = document.documentElement;
   if (page.scrollWidth > window.innerWidth + 1)
