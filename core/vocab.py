@@ -11,6 +11,7 @@ grow behaviour beyond words and the sets made of them.
 from __future__ import annotations
 
 import enum
+import re
 from datetime import UTC, datetime
 
 # Enums here carry comments, not docstrings: a docstring would enter the API's OpenAPI schema.
@@ -88,9 +89,9 @@ class Overlap(enum.StrEnum):  # `limits.overlap`: a fire while an earlier one st
 
 
 # --- instants as text ------------------------------------------------------------------
-# One format for instants on the wire (`iso`). Two other texts hold an instant and are
-# kept byte for byte because their bytes are stored: a fire key (claims are keyed on it)
-# and a stamp's detail (the health pass compares the stamped words with its own).
+# One format for instants on the wire, in fire keys and in stamps' details alike (`iso`).
+# A fire key written by an older build (`2026-12-01T08:00:00Z`) names the same fire once
+# canonical (`canonical_key`): the space stores and compares keys in that form.
 
 
 def iso(when: datetime) -> str:
@@ -98,15 +99,35 @@ def iso(when: datetime) -> str:
     return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def local_instant(when: datetime) -> str:
+    """A wall time for people beside the instant: RFC 3339 with its offset and milliseconds,
+    `2026-12-01T10:00:00.000+01:00` (only ever shown next to the UTC one)."""
+    return when.isoformat(timespec="milliseconds")
+
+
 def key_instant(when: datetime) -> str:
-    """An instant in a fire key: `2026-12-01T08:00:00Z`, a fraction only when there is one."""
-    u = when.astimezone(UTC)
-    text = u.strftime("%Y-%m-%dT%H:%M:%S")
-    if u.microsecond:
-        text += f".{u.microsecond:06d}".rstrip("0")
-    return text + "Z"
+    """An instant in a fire key: the one format (`iso`)."""
+    return iso(when)
+
+
+_KEY = re.compile(r"(manual:)?(\d{4}-\d{2}-\d{2}T[^#]+)(#\d+)?")
+
+
+def canonical_key(key: str) -> str:
+    """A fire key with its instant in the one format: `2026-12-01T08:00:00Z#2` (an older
+    build's) → `2026-12-01T08:00:00.000Z#2`. Any other key (a message id) is itself."""
+    found = _KEY.fullmatch(key)
+    if found is None:
+        return key
+    try:
+        at = datetime.fromisoformat(found.group(2))
+    except ValueError:
+        return key
+    if at.tzinfo is None:
+        return key
+    return (found.group(1) or "") + iso(at) + (found.group(3) or "")
 
 
 def detail_instant(when: datetime) -> str:
-    """An instant in a stamp's detail words: `2026-12-01T09:00:00+00:00`."""
-    return when.astimezone(UTC).isoformat()
+    """An instant in a stamp's detail words: the one format (`iso`)."""
+    return iso(when)

@@ -13,9 +13,26 @@ from typing import Annotated, Any
 
 import msgspec
 
-from core.vocab import RunStatus, TurnOutcome, iso
+from core.vocab import RunStatus, TurnOutcome, canonical_key, iso
 
 Aware = Annotated[datetime, msgspec.Meta(tz=True)]
+
+
+def wire_builtins(value: Any) -> Any:
+    """`msgspec.to_builtins` with every instant in the one format (`iso`), nested ones too."""
+    return _isos(msgspec.to_builtins(value, builtin_types=(datetime,), str_keys=True))
+
+
+def _isos(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, dict):
+        return {k: _isos(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_isos(v) for v in value]
+    return value
+
+
 """An instant on the wire: RFC 3339 with an offset (msgspec refuses a naive one)."""
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
@@ -77,6 +94,9 @@ class RunIn(Body, frozen=True, kw_only=True):
     reason: str = ""
     attempt: Annotated[int, msgspec.Meta(ge=1, le=10)] = 1  # a retry's (SPEC "Trigger policies")
     stamps: Stamps | None = None  # the trigger's stamps, written with the run (never stored in it)
+
+    def __post_init__(self) -> None:  # the key of its fire, as the space keeps it
+        msgspec.structs.force_setattr(self, "key", canonical_key(self.key))
 
 
 class RollupRow(Answer, frozen=True, kw_only=True):
@@ -153,6 +173,9 @@ class FireIn(Body, frozen=True, kw_only=True, omit_defaults=True):
     peer: Text
     claimId: Text | None = None  # one per fire attempt: a retry of the same claim is no conflict
     run: RunAsk | None = None  # answer the run's token with the claim
+
+    def __post_init__(self) -> None:  # an older build's key names the same fire
+        msgspec.structs.force_setattr(self, "key", canonical_key(self.key))
 
 
 class FireOut(Answer, frozen=True, kw_only=True):
@@ -232,6 +255,10 @@ class RunTokenIn(Body, frozen=True, kw_only=True):
     runId: Name
     key: Text | None = None  # the fire this run is for: required with a device token
     ttlSeconds: Annotated[float, msgspec.Meta(gt=0)] = 3600.0
+
+    def __post_init__(self) -> None:  # the key of its fire, as the space keeps it
+        if self.key is not None:
+            msgspec.structs.force_setattr(self, "key", canonical_key(self.key))
 
 
 class TokenOut(Answer, frozen=True, kw_only=True):

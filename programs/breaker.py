@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import msgspec
 
 from core.vocab import FAILED, NOT_RAN, RunStatus
+from core.wire import wire_builtins
 
 
 class Phase(enum.StrEnum):
@@ -114,7 +115,7 @@ def until(state: BreakerState) -> datetime | None:
 
 def to_dict(state: BreakerState) -> dict[str, Any]:
     """The `breaker` stamp for the trigger record."""
-    stamp: dict[str, Any] = msgspec.to_builtins(state)
+    stamp: dict[str, Any] = wire_builtins(state)
     return stamp
 
 

@@ -17,6 +17,7 @@ import msgspec
 from msgspec.structs import replace
 
 from core.vocab import FAILED, RAN, RunReason, RunStatus
+from core.wire import wire_builtins
 
 ALPHA = 0.02
 GAMMA = (1 + ALPHA) / (1 - ALPHA)
@@ -202,7 +203,7 @@ def p95(rollup: Rollup) -> float | None:
 
 def to_dict(rollup: Rollup) -> dict[str, Any]:
     """The `rollup` stamp; `p50Ms`/`p95Ms` are added for readers without this module."""
-    raw: dict[str, Any] = msgspec.to_builtins(rollup, str_keys=True)
+    raw: dict[str, Any] = wire_builtins(rollup)
     raw["p50Ms"], raw["p95Ms"] = _rounded(p50(rollup)), _rounded(p95(rollup))
     return raw
 

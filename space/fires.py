@@ -16,6 +16,7 @@ from typing import Any
 import sqlite_utils
 from aiohttp import web
 
+from core.vocab import canonical_key
 from core.wire import FireIn, FireList, FireOut
 from space import fence, history, metrics, token_store
 from space.appstate import SETTINGS
@@ -38,10 +39,26 @@ CREATE TABLE IF NOT EXISTS fires (space TEXT NOT NULL, trigger_id TEXT NOT NULL,
 CLAIM_ID_COLUMN = "ALTER TABLE fires ADD COLUMN claim_id TEXT NOT NULL DEFAULT ''"
 
 
+# a claim of an older build, its key's instant not yet in the one format (`…:00Z`)
+OLD_KEY = (
+    "key GLOB '*[0-9]T[0-9]*' "
+    "AND key NOT GLOB '*T[0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9]Z*'"
+)
+
+
 def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
     if "claim_id" not in {column.name for column in db["fires"].columns}:
         db.execute(CLAIM_ID_COLUMN)  # a store written by an older build
+    _canonical_keys(db)
+
+
+def _canonical_keys(db: sqlite_utils.Database) -> None:
+    """The keys an older build claimed, in the one format: a slot it claimed is claimed
+    for this build too (a takeover's bridge right after an upgrade never runs it again)."""
+    db.conn.create_function("canonical_key", 1, canonical_key, deterministic=True)
+    with transaction(db):
+        db.execute(f"UPDATE OR IGNORE fires SET key = canonical_key(key) WHERE {OLD_KEY}")
 
 
 def claim_one(

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from triggers import records
+from triggers.bounds import CRON_LATEST_GRACE, LIVE_SLACK
 
 Record = dict[str, Any]
 
@@ -46,12 +47,35 @@ def complete(record: Record) -> Record:
 
 
 def _with_defaults(full: Record, raw: Record) -> Record:
-    """`raw` over the decoded record's fields, one level deep into `spec` and `limits`."""
+    """`raw` over the decoded record's fields, one level deep into `spec` and `limits`, and
+    the defaults the runtime goes by where a field is left null (`overlap`, a cron's
+    `graceSeconds`); a whole number of seconds is an integer, however it was written."""
     merged = {**full, **raw}
     for name in ("spec", "limits"):
         if isinstance(full.get(name), dict) and isinstance(raw.get(name), dict):
             merged[name] = {**full[name], **raw[name]}
+    _effective(merged, full)
     return merged
+
+
+def _effective(merged: Record, full: Record) -> None:
+    limits, spec = merged.get("limits"), merged.get("spec")
+    if isinstance(limits, dict):
+        if limits.get("overlap") is None:
+            limits["overlap"] = "queue" if full.get("kind") == "event" else "skip"
+        merged["limits"] = {k: _number(v) for k, v in limits.items()}
+    if isinstance(spec, dict):
+        if full.get("kind") == "cron" and spec.get("graceSeconds") is None:
+            latest = spec.get("catchup") == "latest"
+            spec["graceSeconds"] = CRON_LATEST_GRACE if latest else LIVE_SLACK
+        merged["spec"] = {k: _number(v) for k, v in spec.items()}
+
+
+def _number(value: Any) -> Any:
+    """`60.0` → `60`: one numeric form for a whole number (never a bool, never a fraction)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value
 
 
 def as_stored(tid: str, body: str) -> Record | msgspec.Raw:

@@ -19,7 +19,7 @@ import sqlite_utils
 from aiohttp import web
 
 from core.vocab import TurnOutcome
-from core.wire import TurnIn, TurnList
+from core.wire import TurnIn, TurnList, wire_builtins
 from space import duties, logtable
 from space.appstate import SETTINGS, RunRetention
 from space.db import DB, transaction
@@ -55,7 +55,7 @@ def add_turn(
     db: sqlite_utils.Database, space: str, turn: TurnIn, keep: RunRetention, now: datetime
 ) -> bool:
     """Insert `turn` and prune its chat's turns; False if this exact entry was there already."""
-    body = _encoder.encode(turn).decode()
+    body = _encoder.encode(wire_builtins(turn)).decode()  # its instants in the one format
     with transaction(db):
         if logtable.written(db, "agent_turns", "turn_id", space, turn.turnId, body):
             return False
@@ -84,7 +84,7 @@ async def post_turn(request: web.Request) -> web.Response:
     turn = msgspec.structs.replace(turn, peer=duties.own_peer(request, turn.peer))
     keep = request.app[SETTINGS].retention
     added = add_turn(request.app[DB], space, turn, keep, now_of(request))
-    return answer(msgspec.to_builtins(turn), status=201 if added else 200)
+    return answer(wire_builtins(turn), status=201 if added else 200)
 
 
 async def get_turns(request: web.Request) -> web.Response:

@@ -25,6 +25,11 @@ import msgspec
 from triggers import cronfields, cronwall
 
 MAX_GRACE_SECONDS = 7 * 24 * 3600.0
+CRON_LATEST_GRACE = 3600.0
+"""Default `graceSeconds` of a cron trigger with `catchup: "latest"`."""
+LIVE_SLACK = 30.0
+"""How late a tick may reach a slot of a `catchup: "none"` trigger and still fire it (its
+default `graceSeconds`)."""
 AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 AT_MAX = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

@@ -14,14 +14,11 @@ from datetime import datetime, timedelta
 
 import msgspec
 
-from core.vocab import key_instant
+from core.vocab import canonical_key, key_instant
 from triggers import cron
+from triggers.bounds import CRON_LATEST_GRACE, LIVE_SLACK
 from triggers.records import Catchup, CronSpec, FireKey, OnceSpec
 
-CRON_LATEST_GRACE = 3600.0
-"""Default `graceSeconds` of a cron trigger with `catchup: "latest"`."""
-LIVE_SLACK = 30.0
-"""How late a tick may reach a slot of a `catchup: "none"` trigger and still fire it."""
 MIN_TOLERANCE = 1.0
 """No tolerance is below this: a tick never lands exactly on the slot's second."""
 
@@ -127,8 +124,9 @@ def due_slots(spec: CronSpec, cursor: datetime, now: datetime) -> list[datetime]
 
 
 def once_due(spec: OnceSpec, now: datetime, fired_key: FireKey | None) -> OnceState:
-    """The state of a `once` trigger at `now`; `fired_key` is the key it last fired with."""
-    if fired_key == fire_key_once(spec):
+    """The state of a `once` trigger at `now`; `fired_key` is the key it last fired with
+    (an older build's form of it too)."""
+    if fired_key is not None and canonical_key(fired_key) == fire_key_once(spec):
         return OnceState.DONE
     at = spec.at_utc
     if now < at:

@@ -17,6 +17,7 @@ import signal
 import threading
 from collections.abc import Awaitable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -125,9 +126,21 @@ def target(args: argparse.Namespace) -> Target:
     """Resolve the flags, the environment and the local data directory into a `Target`."""
     data = data_dir(getattr(args, "data", None))
     local = local_settings(data)
-    url = args.url or os.environ.get("BATON_URL") or local.get("url") or DEFAULT_URL
+    url = checked_url(args.url or os.environ.get("BATON_URL") or local.get("url") or DEFAULT_URL)
     space = args.space or os.environ.get("BATON_SPACE") or local.get("space") or DEFAULT_SPACE
     return Target(url=url, token=read_token(token_file(args)), space=space)
+
+
+def checked_url(url: str) -> str:
+    """`--url` (or `BATON_URL`): an http:// or https:// URL with a host, else bad input."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # raises on a port that is not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--url: {url!r} is not an http:// or https:// URL (e.g. {DEFAULT_URL})")
+    return url.rstrip("/")
 
 
 def token_file(args: argparse.Namespace) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeVar
@@ -48,7 +49,27 @@ def flag_value(flag: str, parse: Callable[[str], T], text: str) -> T:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+        raise UsageError(self._said(message))
+
+    def _said(self, message: str) -> str:
+        """argparse's words about a missing or unknown command in ours, never its `dest`:
+        `baton triggers: unknown verb 'bogus': one of add, edit, list …`."""
+        verbs = next(
+            (list(a.choices) for a in self._actions if isinstance(a, argparse._SubParsersAction)),
+            [],
+        )
+        where = self.prog.removeprefix("baton").strip()
+        word, head = ("verb", f"{where}: ") if where else ("command", "")
+        listed = ", ".join(verbs)
+        if (found := _INVALID.search(message)) is not None and verbs:
+            return f"{head}unknown {word} {found.group(1)!r}: one of {listed}"
+        if _REQUIRED.search(message) is not None and verbs:
+            return f"{head}a {word} is needed: one of {listed} (--help says more)"
+        return message
+
+
+_INVALID = re.compile(r"^argument \w*command: invalid choice: '(.*)' \(choose from")
+_REQUIRED = re.compile(r"^the following arguments are required: \w*command$")
 
 
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:

@@ -20,7 +20,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from core.clock import Clock, SystemClock
-from core.vocab import key_instant
+from core.vocab import key_instant, local_instant
 from runtime.cli.main import UsageError, flag_value
 from runtime.cli.table import align
 from triggers import cron
@@ -178,7 +178,8 @@ def _local(fire: Fire, zone: tzinfo) -> datetime:
 
 def render_json(fires: list[Fire], zone: tzinfo) -> str:
     rows = [
-        {"at": key_instant(f.at), "local": _local(f, zone).isoformat(), "dst": f.dst} for f in fires
+        {"at": key_instant(f.at), "local": local_instant(_local(f, zone)), "dst": f.dst}
+        for f in fires
     ]
     return json.dumps({"fires": rows})
 
@@ -187,10 +188,7 @@ def render_table(fires: list[Fire], zone: tzinfo, start: datetime) -> str:
     if not fires:
         return f"no fires at or after {key_instant(start)}"
     rows = [("UTC", f"LOCAL ({_zone_label(zone)})", "DST")]
-    rows += [
-        (key_instant(f.at), _local(f, zone).strftime("%Y-%m-%d %H:%M:%S %z"), f.dst or "")
-        for f in fires
-    ]
+    rows += [(key_instant(f.at), local_instant(_local(f, zone)), f.dst or "") for f in fires]
     lines = align(rows)
     notes = sorted({f.dst for f in fires if f.dst is not None})
     lines += [f"{note}: {LEGEND[note]}" for note in notes]

@@ -99,7 +99,7 @@ async def list_runs(
     if as_json:
         emit({"runs": runs})
     elif not runs:
-        print(f"no runs in space {where.space}" + (" matching" if _filtered(query) else ""))
+        print(f"no runs in space {where.space}{_matching(query)}")
     else:
         print("\n".join([line(HEADERS), *(line(run_row(r)) for r in runs)]))
     return 0
@@ -173,8 +173,10 @@ def _show(run: dict[str, Any], as_json: bool) -> None:
         print(line(run_row(run)), flush=True)
 
 
-def _filtered(query: dict[str, Any]) -> bool:
-    return any(query.get(k) for k in ("trigger", "status", "since"))
+def _matching(query: dict[str, Any]) -> str:
+    """` matching --trigger trg_x --status error`: the filters asked for, or nothing."""
+    given = [f" --{k} {query[k]}" for k in ("trigger", "status", "since") if query.get(k)]
+    return " matching" + "".join(given) if given else ""
 
 
 # --- rows ----------------------------------------------------------------------------------

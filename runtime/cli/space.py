@@ -28,6 +28,7 @@ from runtime.cli.common import (
     DEFAULT_SPACE,
     SPACE_DB,
     Target,
+    add_data_option,
     add_history_option,
     add_space_options,
     data_dir,
@@ -73,8 +74,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     token = sub.add_parser("token", help="mint a device token (printed once); list, revoke")
     token.add_argument("--peer", default=None, help="the device's peer id (to mint)")
     token.add_argument("--space", default=None, help="the space it is bound to (to mint)")
-    token.add_argument("--db", type=Path, default=None, help="SQLite file of the space")
+    token.add_argument(
+        "--db", type=Path, default=None, help="SQLite file of the space (default: the local one)"
+    )
     token.add_argument("--out", type=Path, default=None, help="write it to FILE (0600), not stdout")
+    token.add_argument("--url", default=None, help="mint over the space API instead of --db")
+    token.add_argument("--token-file", type=Path, default=None, help="with --url: the admin token")
+    add_data_option(token)
     token.set_defaults(func=run_token)
     _register_spaces(sub)
     tokens.register(token, type(p))
@@ -121,18 +127,43 @@ def run_token(args: argparse.Namespace) -> int:
     space = _space(args)
     if not spaces.SPACE_ID.fullmatch(space):
         raise UsageError(f"--space: {space!r} must match [a-z0-9][a-z0-9_-]{{0,63}}")
-    db = open_db(args.db or default_db())
-    try:
-        token_store.ensure_schema(db)
-        who = token_store.Principal(role=token_store.Role.DEVICE, peer=args.peer, space=space)
-        token = token_store.mint_token(db, who, system_clock().timestamp())
-    finally:
-        db.conn.close()
+    over_api = args.db is None and (args.url or args.token_file)
+    token = (
+        _minted_over_api(args, space)
+        if over_api
+        else _minted_in(args.db or default_db(), args.peer, space)
+    )
+    if token is None:
+        return 1
     if args.out is not None:
         token_store.write_private(args.out, token + "\n")
     else:
         sys.stdout.write(token + "\n")
     return 0
+
+
+def _minted_in(path: Path, peer: str, space: str) -> str:
+    """A device token written straight into the space's SQLite file (on its machine)."""
+    db = open_db(path)
+    try:
+        token_store.ensure_schema(db)
+        who = token_store.Principal(role=token_store.Role.DEVICE, peer=peer, space=space)
+        return token_store.mint_token(db, who, system_clock().timestamp())
+    finally:
+        db.conn.close()
+
+
+def _minted_over_api(args: argparse.Namespace, space: str) -> str | None:
+    """A device token minted by the space over its API, with the admin token (as `list`
+    and `revoke` do); None when refused (said on stderr)."""
+    args.space, args.json = space, False
+    minted: list[str] = []
+
+    async def work(client: SpaceClient, _: Target) -> int:
+        minted.append((await client.token_device({"peer": args.peer, "space": space}))["token"])
+        return 0
+
+    return minted[0] if talk(args, work) == 0 else None
 
 
 # --- spaces over the API: create, list -----------------------------------------------------
@@ -165,7 +196,7 @@ async def create_space(client: SpaceClient, body: dict[str, str], as_json: bool)
     if as_json:
         emit(created)
     else:
-        print("\n".join(render(["id", "generalChat"], [[created["id"], created["generalChat"]]])))
+        print("\n".join(render(["id", "general chat"], [[created["id"], created["generalChat"]]])))
     return 0
 
 

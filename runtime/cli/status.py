@@ -35,7 +35,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 async def report(client: SpaceClient, where: Target, as_json: bool) -> int:
     found = await gather(client, where)
-    print(json.dumps(found, indent=2) if as_json else human(found))
+    print(json.dumps(found) if as_json else human(found))
     return 0
 
 

@@ -24,6 +24,7 @@ from runtime.client.api import ApiError, SpaceClient
 from space.token_store import write_private
 
 COLUMNS = ("id", "role", "peer", "space", "createdAt", "expiresAt", "lastUsedAt", "state")
+HEADERS = ("id", "role", "peer", "space", "created", "expires", "last used", "state")
 
 
 def register(token: argparse.ArgumentParser, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -86,10 +87,10 @@ def _talk(
             file=sys.stderr,
         )
         return 2 if exc.status in (400, 404, 413, 422) else 1
-    print(json.dumps(found, indent=2) if args.json else human(found))
+    print(json.dumps(found) if args.json else human(found))
     return 0
 
 
 def _table(tokens: list[dict[str, Any]]) -> str:
     rows = [[t.get(c) if t.get(c) is not None else "-" for c in COLUMNS] for t in tokens]
-    return "\n".join(render(COLUMNS, rows))
+    return "\n".join(render(HEADERS, rows))

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from core.clock import iso
+from core.vocab import local_instant
 from runtime.cli import policies
 from runtime.cli.next import LEGEND
 from runtime.cli.runs import HEADERS, line, run_row
@@ -78,7 +79,7 @@ def next_fires(raw: Record, now: datetime) -> list[Record]:
     since = record.fires_from  # a snooze moves it
     start = since if since is not None and since > now else now
     fires = [f for f in upcoming(record.spec, start, NEXT_FIRES) if in_window(record.window, f.at)]
-    return [{"at": iso(f.at), "local": f.local.isoformat(), "dst": f.dst} for f in fires]
+    return [{"at": iso(f.at), "local": local_instant(f.local), "dst": f.dst} for f in fires]
 
 
 def show_text(doc: Record) -> str:

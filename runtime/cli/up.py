@@ -22,12 +22,13 @@ import os
 import socket
 import sys
 from collections.abc import Awaitable
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
 
 from aiohttp import web
 
-from core.clock import SystemClock
+from core.clock import SystemClock, iso
 from core.peerwire import LeaseIn
 from runtime.chat.responders import Responder
 from runtime.cli import demo
@@ -109,10 +110,19 @@ def _device_options(parser: argparse.ArgumentParser, *, peer_required: bool) -> 
 
 def _setup_logging() -> None:
     level = os.environ.get("BATON_LOG", "INFO").upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(OneFormat("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # one line per request is noise
     # Refused stream connects are reported once by our own loop, with what it does next.
     logging.getLogger("aiohttp_sse_client").setLevel(logging.CRITICAL)
+
+
+class OneFormat(logging.Formatter):
+    """Log lines stamped with the one instant format (`2026-12-01T09:00:00.000Z`)."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return iso(datetime.fromtimestamp(record.created, UTC))
 
 
 def _freeze_imports() -> None:

@@ -114,7 +114,7 @@ async def test_tokens_are_listed_revoked_and_the_admin_token_rotated_from_the_cl
         assert code == 0 and token_id(device) in [t["id"] for t in listed]
         assert device not in out and old not in out
         code, out = await procs.run("table", "space", "token", "list", *where)
-        assert code == 0 and "laptop" in out and "LASTUSEDAT" in out
+        assert code == 0 and "laptop" in out and "LAST USED" in out
         code, out = await procs.run("revoke", "space", "token", "revoke", token_id(device), *where)
         assert code == 0, out
         assert await status_of(url, device, "PUT", "/v1/spaces/home/devices/laptop") == 401

@@ -44,3 +44,45 @@ async def test_an_offline_device_is_not_shown_ready(baton_up: str, page, tmp_pat
     await shoot(page, tmp_path, "offline.png")
     text = await box.inner_text()
     assert "ready" not in text and "runs contained" not in text, text
+
+
+CLIPPED = """() => {
+  const out = [];
+  for (const node of document.querySelectorAll("main *")) {  // what hides its overflow
+    const style = getComputedStyle(node);
+    if (style.display === "none" || !node.offsetParent || style.overflowX === "visible") continue;
+    if (node.scrollWidth > node.clientWidth + 1)
+      out.push(`${node.tagName}.${node.className}: ${node.scrollWidth} px in ${node.clientWidth}`);
+  }
+  const page = document.documentElement;
+  if (page.scrollWidth > window.innerWidth + 1)
+    out.push(`the page scrolls sideways: ${page.scrollWidth} px in ${window.innerWidth}`);
+  return out;
+}"""
+
+
+@pytest.mark.parametrize(("width", "height"), [(1400, 900), (390, 844)])
+async def test_nothing_is_clipped_and_nothing_scrolls_sideways(
+    baton_up: str, page, tmp_path: Path, width: int, height: int
+):
+    async with api_of(baton_up) as api:  # long stamps and names, as a real space has them
+        for name, spec, program in (
+            ("a trigger with a rather long name for a column", {"expr": "*/5 * * * *"}, "x@v1"),
+            ("missed", {"at": "2026-01-01T00:00:00+02:00"}, "demo-heartbeat@v1"),
+        ):
+            kind = "cron" if "expr" in spec else "once"
+            body = {"name": name, "kind": kind, "spec": spec, "program": program, "owner": "box"}
+            await api.trigger_create("default", body)
+    await page.set_viewport_size({"width": width, "height": height})
+    await page.goto(baton_up)
+    heartbeat = page.locator("#triggers tr", has_text="demo heartbeat")
+    await playwright.expect(heartbeat).to_be_visible(timeout=WAIT_MS)
+    await page.locator("#send-text").fill("help")
+    await page.locator("#send-form button").click()
+    reply = page.locator("#messages li.msg.agent", has_text="chat-watch")
+    await playwright.expect(reply).to_be_visible(timeout=WAIT_MS)
+    await playwright.expect(
+        page.locator("#runs tr", has_text="demo heartbeat").first
+    ).to_be_visible(timeout=WAIT_MS)
+    await shoot(page, tmp_path, f"dashboard-{width}.png")
+    assert await page.evaluate(CLIPPED) == []

@@ -212,7 +212,7 @@ def test_round_trips_through_a_dict(state: BreakerState) -> None:
 def test_wire_form_is_camel_case() -> None:
     raw = to_dict(opened())
     assert raw["phase"] == "open"
-    assert raw["openUntil"] == "2026-12-01T09:05:00Z"
+    assert raw["openUntil"] == "2026-12-01T09:05:00.000Z"
     assert "trialStartedAt" in raw
 
 
@@ -224,7 +224,7 @@ def test_wire_form_is_camel_case() -> None:
         [],
         {"phase": "melted"},
         {"phase": "open"},  # open without openUntil
-        {"phase": "half_open", "openUntil": "2026-12-01T09:05:00Z"},
+        {"phase": "half_open", "openUntil": "2026-12-01T09:05:00.000Z"},
         {"failures": -1},
         {"failures": "three"},
         {"openUntil": "not a time"},

@@ -195,7 +195,7 @@ def test_round_trips_through_a_dict() -> None:
     rollup = conversation_started(build(("ok", 12.5), ("error", 900), ("skipped", None)), T0)
     raw = to_dict(rollup)
     assert raw["consecutiveFailures"] == 1
-    assert raw["lastRunAt"] == "2026-12-01T09:00:02Z"
+    assert raw["lastRunAt"] == "2026-12-01T09:00:02.000Z"
     assert set(raw["durations"]["buckets"]) <= {str(i) for i in range(MAX_INDEX + 1)}
     assert raw["p50Ms"] == pytest.approx(12.5, rel=ALPHA)
     assert raw["p95Ms"] == pytest.approx(900, rel=ALPHA)

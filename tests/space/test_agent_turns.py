@@ -22,8 +22,8 @@ def turn(turn_id: str, chat: str = "chat_a", *, minute: int = 0, **fields: Any) 
         "messageIds": [f"msg_{turn_id}"],
         "calls": 1,
         "replies": 1,
-        "startedAt": f"2026-12-01T09:{minute:02d}:00Z",
-        "finishedAt": f"2026-12-01T09:{minute:02d}:01Z",
+        "startedAt": f"2026-12-01T09:{minute:02d}:00.000Z",
+        "finishedAt": f"2026-12-01T09:{minute:02d}:01.000Z",
         "durationMs": 1000.0,
         "outcome": "ok",
         "error": "",
@@ -38,7 +38,7 @@ def ids(listing: dict[str, Any]) -> list[str]:
 async def test_a_device_records_a_turn_once_and_reads_it_back(api: Api) -> None:
     device = api.as_(await api.device_token("box"))
     status, body = await device.post(f"{S}/turns", turn("t1"))
-    assert status == 201 and body == turn("t1", startedAt="2026-12-01T09:00:00Z", peer="box")
+    assert status == 201 and body == turn("t1", startedAt="2026-12-01T09:00:00.000Z", peer="box")
     assert (await device.post(f"{S}/turns", turn("t1")))[0] == 200  # the same entry: no-op
     status, body = await device.post(f"{S}/turns", turn("t1", outcome="error"))
     assert status == 409 and body["error"] == "turn_exists"

@@ -7,7 +7,10 @@ import json
 import sqlite3
 
 import pytest
+import sqlite_utils
 from space_support import SPACE, Api, FakeClock
+
+from space import fires
 
 E = f"/spaces/{SPACE}/election"
 F = f"/spaces/{SPACE}/fires"
@@ -104,6 +107,28 @@ async def test_fire_claims_are_fenced_by_term_and_owner(api: Api, space_clock: F
     space_clock.advance(16)  # the lease lapsed: floating claims are fenced off
     status, body = await api.post(F, {**fire, "key": "later"})
     assert status == 409 and body["error"] == "stale_term"
+
+
+async def test_a_key_an_older_build_wrote_names_the_same_fire(api: Api) -> None:
+    """Keys are kept in the one instant format: an older build's `…:00Z` (a device not yet
+    upgraded, or a claim stored before the upgrade) is the same fire as `…:00.000Z`."""
+    trigger = await api.create_trigger(owner="box")
+    fire = {"triggerId": trigger["id"], "key": "2026-12-01T09:05:00Z#2", "term": 0, "peer": "box"}
+    status, body = await api.post(F, fire)
+    assert status == 201 and body["key"] == "2026-12-01T09:05:00.000Z#2"
+    status, body = await api.post(F, {**fire, "key": "2026-12-01T09:05:00.000Z#2"})
+    assert status == 409 and body["error"] == "already_claimed"
+    with sqlite3.connect(api.db_path) as conn:  # a claim stored by an older build
+        conn.execute(
+            "INSERT INTO fires (space, trigger_id, key, term, peer, claimed_at) VALUES "
+            "(?, ?, '2026-12-01T09:10:00Z', 0, 'box', '2026-12-01T09:10:00Z')",
+            [SPACE, trigger["id"]],
+        )
+    db = sqlite_utils.Database(api.db_path)
+    fires.ensure_schema(db)  # as the server does at its start
+    db.close()
+    status, body = await api.post(F, {**fire, "key": "2026-12-01T09:10:00.000Z"})
+    assert status == 409 and body["error"] == "already_claimed"
 
 
 async def test_a_claim_sent_again_is_claimed_and_another_attempt_at_its_key_is_not(

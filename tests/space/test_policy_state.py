@@ -79,7 +79,7 @@ async def test_a_backfill_answers_the_slots_never_claimed_and_stamps_the_request
     ask = {"from": "2026-12-01T09:01:00Z", "to": "2026-12-01T09:05:00Z"}
     status, dry = await api.post(path, {**ask, "dryRun": True})
     assert status == 200 and dry["id"] is None and dry["skipped"] == 1
-    assert dry["keys"] == [f"2026-12-01T09:0{m}:00Z" for m in (1, 2, 4, 5)]
+    assert dry["keys"] == [f"2026-12-01T09:0{m}:00.000Z" for m in (1, 2, 4, 5)]
     assert (await api.get(f"/spaces/{SPACE}/triggers/{record['id']}"))[1].get("backfill") is None
     status, done = await api.post(path, ask)
     assert status == 200 and done["id"].startswith("bf_") and done["keys"] == dry["keys"]

@@ -76,7 +76,7 @@ async def test_patch_merges_user_fields_and_bumps_rev(api: Api, space_clock: Fak
     status, got = await api.patch(f"{T}/{record['id']}", {"name": "renamed"})
     assert status == 200
     assert got["name"] == "renamed" and got["args"] == {"a": 1}
-    assert got["spec"] == {**CRON["spec"], "tz": "UTC", "catchup": "none", "graceSeconds": None}
+    assert got["spec"] == {**CRON["spec"], "tz": "UTC", "catchup": "none", "graceSeconds": 30}
     assert got["rev"] == 2 and got["updatedAt"] == "2026-12-01T09:01:00.000Z"
     assert got["createdAt"] == record["createdAt"]
 
@@ -245,9 +245,9 @@ async def test_get_fills_in_defaults_and_keeps_unknown_fields(api: Api) -> None:
     assert status == 200
     assert (one["enabled"], one["owner"], one["args"]) == (True, "", {})
     assert one["limits"] == {
-        "timeoutSeconds": 60.0,
+        "timeoutSeconds": 60,
         "memoryMB": 512,
-        "overlap": None,
+        "overlap": "skip",
         "maxQueue": 100,
     }
     assert (one["spec"]["expr"], one["spec"]["tz"], one["spec"]["catchup"]) == (
@@ -278,3 +278,42 @@ async def test_the_listing_pages_by_id_and_answers_records_as_stored(api: Api) -
     assert "limits" not in seen[0]  # as stored: no defaults filled in
     assert seen[3]["undecodable"] is True  # what is not JSON is still flagged
     assert [r["id"] for r in full["triggers"]] == made and "limits" in full["triggers"][0]
+
+
+async def test_a_record_is_answered_with_every_default_filled_in(api: Api) -> None:
+    """No `null` where the runtime goes by a default, and one numeric form for seconds."""
+    cron = await api.create_trigger(limits={"timeoutSeconds": 20.0})
+    latest = await api.create_trigger(spec={"expr": "* * * * *", "catchup": "latest"})
+    event = await api.create_trigger(
+        kind="event", spec={"dataset": "chat_messages", "objectId": "chat_x"}, limits={}
+    )
+    once = await api.create_trigger(kind="once", spec={"at": "2026-12-24T18:00:00+01:00"})
+    for made in (cron, latest, event, once):
+        for got in (made, (await api.get(f"{T}/{made['id']}"))[1]):
+            limits = got["limits"]
+            spec = {k: v for k, v in got["spec"].items() if k != "filter"}  # reserved, ignored
+            assert None not in limits.values() and None not in spec.values(), got
+            assert all(type(v) is int for v in limits.values() if not isinstance(v, str)), got
+    assert cron["limits"] == {
+        "timeoutSeconds": 20,
+        "memoryMB": 512,
+        "overlap": "skip",
+        "maxQueue": 100,
+    }
+    assert event["limits"]["overlap"] == "queue" and event["limits"]["timeoutSeconds"] == 60
+    assert cron["spec"]["graceSeconds"] == 30 and latest["spec"]["graceSeconds"] == 3600
+    assert once["spec"]["graceSeconds"] == 3600
+    listed = {t["id"]: t for t in (await api.get(T))[1]["triggers"]}
+    assert listed[cron["id"]]["limits"] == cron["limits"]
+
+
+async def test_a_run_token_writes_as_the_program(api: Api) -> None:
+    _, space = await api.get(f"/spaces/{SPACE}")
+    made = await api.create_trigger(program="greeter@v1")
+    status, minted = await api.post(
+        f"/spaces/{SPACE}/tokens/run", {"triggerId": made["id"], "runId": "run_1"}
+    )
+    assert status == 201, minted
+    path = f"/spaces/{SPACE}/chats/{space['generalChat']}/messages"
+    status, sent = await api.post(path, {"text": "hello"}, token=minted["token"])
+    assert status == 201 and sent["agent"] == {"name": "greeter@v1"}, sent

@@ -92,7 +92,7 @@ async def test_down_refused_and_never_run_slots(api: Api, space_clock: FakeClock
     claim = {"triggerId": story.tid, "key": "2026-12-01T09:10:00Z", "term": 0, "peer": "laptop"}
     assert (await api.post(f"{S}/fires", claim))[1]["error"] == "not_owner"
     got = await story.why(key="2026-12-01T09:10:00Z")
-    assert (got["reason"], got["key"]) == ("claimed_elsewhere", "2026-12-01T09:10:00Z")
+    assert (got["reason"], got["key"]) == ("claimed_elsewhere", "2026-12-01T09:10:00.000Z")
     assert "laptop's claim" in got["detail"] and "pinned to 'box'" in got["detail"]
 
     await story.beat("box", 300)  # to 09:15:30

@@ -195,7 +195,7 @@ def _cron(**extra):
 
 def test_backfill_runs_the_slots_of_the_range_that_never_fired():
     start, end = T0, T0 + timedelta(hours=9)
-    fired = {"2026-12-01T10:00:00Z", "2026-12-01T12:00:00Z"}
+    fired = {"2026-12-01T10:00:00.000Z", "2026-12-01T12:00:00.000Z"}
     chosen = backfill.slots(_cron(), start, end, fired)
     assert len(chosen) == 8 and chosen[0] == T0 and chosen[-1] == end
     assert T0 + timedelta(hours=2) not in chosen

@@ -281,9 +281,9 @@ ONCE = OnceSpec(at=AT)
         (ONCE, AT + timedelta(seconds=3600), None, OnceState.FIRE),
         (ONCE, AT + timedelta(seconds=3601), None, OnceState.MISSED),
         (OnceSpec(at=AT, grace_seconds=60), AT + timedelta(seconds=61), None, OnceState.MISSED),
-        (ONCE, AT + S, FireKey("2026-12-01T08:00:00Z"), OnceState.DONE),
-        (ONCE, AT + timedelta(days=9), FireKey("2026-12-01T08:00:00Z"), OnceState.DONE),
-        (ONCE, AT + S, FireKey("2026-11-30T08:00:00Z"), OnceState.FIRE),  # `at` moved
+        (ONCE, AT + S, FireKey("2026-12-01T08:00:00.000Z"), OnceState.DONE),
+        (ONCE, AT + timedelta(days=9), FireKey("2026-12-01T08:00:00.000Z"), OnceState.DONE),
+        (ONCE, AT + S, FireKey("2026-11-30T08:00:00.000Z"), OnceState.FIRE),  # `at` moved
         (OnceSpec(at=AT.timestamp()), AT, None, OnceState.FIRE),  # unix seconds
     ],
 )
@@ -300,14 +300,14 @@ def test_once_next_fire():
 
 
 def test_fire_keys():
-    assert fire_key_cron(AT) == "2026-12-01T08:00:00Z"
-    assert fire_key_cron(utc(2026, 1, 1, 0, 0, 5)) == "2026-01-01T00:00:05Z"
-    assert fire_key_once(ONCE) == "2026-12-01T08:00:00Z"
-    assert fire_key_once(OnceSpec(at=1764576000.0)) == "2025-12-01T08:00:00Z"
+    assert fire_key_cron(AT) == "2026-12-01T08:00:00.000Z"
+    assert fire_key_cron(utc(2026, 1, 1, 0, 0, 5)) == "2026-01-01T00:00:05.000Z"
+    assert fire_key_once(ONCE) == "2026-12-01T08:00:00.000Z"
+    assert fire_key_once(OnceSpec(at=1764576000.0)) == "2025-12-01T08:00:00.000Z"
     assert fire_key_once(OnceSpec(at=AT + timedelta(microseconds=250000))) == (
-        "2026-12-01T08:00:00.25Z"
+        "2026-12-01T08:00:00.250Z"
     )
     assert fire_key_event("msg_01") == "msg_01"
     assert fire_key_cron(next_fire(spec("30 2 * * *", "Europe/Berlin"), utc(2026, 3, 28, 12))) == (
-        "2026-03-29T01:00:00Z"
+        "2026-03-29T01:00:00.000Z"
     )

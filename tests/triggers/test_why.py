@@ -100,7 +100,7 @@ def test_a_slot_that_fired_names_its_run_and_every_check_passed() -> None:
     ]
     assert all(c.ok for c in got.checks) and got.remedy is None
     assert "run r1 on box" in got.detail and "wake 150 ms" in got.detail
-    assert got.key == "2026-12-01T09:00:00Z" and got.slot == "2026-12-01T09:00:00.000Z"
+    assert got.key == "2026-12-01T09:00:00.000Z" and got.slot == "2026-12-01T09:00:00.000Z"
 
 
 def test_a_late_run_is_fired_late_with_its_phases() -> None:
@@ -419,6 +419,6 @@ def test_two_runs_that_look_alike_show_their_keys_and_what_tells_them_apart() ->
         got = ask(slot, revisions=[rev], claim=claim, now=slot + timedelta(hours=1))
         assert got.reason is Reason.FIRED
         said.append((got.key, got.checks[0].detail))
-    assert [k for k, _ in said] == ["2027-10-31T00:30:00Z", "2027-10-31T01:30:00Z"]
+    assert [k for k, _ in said] == ["2027-10-31T00:30:00.000Z", "2027-10-31T01:30:00.000Z"]
     assert "02:30 CEST in Europe/Berlin, the first 02:30 of the day" in said[0][1]
     assert "02:30 CET in Europe/Berlin, the second 02:30 of the day" in said[1][1]

@@ -23,41 +23,47 @@ def baton_json(capsys, *argv: str) -> list[dict]:
 def test_autumn_in_berlin_merges_the_repeated_hour(capsys):
     fires = baton_json(capsys, *BERLIN, "--from", "2026-10-24", "-n", "3")
     assert fires == [
-        {"at": "2026-10-24T00:30:00Z", "local": "2026-10-24T02:30:00+02:00", "dst": None},
-        {"at": "2026-10-25T00:30:00Z", "local": "2026-10-25T02:30:00+02:00", "dst": "merged"},
-        {"at": "2026-10-26T01:30:00Z", "local": "2026-10-26T02:30:00+01:00", "dst": None},
+        {"at": "2026-10-24T00:30:00.000Z", "local": "2026-10-24T02:30:00.000+02:00", "dst": None},
+        {
+            "at": "2026-10-25T00:30:00.000Z",
+            "local": "2026-10-25T02:30:00.000+02:00",
+            "dst": "merged",
+        },
+        {"at": "2026-10-26T01:30:00.000Z", "local": "2026-10-26T02:30:00.000+01:00", "dst": None},
     ]
 
 
 def test_spring_in_berlin_shifts_out_of_the_gap(capsys):
-    fires = baton_json(capsys, *BERLIN, "--from", "2026-03-29T00:00:00Z", "-n", "2")
+    fires = baton_json(capsys, *BERLIN, "--from", "2026-03-29T00:00:00.000Z", "-n", "2")
     assert fires[0] == {
-        "at": "2026-03-29T01:00:00Z",
-        "local": "2026-03-29T03:00:00+02:00",
+        "at": "2026-03-29T01:00:00.000Z",
+        "local": "2026-03-29T03:00:00.000+02:00",
         "dst": "shifted",
     }
-    assert fires[1]["at"] == "2026-03-30T00:30:00Z"
+    assert fires[1]["at"] == "2026-03-30T00:30:00.000Z"
 
 
 def test_a_fire_at_from_is_listed(capsys):
-    fires = baton_json(capsys, "--cron", "0 9 * * *", "--from", "2026-01-01T09:00:00Z", "-n", "1")
-    assert [f["at"] for f in fires] == ["2026-01-01T09:00:00Z"]
+    fires = baton_json(
+        capsys, "--cron", "0 9 * * *", "--from", "2026-01-01T09:00:00.000Z", "-n", "1"
+    )
+    assert [f["at"] for f in fires] == ["2026-01-01T09:00:00.000Z"]
 
 
 def test_a_date_is_midnight_in_the_zone_even_when_midnight_is_in_the_gap(capsys):
     argv = ["--cron", "*/30 * * * *", "--tz", "America/Santiago", "-n", "1"]
-    assert baton_json(capsys, *argv, "--from", "2026-01-10")[0]["at"] == "2026-01-10T03:00:00Z"
+    assert baton_json(capsys, *argv, "--from", "2026-01-10")[0]["at"] == "2026-01-10T03:00:00.000Z"
     # 6 Sep 2026 begins at 01:00 local (04:00Z): 00:00-01:00 does not exist
-    assert baton_json(capsys, *argv, "--from", "2026-09-06")[0]["at"] == "2026-09-06T04:00:00Z"
+    assert baton_json(capsys, *argv, "--from", "2026-09-06")[0]["at"] == "2026-09-06T04:00:00.000Z"
 
 
 def test_six_field_seconds_first(capsys):
     fires = baton_json(capsys, "--cron", "*/20 0 9 * * *", "--from", "2026-01-01", "-n", "4")
     assert [f["at"] for f in fires] == [
-        "2026-01-01T09:00:00Z",
-        "2026-01-01T09:00:20Z",
-        "2026-01-01T09:00:40Z",
-        "2026-01-02T09:00:00Z",
+        "2026-01-01T09:00:00.000Z",
+        "2026-01-01T09:00:20.000Z",
+        "2026-01-01T09:00:40.000Z",
+        "2026-01-02T09:00:00.000Z",
     ]
 
 
@@ -65,29 +71,29 @@ def test_human_table_is_aligned_and_explains_notes(capsys):
     assert main(["next", *BERLIN, "--from", "2026-10-24", "-n", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["UTC", "LOCAL", "(Europe/Berlin)", "DST"]
-    assert lines[2].startswith("2026-10-25T00:30:00Z  2026-10-25 02:30:00 +0200")
+    assert lines[2].startswith("2026-10-25T00:30:00.000Z  2026-10-25T02:30:00.000+02:00")
     assert lines[2].endswith("merged")
     assert lines[2].index("merged") == lines[0].index("DST")
     assert lines[-1].startswith("merged: ")
 
 
 def test_once_at(capsys):
-    at = "2026-12-01T09:00:00+01:00"
+    at = "2026-12-01T09:00:00.000+01:00"
     fires = baton_json(capsys, "--at", at, "--from", "2026-11-01")
-    assert fires == [{"at": "2026-12-01T08:00:00Z", "local": at, "dst": None}]
+    assert fires == [{"at": "2026-12-01T08:00:00.000Z", "local": at, "dst": None}]
     assert baton_json(capsys, "--at", at, "--tz", "UTC", "--from", "2026-11-01")[0]["local"] == (
-        "2026-12-01T08:00:00+00:00"
+        "2026-12-01T08:00:00.000+00:00"
     )
     assert baton_json(capsys, "--at", at, "--from", "2026-12-02") == []
     assert main(["next", "--at", "1764576000", "--from", "2025-01-01"]) == 0
-    assert "2025-12-01T08:00:00Z" in capsys.readouterr().out
+    assert "2025-12-01T08:00:00.000Z" in capsys.readouterr().out
 
 
 def test_default_from_is_now_by_the_clock(capsys):
     args = build_parser().parse_args(["next", "--cron", "0 * * * *", "-n", "2", "--json"])
     assert run(args, FakeClock(datetime(2026, 5, 5, 10, 20, tzinfo=UTC))) == 0
     fires = json.loads(capsys.readouterr().out)["fires"]
-    assert [f["at"] for f in fires] == ["2026-05-05T11:00:00Z", "2026-05-05T12:00:00Z"]
+    assert [f["at"] for f in fires] == ["2026-05-05T11:00:00.000Z", "2026-05-05T12:00:00.000Z"]
 
 
 def write(tmp_path: Path, record: dict) -> str:
@@ -107,9 +113,9 @@ def test_record_file(tmp_path, capsys):
     }
     fires = baton_json(capsys, "--record", write(tmp_path, record), "--from", "2026-03-29")
     assert fires[0]["dst"] == "shifted"
-    once = {"kind": "once", "spec": {"at": "2026-12-01T09:00:00+01:00"}}
+    once = {"kind": "once", "spec": {"at": "2026-12-01T09:00:00.000+01:00"}}
     fires = baton_json(capsys, "--record", write(tmp_path, once), "--from", "2026-01-01")
-    assert [f["at"] for f in fires] == ["2026-12-01T08:00:00Z"]
+    assert [f["at"] for f in fires] == ["2026-12-01T08:00:00.000Z"]
 
 
 @pytest.mark.parametrize(
@@ -121,14 +127,14 @@ def test_record_file(tmp_path, capsys):
         (["--cron", "0 9 * * *", "--from", "yesterday"], "baton: --from: "),
         (["--cron", "0 9 * * *", "--from", "2026-01-01T00:00"], "baton: --from: "),
         (["--cron", "0 9 * * *", "--from", "0001-01-01"], "baton: --from: "),
-        (["--cron", "0 9 * * *", "--from", "9999-12-31T23:59:59Z"], "baton: --from: "),
+        (["--cron", "0 9 * * *", "--from", "9999-12-31T23:59:59.000Z"], "baton: --from: "),
         (["--cron", "0 9 * * *", "-n", "0"], "baton: -n: "),
         (["--cron", "0 9 * * *", "-n", "lots"], "baton: -n: "),
         (["--at", "2026-12-01T09:00"], "baton: --at: "),
         (["--at", "soon"], "baton: --at: "),
         (["--record", "/nonexistent/record.json"], "baton: --record: cannot read"),
         ([], "baton: one of the arguments --cron --at --record is required"),
-        (["--cron", "0 9 * * *", "--at", "2026-12-01T09:00:00Z"], "baton: argument --at"),
+        (["--cron", "0 9 * * *", "--at", "2026-12-01T09:00:00.000Z"], "baton: argument --at"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(capsys, argv, prefix):

@@ -70,7 +70,7 @@ async def test_runs_lists_oldest_first_with_filters(cli: Cli, world: World):
     assert len(recent["runs"]) == 4
     assert (await cli.json("runs", "--since", "1m"))["runs"] == []
     code, out, _ = await cli("runs", "--trigger", "trg_nope")
-    assert (code, out) == (0, "no runs in space home matching\n")
+    assert (code, out) == (0, "no runs in space home matching --trigger trg_nope\n")
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ def closed_port() -> int:
 async def test_space_create_prints_the_id_and_general_chat_then_list(cli: Cli, world: World):
     code, out, _ = await cli("space", "create", "work", "--name", "Work")
     header, row = out.splitlines()
-    assert code == 0 and header.split() == ["ID", "GENERALCHAT"]
+    assert code == 0 and header.split() == ["ID", "GENERAL", "CHAT"]
     space_id, chat = row.split()
     assert space_id == "work" and chat.startswith("chat_")
     created = await cli.json("space", "create", "play")
@@ -201,3 +201,38 @@ async def test_status_never_shows_an_offline_device_ready(cli: Cli, world: World
     (responder,) = found["responders"]
     assert responder["ready"] is False and responder["reason"].startswith("offline since ")
     assert [s["state"] for s in found["subscriptions"]] == ["stopped"]
+
+
+@pytest.mark.e2e  # `baton` as processes, exactly as a user types it
+async def test_the_cli_edges_say_what_they_mean(cli: Cli, world: World):
+    code, out, err = await cli.process(flags=False)
+    assert (code, out) == (2, "") and err.startswith("baton: a command is needed: one of next, ")
+    code, out, err = await cli.process("triggers", "bogus", flags=False)
+    assert (code, out) == (2, "")
+    assert err.startswith("baton: triggers: unknown verb 'bogus': one of add, "), err
+    assert "triggers_command" not in err
+    code, out, err = await cli.process("runs", "--url", "not-a-url", flags=False)
+    assert (code, out) == (2, "") and err.startswith("baton: --url: 'not-a-url' is not an http")
+    code, out, err = await cli.process("runs", "--trigger", "trg_nope")
+    assert (code, out) == (0, "no runs in space home matching --trigger trg_nope\n"), err
+    code, out, err = await cli.process("space", "token", "list")
+    header = out.splitlines()[0].split()
+    assert code == 0 and "CREATEDAT" not in header and header[4:6] == ["CREATED", "EXPIRES"]
+    token = [f for f in world.flags() if f.endswith(".token")]
+    code, out, err = await cli.process(  # minted over the API, with --url as list takes it
+        "space",
+        "token",
+        "--peer",
+        "box",
+        "--space",
+        SPACE,
+        "--url",
+        world.url,
+        "--token-file",
+        token[0],
+        flags=False,
+    )
+    assert code == 0 and out.startswith("btd_"), err
+    for argv in (("status", "--json"), ("space", "token", "list", "--json")):
+        code, out, err = await cli.process(*argv)
+        assert code == 0 and out.count("\n") == 1, (argv, out)  # one style: one compact line

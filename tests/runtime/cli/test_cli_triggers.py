@@ -75,7 +75,7 @@ async def test_add_a_once_and_a_chat_trigger(cli: Cli, world: World):
     [fire] = (await cli.json("triggers", "show", once["id"]))["next"]
     assert fire == {
         "at": "2999-01-01T08:00:00.000Z",
-        "local": "2999-01-01T09:00:00+01:00",
+        "local": "2999-01-01T09:00:00.000+01:00",
         "dst": None,
     }
     unix = await add(cli, "--name", "unix", "--at", "4102444800")

@@ -181,7 +181,7 @@ def failing(n: int) -> Book:
             Outcome(status=RunStatus.ERROR, error="x"),
             "",
             "breaker_open",
-            "until 2026-12-01T09:05:01.290000+00:00",
+            "until 2026-12-01T09:05:01.290Z",
         ),
         (
             ONCE,
@@ -189,7 +189,7 @@ def failing(n: int) -> Book:
             Outcome(status=RunStatus.OK),
             "",
             "done",
-            "fired for 2026-12-01T09:00:00+00:00",
+            "fired for 2026-12-01T09:00:00.000Z",
         ),
         (
             ONCE,

@@ -91,8 +91,8 @@ def test_a_backfill_request_is_queued_once_and_an_old_one_not_at_all():
     entry = arm(fresh, T0, None, T0)
     fires = take(entry, T0)
     assert [(k, catchup) for k, _, catchup in fires] == [
-        ("2026-12-01T08:30:00Z", True),
-        ("2026-12-01T08:40:00Z", True),
+        ("2026-12-01T08:30:00.000Z", True),
+        ("2026-12-01T08:40:00.000Z", True),
     ]
     again = arm(fresh, T0 + MIN, entry, T0)  # re-armed with the same request: not again
     assert take(again, T0 + MIN) == [(schedule.fire_key_cron(T0 + MIN), T0 + MIN, False)]

@@ -366,7 +366,7 @@ async def test_a_fired_once_is_stamped_done(w: World):
     await w.fire(w.request(record, "2026-12-01T09:00:00Z"))
     stamped = await w.stamped(record)
     assert stamped["lastStatus"] == "done"
-    assert stamped["lastStatusDetail"] == "fired for 2026-12-01T09:00:00+00:00"
+    assert stamped["lastStatusDetail"] == "fired for 2026-12-01T09:00:00.000Z"
     assert stamped["rollup"]["lastStatus"] == "ok"
 
 
