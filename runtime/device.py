@@ -1,15 +1,16 @@
 """One device of the agent: the parts of the runtime composed and wired together.
 
-Owns the wiring only (SPEC "Reconcile, registry, health pass", "Who runs what"),
-written in `_wire` as subscriptions to the device's event bus (runtime.events):
-the reconciler's diffs go to the ticker, the chat subscriptions and the firing
-pipeline, and kick the health pass, as record edits do; the election's turns re-sync
-responsibility, and a takeover bridges what came while this device did not hold the
-lease (runtime.election.takeover says from when); a detected sleep makes every part distrust
-what it knew and starts a new instance (the space's `upSince` restarts). The parts
-run supervised (runtime.supervise): one that dies is restarted while the device holds
-no lease, and one that keeps dying stops the device. It must not decide anything the
-parts decide. What a device is given comes in one frozen `DeviceSettings`.
+Owns the wiring only (SPEC "Reconcile, registry, health pass", "Who runs what"), written
+in `_wire` as subscriptions to the device's event bus (runtime.events): the reconciler's
+diffs go to the ticker, the chat subscriptions and the firing pipeline, and kick the
+health pass, as record edits do; the election's turns re-sync responsibility, and a
+takeover bridges what came while this device did not hold the lease
+(runtime.election.takeover says from when); every part reads the space's clock
+(runtime.client.offset), and a detected sleep or clock step makes every part distrust what
+it knew and starts a new instance (the space's `upSince` restarts). The parts run
+supervised (runtime.supervise): one that dies is restarted while the device holds no
+lease, and one that keeps dying stops the device. It must not decide anything the parts
+decide. What a device is given comes in one frozen `DeviceSettings`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from runtime.chat.readiness import Readiness
 from runtime.chat.responders import BuiltinResponder, Responder
 from runtime.chat.watch import ChatWatch
 from runtime.client.api import ApiError, SpaceClient
+from runtime.client.offset import Offset, SpaceTime
 from runtime.client.retry import retried_for
 from runtime.client.seat import Seat
 from runtime.election.decision import Config as LeaseConfig
@@ -83,9 +85,10 @@ class Device:
     ) -> None:
         self.settings = s = settings
         self.space, self.peer = s.space, PeerId(s.peer)
-        self.clock = clock or SystemClock()
+        self.offset = Offset(clock or SystemClock())  # the space's clock: fires go by it
+        self.clock = SpaceTime(self.offset)
         self.bus = Bus()
-        self.client = SpaceClient(s.url, s.token, clock=self.clock)
+        self.client = SpaceClient(s.url, s.token, clock=self.clock, offset=self.offset)
         self.seat = Seat(self.client, s.space, self.peer, self.clock)
         self.executor = Executor(size=s.executor_size)
         self.programs = ProgramCache(program_fetch(self.client, s.space))
@@ -179,6 +182,7 @@ class Device:
         try:
             if not await self.chatlink.seed():
                 self._background.spawn(self.chatlink.keep_seeding(), name="seed")
+            self._start_by_the_spaces_clock()
             parts = {
                 "election": self.elector.run,
                 "reconciler": self.reconciler.run,
@@ -197,6 +201,14 @@ class Device:
             raise failed.exceptions[0] from None
         finally:
             await self._close()
+
+    def _start_by_the_spaces_clock(self) -> None:
+        """The first answer set the clock's offset: this device is up from now by the
+        space's clock, and from here on a step of the offset is handled like a wake."""
+        self.up_since = self.clock.wall()
+        self.ticker.slept(self.up_since)
+        self.subscriptions.up_since = self.up_since
+        self.offset.on_step = lambda _: self.sleepwatch.check()
 
     async def _start_executor(self) -> None:
         await self.executor.start()
@@ -301,6 +313,7 @@ class Device:
             "chatWatch": msgspec.to_builtins(self.chatwatch.status()),
             "responder": _describe(self.responder),
             "containment": msgspec.to_builtins(self.executor.containment),
+            "clock": self.offset.status(),
         }
 
 

@@ -8,10 +8,12 @@ Rules (SPEC "Who runs what"):
 - Only the space's clock decides whether a lease lapsed: the space answers with
   `expiresInMs`, which we turn into a local monotonic deadline at read time. No
   device compares its wall clock with another's.
-- The holder renews every `renew_s`, and may fire floating triggers only until
-  `sent + lease_s - margin_s`, where `sent` is when it sent its last successful
-  renewal. It stops at once on a conflict, on seeing another holder, or when the
-  machine slept; it must renew before it fires again.
+- The holder renews every `renew_s`, and on a task of its own by `renew_at` when a
+  slow space kept the loop from it (the answer, a round trip later, must come before
+  it must stop acting), and may fire floating triggers only until `sent + lease_s - margin_s`,
+  where `sent` is when it sent its last successful renewal. It stops at once on a
+  conflict, on seeing another holder, or when the machine slept; it must renew before
+  it fires again.
 - A follower claims when the lease is free or lapsed, never preempting a holder
   that renews (no flapping).
 - A device with a higher priority than the holder, once live for `settle_s`,
@@ -92,8 +94,20 @@ def may_fire(state: State, now: float) -> bool:
     return state.holding and now < state.acts_until
 
 
+RENEW_SLACK_S = 0.5  # a renewal's answer comes this long before the acting deadline
+
+
+def renew_at(state: State, rtt: float) -> float:
+    """The latest the holder may send a renewal for its answer (a round trip `rtt` later)
+    to come before it must stop acting: the renewal task's deadline."""
+    return state.acts_until - rtt - RENEW_SLACK_S
+
+
 def on_renewed(state: State, cfg: Config, term: int, sent: float) -> State:
-    """A claim or renewal sent at `sent` succeeded under `term`."""
+    """A claim or renewal sent at `sent` succeeded under `term` (two in flight: the later
+    sent counts, whichever answered last)."""
+    if state.holding and state.term == term:
+        sent = max(sent, state.last_renew_sent)
     return msgspec.structs.replace(
         state,
         holding=True,
@@ -135,10 +149,18 @@ def _as_holder(
     due = state.last_renew_sent + cfg.renew_s
     if now < state.acts_until and now < due:
         return Step(act=Act.WAIT, at=min(due, state.acts_until))
-    want = view.want
-    if want and want != state.me and priorities.get(want, -1) > state.priority:
+    want = handover_to(state, view, priorities)
+    if want is not None:
         return Step(act=Act.HANDOVER, term=state.term, to=want)
     return Step(act=Act.RENEW, term=state.term)
+
+
+def handover_to(state: State, view: LeaseView | None, priorities: dict[str, int]) -> str | None:
+    """The device the holder hands the lease to at its next renewal, instead of renewing."""
+    want = view.want if view is not None else None
+    if want and want != state.me and priorities.get(want, -1) > state.priority:
+        return want
+    return None
 
 
 def _as_follower(

@@ -1,8 +1,11 @@
 """The election loop: keeps this device's standing in the floating-trigger lease.
 
 Owns the loop (SPEC "Who runs what" → Election): a heartbeat every renew interval
-(runtime.election.heartbeat), a read of the lease, and doing what `lease.decide` says through
-the election routes (runtime.election.calls). The space's `leaseSeconds` wins over the
+(runtime.election.heartbeat) beside a read of the lease, and doing what `lease.decide` says
+through the election routes (runtime.election.calls). Beside the loop, a renewal task
+renews the held lease when the loop has not in time for the answer to come back before
+the acting deadline (`lease.renew_at`, by the measured round trip), so a slow space (a
+heartbeat and a read in flight) is not a lost lease. The space's `leaseSeconds` wins over the
 configured lease length: the timings stretch to it (`lease.scaled`).
 
 `may_fire()` is the gate for floating triggers. It is false unless a claim or
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -40,6 +44,7 @@ from runtime.events import Bus, RoleChanged, Slept
 log = logging.getLogger(__name__)
 
 BACKOFF_BASE = 0.25
+RTT_KEPT = 4  # renewals are timed by the longest of the last few round trips
 
 
 class Elector:
@@ -62,6 +67,8 @@ class Elector:
         self._view: lease.LeaseView | None = None
         self._reported = False
         self._wake = asyncio.Event()
+        self._renew_wake = asyncio.Event()  # the standing changed: the renewal task looks again
+        self._rtts: deque[float] = deque(maxlen=RTT_KEPT)  # the last claims' round trips
         self._healthy = False
         self._retry = self._backoff().streak()
         self._error: str | None = None
@@ -100,6 +107,11 @@ class Elector:
         return self._view.active if self._view else None
 
     @property
+    def renewing(self) -> bool:
+        """Whether the renewal task times a renewal (it sleeps on the clock meanwhile)."""
+        return self._state.holding and not self._down
+
+    @property
     def beat_seconds(self) -> float:
         """How often this device heartbeats (the renew interval, following the space)."""
         return self._cfg.renew_s
@@ -136,6 +148,7 @@ class Elector:
         self.heartbeat.beat_now()
         self._edges()
         self._wake.set()
+        self._renew_wake.set()
 
     def part_down(self, name: str) -> None:
         """A device part is down: stop acting now and free the lease until it is back."""
@@ -164,23 +177,65 @@ class Elector:
     # --- the loop ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Heartbeat, read, decide, act, sleep; until cancelled (which does not release)."""
+        """Heartbeat, read, decide, act, sleep; until cancelled (which does not release).
+        The holder's renewals run beside, on a task of their own."""
+        renewing = asyncio.create_task(self._renewing(), name="election renewal")
+        try:
+            while True:
+                try:
+                    wake = await self._round()
+                    self._recovered()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    wake = self._failed(exc)
+                self._edges()
+                await self._nap(self._until(wake))
+        finally:
+            renewing.cancel()
+            await asyncio.gather(renewing, return_exceptions=True)
+
+    async def _renewing(self) -> None:
+        """Renew while holding when the loop has not, in time for the answer to come back
+        before the acting deadline (`lease.renew_at`); one renewal in flight at a time."""
         while True:
+            state = self._state
+            if not state.holding or self._down:
+                await self._renew_wake.wait()
+                self._renew_wake.clear()
+                continue
+            at = lease.renew_at(state, max(self._rtts, default=0.0))
+            if await sleep_until(self._clock, at, self._renew_wake):
+                self._renew_wake.clear()
+                continue  # the standing changed: when to renew changed with it
             try:
-                wake = await self._round()
-                self._recovered()
+                await self._renew(state.term)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
-                wake = self._failed(exc)
-            self._edges()
-            await self._nap(self._until(wake))
+            except Exception as exc:  # the deadline stops the acting; the loop logs the space
+                log.debug("election: renewal at term %d failed: %s", state.term, exc)
+                await self._clock.sleep(BACKOFF_BASE)
+
+    async def _renew(self, term: int) -> None:
+        sent = self._clock.monotonic()
+        answer = await self._calls.claim(term)
+        self._rtts.append(self._clock.monotonic() - sent)
+        if not (self._state.holding and self._state.term == term):
+            return  # lost meanwhile (a conflict read by the loop): a late renewal changes nothing
+        if answer is None or answer.active != self._peer or answer.term != term:
+            self._conflict(term)
+        else:
+            self._fold(answer)
+            self._state = lease.on_renewed(self._state, self._cfg, term, sent)
+        self._edges()
 
     async def _round(self) -> float:
         """One pass; returns the monotonic time to look again."""
-        if self._clock.monotonic() >= self.heartbeat.due:
-            await self._beat()
-        view = await self._read()
+        if self._clock.monotonic() >= self.heartbeat.due:  # side by side: a slow space
+            _, answer = await asyncio.gather(self._beat(), self._calls.read())
+            view = self._fold(answer)  # after the beat: its timings may follow the space's
+        else:
+            view = await self._read()
         self._state = lease.observe(self._state, view)
         now = self._clock.monotonic()
         if self._down:  # a part is down: hold nothing until it is back
@@ -240,6 +295,8 @@ class Elector:
             return self._conflict(term)
         gained = not self._state.holding or answer.term != self._state.term
         self._state = lease.on_renewed(self._state, self._cfg, answer.term, sent)
+        self._rtts.append(self._clock.monotonic() - sent)
+        self._renew_wake.set()
         if gained:
             log.info("election: holding the lease at term %d", self._state.term)
         return sent + self._cfg.renew_s
@@ -275,7 +332,8 @@ class Elector:
         self._error = None
 
     def _edges(self) -> None:
-        """Publish `RoleChanged` when `may_fire()` turned."""
+        """Publish `RoleChanged` when `may_fire()` turned; the renewal task looks again."""
+        self._renew_wake.set()
         now = self._allowed()
         if now == self._reported:
             return

@@ -5,7 +5,8 @@ and the admission of each fire, and the order of the steps.
 
     floating and not allowed now → dropped (logged)
     claim (triggerId, key, term, peer, run) ── already_claimed / not_owner → nothing
-                                             └─ stale_term → a `rejected` run
+                                             ├─ stale_term → a `rejected` run
+                                             └─ ahead_of_clock → claimed again at its slot
     chat-watch (by its reserved id) → the ChatWatch (no run record: its turns are logged)
     claimed ahead of its slot (runtime.fire.ahead) ── waits for it; withdrawn meanwhile → `skipped`
     admission (overlap policy) ── skip → `skipped` overlap; full queue → `rejected` queue_full
@@ -133,10 +134,11 @@ class Firing:
         self._count("dropped")
         return ok
 
-    async def _take(self, requests: list[FireRequest]) -> None:
+    async def _take(self, requests: list[FireRequest], retaken: bool = False) -> None:
         term = self._term()
         waiting = [
-            Queued(request=r, term=term, claimed=Claimed(run_id=new_run_id())) for r in requests
+            Queued(request=r, term=term, claimed=Claimed(run_id=new_run_id()), retaken=retaken)
+            for r in requests
         ]
         answers = await claim(self._seat, waiting)
         now = self._clock.wall()
@@ -145,7 +147,8 @@ class Firing:
                 self._spawn(self._refused(queued, answer), queued.request)
             elif queued.request.for_chat_watch:
                 self._spawn(self._offer(queued.request), queued.request)
-            elif queued.request.due_at > now:  # claimed ahead of its slot (runtime.fire.ahead)
+            elif queued.request.event is None and queued.request.due_at > now:  # ahead of its
+                # slot (runtime.fire.ahead); a message is due once the space accepted it
                 self._spawn(self._at_slot(answer), queued.request)
             else:
                 self._admit(answer)
@@ -162,8 +165,19 @@ class Firing:
         elif exc.code in (RunReason.PAUSED, RunReason.BEFORE_ACTIVE):  # news not here yet
             log.info("fire %s@%s refused: %s", tid, key, exc.code)
             await self._unstamped(queued, RunStatus.SKIPPED, exc.code)
+        elif exc.code == RunReason.AHEAD_OF_CLOCK and not queued.retaken:
+            log.warning("fire %s@%s refused: this device's clock is ahead; at its slot", tid, key)
+            await self._take_at_slot(queued)
         else:
             log.warning("fire %s@%s not claimed: %s", tid, key, exc)
+
+    async def _take_at_slot(self, queued: Queued) -> None:
+        """Claim again when the slot comes by the space's clock (the refusal's answer set the
+        offset), once; withdrawn meanwhile, it is not taken."""
+        if await self._ahead.until_due(queued.request):
+            return
+        if self._may_take(queued.request):
+            await self._take([queued.request], retaken=True)
 
     async def _offer(self, request: FireRequest) -> None:
         if self._offer_to_chat is None or request.event is None:

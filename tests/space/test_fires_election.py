@@ -87,7 +87,7 @@ async def test_fire_claims_are_fenced_by_term_and_owner(api: Api, space_clock: F
     floating = await api.create_trigger()
     pinned = await api.create_trigger(owner="box")
     await claim(api, "laptop", 0)
-    fire = {"triggerId": floating["id"], "key": "2026-12-01T09:05:00Z", "term": 1, "peer": "laptop"}
+    fire = {"triggerId": floating["id"], "key": "2026-12-01T09:00:05Z", "term": 1, "peer": "laptop"}
     status, body = await api.post(F, {**fire, "term": 0})
     assert status == 409 and body["error"] == "stale_term"
     status, body = await api.post(F, {**fire, "peer": "phone"})
@@ -173,7 +173,7 @@ async def test_a_list_of_claims_answers_one_result_each(api: Api) -> None:
 async def test_concurrent_claims_of_one_key_have_exactly_one_winner(api: Api, n: int) -> None:
     trigger = await api.create_trigger()
     await claim(api, "laptop", 0)
-    fire = {"triggerId": trigger["id"], "key": "2026-12-01T09:05:00Z", "term": 1, "peer": "laptop"}
+    fire = {"triggerId": trigger["id"], "key": "2026-12-01T09:00:05Z", "term": 1, "peer": "laptop"}
     results = await asyncio.gather(*(api.post(F, fire) for _ in range(n)))
     statuses = sorted(status for status, _ in results)
     assert statuses.count(201) == 1
