@@ -150,7 +150,7 @@ class Device:
         self.recorder.read_next_fires_from(self.ticker.next_fire)  # closes Ticker → Recorder
         self.subscriptions = Subscriptions(self.seat, self.firing)
         self.reconciler = Reconciler(
-            self.seat, is_active=elector.may_fire, bus=self.bus, touched=self.touched
+            self.seat, is_active=elector.holds, bus=self.bus, touched=self.touched
         )
         reconciler, ticker, subscriptions = self.reconciler, self.ticker, self.subscriptions
         self.health = HealthPass(

@@ -95,12 +95,14 @@ def may_fire(state: State, now: float) -> bool:
 
 
 RENEW_SLACK_S = 0.5  # a renewal's answer comes this long before the acting deadline
+RENEW_AGAIN_S = 1.0  # past that point, one more renewal this often
 
 
-def renew_at(state: State, rtt: float) -> float:
-    """The latest the holder may send a renewal for its answer (a round trip `rtt` later)
-    to come before it must stop acting: the renewal task's deadline."""
-    return state.acts_until - rtt - RENEW_SLACK_S
+def renew_at(state: State, rtt: float, last_sent: float) -> float:
+    """When the renewal task sends a renewal: the latest moment whose answer (a round trip
+    `rtt` later, a quarter more for its jitter) still comes before the acting deadline,
+    and past it one more every `RENEW_AGAIN_S` (over a slow link several are in flight)."""
+    return max(state.acts_until - rtt * 1.25 - RENEW_SLACK_S, last_sent + RENEW_AGAIN_S)
 
 
 def on_renewed(state: State, cfg: Config, term: int, sent: float) -> State:

@@ -1,23 +1,25 @@
 """The election loop: keeps this device's standing in the floating-trigger lease.
 
 Owns the loop (SPEC "Who runs what" → Election): a heartbeat every renew interval
-(runtime.election.heartbeat) beside a read of the lease, and doing what `lease.decide` says
-through the election routes (runtime.election.calls). Beside the loop, a renewal task
-renews the held lease when the loop has not in time for the answer to come back before
-the acting deadline (`lease.renew_at`, by the measured round trip), so a slow space (a
-heartbeat and a read in flight) is not a lost lease. The space's `leaseSeconds` wins over the
-configured lease length: the timings stretch to it (`lease.scaled`).
+(runtime.election.heartbeat) beside a read of the lease, and doing what `lease.decide`
+says through the election routes (runtime.election.calls). Beside the loop, a renewal task
+renews the held lease when the loop has not in time for the answer to come back before the
+acting deadline (`lease.renew_at`, by the measured round trip), so a slow space (a
+heartbeat and a read in flight) is not a lost lease. The space's `leaseSeconds` wins over
+the configured lease length: the timings stretch to it (`lease.scaled`).
 
-`may_fire()` is the gate for floating triggers. It is false unless a claim or
-renewal succeeded less than `lease_s - margin_s` ago, so a device cut off from
-the space fails closed; and it turns false at once on a conflict, on reading
-another holder, or on `slept()`, which hears the device's one sleep detector
-(runtime.election.sleepwatch, asked again inside `may_fire()`). Each edge of `may_fire()`
-(True: gained, False: lost) is published as `RoleChanged` on the bus as seen.
+`may_fire()` is the gate for floating triggers. It is false unless a claim or renewal
+succeeded less than `lease_s - margin_s` ago, so a device cut off from the space fails
+closed; and it turns false at once on a conflict, on reading another holder, or on
+`slept()`, which hears the device's one sleep detector (runtime.election.sleepwatch, asked
+again inside `may_fire()`). Each edge of `may_fire()` (True: gained, False: lost) is
+published as `RoleChanged` on the bus as seen, and so is the loss of a lease while paused.
+`holds()` stays true through a pause in acting (a late renewal): floating triggers stay
+armed and their chat subscriptions open.
 
 Must not decide anything itself (that is `runtime.election.decision`), and must not die of
-the space or a peer: errors are logged once per change, backed off, retried.
-Cancelling `run()` leaves the lease as it is (a crash); `release()` frees it.
+the space or a peer: errors are logged once per change, backed off, retried. Cancelling
+`run()` leaves the lease as it is (a crash); `release()` frees it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 
 import msgspec
 
-from core.aio import Backoff, sleep_until
+from core.aio import Backoff, TaskSet, sleep_until
 from core.clock import iso
 from core.peerwire import LeaseOut
 from runtime.client.seat import Seat
@@ -66,6 +68,7 @@ class Elector:
         self._state = lease.State(me=seat.peer, priority=priority)
         self._view: lease.LeaseView | None = None
         self._reported = False
+        self._held = False  # what `holds()` was at the last edge
         self._wake = asyncio.Event()
         self._renew_wake = asyncio.Event()  # the standing changed: the renewal task looks again
         self._rtts: deque[float] = deque(maxlen=RTT_KEPT)  # the last claims' round trips
@@ -106,9 +109,10 @@ class Elector:
             return self._peer
         return self._view.active if self._view else None
 
-    @property
-    def renewing(self) -> bool:
-        """Whether the renewal task times a renewal (it sleeps on the clock meanwhile)."""
+    def holds(self) -> bool:
+        """Whether this device holds the lease as far as it knows, acting or paused (a late
+        renewal, a sleep): what floating triggers stay armed for, their chat subscriptions
+        open. The renewal task times a renewal (asleep on the clock) while it holds."""
         return self._state.holding and not self._down
 
     @property
@@ -197,28 +201,33 @@ class Elector:
 
     async def _renewing(self) -> None:
         """Renew while holding when the loop has not, in time for the answer to come back
-        before the acting deadline (`lease.renew_at`); one renewal in flight at a time."""
-        while True:
-            state = self._state
-            if not state.holding or self._down:
-                await self._renew_wake.wait()
-                self._renew_wake.clear()
-                continue
-            at = lease.renew_at(state, max(self._rtts, default=0.0))
-            if await sleep_until(self._clock, at, self._renew_wake):
-                self._renew_wake.clear()
-                continue  # the standing changed: when to renew changed with it
-            try:
-                await self._renew(state.term)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the deadline stops the acting; the loop logs the space
-                log.debug("election: renewal at term %d failed: %s", state.term, exc)
-                await self._clock.sleep(BACKOFF_BASE)
+        before the acting deadline (`lease.renew_at`); over a slow link several renewals
+        may be in flight, so answers keep coming."""
+        renewals = TaskSet("renewal")
+        last_sent = float("-inf")
+        try:
+            while True:
+                if not self.holds():
+                    await self._renew_wake.wait()
+                    self._renew_wake.clear()
+                    continue
+                rtt = max(self._rtts, default=0.0)
+                at = lease.renew_at(self._state, rtt, last_sent)
+                if await sleep_until(self._clock, at, self._renew_wake):
+                    self._renew_wake.clear()
+                    continue  # the standing changed: when to renew changed with it
+                last_sent = self._clock.monotonic()
+                renewals.spawn(self._renew(self._state.term), name="election renewal")
+        finally:
+            await renewals.close()
 
     async def _renew(self, term: int) -> None:
         sent = self._clock.monotonic()
-        answer = await self._calls.claim(term)
+        try:
+            answer = await self._calls.claim(term)
+        except Exception as exc:  # the deadline stops the acting; the loop logs the space
+            log.debug("election: renewal at term %d failed: %s", term, exc)
+            return
         self._rtts.append(self._clock.monotonic() - sent)
         if not (self._state.holding and self._state.term == term):
             return  # lost meanwhile (a conflict read by the loop): a late renewal changes nothing
@@ -332,13 +341,18 @@ class Elector:
         self._error = None
 
     def _edges(self) -> None:
-        """Publish `RoleChanged` when `may_fire()` turned; the renewal task looks again."""
+        """Publish `RoleChanged` when `may_fire()` turned, or when the lease was lost while
+        not acting (a pause ended in a conflict); the renewal task looks again."""
         self._renew_wake.set()
-        now = self._allowed()
-        if now == self._reported:
+        now, held = self._allowed(), self.holds()
+        lost, self._held = self._held and not held, held
+        if now == self._reported and not lost:
             return
+        if now != self._reported:
+            log.info("election: %s", "may fire floating triggers" if now else "stopped acting")
+        else:
+            log.info("election: the lease is no longer this device's (term %d)", self.term)
         self._reported = now
-        log.info("election: %s", "may fire floating triggers" if now else "stopped acting")
         self.bus.publish(RoleChanged(active=now, term=self._state.term))
 
     def _until(self, wake: float) -> float:

@@ -9,6 +9,7 @@ clock: no cron slot early or late, `lateMs` the truth, no chat message waiting o
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime, timedelta
@@ -27,6 +28,7 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
     space,
     spaces,
 )
+from faultproxy import FaultProxy
 
 from core.clock import FakeClock
 from runtime.client.api import SpaceClient
@@ -189,3 +191,51 @@ async def test_a_step_of_the_devices_clock_fires_nothing_early_and_loses_nothing
     await dev.settled()
     assert slots(runs) == [datetime(2026, 12, 1, 9, m, tzinfo=UTC) for m in (3, 4)]
     assert on_time(runs, await space.fires(minutely)) == []
+
+
+class Behind:
+    """The space as a device reaches it: through a `FaultProxy` (for `make_device`)."""
+
+    def __init__(self, space: Space, proxy: FaultProxy) -> None:
+        self.space, self.proxy = space, proxy
+
+    @property
+    def url(self) -> str:
+        return self.proxy.url
+
+    async def device_token(self, peer: str, space: str = SPACE) -> str:
+        return await self.space.device_token(peer, space)
+
+
+@pytest.mark.parametrize("one_way", [1.5, 3.0])
+async def test_a_slow_link_is_not_a_lost_lease_and_loses_no_chat_fire(
+    space: Space, make_device: MakeDevice, one_way: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Up to 3 s each way: the lease stays (at most the pause at its onset, when the
+    renewal timed by the fast link comes back late), the chat's one subscription stays
+    open through it, and every message fires once."""
+    caplog.set_level(logging.INFO, "runtime.feeds.chats")
+    await space.publish("echo@v1")
+    chat = await space.chat("inbox")
+    tid = (await space.event_trigger(chat))["id"]
+    async with FaultProxy(space.port) as proxy:
+        dev = await make_device(space=Behind(space, proxy))
+        await dev.active()
+        await dev.live(chat, tid)
+        edges: list[bool] = []
+        dev.device.bus.subscribe(RoleChanged, lambda e: edges.append(e.active))
+        proxy.latency = one_way
+        sent = []
+        for i in range(24):  # 24 s of messages over the slow link
+            sent.append(await space.send(chat, f"slow {i}"))
+            await asyncio.sleep(1.0)  # the pace of a conversation, not a wait for a result
+        proxy.latency = 0.0
+        runs = await space.until_runs(tid, len(sent), timeout=30)
+        await dev.settled()
+        assert sorted(r["key"] for r in runs) == sorted(m.message_id for m in sent)
+        assert edges in ([], [False, True]), f"more than the onset's pause: {edges}"
+        assert dev.device.elector.term == 1  # the lease never moved
+        subscribed = [
+            r for r in caplog.records if r.getMessage().startswith(f"chat {chat}: subscribing")
+        ]
+        assert len(subscribed) == 1, "the chat's subscription was torn down and opened again"
