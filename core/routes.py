@@ -20,6 +20,7 @@ from urllib.parse import quote, urlencode
 import msgspec
 
 PREFIX = "/v1"
+SERVER_TIME_HEADER = "Baton-Server-Time"  # on every answer: the space's clock, RFC 3339
 IDEMPOTENCY_HEADER = "Idempotency-Key"  # every write carries one; a retry sends it again
 RETRIES = 2  # a write whose answer was lost (timeout, dropped connection) is sent again
 RETRY_DELAY_S = 0.5  # …after 0.5 s, then 1 s: a space restart's window

@@ -48,6 +48,7 @@ class RunReason(enum.StrEnum):
     STALE_TERM = "stale_term"
     PAUSED = "paused"  # the space refused the claim: the trigger is paused
     BEFORE_ACTIVE = "before_active"  # the space refused the claim: before the record's activeSince
+    AHEAD_OF_CLOCK = "ahead_of_clock"  # the space refused the claim: its slot is not near yet
     UNKNOWN_PROGRAM = "unknown_program"
     INVALID_PROGRAM = "invalid_program"
     RUN_TOKEN = "run_token"

@@ -2,9 +2,10 @@
 
 Owns the wiring only: `_wire` subscribes the parts to the device's event bus
 (runtime.events) — diffs to the ticker, the chat subscriptions and the firing, kicks of the
-health pass, the election's turns, a takeover's bridge, a detected sleep — and runs them
-supervised (runtime.supervise). What a device is given comes in one frozen
-`DeviceSettings`. Must not decide anything the parts decide.
+health pass, the election's turns, a takeover's bridge, a detected sleep or clock step —
+and runs them supervised (runtime.supervise); every part reads the space's clock
+(runtime.client.offset). What a device is given comes in one frozen `DeviceSettings`.
+Must not decide anything the parts decide.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from runtime.chat.readiness import Readiness
 from runtime.chat.responders import BuiltinResponder, Responder
 from runtime.chat.watch import ChatWatch, WatchStatus
 from runtime.client.api import ApiError, SpaceClient
+from runtime.client.offset import ClockStatus, Offset, SpaceTime
 from runtime.client.retry import retried_for
 from runtime.client.seat import Seat
 from runtime.election.decision import Config as LeaseConfig
@@ -79,9 +81,10 @@ class Device:
     ) -> None:
         self.settings = s = settings
         self.space, self.peer = s.space, PeerId(s.peer)
-        self.clock = clock or SystemClock()
+        self.offset = Offset(clock or SystemClock())  # the space's clock: fires go by it
+        self.clock = SpaceTime(self.offset)
         self.bus = Bus()
-        self.client = SpaceClient(s.url, s.token, clock=self.clock)
+        self.client = SpaceClient(s.url, s.token, clock=self.clock, offset=self.offset)
         self.seat = Seat(self.client, s.space, self.peer, self.clock)
         self.executor = Executor(size=s.executor_size)
         self.programs = ProgramCache(program_fetch(self.client, s.space))
@@ -145,7 +148,7 @@ class Device:
         self.recorder.read_next_fires_from(self.ticker.next_fire)  # closes Ticker → Recorder
         self.subscriptions = Subscriptions(self.seat, self.firing)
         self.reconciler = Reconciler(
-            self.seat, is_active=elector.may_fire, bus=self.bus, touched=self.touched
+            self.seat, is_active=elector.holds, bus=self.bus, touched=self.touched
         )
         reconciler, ticker, subscriptions = self.reconciler, self.ticker, self.subscriptions
         self.health = HealthPass(
@@ -177,6 +180,7 @@ class Device:
         try:
             if not await self.chatlink.seed():
                 self._background.spawn(self.chatlink.keep_seeding(), name="seed")
+            self._start_by_the_spaces_clock()
             parts = {
                 "election": self.elector.run,
                 "reconciler": self.reconciler.run,
@@ -195,6 +199,14 @@ class Device:
             raise failed.exceptions[0] from None
         finally:
             await self._close()
+
+    def _start_by_the_spaces_clock(self) -> None:
+        """The first answer set the clock's offset: this device is up from now by the
+        space's clock, and from here on a step of the offset is handled like a wake."""
+        self.up_since = self.clock.wall()
+        self.ticker.slept(self.up_since)
+        self.subscriptions.up_since = self.up_since
+        self.offset.on_step = lambda _: self.sleepwatch.check()
 
     async def _start_executor(self) -> None:
         await self.executor.start()
@@ -299,6 +311,7 @@ class Device:
             chat_watch=self.chatwatch.status(),
             responder=_describe(self.responder),
             containment=self.executor.containment,
+            clock=self.offset.status(),
         )
 
 
@@ -309,6 +322,7 @@ class DeviceReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     chat_watch: WatchStatus
     responder: str
     containment: Containment | None
+    clock: ClockStatus
 
 
 def _describe(responder: Responder) -> str:

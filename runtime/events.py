@@ -35,7 +35,8 @@ class RecordEdited:
 
 @dataclass(frozen=True)
 class RoleChanged:
-    """`may_fire()` turned: True when this device gained the lease, False when it stopped."""
+    """`may_fire()` turned: True when this device gained the lease, False when it stopped
+    (or, already stopped, lost the lease it held)."""
 
     active: bool
     term: int

@@ -1,7 +1,7 @@
 """The embedded `any@v1` space server: `create_app` wires every area of the API onto one store.
 
-Owns the application factory: opening the store, the admin token file, the
-typed app state (settings, server clock), the middlewares (refusals, storage
+Owns the application factory: opening the store, the admin token file, the typed app state
+(settings, server clock, stamped on every answer), the middlewares (refusals, storage
 faults, authentication, then `Idempotency-Key` replays) and calling each area's
 `setup(app)`. Must not hold route logic.
 """
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from core.routes import SERVER_TIME_HEADER
 from space import (
     auth,
     backfills,
@@ -47,7 +48,7 @@ from space.appstate import (
 )
 from space.db import DB, open_db
 from space.http import refusals
-from space.servertime import ServerClock, system_clock
+from space.servertime import ServerClock, iso, system_clock
 
 ADMIN_TOKEN_FILE = "admin.token"
 _AREAS = (
@@ -105,6 +106,7 @@ def create_app(
     )
     app[SETTINGS] = settings
     app[CLOCK] = clock
+    app.on_response_prepare.append(_server_time)
     app[ROUTE_DOCS] = []
     metrics.setup(app)  # first: the claim and run routes feed it
     storage.setup(app)
@@ -119,6 +121,11 @@ def create_app(
     openapi.setup(app)
     dashboard.setup(app)
     return app
+
+
+async def _server_time(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer carries the space's clock: devices fire by it (SPEC "Sleep and clocks")."""
+    response.headers[SERVER_TIME_HEADER] = iso(request.app[CLOCK]())
 
 
 def _open_store(app: web.Application, db_path: str | Path, token_file: Path) -> None:

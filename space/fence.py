@@ -1,18 +1,17 @@
 """The fence of a fire claim: whether a fire may be claimed now, and the refusal if not.
 
-A claim for a floating trigger is refused (`stale_term`) unless the claimer holds
-the current lease at that term; one for a pinned trigger is refused
-(`not_owner`) from any peer but its owner. A paused record is refused
-(`paused`), and so is a fire for an instant before the record's `activeSince`
-(`before_active`: a message accepted before it, a cron slot before it), or
-outside its `window` (`outside_window`); a retry (`<key>#k`) is fenced as its
-fire's key. The refusal codes are the reasons the device records (`core.vocab.RunReason`).
-Reads only, inside the caller's transaction; must not write.
+A claim for a floating trigger is refused (`stale_term`) unless the claimer holds the
+current lease at that term; one for a pinned trigger (`not_owner`) from any peer but its
+owner. A paused record is refused (`paused`), a fire for an instant before `activeSince`
+(`before_active`), outside the `window` (`outside_window`; a retry `<key>#k` is fenced as
+its fire's key), and a cron or once slot more than `AHEAD_S` ahead of the space's clock
+(`ahead_of_clock`: it claims again when the slot comes). The refusal codes are the reasons
+the device records (`core.vocab.RunReason`). Reads only, inside the caller's transaction.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlite_utils
@@ -21,7 +20,10 @@ from core.vocab import RunReason
 from core.wire import FireIn
 from space import chat_store, leases, trigger_store
 from space.http import Refusal
+from space.servertime import iso
 from triggers.policies import base_key
+
+AHEAD_S = 5.0  # a slot claimed this far before the space's clock reaches it is refused
 
 
 def record_to_claim(
@@ -34,6 +36,7 @@ def record_to_claim(
     if isinstance(owner, str) and owner:
         if fire.peer != owner:
             raise Refusal(409, "not_owner", f"trigger {fire.triggerId!r} is pinned to {owner!r}")
+        _not_ahead(record, fire, now)
         return record
     lease = leases.load(db, space)
     if lease.lapsed(now) or lease.active != fire.peer or lease.term != fire.term:
@@ -45,6 +48,7 @@ def record_to_claim(
             f"lease (held by {holder!r} at term {lease.term})",
             term=lease.term,
         )
+    _not_ahead(record, fire, now)
     return record
 
 
@@ -74,6 +78,17 @@ def _in_window(record: dict[str, Any], key: str, at: datetime) -> None:
     start, end = _instant(window.get("startAt")), _instant(window.get("endAt"))
     if (start is not None and at < start) or (end is not None and at >= end):
         raise Refusal(409, RunReason.OUTSIDE_WINDOW, f"{key} is outside the trigger's window")
+
+
+def _not_ahead(record: dict[str, Any], fire: FireIn, now: datetime) -> None:
+    """Refuse a cron or once slot further ahead of the space's clock than `AHEAD_S`."""
+    if record.get("kind") not in ("cron", "once"):
+        return
+    slot = _instant(fire.key)
+    if slot is not None and slot > now + timedelta(seconds=AHEAD_S):
+        ahead = (slot - now).total_seconds()
+        detail = f"slot {fire.key} is {ahead:.1f} s ahead of the space's clock ({iso(now)})"
+        raise Refusal(409, RunReason.AHEAD_OF_CLOCK, detail, serverTime=iso(now))
 
 
 def _before(slot: datetime | None, start: datetime | None) -> bool:

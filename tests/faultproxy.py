@@ -102,22 +102,42 @@ class FaultProxy:
         *,
         answers_to: asyncio.StreamWriter | None = None,
     ) -> None:
+        """Forward `src` to `dst`, each chunk `latency` after it came (in order, pipelined)."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        sender = asyncio.create_task(self._send(queue, dst, answers_to))
         try:
             while chunk := await src.read(65536):
-                if self.latency:
-                    await asyncio.sleep(self.latency)
-                await self._thawed.wait()
-                if answers_to is not None and self.drop_answers > 0:
-                    self.drop_answers -= 1
-                    self.answers_dropped += 1
-                    answers_to.transport.abort()  # the answer came; the client never hears it
-                    return
-                dst.write(chunk)
-                await dst.drain()
+                await queue.put((loop.time() + self.latency, chunk))
+            await queue.put((loop.time() + self.latency, b""))
+            await sender
         except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
             if answers_to is not None:
                 self._clients.discard(answers_to)
             with contextlib.suppress(OSError, RuntimeError):
                 dst.close()
+
+    async def _send(
+        self,
+        queue: asyncio.Queue[tuple[float, bytes]],
+        dst: asyncio.StreamWriter,
+        answers_to: asyncio.StreamWriter | None,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due, chunk = await queue.get()
+            if not chunk:
+                return
+            await asyncio.sleep(max(0.0, due - loop.time()))  # the link's delay, not a wait
+            await self._thawed.wait()
+            if answers_to is not None and self.drop_answers > 0:
+                self.drop_answers -= 1
+                self.answers_dropped += 1
+                answers_to.transport.abort()  # the answer came; the client never hears it
+                return
+            dst.write(chunk)
+            await dst.drain()

@@ -2,12 +2,12 @@
 
     baton status [--url U] [--token-file F] [--space ID] [--data DIR] [--json]
 
-Reads the space only: its health (a storage fault is a line under the head), the
-election, the devices (with what each reports of itself in its heartbeat: its chat
-subscriptions, whether its chat responder is ready (and if not, why), how contained
-its runs are, with what is weaker than full; an offline device is shown offline, never
-ready, whatever it said last), and the triggers with owner, status and
-next fire. Failures go to stderr (`--json`: as a JSON error object).
+Reads the space only: its health (a storage fault is a line under the head), the election,
+the devices (with what each reports of itself in its heartbeat: its chat subscriptions,
+whether its chat responder is ready and if not why, how contained its runs are, how far its
+clock is off the space's, warned past 2 s; an offline device is shown offline, never ready,
+whatever it said last), and the triggers with owner, status and next fire. Failures go to
+stderr (`--json`: as a JSON error object).
 """
 
 from __future__ import annotations
@@ -143,15 +143,36 @@ def _devices(report: dict[str, Any]) -> list[str]:
             "yes" if d["live"] else "no",
             d["lastSeen"],
             containment(d),
+            clock_offset(d),
         ]
         for d in report["devices"]
     ]
-    columns = ["device", "name", "priority", "live", "last seen", "containment"]
+    columns = ["device", "name", "priority", "live", "last seen", "containment", "clock"]
     lines = ["", *render(columns, devices)]
     weaker = [f"{d['peer']}: {w}" for d in report["devices"] if d["live"] for w in _weaker(d)]
     if weaker:
         lines += ["", "containment weaker than full:", *(f"  {w}" for w in weaker)]
+    off = [f"  {d['peer']}: {clock_offset(d)}" for d in report["devices"] if _clock_warns(d)]
+    if off:
+        lines += ["", "clock more than 2 s off the space's (it fires by the space's):", *off]
     return lines
+
+
+def _clock(device: dict[str, Any]) -> dict[str, Any]:
+    found = (device.get("status") or {}).get("clock")
+    return found if isinstance(found, dict) else {}
+
+
+def clock_offset(device: dict[str, Any]) -> str:
+    """How far the device's clock is off the space's (`+1.2 s`: ahead), or `-` unknown."""
+    offset = _clock(device).get("offsetMs")
+    if not isinstance(offset, int | float):
+        return "-"
+    return f"{-offset / 1000:+.1f} s"
+
+
+def _clock_warns(device: dict[str, Any]) -> bool:
+    return _clock(device).get("warning") is True
 
 
 def _responders(report: dict[str, Any]) -> list[str]:

@@ -1,14 +1,14 @@
 """The async `any@v1` client for the daemon and the CLI.
 
 Owns talking to a space over HTTP with aiohttp: one method per route of
-`core.routes.ROUTES` (same name), each a thin call of `call(name, …)`, which
-builds the request from the route table and turns a refusal into `ApiError`
-(status, code, detail; status 0 `unreachable` when there was no answer). What the
-device reads comes back typed (`typed`: the `core.wire` Struct, lenient; an answer
-that does not fit is `ApiError` `malformed_answer`); the rest, and `call`, answer the
-JSON as sent (what the CLI prints). The two stream routes return a `Subscription`
-(runtime.client.stream) sharing one stream session with no connection cap. Must not
-interpret what it fetches.
+`core.routes.ROUTES` (same name), each a thin call of `call(name, …)`, which builds the
+request from the route table and turns a refusal into `ApiError` (status, code, detail;
+status 0 `unreachable` when there was no answer). What the device reads comes back typed
+(`typed`: the `core.wire` Struct, lenient; an answer that does not fit is `ApiError`
+`malformed_answer`); the rest, and `call`, answer the JSON as sent (what the CLI prints).
+Given an `Offset`, every answer's server time feeds it. The two stream routes return a
+`Subscription` (runtime.client.stream) sharing one stream session with no connection cap.
+Must not interpret what it fetches.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from core.routes import (
     RETRIES,
     RETRY_DELAY_S,
     ROUTES,
+    SERVER_TIME_HEADER,
     ApiError,
     error_from,
     headers,
@@ -34,6 +35,7 @@ from core.routes import (
     target,
     writes,
 )
+from runtime.client.offset import Offset
 from runtime.client.sse import sse_session
 from runtime.client.stream import Subscription
 
@@ -61,8 +63,10 @@ class SpaceClient:
         timeout: float = 30.0,
         clock: Clock | None = None,
         session: aiohttp.ClientSession | None = None,
+        offset: Offset | None = None,
     ) -> None:
         self.url = url.rstrip("/")
+        self.offset = offset  # fed with each answer's server time (runtime.client.offset)
         self._token = token
         self._clock = clock or SystemClock()
         self._timeout = aiohttp.ClientTimeout(total=timeout)
@@ -118,10 +122,13 @@ class SpaceClient:
         url = self.url + target(route, params)
         tries = RETRIES + 1 if writes(route) else 1
         for attempt in range(tries):
+            began = self.offset.begin() if self.offset is not None else None
             try:
                 async with self._api().request(route.method, url, data=data, headers=head) as r:
                     raw = await r.read()
                     status = r.status
+                if began is not None and self.offset is not None:
+                    self.offset.observe(began, r.headers.get(SERVER_TIME_HEADER))
                 break
             except (aiohttp.ClientError, TimeoutError) as exc:
                 if attempt == tries - 1 or (attempt == 0 and not _answer_lost(exc)):

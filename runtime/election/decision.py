@@ -1,10 +1,11 @@
 """The election decision: what this device does next about the floating-trigger lease.
 
 Owns the rules (SPEC "Who runs what"): only the space's clock decides a lapse
-(`expiresInMs`, turned into a local monotonic deadline); the holder renews every `renew_s`
-and fires only until `sent + lease_s - margin_s`; a follower takes a free or lapsed lease
-and never preempts a renewing holder; a higher priority device asks (`want`). Pure: the last
-lease read and a monotonic `now` in, data out. Must not talk to the space or sleep
+(`expiresInMs`, turned into a local monotonic deadline); the holder renews every `renew_s`,
+and on a task of its own by `renew_at` when a slow space kept the loop from it, and fires
+only until `sent + lease_s - margin_s`; a follower takes a free or lapsed lease and never
+preempts a renewing holder; a higher priority device asks (`want`). Pure: the last lease
+read and a monotonic `now` in, data out. Must not talk to the space or sleep
 (runtime.election.loop does).
 """
 
@@ -80,8 +81,22 @@ def may_fire(state: State, now: float) -> bool:
     return state.holding and now < state.acts_until
 
 
+RENEW_SLACK_S = 0.5  # a renewal's answer comes this long before the acting deadline
+RENEW_AGAIN_S = 1.0  # past that point, one more renewal this often
+
+
+def renew_at(state: State, rtt: float, last_sent: float) -> float:
+    """When the renewal task sends a renewal: the latest moment whose answer (a round trip
+    `rtt` later, a quarter more for its jitter) still comes before the acting deadline,
+    and past it one more every `RENEW_AGAIN_S` (over a slow link several are in flight)."""
+    return max(state.acts_until - rtt * 1.25 - RENEW_SLACK_S, last_sent + RENEW_AGAIN_S)
+
+
 def on_renewed(state: State, cfg: Config, term: int, sent: float) -> State:
-    """An acquire or renewal sent at `sent` succeeded under `term`."""
+    """An acquire or renewal sent at `sent` succeeded under `term` (two in flight: the later
+    sent counts, whichever answered last)."""
+    if state.holding and state.term == term:
+        sent = max(sent, state.last_renew_sent)
     return msgspec.structs.replace(
         state,
         holding=True,
@@ -123,10 +138,18 @@ def _as_holder(
     due = state.last_renew_sent + cfg.renew_s
     if now < state.acts_until and now < due:
         return Step(act=Act.WAIT, at=min(due, state.acts_until))
-    want = view.want
-    if want and want != state.me and priorities.get(want, -1) > state.priority:
+    want = handover_to(state, view, priorities)
+    if want is not None:
         return Step(act=Act.HANDOVER, term=state.term, to=want)
     return Step(act=Act.RENEW, term=state.term)
+
+
+def handover_to(state: State, view: LeaseView | None, priorities: dict[str, int]) -> str | None:
+    """The device the holder hands the lease to at its next renewal, instead of renewing."""
+    want = view.want if view is not None else None
+    if want and want != state.me and priorities.get(want, -1) > state.priority:
+        return want
+    return None
 
 
 def _as_follower(

@@ -2,22 +2,25 @@
 
 Owns the loop (SPEC "Who runs what"): a heartbeat, a read of the lease and what
 `decision.decide` says, through runtime.election.calls, stretched to the space's
-`leaseSeconds`; and `may_fire()`, the gate for floating triggers, which fails closed and
-turns false at once on a conflict, another holder or a sleep; its edges go out as
-`RoleChanged`. Must not decide anything itself (runtime.election.decision), nor die of the
-space or a peer. Cancelling `run()` leaves the lease as it is; `release()` frees it.
+`leaseSeconds`; beside it a renewal task renews the held lease by the measured round trip
+when the loop has not, so a slow space is not a lost lease. `may_fire()`, the gate for
+floating triggers, fails closed and turns false at once on a conflict, another holder or a
+sleep; its edges go out as `RoleChanged`; `holds()` stays true through a pause in acting.
+Must not decide anything itself (runtime.election.decision), nor die of the space or a
+peer. Cancelling `run()` leaves the lease as it is; `release()` frees it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from datetime import timedelta
 
 import msgspec
 
-from core.aio import Backoff, sleep_until
+from core.aio import Backoff, TaskSet, sleep_until
 from core.clock import iso
 from core.peerwire import LeaseOut
 from runtime.client.seat import Seat
@@ -47,6 +50,7 @@ class ElectionStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 log = logging.getLogger(__name__)
 
 BACKOFF_BASE = 0.25
+RTT_KEPT = 4  # renewals are timed by the longest of the last few round trips
 
 
 class Elector:
@@ -68,7 +72,10 @@ class Elector:
         self._state = lease.State(me=seat.peer, priority=priority)
         self._view: lease.LeaseView | None = None
         self._reported = False
+        self._held = False  # what `holds()` was at the last edge
         self._wake = asyncio.Event()
+        self._renew_wake = asyncio.Event()  # the standing changed: the renewal task looks again
+        self._rtts: deque[float] = deque(maxlen=RTT_KEPT)  # the last claims' round trips
         self._healthy = False
         self._retry = self._backoff().streak()
         self._error: str | None = None
@@ -105,6 +112,12 @@ class Elector:
         if lease.may_fire(self._state, self._clock.monotonic()):
             return self._peer
         return self._view.active if self._view else None
+
+    def holds(self) -> bool:
+        """Whether this device holds the lease as far as it knows, acting or paused (a late
+        renewal, a sleep): what floating triggers stay armed for, their chat subscriptions
+        open. The renewal task times a renewal (asleep on the clock) while it holds."""
+        return self._state.holding and not self._down
 
     @property
     def beat_seconds(self) -> float:
@@ -143,6 +156,7 @@ class Elector:
         self.heartbeat.beat_now()
         self._edges()
         self._wake.set()
+        self._renew_wake.set()
 
     def part_down(self, name: str) -> None:
         """A device part is down: stop acting now and free the lease until it is back."""
@@ -171,23 +185,70 @@ class Elector:
     # --- the loop ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Heartbeat, read, decide, act, sleep; until cancelled (which does not release)."""
-        while True:
-            try:
-                wake = await self._round()
-                self._recovered()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                wake = self._failed(exc)
-            self._edges()
-            await self._nap(self._until(wake))
+        """Heartbeat, read, decide, act, sleep; until cancelled (which does not release).
+        The holder's renewals run beside, on a task of their own."""
+        renewing = asyncio.create_task(self._renewing(), name="election renewal")
+        try:
+            while True:
+                try:
+                    wake = await self._round()
+                    self._recovered()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    wake = self._failed(exc)
+                self._edges()
+                await self._nap(self._until(wake))
+        finally:
+            renewing.cancel()
+            await asyncio.gather(renewing, return_exceptions=True)
+
+    async def _renewing(self) -> None:
+        """Renew while holding when the loop has not, in time for the answer to come back
+        before the acting deadline (`lease.renew_at`); over a slow link several renewals
+        may be in flight, so answers keep coming."""
+        renewals = TaskSet("renewal")
+        last_sent = float("-inf")
+        try:
+            while True:
+                if not self.holds():
+                    await self._renew_wake.wait()
+                    self._renew_wake.clear()
+                    continue
+                rtt = max(self._rtts, default=0.0)
+                at = lease.renew_at(self._state, rtt, last_sent)
+                if await sleep_until(self._clock, at, self._renew_wake):
+                    self._renew_wake.clear()
+                    continue  # the standing changed: when to renew changed with it
+                last_sent = self._clock.monotonic()
+                renewals.spawn(self._renew(self._state.term), name="election renewal")
+        finally:
+            await renewals.close()
+
+    async def _renew(self, term: int) -> None:
+        sent = self._clock.monotonic()
+        try:
+            answer = await self._calls.acquire(term)
+        except Exception as exc:  # the deadline stops the acting; the loop logs the space
+            log.debug("election: renewal at term %d failed: %s", term, exc)
+            return
+        self._rtts.append(self._clock.monotonic() - sent)
+        if not (self._state.holding and self._state.term == term):
+            return  # lost meanwhile (a conflict read by the loop): a late renewal changes nothing
+        if answer is None or answer.active != self._peer or answer.term != term:
+            self._conflict(term)
+        else:
+            self._fold(answer)
+            self._state = lease.on_renewed(self._state, self._cfg, term, sent)
+        self._edges()
 
     async def _round(self) -> float:
         """One pass; returns the monotonic time to look again."""
-        if self._clock.monotonic() >= self.heartbeat.due:
-            await self._beat()
-        view = await self._read()
+        if self._clock.monotonic() >= self.heartbeat.due:  # side by side: a slow space
+            _, answer = await asyncio.gather(self._beat(), self._calls.read())
+            view = self._fold(answer)  # after the beat: its timings may follow the space's
+        else:
+            view = await self._read()
         self._state = lease.observe(self._state, view)
         now = self._clock.monotonic()
         if self._down:  # a part is down: hold nothing until it is back
@@ -247,6 +308,8 @@ class Elector:
             return self._conflict(term)
         gained = not self._state.holding or answer.term != self._state.term
         self._state = lease.on_renewed(self._state, self._cfg, answer.term, sent)
+        self._rtts.append(self._clock.monotonic() - sent)
+        self._renew_wake.set()
         if gained:
             log.info("election: holding the lease at term %d", self._state.term)
         return sent + self._cfg.renew_s
@@ -282,12 +345,18 @@ class Elector:
         self._error = None
 
     def _edges(self) -> None:
-        """Publish `RoleChanged` when `may_fire()` turned."""
-        now = self._allowed()
-        if now == self._reported:
+        """Publish `RoleChanged` when `may_fire()` turned, or when the lease was lost while
+        not acting (a pause ended in a conflict); the renewal task looks again."""
+        self._renew_wake.set()
+        now, held = self._allowed(), self.holds()
+        lost, self._held = self._held and not held, held
+        if now == self._reported and not lost:
             return
+        if now != self._reported:
+            log.info("election: %s", "may fire floating triggers" if now else "stopped acting")
+        else:
+            log.info("election: the lease is no longer this device's (term %d)", self.term)
         self._reported = now
-        log.info("election: %s", "may fire floating triggers" if now else "stopped acting")
         self.bus.publish(RoleChanged(active=now, term=self._state.term))
 
     def _until(self, wake: float) -> float:

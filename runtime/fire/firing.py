@@ -2,12 +2,12 @@
 
 Owns `Firing`, the daemon's `Dispatcher` (SPEC "Who runs what", "Runs"): the order of the
 steps — the floating gate (and `maxRuns` done), the claim (runtime.fire.claims, fires handed
-over together claimed in one request), chat-watch's fires to `offer`, the wait for a slot
-claimed ahead, admission in its lane (runtime.fire.lanes; `restart` supersedes the running
-run), the program, the holds (runtime.fire.holds: budget, quiet chat), the breaker, the run
-(runtime.fire.execute), its record (runtime.fire.recorder) and a failed fire's retry
-(runtime.fire.attempts). The steps and their endings are drawn in docs/architecture.md.
-Never raises into its caller nor dies of a fire.
+over together claimed in one request; `ahead_of_clock` claimed again at its slot),
+chat-watch's fires to `offer`, the wait for a slot claimed ahead, admission in its lane
+(runtime.fire.lanes; `restart` supersedes the running run), the program, the holds
+(runtime.fire.holds: budget, quiet chat), the breaker, the run (runtime.fire.execute), its
+record (runtime.fire.recorder) and a failed fire's retry (runtime.fire.attempts). The steps
+and their endings are drawn in docs/architecture.md. Never raises nor dies of a fire.
 """
 
 from __future__ import annotations
@@ -149,10 +149,11 @@ class Firing:
         lane = self._lanes.get(record.id)
         return max(ok_runs(record), lane.book.rollup.ok if lane is not None else 0)
 
-    async def _take(self, requests: list[FireRequest]) -> None:
+    async def _take(self, requests: list[FireRequest], retaken: bool = False) -> None:
         term = self._term()
         waiting = [
-            Queued(request=r, term=term, claimed=Claimed(run_id=new_run_id())) for r in requests
+            Queued(request=r, term=term, claimed=Claimed(run_id=new_run_id()), retaken=retaken)
+            for r in requests
         ]
         answers = await claim(self._seat, waiting)
         now = self._clock.wall()
@@ -161,7 +162,8 @@ class Firing:
                 self._spawn(self._refused(queued, answer), queued.request)
             elif queued.request.for_chat_watch:
                 self._spawn(self._offer(queued.request), queued.request)
-            elif queued.request.due_at > now:  # claimed ahead of its slot (runtime.fire.ahead)
+            elif queued.request.event is None and queued.request.due_at > now:  # ahead of its
+                # slot (runtime.fire.ahead); a message is due once the space accepted it
                 self._spawn(self._at_slot(answer), queued.request)
             else:
                 self._admit(answer)
@@ -178,8 +180,19 @@ class Firing:
         elif exc.code in (RunReason.PAUSED, RunReason.BEFORE_ACTIVE):  # news not here yet
             log.info("fire %s@%s refused: %s", tid, key, exc.code)
             await self._unstamped(queued, RunStatus.SKIPPED, exc.code)
+        elif exc.code == RunReason.AHEAD_OF_CLOCK and not queued.retaken:
+            log.warning("fire %s@%s refused: this device's clock is ahead; at its slot", tid, key)
+            await self._take_at_slot(queued)
         else:
             log.warning("fire %s@%s not claimed: %s", tid, key, exc)
+
+    async def _take_at_slot(self, queued: Queued) -> None:
+        """Claim again when the slot comes by the space's clock (the refusal's answer set the
+        offset), once; withdrawn meanwhile, it is not taken."""
+        if await self._ahead.until_due(queued.request):
+            return
+        if self._may_take(queued.request):
+            await self._take([queued.request], retaken=True)
 
     async def _offer(self, request: FireRequest) -> None:
         if self._offer_to_chat is None or request.event is None:

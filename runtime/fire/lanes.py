@@ -42,6 +42,7 @@ class Queued(msgspec.Struct, frozen=True, kw_only=True):
     request: FireRequest
     term: int
     claimed: Claimed
+    retaken: bool = False  # claimed again at its slot after an `ahead_of_clock` refusal
 
 
 class Lane:

@@ -223,8 +223,8 @@ async def test_a_space_created_while_the_device_runs_gets_its_chat_responder(
     await eventually(answered)
 
 
-PARKED = 5  # an idle device's parts asleep on its clock: elector, ticker, sleep watch,
-# health pass, reconciler resync timer
+PARKED = 6  # an idle device's parts asleep on its clock: elector, its renewal task (the
+# device holds the lease), ticker, sleep watch, health pass, reconciler resync timer
 
 
 async def pass_time(clock: FakeClock, seconds: int, parked: int = PARKED) -> None:

@@ -23,7 +23,7 @@ RUN = {"startedAt": "2026-12-01T09:00:00Z", "status": "ok"}
 async def claimed(api: Api, device: Api, peer: str, **fields: Any) -> tuple[str, str]:
     """A trigger pinned to `peer` and a fire of it `peer` claimed: (trigger id, key)."""
     trigger = await api.create_trigger(owner=peer, **fields)
-    fire = {"triggerId": trigger["id"], "key": "2026-12-01T09:05:00Z", "term": 0, "peer": peer}
+    fire = {"triggerId": trigger["id"], "key": "2026-12-01T09:00:05Z", "term": 0, "peer": peer}
     status, body = await device.post(f"{S}/fires", fire)
     assert status == 201, body
     return trigger["id"], fire["key"]
@@ -139,7 +139,7 @@ async def test_a_run_stamped_after_the_lease_moved_is_still_its_devices(
     lease = (await laptop.post(f"{S}/election/claim", {"peer": "laptop", "term": 0}))[1]
     fire = {
         "triggerId": tid,
-        "key": "2026-12-01T09:05:00Z",
+        "key": "2026-12-01T09:00:05Z",
         "term": lease["term"],
         "peer": "laptop",
     }
@@ -285,7 +285,7 @@ async def test_a_claim_with_run_answers_the_runs_token(api: Api, space_clock: Fa
     other = await api.create_trigger(owner="phone")
     fire = {
         "triggerId": mine["id"],
-        "key": "2026-12-01T09:05:00Z",
+        "key": "2026-12-01T09:00:05Z",
         "term": 0,
         "peer": "phone",
         "claimId": "clm_1",
@@ -332,7 +332,7 @@ async def test_a_refused_claim_mints_no_token(api: Api, space_clock: FakeClock) 
     run = {"runId": "r1", "ttlSeconds": 60}
     fire = {
         "triggerId": pinned["id"],
-        "key": "2026-12-01T09:05:00Z",
+        "key": "2026-12-01T09:00:05Z",
         "term": 0,
         "peer": "phone",
         "claimId": "clm_1",

@@ -90,7 +90,7 @@ async def test_fire_claims_are_fenced_by_term_and_owner(api: Api, space_clock: F
     floating = await api.create_trigger()
     pinned = await api.create_trigger(owner="box")
     await claim(api, "laptop", 0)
-    fire = {"triggerId": floating["id"], "key": "2026-12-01T09:05:00Z", "term": 1, "peer": "laptop"}
+    fire = {"triggerId": floating["id"], "key": "2026-12-01T09:00:05Z", "term": 1, "peer": "laptop"}
     status, body = await api.post(F, {**fire, "term": 0})
     assert status == 409 and body["error"] == "stale_term"
     status, body = await api.post(F, {**fire, "peer": "phone"})
@@ -109,10 +109,13 @@ async def test_fire_claims_are_fenced_by_term_and_owner(api: Api, space_clock: F
     assert status == 409 and body["error"] == "stale_term"
 
 
-async def test_a_key_an_older_build_wrote_names_the_same_fire(api: Api) -> None:
+async def test_a_key_an_older_build_wrote_names_the_same_fire(
+    api: Api, space_clock: FakeClock
+) -> None:
     """Keys are kept in the one instant format: an older build's `…:00Z` (a device not yet
     upgraded, or a claim stored before the upgrade) is the same fire as `…:00.000Z`."""
     trigger = await api.create_trigger(owner="box")
+    space_clock.advance(600)  # the slots asked about have come
     fire = {"triggerId": trigger["id"], "key": "2026-12-01T09:05:00Z#2", "term": 0, "peer": "box"}
     status, body = await api.post(F, fire)
     assert status == 201 and body["key"] == "2026-12-01T09:05:00.000Z#2"
@@ -198,7 +201,7 @@ async def test_a_list_of_claims_answers_one_result_each(api: Api) -> None:
 async def test_concurrent_claims_of_one_key_have_exactly_one_winner(api: Api, n: int) -> None:
     trigger = await api.create_trigger()
     await claim(api, "laptop", 0)
-    fire = {"triggerId": trigger["id"], "key": "2026-12-01T09:05:00Z", "term": 1, "peer": "laptop"}
+    fire = {"triggerId": trigger["id"], "key": "2026-12-01T09:00:05Z", "term": 1, "peer": "laptop"}
     results = await asyncio.gather(*(api.post(F, fire) for _ in range(n)))
     statuses = sorted(status for status, _ in results)
     assert statuses.count(201) == 1

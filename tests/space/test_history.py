@@ -101,7 +101,7 @@ async def test_device_windows_follow_heartbeats_and_what_they_report(
 
 async def test_refused_claims_and_run_outcomes_enter_the_claim_ledger(api: Api) -> None:
     tid = (await api.create_trigger(owner="box"))["id"]
-    fire = {"triggerId": tid, "key": "2026-12-01T09:05:00Z", "term": 0, "peer": "box"}
+    fire = {"triggerId": tid, "key": "2026-12-01T09:00:05Z", "term": 0, "peer": "box"}
     assert (await api.post(f"{S}/fires", fire))[0] == 201
     status, body = await api.post(f"{S}/fires", {**fire, "peer": "laptop"})
     assert (status, body["error"]) == (409, "not_owner")

@@ -17,13 +17,15 @@ async def test_a_snooze_moves_active_since_and_fences_the_snoozed_slots(
     path = f"/spaces/{SPACE}/triggers/{record['id']}"
     status, snoozed = await api.patch(path, {"pausedUntil": "2026-12-01T09:10:00Z"})
     assert status == 200 and snoozed["activeSince"] == "2026-12-01T09:10:00.000Z"
+    space_clock.advance(600)  # 09:10: the snooze is over
     fire = {"triggerId": record["id"], "term": 0, "peer": "box"}
     status, body = await api.post(F, {**fire, "key": "2026-12-01T09:05:00Z"})
     assert status == 409 and body["error"] == "before_active"  # a slot of the snooze
     assert (await api.post(F, {**fire, "key": "2026-12-01T09:10:00Z"}))[0] == 201  # its end
+    await api.patch(path, {"pausedUntil": "2026-12-01T09:30:00Z"})
     space_clock.advance(60)
     status, lifted = await api.patch(path, {"pausedUntil": None})  # lifted early: from now
-    assert status == 200 and lifted["activeSince"] == "2026-12-01T09:01:00.000Z"
+    assert status == 200 and lifted["activeSince"] == "2026-12-01T09:11:00.000Z"
 
 
 async def test_a_trigger_created_snoozed_is_active_from_the_snooze_end(api: Api) -> None:
@@ -41,9 +43,12 @@ async def test_a_snooze_already_over_changes_nothing(api: Api, space_clock: Fake
     assert after["activeSince"] == record["activeSince"]
 
 
-async def test_the_window_fences_claims_and_a_retry_is_fenced_as_its_fire(api: Api) -> None:
+async def test_the_window_fences_claims_and_a_retry_is_fenced_as_its_fire(
+    api: Api, space_clock: FakeClock
+) -> None:
     window = {"startAt": "2026-12-01T09:00:10Z", "endAt": "2026-12-01T09:00:20Z"}
     record = await api.create_trigger(owner="box", spec=EVERY_SECOND, window=window)
+    space_clock.advance(30)  # every slot asked about has come
     fire = {"triggerId": record["id"], "term": 0, "peer": "box"}
     for key in ("2026-12-01T09:00:05Z", "2026-12-01T09:00:20Z", "2026-12-01T09:00:20Z#2"):
         status, body = await api.post(F, {**fire, "key": key})

@@ -236,3 +236,20 @@ async def test_the_cli_edges_say_what_they_mean(cli: Cli, world: World):
     for argv in (("status", "--json"), ("space", "token", "list", "--json")):
         code, out, err = await cli.process(*argv)
         assert code == 0 and out.count("\n") == 1, (argv, out)  # one style: one compact line
+
+
+async def test_status_shows_each_devices_clock_offset_and_warns_past_two_seconds(
+    cli: Cli, world: World
+):
+    clock = {"offsetMs": -30000.0, "rttMs": 1.2, "warning": True}
+    await world.admin.device_put(SPACE, "fast", {"name": "Fast", "status": {"clock": clock}})
+    near = {"offsetMs": 400.0, "rttMs": 1.0, "warning": False}
+    await world.admin.device_put(SPACE, "near", {"name": "Near", "status": {"clock": near}})
+    code, out, _ = await cli("status")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[2].split()[-1] == "CLOCK"
+    assert next(line for line in lines if line.startswith("fast ")).endswith("+30.0 s")
+    assert next(line for line in lines if line.startswith("near ")).endswith("-0.4 s")
+    warned = lines.index("clock more than 2 s off the space's (it fires by the space's):")
+    assert lines[warned + 1 :][:1] == ["  fast: +30.0 s"]

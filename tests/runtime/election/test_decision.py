@@ -1,5 +1,7 @@
 """The election decision, table-tested on a monotonic timeline (seconds)."""
 
+from math import inf
+
 import pytest
 
 from runtime.election.decision import (
@@ -13,6 +15,7 @@ from runtime.election.decision import (
     on_lost,
     on_renewed,
     on_slept,
+    renew_at,
 )
 
 CFG = Config(lease_s=15, renew_s=5, margin_s=5, poll_s=2, settle_s=10)
@@ -103,3 +106,24 @@ def test_holder_ignores_a_want_from_a_device_it_does_not_see_as_higher():
     asked = view("a", 3, 200, want="phone")
     step = decide(holder(sent=100, priority=5), asked, CFG, now=105, priorities={"phone": 1})
     assert step.act == Act.RENEW
+
+
+@pytest.mark.parametrize(
+    ("acts_until", "rtt", "last_sent", "expected"),
+    [
+        (110.0, 0.01, -inf, 109.4875),  # a fast space: just before the deadline (the loop's first)
+        (110.0, 6.0, -inf, 102.0),  # 3 s each way: early enough for the answer to come back
+        (110.0, 6.0, 103.0, 104.0),  # past that point: one more a second, several in flight
+        (-inf, 0.01, 50.0, 51.0),  # must renew now (a sleep), yet never more than once a second
+    ],
+)
+def test_the_renewal_task_renews_in_time_for_its_answer(
+    acts_until: float, rtt: float, last_sent: float, expected: float
+) -> None:
+    state = State(me="a", holding=True, term=3, acts_until=acts_until)
+    assert renew_at(state, rtt, last_sent) == pytest.approx(expected)
+
+
+def test_a_late_renewal_never_moves_the_acting_deadline_back() -> None:
+    state = on_renewed(State(me="a"), CFG, 3, sent=100.0)
+    assert on_renewed(state, CFG, 3, sent=98.0).acts_until == state.acts_until

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from waiting import eventually
 
 from core.clock import FakeClock
 from core.peerwire import LeaseOut
@@ -75,8 +76,14 @@ class World:
         return [d for d in self.devices if d.task and not d.task.done()]
 
     async def quiet(self) -> None:
-        async with asyncio.timeout(5):
-            await self.clock.wait_for_sleepers(len(self.running()))
+        """Every elector asleep, and each holder's renewal task too (holding may change
+        while the world settles, so the count is looked at again)."""
+
+        def settled() -> bool:
+            running = self.running()
+            return self.clock.sleepers >= sum(1 + d.elector.holds() for d in running)
+
+        await eventually(settled, every=0.001, what="every elector asleep")
 
     def check(self) -> None:
         firing = [d.peer for d in self.devices if d.fires()]

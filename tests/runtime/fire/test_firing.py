@@ -48,7 +48,7 @@ from triggers.registry import Diff
 async def test_a_cron_fire_runs_once_with_one_run_record_and_its_stamps(w: World):
     await w.publish("tick@v1", OK)
     record = await w.trigger("tick@v1", args={"n": 3})
-    slot = schedule.fire_key_cron(w.clock.wall() + timedelta(minutes=5))  # after activeSince
+    slot = schedule.fire_key_cron(w.clock.wall() + timedelta(seconds=3))  # after activeSince
     await w.fire(w.request(record, slot))
     await w.fire(w.request(record, slot))  # the same key again: the claim refuses it
     [run] = await w.runs(record)
@@ -77,7 +77,7 @@ async def test_a_run_stamps_the_next_fire_the_ticker_has_armed(world: World, exe
     try:
         await world.publish("tick@v1", OK)
         record = await world.trigger("tick@v1")
-        slot = schedule.fire_key_cron(world.clock.wall() + timedelta(minutes=5))
+        slot = schedule.fire_key_cron(world.clock.wall() + timedelta(seconds=3))
         await world.fire(world.request(record, slot))
     finally:
         await firing.close()

@@ -27,6 +27,7 @@ from runtime.health.touched import Touched
 from space.app import create_app, default_admin_token_file
 from triggers.records import Loaded, PeerId, Salvaged, TriggerId, load
 
+ELECTOR = 2  # the holder's sleepers on the clock: its loop and its renewal task
 SPACE = "home"
 START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 TICK = {"name": "tick", "kind": "cron", "spec": {"expr": "*/5 * * * *"}, "program": "tick@v1"}
@@ -102,7 +103,7 @@ class Setup:
             self.clock.advance(min(step, seconds))
             seconds -= step
             async with asyncio.timeout(5):
-                await self.clock.wait_for_sleepers(1)
+                await self.clock.wait_for_sleepers(ELECTOR)
 
     async def pass_(self) -> int:
         await self.known.refresh()
@@ -124,7 +125,7 @@ async def setup(tmp_path: Path, aiohttp_server):
     elector = Elector(seat, name="A")
     task = asyncio.create_task(elector.run())
     async with asyncio.timeout(5):
-        await clock.wait_for_sleepers(1)
+        await clock.wait_for_sleepers(ELECTOR)
     assert elector.may_fire()
     known, missing = Known(admin), {"chats": frozenset()}
     armed: dict[TriggerId, datetime] = {}
@@ -158,7 +159,7 @@ async def test_records_that_cannot_run_are_stamped_once(setup: Setup) -> None:
     setup.missing["chats"] = frozenset({"c_x"})
     setup.clock.advance(5.0)  # the elector's next heartbeat round sees b live
     async with asyncio.timeout(5):
-        await setup.clock.wait_for_sleepers(1)
+        await setup.clock.wait_for_sleepers(ELECTOR)
     assert setup.elector.live == {"a", "b"} and setup.elector.may_fire()
 
     assert await setup.pass_() == 4
@@ -224,7 +225,7 @@ async def test_kick_runs_a_pass_without_waiting_for_the_interval(setup: Setup) -
     task = asyncio.create_task(setup.health.run())
     try:
         async with asyncio.timeout(5):
-            await setup.clock.wait_for_sleepers(2)  # the elector and the pass, both idle
+            await setup.clock.wait_for_sleepers(ELECTOR + 1)  # the elector and the pass idle
         assert setup.health.passes == 1
         tid = await setup.create(program="nope@v1")
         await setup.known.refresh()
@@ -254,7 +255,7 @@ async def test_a_pass_that_cannot_list_programs_stamps_nothing_and_the_loop_goes
         task = asyncio.create_task(health.run())
         try:
             async with asyncio.timeout(5):
-                await setup.clock.wait_for_sleepers(2)
+                await setup.clock.wait_for_sleepers(ELECTOR + 1)
             assert "401" in (health.status().last_error or "") and health.passes == 0
         finally:
             task.cancel()
