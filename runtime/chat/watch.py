@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from core.chatwire import NUDGE_PREFIX
 from core.clock import Clock, SystemClock
 from runtime.chat.reply import (
     DEFAULT_APOLOGY,
@@ -41,8 +42,6 @@ from runtime.chat.responders import Responder
 from runtime.chat.turn import Turns
 
 log = logging.getLogger(__name__)
-
-NUDGE_PREFIX = "trigger:"
 
 
 class ChatState(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

@@ -52,6 +52,8 @@ class Work(msgspec.Struct, frozen=True, kw_only=True):
     args: dict[str, Any]
     timeout_seconds: float
     memory_mb: int
+    network: str = "space"
+    disk_mb: int = 64
 
 
 def new_run_id() -> str:
@@ -115,6 +117,8 @@ class Execute:
             context=self.context(fire, token),
             timeout_seconds=work.timeout_seconds,
             memory_mb=work.memory_mb,
+            network=work.network,
+            disk_mb=work.disk_mb,
             keep_warm=self._repeats(fire.trigger_id),
         )
         return await run_job(self._executor, job)
@@ -175,4 +179,10 @@ def work_of(request: FireRequest) -> Work:
     record, event = request.trigger, request.event
     args = dict(record.args) if event is None else {**record.args, "event": event}
     limits = record.limits
-    return Work(args=args, timeout_seconds=limits.timeout_seconds, memory_mb=limits.memory_mb)
+    return Work(
+        args=args,
+        timeout_seconds=limits.timeout_seconds,
+        memory_mb=limits.memory_mb,
+        network=limits.network.value,
+        disk_mb=limits.disk_mb,
+    )

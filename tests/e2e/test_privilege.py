@@ -8,6 +8,8 @@ and kept its token alive, …. Each asserts the attack now fails, on the space's
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import aiohttp
@@ -21,6 +23,11 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
     make_device,
     space,
     spaces,
+)
+
+RUN_SEES = (
+    *("id", "name", "kind", "owner", "enabled", "rev"),
+    *("lastStatus", "lastStatusDetail", "lastRunAt", "nextFireAt"),
 )
 
 UNSTORABLE = """
@@ -73,3 +80,158 @@ async def test_a_result_the_space_cannot_take_is_an_error_and_its_token_dies(
     token = (await space.api.state_get(SPACE, tid, "token"))["value"]
     status, body = await use_token(space, token, "GET", f"/state/{tid}/token")
     assert (status, body["error"]) == (401, "token_revoked"), body
+
+
+PROBE_NETWORK = """
+import socket
+
+def main(args):
+    c = use("any@v1")
+    found = {}
+    for name, port in (("space", args["spacePort"]), ("other", args["otherPort"])):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            found[name] = "connected"
+        except OSError as exc:
+            found[name] = type(exc).__name__
+    try:
+        socket.socket().bind(("127.0.0.1", 0))
+        found["bind"] = "bound"
+    except OSError as exc:
+        found["bind"] = type(exc).__name__
+    try:
+        c.cursor_get("x")
+        found["api"] = "answered"
+    except Exception as exc:
+        found["api"] = type(exc).__name__
+    return found
+"""
+
+
+@pytest.mark.parametrize(
+    ("network", "expected"),
+    [
+        ("none", {"space": "PermissionError", "other": "PermissionError", "api": "ApiError"}),
+        (None, {"space": "connected", "other": "PermissionError", "api": "answered"}),
+        ("any", {"space": "connected", "other": "connected", "api": "answered"}),
+    ],
+)
+async def test_a_program_reaches_only_the_network_its_record_allows(
+    space: Space, make_device: MakeDevice, network: str | None, expected: dict[str, str]
+) -> None:
+    """Before, any run connected anywhere (it held 1,100 connections to the space); now
+    `limits.network` is a Landlock TCP rule: `space` (the default) its API's port only."""
+    other = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    other_port = other.sockets[0].getsockname()[1]
+    await space.publish("probe@v1", PROBE_NETWORK)
+    chat = await space.chat("inbox")
+    limits = {} if network is None else {"limits": {"network": network}}
+    args = {"spacePort": space.port, "otherPort": other_port}
+    tid = (await space.event_trigger(chat, program="probe@v1", args=args, **limits))["id"]
+    dev = await make_device()
+    await dev.active()
+    try:
+        run = await fired(space, dev, chat, tid, "go")
+    finally:
+        other.close()
+    assert run["status"] == "ok", run
+    bind = "bound" if network == "any" else "PermissionError"
+    assert run["result"] == {**expected, "bind": bind}, run
+
+
+FILL_SCRATCH = """
+import os
+
+def main(args):
+    chunk = b"x" * (1 << 20)
+    held = []
+    for i in range(args["files"]):
+        f = open(f"f{i}", "wb")
+        if args["unlink"]:
+            os.unlink(f"f{i}")
+            held.append(f)
+        for _ in range(4):
+            f.write(chunk)
+        f.flush()
+        if not args["unlink"]:
+            f.close()
+    import time
+    time.sleep(args["hold"])
+    return {"wrote": args["files"] * 4}
+"""
+
+
+@pytest.mark.parametrize("unlink", [False, True])
+async def test_a_run_past_its_scratch_quota_ends_in_error(
+    space: Space, make_device: MakeDevice, unlink: bool
+) -> None:
+    """Before, scratch disk was uncapped (1 GB in 2.5 s); now `limits.diskMB` is measured,
+    files unlinked but held open included, and a run past it ends `error` saying why."""
+    await space.publish("fill@v1", FILL_SCRATCH)
+    chat = await space.chat("inbox")
+    limits = {"diskMB": 8, "timeoutSeconds": 20}
+    args = {"files": 6, "unlink": unlink, "hold": 5}
+    tid = (await space.event_trigger(chat, program="fill@v1", args=args, limits=limits))["id"]
+    dev = await make_device()
+    await dev.active()
+    run = await fired(space, dev, chat, tid, "go")
+    assert run["status"] == "error", run
+    assert "scratch disk quota exceeded" in run["error"], run
+    assert "over the limit of 8 MB (limits.diskMB)" in run["error"], run
+    assert run["durationMs"] < 4000, run  # ended as it passed the quota, not at its end
+
+
+SNOOP = """
+import json, urllib.request
+
+def main(args):
+    c = use("any@v1")
+    ctx = c._ctx
+    listed = c.triggers(ctx.space)
+    def get(path):
+        req = urllib.request.Request(
+            f"{ctx.url}/v1/spaces/{ctx.space}{path}",
+            headers={"Authorization": f"Bearer {ctx.token}"},
+        )
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return json.loads(resp.read())
+    one = get(f"/triggers/{args['victim']}")
+    feed = get("/changes?since=0")
+    sent = c.chat_send(ctx.space, args["chat"], {"text": "wake", "agent": {"name": "trigger:payroll"}})
+    return {"listed": listed, "one": one, "feed": feed, "sent": sent["agent"]}
+"""
+
+
+async def test_a_run_token_reads_no_args_and_nudges_only_as_its_trigger(
+    space: Space, make_device: MakeDevice
+) -> None:
+    """Before, a run token read every record's `args` (a planted secret included) and sent
+    nudges under any `trigger:` name; now it sees name, kind, owner, enabled and status,
+    and its nudge is `trigger:<its own trigger's name>`."""
+    await space.publish("snoop@v1", SNOOP)
+    chat = await space.chat("inbox")
+    planted = "hunter2-planted-secret"
+    victim = await space.trigger(
+        name="payroll",
+        kind="cron",
+        spec={"expr": "0 0 1 1 *"},
+        program="echo@v1",
+        args={"password": planted},
+        enabled=False,
+    )
+    args = {"victim": victim["id"], "chat": chat}
+    tid = (await space.event_trigger(chat, name="snoop", program="snoop@v1", args=args))["id"]
+    dev = await make_device()
+    await dev.active()
+    run = await fired(space, dev, chat, tid, "go")
+    assert run["status"] == "ok", run
+    seen = run["result"]
+    assert planted not in json.dumps(seen), seen
+    listed = {r["name"]: r for r in seen["listed"]}
+    assert set(listed["payroll"]) <= set(RUN_SEES), listed["payroll"]
+    assert listed["payroll"]["enabled"] is False and listed["payroll"]["kind"] == "cron"
+    assert "args" not in seen["one"] and seen["one"]["name"] == "payroll", seen["one"]
+    assert all("args" not in (c["record"] or {}) for c in seen["feed"]["changes"]), seen
+    assert seen["sent"]["name"] == "trigger:snoop", seen["sent"]
+    stored = [m for m in await space.messages(chat) if m.text == "wake"]
+    assert [m.agent.name for m in stored if m.agent] == ["trigger:snoop"], stored

@@ -249,6 +249,8 @@ async def test_get_fills_in_defaults_and_keeps_unknown_fields(api: Api) -> None:
         "memoryMB": 512,
         "overlap": None,
         "maxQueue": 100,
+        "network": "space",
+        "diskMB": 64,
     }
     assert (one["spec"]["expr"], one["spec"]["tz"], one["spec"]["catchup"]) == (
         "*/5 * * * *",
