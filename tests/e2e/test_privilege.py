@@ -197,7 +197,8 @@ def main(args):
             return json.loads(resp.read())
     one = get(f"/triggers/{args['victim']}")
     feed = get("/changes?since=0")
-    sent = c.chat_send(ctx.space, args["chat"], {"text": "wake", "agent": {"name": "trigger:payroll"}})
+    nudge = {"text": "wake", "agent": {"name": "trigger:payroll"}}
+    sent = c.chat_send(ctx.space, args["chat"], nudge)
     return {"listed": listed, "one": one, "feed": feed, "sent": sent["agent"]}
 """
 
