@@ -46,6 +46,7 @@ class RunReason(enum.StrEnum):
     BEFORE_ACTIVE = "before_active"  # the space refused the claim: before the record's activeSince
     UNKNOWN_PROGRAM = "unknown_program"
     INVALID_PROGRAM = "invalid_program"
+    UNTRUSTED_PROGRAM = "untrusted_program"  # published by another device (`--programs-from`)
     RUN_TOKEN = "run_token"
     WITHDRAWN = "withdrawn"
     SLEPT = "slept"  # claimed ahead of its slot, and the machine slept through it

@@ -68,6 +68,7 @@ class DeviceSettings:
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     bridge_seconds: float = BRIDGE_WINDOW.total_seconds()
     health_interval: float = 30.0
+    programs_from: str = "own"  # "own": the admin's programs and this device's; "any": all
 
 
 class Device:
@@ -85,9 +86,13 @@ class Device:
         self.clock = clock or SystemClock()
         self.bus = Bus()
         self.client = SpaceClient(s.url, s.token, clock=self.clock)
+        self._refused: ApiError | None = None
+        self._token_refused = asyncio.Event()  # the space answered 401: revoked or expired
+        self.client.on_refused = self._refuse
         self.seat = Seat(self.client, s.space, self.peer, self.clock)
         self.executor = Executor(size=s.executor_size)
-        self.programs = ProgramCache(program_fetch(self.client, s.space))
+        runs_from = s.peer if s.programs_from == "own" else None
+        self.programs = ProgramCache(program_fetch(self.client, s.space, runs_from))
         self.up_since: datetime = self.clock.wall()
         self._background = TaskSet("device")  # resyncs, takeovers and re-seeds in flight
         self.sleepwatch = SleepWatch(self.clock, self.bus)
@@ -192,10 +197,26 @@ class Device:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._start_executor(), name="executor")
                 group.create_task(self.supervisor.run(parts), name="parts")
+                group.create_task(self._until_refused(), name="credentials")
         except* (PartFailed, StartFailed) as failed:
             raise failed.exceptions[0] from None
         finally:
             await self._close()
+
+    def _refuse(self, error: ApiError) -> None:
+        self._refused = error
+        self._token_refused.set()
+
+    async def _until_refused(self) -> None:
+        """A device whose token the space refuses (revoked, expired) stops, in one line:
+        retrying cannot help."""
+        await self._token_refused.wait()
+        error, s = self._refused, self.settings
+        assert error is not None
+        raise PartFailed(
+            f"the space refused this device's token ({error.code}: {error.detail}); mint a new "
+            f"one: baton space token --peer {s.peer} --space {s.space}"
+        )
 
     async def _start_executor(self) -> None:
         await self.executor.start()

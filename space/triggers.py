@@ -95,6 +95,7 @@ async def create_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     body = await object_body(request)
     by = author(request)
+    duties.require_own_programming(request, None, body)
     record = trigger_store.create(request.app[DB], space, body, iso(now_of(request)), by)
     notify(request.app, space)
     return _one(request, record, 201)
@@ -105,6 +106,7 @@ async def put_trigger(request: web.Request) -> web.Response:
     body = await object_body(request)
     tid = request.match_info["id"]
     at, by = iso(now_of(request)), author(request)
+    duties.require_own_programming(request, _stored(request, space, tid), body)
     record, created = trigger_store.create_reserved(request.app[DB], space, tid, body, at, by)
     if created:
         notify(request.app, space)
@@ -121,6 +123,8 @@ async def patch_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     changes = await object_body(request)
     limit_patch(request, changes)
+    if (stored := _stored(request, space, request.match_info["id"])) is not None:
+        duties.require_own_programming(request, stored, changes)
     record = trigger_store.patch(
         request.app[DB],
         space,
@@ -132,6 +136,14 @@ async def patch_trigger(request: web.Request) -> web.Response:
     )
     notify(request.app, space)
     return _one(request, record)
+
+
+def _stored(request: web.Request, space: str, tid: str) -> dict[str, Any] | None:
+    """The record as stored now, None if there is none."""
+    try:
+        return trigger_store.current(request.app[DB], space, tid)[1]
+    except Refusal:
+        return None
 
 
 async def delete_trigger(request: web.Request) -> web.Response:

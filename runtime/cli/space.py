@@ -2,7 +2,7 @@
 
     baton space serve --db PATH [--host H] [--port P] [--admin-token-file F]
                       [--lease-seconds S] [--live-seconds S]
-    baton space token --peer NAME [--space ID] [--db PATH] [--out FILE]
+    baton space token --peer NAME [--space ID] [--url U | --db PATH] [--out FILE]
     baton space token list|revoke ID|rotate-admin   (runtime.cli.tokens)
     baton space create ID [--name N]      (over the API: --url, --token-file, --json)
     baton space list
@@ -11,12 +11,12 @@
 and where the admin token file is, and stops cleanly on Ctrl-C or SIGTERM.
 `--lease-seconds` is the election lease length and `--live-seconds` how long a
 device counts as live after its last heartbeat (both default 15).
-`token` mints a device token straight in the store (the server may be running)
-and writes it to stdout (or to `--out FILE`, created 0600): it is shown this
-once. It is bound to `--space` (default `$BATON_SPACE`, else the local space,
-else `default`; it may be created later) and to `--peer`. `--db` defaults to
-`$BATON_DB`, else `space.db` in the data directory (`$BATON_DATA`, else
-`~/.baton`), the same file `baton up` serves. The database is created 0600 in a
+`token` mints a device token of the space the user named — over the API
+(`--url`, `$BATON_URL`, else the local `baton up`; the admin token of
+`--token-file`), or straight in the store with `--db` (or `$BATON_DB`) — and
+writes it to stdout (or to `--out FILE`, created 0600): it is shown this once.
+It is bound to `--space` (default `$BATON_SPACE`, else the local space, else
+`default`; the space must exist) and to `--peer`. The database is created 0600 in a
 directory created 0700; an admin token file that group or others may read is
 refused (exit 2). A shell over `space`.
 `create` makes a space with its general chat (admin token) and prints its id and
@@ -40,17 +40,19 @@ from runtime.cli.common import (
     DEFAULT_SPACE,
     SPACE_DB,
     Target,
+    add_data_option,
     add_space_options,
     data_dir,
     local_settings,
     port,
     seconds,
+    target,
     until_signalled,
 )
 from runtime.cli.main import UsageError
 from runtime.cli.table import render
 from runtime.cli.talk import emit, talk
-from runtime.client.api import SpaceClient
+from runtime.client.api import ApiError, SpaceClient
 from space import spaces, token_store
 from space.app import create_app, default_admin_token_file
 from space.db import open_db
@@ -83,8 +85,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     token = sub.add_parser("token", help="mint a device token (printed once); list, revoke")
     token.add_argument("--peer", default=None, help="the device's peer id (to mint)")
     token.add_argument("--space", default=None, help="the space it is bound to (to mint)")
-    token.add_argument("--db", type=Path, default=None, help="SQLite file of the space")
+    token.add_argument(
+        "--db", type=Path, default=None, help="mint in this SQLite file (default: over the API)"
+    )
     token.add_argument("--out", type=Path, default=None, help="write it to FILE (0600), not stdout")
+    token.add_argument("--url", default=None, help="space API (default: the local `baton up`)")
+    token.add_argument("--token-file", type=Path, default=None, help="admin token file")
+    add_data_option(token)
     token.set_defaults(func=run_token)
     _register_spaces(sub)
     tokens.register(token, type(p))
@@ -130,18 +137,40 @@ def run_token(args: argparse.Namespace) -> int:
     space = _space(args)
     if not spaces.SPACE_ID.fullmatch(space):
         raise UsageError(f"--space: {space!r} must match [a-z0-9][a-z0-9_-]{{0,63}}")
-    db = open_db(args.db or default_db())
-    try:
-        token_store.ensure_schema(db)
-        who = token_store.Principal(role=token_store.Role.DEVICE, peer=args.peer, space=space)
-        token = token_store.mint_token(db, who, system_clock().timestamp())
-    finally:
-        db.conn.close()
+    db_path = args.db or (Path(os.environ["BATON_DB"]) if os.environ.get("BATON_DB") else None)
+    if db_path is None:  # the space the user named (--url, BATON_URL, the local one)
+        where = target(args)
+        try:
+            token = asyncio.run(_mint_over_api(where, args.peer, space))
+        except ApiError as exc:
+            print(f"baton: {where.url}: {exc.code}: {exc.detail or exc}", file=sys.stderr)
+            return 2 if exc.status in (400, 404) else 1
+    else:
+        token = _mint_in_store(db_path, args.peer, space)
     if args.out is not None:
         token_store.write_private(args.out, token + "\n")
     else:
         sys.stdout.write(token + "\n")
     return 0
+
+
+def _mint_in_store(path: Path, peer: str, space: str) -> str:
+    db = open_db(path)
+    try:
+        token_store.ensure_schema(db)
+        spaces.ensure_schema(db)
+        if not spaces.space_exists(db, space):
+            raise UsageError(f"--space: no space {space!r} in {path} (create it first)")
+        who = token_store.Principal(role=token_store.Role.DEVICE, peer=peer, space=space)
+        return token_store.mint_token(db, who, system_clock().timestamp())
+    finally:
+        db.conn.close()
+
+
+async def _mint_over_api(where: Target, peer: str, space: str) -> str:
+    async with SpaceClient(where.url, where.token) as client:
+        minted = await client.token_device({"peer": peer, "space": space})
+    return str(minted["token"])
 
 
 # --- spaces over the API: create, list -----------------------------------------------------

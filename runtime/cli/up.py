@@ -13,9 +13,10 @@ environment or the data directory's `config.toml` (runtime.cli.responder).
 process, its data in `--data` (default `~/.baton`): `space.db`, `admin.token`
 (mode 0600), the device's token (0600, bound to the space and the peer; re-minted
 when the space no longer takes it) and `local.json`, which tells the other commands
-where the local space is. It prints the dashboard's URL with the admin token in its
-fragment (`http://127.0.0.1:8377/#token=…`: a fragment never leaves the browser), which
-opens it logged in. Ctrl-C or SIGTERM stops it cleanly, releasing the lease.
+where the local space is. To a terminal it prints the dashboard's URL with the admin
+token in its fragment (`http://127.0.0.1:8377/#token=…`: a fragment never leaves the
+browser), which opens it logged in; to a pipe or a file, the token file's path instead.
+Ctrl-C or SIGTERM stops it cleanly, releasing the lease.
 `--lease-seconds` (default 15) sets the election timings in proportion (renew and
 margin a third, poll 1/7.5, settle two thirds); `up` gives its space the same lease.
 A device follows the length its space answers once it has read the election, so for
@@ -114,6 +115,12 @@ def _device_options(parser: argparse.ArgumentParser, *, peer_required: bool) -> 
         default=30.0,
         help="how often the health pass runs besides after changes (default 30)",
     )
+    parser.add_argument(
+        "--programs-from",
+        choices=("own", "any"),
+        default="own",
+        help="whose programs this device runs: the admin's and its own (default), or any device's",
+    )
     responder_config.add_options(parser)
 
 
@@ -181,7 +188,7 @@ async def _up(args: argparse.Namespace, data: Path, responder: Responder) -> Non
         write_local_settings(data, url=url, space=args.space, peer=peer)
         print(f"baton: space API on {url}/v1 (space {args.space!r}, general chat {chat})")
         print(f"baton: admin token in {admin_file}")
-        print(f"baton: dashboard on {dashboard_url(url, read_token(admin_file))}")
+        print(f"baton: dashboard on {_dashboard_line(url, admin_file)}")
         print(f"baton: device {peer!r} running ({_named(responder)}); Ctrl-C stops it", flush=True)
         here = Target(url=url, token=token, space=args.space)
         await until_signalled(_device(args, here, peer, responder))
@@ -233,6 +240,14 @@ async def _accepted(url: str, token: str, space: str) -> bool:
     return True
 
 
+def _dashboard_line(url: str, admin_file: Path) -> str:
+    """To a terminal, the dashboard logged in (the admin token in the URL); to a pipe or a
+    log file, where the token is instead: a log must not hold it."""
+    if sys.stdout.isatty():
+        return dashboard_url(url, read_token(admin_file))
+    return f"{url}/ (sign in with the admin token in {admin_file})"
+
+
 def dashboard_url(url: str, token: str) -> str:
     """The dashboard, logged in by the token in the fragment (never sent to the server)."""
     return f"{url}/#token={quote(token, safe='')}"
@@ -276,5 +291,6 @@ def _device(
         executor_size=args.workers,
         lease=lease.scaled(args.lease_seconds),
         health_interval=args.health_seconds,
+        programs_from=args.programs_from,
     )
     return Device(settings, responder=responder).run()

@@ -13,6 +13,7 @@ interpret what it fetches.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import aiohttp
@@ -49,6 +50,7 @@ class SpaceClient:
         self._own = session is None
         self._session = session  # made at first use, inside the running loop
         self._streams: aiohttp.ClientSession | None = None
+        self.on_refused: Callable[[ApiError], object] | None = None  # told of each 401
 
     async def __aenter__(self) -> SpaceClient:
         return self
@@ -99,7 +101,10 @@ class SpaceClient:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ApiError(0, "unreachable", f"{route.method} {url}: {exc!r}") from exc
         if status >= 400:
-            raise error_from(status, raw)
+            error = error_from(status, raw)
+            if status == 401 and self.on_refused is not None:  # this token is no good
+                self.on_refused(error)
+            raise error
         return raw
 
     async def healthz(self) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from programs import warm
 from programs.context import RunContext
 from programs.executor import Executor, ExecutorClosed
 from programs.job import Job
-from programs.loader import LoadedProgram, ProgramCache, UnknownProgram
+from programs.loader import LoadedProgram, ProgramCache, UnknownProgram, UntrustedProgram
 from programs.outcome import Outcome
 from programs.refs import InvalidRef, ProgramRef
 from programs.source import InvalidProgram
@@ -60,8 +60,12 @@ def new_run_id() -> str:
     return "run_" + secrets.token_hex(8)
 
 
-def program_fetch(client: SpaceClient, space: str) -> Callable[[ProgramRef], Awaitable[str | None]]:
-    """The `ProgramCache` fetch of a space's programs: a program's source, None if unpublished."""
+def program_fetch(
+    client: SpaceClient, space: str, runs_from: str | None = None
+) -> Callable[[ProgramRef], Awaitable[str | None]]:
+    """The `ProgramCache` fetch of a space's programs: a program's source, None if unpublished.
+    `runs_from`, a device's peer: a program another device published is `UntrustedProgram`
+    (a device runs only the admin's programs and its own, SPEC "Containment")."""
 
     async def fetch(ref: ProgramRef) -> str | None:
         try:
@@ -70,6 +74,11 @@ def program_fetch(client: SpaceClient, space: str) -> Callable[[ProgramRef], Awa
             if exc.status == 404:
                 return None
             raise
+        if runs_from is not None and found.publisher not in ("admin", f"device:{runs_from}"):
+            raise UntrustedProgram(
+                f"program {ref} was published by {found.publisher}; this device runs programs "
+                "of the admin and its own (`--programs-from any` runs every device's)"
+            )
         return found.source
 
     return fetch
@@ -96,6 +105,8 @@ class Execute:
             return bodies.failed_before_run(str(exc)), RunReason.UNKNOWN_PROGRAM
         except InvalidProgram as exc:
             return bodies.failed_before_run(str(exc)), RunReason.INVALID_PROGRAM
+        except UntrustedProgram as exc:
+            return bodies.failed_before_run(str(exc)), RunReason.UNTRUSTED_PROGRAM
         except ApiError as exc:
             return bodies.failed_before_run(f"program {ref}: {exc}"), exc.code
 

@@ -25,6 +25,8 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
     spaces,
 )
 
+from runtime.client.api import ApiError, SpaceClient
+
 RUN_SEES = (
     *("id", "name", "kind", "owner", "enabled", "rev"),
     *("lastStatus", "lastStatusDetail", "lastRunAt", "nextFireAt"),
@@ -236,3 +238,55 @@ async def test_a_run_token_reads_no_args_and_nudges_only_as_its_trigger(
     assert seen["sent"]["name"] == "trigger:snoop", seen["sent"]
     stored = [m for m in await space.messages(chat) if m.text == "wake"]
     assert [m.agent.name for m in stored if m.agent] == ["trigger:snoop"], stored
+
+
+HIJACK = "def main(args):\n    return {'ran': 'the code of device a'}\n"
+
+
+async def test_a_device_cannot_make_another_device_run_its_code(
+    space: Space, make_device: MakeDevice
+) -> None:
+    """Before, device a published a program and repointed b's pinned trigger to it; b ran
+    a's code 3 of 3 times. Now a's token may not reprogram b's record, nor publish the ref
+    b's record waits for, and b does not run a program a published onto a floating record
+    it runs, unless b is told to (`programs_from="any"`)."""
+    chat = await space.chat("inbox")
+    pinned = await space.event_trigger(chat, name="b-job", owner="b")
+    a_token = await space.device_token("a")
+    b = await make_device(peer="b")
+    await b.active()
+    a = SpaceClient(space.url, a_token)
+    try:
+        await a.program_put(SPACE, "hijack@v1", {"source": HIJACK})  # a's own program: allowed
+        for change in (
+            {"program": "hijack@v1"},
+            {"args": {"x": 1}},
+            {"limits": {"network": "any"}},
+        ):
+            with pytest.raises(ApiError) as refused:
+                await a.trigger_patch(SPACE, pinned["id"], change)
+            assert refused.value.status == 403 and "needs the admin token" in refused.value.detail
+        with pytest.raises(ApiError) as refused:  # nor a new record pinned to b
+            await a.trigger_create(
+                SPACE, {**event_spec(chat), "name": "x", "owner": "b", "program": "hijack@v1"}
+            )
+        assert refused.value.status == 403, refused.value
+        waiting = await space.event_trigger(chat, name="b-next", owner="b", program="next@v2")
+        with pytest.raises(ApiError) as refused:  # nor be first to publish what b's record runs
+            await a.program_put(SPACE, "next@v2", {"source": HIJACK})
+        assert refused.value.status == 403 and waiting["id"] in refused.value.detail
+        # a floating record with a's program: b (active) refuses to run it
+        floating = await a.trigger_create(
+            SPACE, {**event_spec(chat), "name": "float", "program": "hijack@v1"}
+        )
+        run = await fired(space, b, chat, floating["id"], "go")
+        assert (run["status"], run["reason"]) == ("error", "untrusted_program"), run
+        assert "published by device:a" in run["error"], run
+        assert (await space.record(pinned["id"]))["program"] == "echo@v1"
+        await a.program_put(SPACE, "mine@v1", {"source": HIJACK})  # a still runs its own
+    finally:
+        await a.close()
+
+
+def event_spec(chat: str) -> dict[str, Any]:
+    return {"kind": "event", "spec": {"dataset": "chat_messages", "objectId": chat}}
