@@ -23,6 +23,7 @@ from space import (
     leases,
     metrics,
     openapi,
+    pressure,
     programs,
     runs,
     spaces,
@@ -83,9 +84,11 @@ def create_app(
         max_program_bytes=max_program_bytes,
     )
     app = web.Application(
-        client_max_size=max_body_bytes, middlewares=[refusals, storage.guard, auth.authenticate]
+        client_max_size=max_body_bytes,
+        middlewares=[refusals, storage.guard, auth.authenticate, pressure.per_token],
     )
     app[SETTINGS] = settings
+    app[pressure.COUNTS] = {}
     app[CLOCK] = clock
     app[ROUTE_DOCS] = []
     metrics.setup(app)  # first: the claim and run routes feed it

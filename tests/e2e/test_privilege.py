@@ -290,3 +290,67 @@ async def test_a_device_cannot_make_another_device_run_its_code(
 
 def event_spec(chat: str) -> dict[str, Any]:
     return {"kind": "event", "spec": {"dataset": "chat_messages", "objectId": chat}}
+
+
+STREAMS = """
+import urllib.error, urllib.request
+
+def main(args):
+    ctx = use("any@v1")._ctx
+    held, statuses = [], []
+    for _ in range(args["streams"]):
+        req = urllib.request.Request(
+            f"{ctx.url}/v1/spaces/{ctx.space}/changes/stream",
+            headers={"Authorization": f"Bearer {ctx.token}", "Accept": "text/event-stream"},
+        )
+        try:
+            held.append(urllib.request.urlopen(req, timeout=5))
+            statuses.append(200)
+        except urllib.error.HTTPError as exc:
+            statuses.append((exc.code, exc.headers.get("Retry-After")))
+    for resp in held:
+        resp.close()
+    return {"statuses": statuses}
+"""
+
+
+async def test_a_run_token_holds_a_bounded_number_of_streams(
+    space: Space, make_device: MakeDevice
+) -> None:
+    """Before, a program held as many connections to the space as it liked (1,100: no one
+    else could connect); now a run token's streams and requests in flight are capped, the
+    ones past the cap answered 429 with `Retry-After`, and the space still answers others."""
+    await space.publish("streams@v1", STREAMS)
+    chat = await space.chat("inbox")
+    tid = (await space.event_trigger(chat, program="streams@v1", args={"streams": 12}))["id"]
+    dev = await make_device()
+    await dev.active()
+    run = await fired(space, dev, chat, tid, "go")
+    assert run["status"] == "ok", run
+    statuses = run["result"]["statuses"]
+    assert statuses[:8] == [200] * 8, statuses
+    assert statuses[8:] == [[429, "1"]] * 4, statuses
+    assert (await space.record(tid))["id"] == tid  # the admin is not held up
+
+
+async def test_slow_headers_are_cut_and_the_space_still_answers(space: Space) -> None:
+    """Before, 1,500 connections sending their headers slowly were held 45 s, none closed;
+    now a request's headers must be in within the header timeout of its first byte."""
+    await space.stop()
+    space.header_timeout = 0.5
+    await space.start()
+    held = []
+    for _ in range(100):
+        reader, writer = await asyncio.open_connection("127.0.0.1", space.port)
+        writer.write(b"GET /v1/spaces HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        held.append((reader, writer))
+    idle = [await asyncio.open_connection("127.0.0.1", space.port) for _ in range(20)]
+    try:
+        assert (await space.api.space_get(SPACE)).id == SPACE
+        async with asyncio.timeout(10):
+            for reader, _ in [*held, *idle]:
+                assert await reader.read() == b""  # closed by the space
+        assert (await space.api.space_get(SPACE)).id == SPACE
+    finally:
+        for _, writer in [*held, *idle]:
+            writer.close()
