@@ -48,6 +48,7 @@ class RunReason(enum.StrEnum):
     INVALID_PROGRAM = "invalid_program"
     UNTRUSTED_PROGRAM = "untrusted_program"  # published by another device (`--programs-from`)
     RUN_TOKEN = "run_token"
+    SECRET = "secret"  # a `{"secret": NAME}` of its args this device's secrets file lacks
     WITHDRAWN = "withdrawn"
     SLEPT = "slept"  # claimed ahead of its slot, and the machine slept through it
     SHUTDOWN = "shutdown"

@@ -20,6 +20,7 @@ import logging
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -45,6 +46,7 @@ from runtime.feeds.reconciler import Reconciler
 from runtime.fire.execute import Execute, program_fetch
 from runtime.fire.firing import Firing
 from runtime.fire.recorder import Recorder
+from runtime.fire.secrets import Secrets
 from runtime.fire.ticker import Ticker
 from runtime.health.stamper import HealthPass
 from runtime.health.touched import Touched
@@ -69,6 +71,7 @@ class DeviceSettings:
     bridge_seconds: float = BRIDGE_WINDOW.total_seconds()
     health_interval: float = 30.0
     programs_from: str = "own"  # "own": the admin's programs and this device's; "any": all
+    secrets_file: Path | None = None  # `{"secret": NAME}` args resolve from it (JSON, 0600)
 
 
 class Device:
@@ -137,7 +140,13 @@ class Device:
         """The firing pipeline, what feeds it (ticker, subscriptions), what arms them
         (reconciler) and what judges them (health pass)."""
         s, elector = self.settings, self.elector
-        execute = Execute(self.seat, s.url, executor=self.executor, programs=self.programs)
+        execute = Execute(
+            self.seat,
+            s.url,
+            executor=self.executor,
+            programs=self.programs,
+            secrets=Secrets(s.secrets_file),
+        )
         self.firing = Firing(
             self.seat,
             execute=execute,

@@ -39,6 +39,7 @@ from runtime.client.seat import Seat
 from runtime.fire import bodies
 from runtime.fire.bodies import RunIdentity
 from runtime.fire.dispatch import FireRequest
+from runtime.fire.secrets import SecretMissing, Secrets
 
 TOKEN_MARGIN_S = 30.0  # a run token outlives the run's timeout by this much at most
 TOKEN_FRESH_S = TOKEN_MARGIN_S / 2  # a claim's token is used by a run starting this soon
@@ -87,9 +88,18 @@ def program_fetch(
 class Execute:
     """`load` a fire's program, then `run` it; both answer with an ending, never raise."""
 
-    def __init__(self, seat: Seat, url: str, *, executor: Executor, programs: ProgramCache) -> None:
+    def __init__(
+        self,
+        seat: Seat,
+        url: str,
+        *,
+        executor: Executor,
+        programs: ProgramCache,
+        secrets: Secrets | None = None,
+    ) -> None:
         self._client, self._space, _, self._clock = seat
         self._url, self._executor, self._programs = url, executor, programs
+        self._secrets = secrets or Secrets(None)
         self._recent: dict[str, float] = {}  # trigger → its last run's start, oldest first
 
     @property
@@ -116,6 +126,10 @@ class Execute:
         """Run `program` for `fire` under `token` (None: mint one now); how it ended."""
         if not isinstance(program, LoadedProgram):
             return program
+        try:
+            args = self._secrets.resolve(work.args)  # on this device, just before the run
+        except SecretMissing as exc:
+            return bodies.failed_before_run(str(exc)), RunReason.SECRET
         if token is None:  # waited too long since the claim, or nothing was claimed
             minted = await self.run_token(fire, work.timeout_seconds)
             if isinstance(minted, Outcome):
@@ -124,7 +138,7 @@ class Execute:
         job = Job(
             source=program.source,
             ref=fire.program,
-            args=work.args,
+            args=args,
             context=self.context(fire, token),
             timeout_seconds=work.timeout_seconds,
             memory_mb=work.memory_mb,

@@ -9,7 +9,9 @@ and kept its token alive, …. Each asserts the attack now fails, on the space's
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -354,3 +356,38 @@ async def test_slow_headers_are_cut_and_the_space_still_answers(space: Space) ->
     finally:
         for _, writer in [*held, *idle]:
             writer.close()
+
+
+DIGEST = """
+import hashlib
+
+def main(args):
+    return {"digest": hashlib.sha256(args["key"].encode()).hexdigest()}
+"""
+
+
+async def test_a_secret_is_resolved_on_its_device_and_never_stored_in_the_space(
+    space: Space, make_device: MakeDevice, tmp_path: Path
+) -> None:
+    """Before, a secret had no home but `args`, stored in the space and read by every run
+    token; now `{"secret": NAME}` is resolved from the running device's own secrets file."""
+    value = "s3cr3t-" + "x" * 20
+    secrets_file = tmp_path / "secrets.json"
+    secrets_file.touch(mode=0o600)
+    secrets_file.write_text(json.dumps({"API_KEY": value}))
+    await space.publish("digest@v1", DIGEST)
+    chat = await space.chat("inbox")
+    args = {"key": {"secret": "API_KEY"}}
+    tid = (await space.event_trigger(chat, name="uses", program="digest@v1", args=args))["id"]
+    missing = {"key": {"secret": "NOPE"}}
+    other = await space.event_trigger(chat, name="lacks", program="digest@v1", args=missing)
+    dev = await make_device(secrets_file=secrets_file)
+    await dev.active()
+    run = await fired(space, dev, chat, tid, "go")
+    assert run["result"] == {"digest": hashlib.sha256(value.encode()).hexdigest()}, run
+    lacking = (await space.until_runs(other["id"], 1))[-1]
+    assert (lacking["status"], lacking["reason"]) == ("error", "secret"), lacking
+    assert "'NOPE' is not in this device's secrets file" in lacking["error"], lacking
+    assert (await space.record(tid))["args"] == args  # the space holds the name only
+    stored = b"".join(p.read_bytes() for p in space.db.parent.glob(space.db.name + "*"))
+    assert value.encode() not in stored
