@@ -391,3 +391,39 @@ async def test_a_secret_is_resolved_on_its_device_and_never_stored_in_the_space(
     assert (await space.record(tid))["args"] == args  # the space holds the name only
     stored = b"".join(p.read_bytes() for p in space.db.parent.glob(space.db.name + "*"))
     assert value.encode() not in stored
+
+
+ENDINGS = """
+import os, time
+
+def main(args):
+    c = use("any@v1")
+    c.cursor_set("token", c._ctx.token)  # a copy sent out of the run
+    if args["end"] == "timeout":
+        time.sleep(30)
+    if args["end"] == "crashed":
+        os._exit(3)
+    if args["end"] == "error":
+        raise RuntimeError("boom")
+    return {"ok": True}
+"""
+
+
+@pytest.mark.parametrize("end", ["ok", "error", "timeout", "crashed"])
+async def test_a_run_token_dies_as_its_run_ends_however_it_ends(
+    space: Space, make_device: MakeDevice, end: str
+) -> None:
+    """A copy of the run's token sent out of the run is refused as soon as the run's record
+    is there, whether the run returned, raised, timed out or died: not at its expiry."""
+    await space.publish("endings@v1", ENDINGS)
+    chat = await space.chat("inbox")
+    limits = {"timeoutSeconds": 1}
+    args = {"end": end}
+    tid = (await space.event_trigger(chat, program="endings@v1", args=args, limits=limits))["id"]
+    dev = await make_device()
+    await dev.active()
+    run = await fired(space, dev, chat, tid, "go")
+    assert run["status"] == end, run
+    token = (await space.api.state_get(SPACE, tid, "token"))["value"]
+    status, body = await use_token(space, token, "GET", f"/state/{tid}/token")
+    assert (status, body["error"]) == (401, "token_revoked"), body
