@@ -427,3 +427,22 @@ async def test_a_run_token_dies_as_its_run_ends_however_it_ends(
     token = (await space.api.state_get(SPACE, tid, "token"))["value"]
     status, body = await use_token(space, token, "GET", f"/state/{tid}/token")
     assert (status, body["error"]) == (401, "token_revoked"), body
+
+
+async def test_a_device_told_to_runs_another_devices_program(
+    space: Space, make_device: MakeDevice
+) -> None:
+    """`programs_from="any"` (`--programs-from any`): the owner's consent to run the
+    programs every device of its space publishes."""
+    chat = await space.chat("inbox")
+    a = SpaceClient(space.url, await space.device_token("a"))
+    try:
+        await a.program_put(SPACE, "hijack@v1", {"source": HIJACK})
+        body = {**event_spec(chat), "name": "float", "program": "hijack@v1"}
+        floating = await a.trigger_create(SPACE, body)
+    finally:
+        await a.close()
+    b = await make_device(peer="b", programs_from="any")
+    await b.active()
+    run = await fired(space, b, chat, floating["id"], "go")
+    assert (run["status"], run["result"]) == ("ok", {"ran": "the code of device a"}), run
