@@ -4,9 +4,10 @@ Run: .venv/bin/python bench/containment.py [runs]
 
 This process plays the worker (a subreaper in its pids cgroup, as `programs.worker`) and runs
 a trivial program `runs` times each way: a warm call, a spare forked ahead, a warm process
-for one trigger, the worker loop with distinct triggers, the cold paths, a real worker
-process. Prints a Markdown table of wall and CPU time per run; the ways are in
-docs/performance.md, "Benchmark notes".
+for one trigger, the worker loop with distinct triggers, the spare with and without the
+network layer and the scratch measured, the cold paths, a real worker process. Prints a
+Markdown table of wall and CPU time per run; the ways are in docs/performance.md,
+"Benchmark notes".
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 import msgspec  # noqa: E402
 
-from programs import channel, confine, privileges, runner, runproc, worker  # noqa: E402
+from programs import channel, confine, privileges, quota, runner, runproc, worker  # noqa: E402
 from programs.context import RunContext  # noqa: E402
 
 SOURCE = 'def main(args):\n    return {"ok": True}\n'
@@ -45,9 +46,14 @@ CONTEXT = RunContext(
 )
 
 
-def request(key: str = "") -> channel.Request:
+SLEEPER = 'import time\n\ndef main(args):\n    time.sleep(0.2)\n    return {"ok": True}\n'
+
+
+def request(
+    key: str = "", ports: tuple[int, ...] | None = None, source: str = SOURCE
+) -> channel.Request:
     return channel.Request(
-        source=SOURCE,
+        source=source,
         ref="bench@v1",
         args={},
         context=CONTEXT,
@@ -55,6 +61,7 @@ def request(key: str = "") -> channel.Request:
         timeout_seconds=10,
         marker=b"",
         key=key,
+        ports=ports,
     )
 
 
@@ -115,6 +122,35 @@ def looped_rows(place: runproc.Place, fd: int, runs: int) -> None:
     distinct = looped(lambda: f"new-{next(keys)}")
     print(row("worker loop, distinct triggers", *timed(runs, distinct)), flush=True)
     procs.close()
+
+
+def round_two_rows(place: runproc.Place, fd: int, runs: int) -> None:
+    """What least privilege round 2 adds to a run: the Landlock TCP layer of
+    `limits.network: space` at the run's first request, and the worker measuring the
+    scratch directory every `quota.CHECK_S` while a run is out (a 200 ms program)."""
+
+    def spare_with(req: channel.Request) -> Callable[[], Sample]:
+        def one() -> Sample:
+            ahead = runproc.Spare.fork(place, fd)
+            ahead.ready()
+            start = time.monotonic()
+            entered = ahead.run(req, place, fd).entered_at
+            ahead.discard(place)
+            return since(start, entered)
+
+        return one
+
+    print(row("spare, network any (no TCP layer)", *timed(runs, spare_with(request()))))
+    network = spare_with(request(ports=(9,)))
+    print(row("spare, network space (TCP layer)", *timed(runs, network)), flush=True)
+    sleepy = max(10, runs // 10)
+    slow = spare_with(request(source=SLEEPER))
+    print(row("spare, 200 ms run, scratch measured", *timed(sleepy, slow)), flush=True)
+    every, quota.CHECK_S = quota.CHECK_S, 1e9
+    try:
+        print(row("spare, 200 ms run, not measured", *timed(sleepy, slow)), flush=True)
+    finally:
+        quota.CHECK_S = every
 
 
 def forking(place: runproc.Place, fd: int) -> Callable[[], Sample]:
@@ -212,6 +248,7 @@ def main(runs: int) -> None:
     ]
     for name, one in rows:
         print(row(name, *timed(runs, one)), flush=True)
+    round_two_rows(place, fd, runs)
     looped_rows(place, fd, runs)
     confined, rules = place.plan, place.rules
     place.plan, place.rules = msgspec.structs.replace(confined, abi=0, root=False), None

@@ -28,6 +28,9 @@ class Agent(Answer, frozen=True, kw_only=True, omit_defaults=True):
     done: bool | None = None
 
 
+NUDGE_PREFIX = "trigger:"  # an agent message named `trigger:<job>` is a nudge (SPEC "chat-watch")
+
+
 class AgentIn(Agent, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """`agent` as posted: the same, bounded, refusing unknown fields."""
 

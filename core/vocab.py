@@ -51,7 +51,9 @@ class RunReason(enum.StrEnum):
     AHEAD_OF_CLOCK = "ahead_of_clock"  # the space refused the claim: its slot is not near yet
     UNKNOWN_PROGRAM = "unknown_program"
     INVALID_PROGRAM = "invalid_program"
+    UNTRUSTED_PROGRAM = "untrusted_program"  # published by another device (`--programs-from`)
     RUN_TOKEN = "run_token"
+    SECRET = "secret"  # a `{"secret": NAME}` of its args this device's secrets file lacks
     WITHDRAWN = "withdrawn"
     SLEPT = "slept"  # claimed ahead of its slot, and the machine slept through it
     SHUTDOWN = "shutdown"

@@ -230,6 +230,7 @@ class ProgramOut(Answer, frozen=True, kw_only=True):
     sha256: str = ""
     anyTool: bool = False
     createdAt: str | None = None
+    publisher: str = "admin"  # `admin` or `device:<peer>`
 
 
 class ProgramList(Answer, frozen=True, kw_only=True):

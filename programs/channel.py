@@ -33,6 +33,8 @@ class Request(msgspec.Struct, frozen=True, kw_only=True, tag="run"):
     timeout_seconds: float = 60.0  # the worker ends the run (and all it started) after this
     marker: bytes  # written to fd 1 and 2 after the run, so the parent can split output
     key: str = ""  # the job's warm key: a clean run's process may serve the next one (`Job`)
+    ports: tuple[int, ...] | None = None  # TCP connect allowed to these only (None: any)
+    disk_mb: int = 64  # the scratch directory's quota (the worker ends a run past it)
 
 
 class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):

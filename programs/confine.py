@@ -1,14 +1,12 @@
 """What a run process does to itself before the program's first line: its containment.
 
-Owns the plan (probed once per worker: the Landlock ABI, whether we are root, the
-paths Python needs read-only) and `confine()`, applied in the forked run process:
-hard limits, every capability dropped when root, then Landlock — read-only to the
-interpreter, the standard library, the packages and a few system files, read-write
-to the run's scratch directory only, and (ABI ≥ 6) no signal or abstract socket
-outside the run. Also what the device reports of it (`Containment`: its level and
-what is weaker than SPEC "Containment and credentials"). A step that the plan
-promised and that fails makes the run fail: never a run less contained than reported.
-Must not fork, wait or kill (that is `programs.runproc` and `programs.reaper`).
+Owns the plan (probed once per worker: the Landlock ABI, root or not, the paths Python
+needs read-only) and `confine()`, applied in the forked run process: hard limits, every
+capability dropped when root, then Landlock (read-only to the interpreter and packages,
+read-write to the run's scratch only; ABI ≥ 6: no signal or abstract socket outside the
+run); at the first request, the run's own network rule and file size (`per_run`). Also
+`Containment`, what the device reports of it. A promised step that fails fails the run:
+never less contained than reported. Must not fork, wait or kill (programs.runproc, .reaper).
 """
 
 from __future__ import annotations
@@ -44,6 +42,7 @@ class Containment(msgspec.Struct, frozen=True, kw_only=True):
     landlock: int  # the kernel's Landlock ABI, 0 for none
     filesystem: bool  # reads and writes limited to the scratch directory
     signals: bool  # no signal to a process outside the run
+    network: bool = False  # `limits.network` enforced (TCP connect and bind)
     privileges: str  # "dropped" (root without a capability) | "unprivileged" | "kept"
     processes: str  # what bounds the process count: "pids cgroup" | "rlimit (per user)"
     reaper: str  # what ends every descendant: "subreaper" | "process group"
@@ -98,6 +97,11 @@ def containment(p: Plan) -> Containment:
         weaker.append("no Landlock: a run can read and write what its user can")
     elif p.abi < 6:
         weaker.append(f"Landlock ABI {p.abi} < 6: no signal or abstract-socket scoping")
+    if p.abi < landlock.NET_ABI:
+        weaker.append(
+            f"Landlock ABI {p.abi} < {landlock.NET_ABI}: limits.network is not enforced "
+            "(a run may connect anywhere)"
+        )
     signals = p.abi >= 6
     if not signals and p.root:
         weaker.append("root without Landlock ABI 6: a run may signal root's processes")
@@ -115,6 +119,7 @@ def containment(p: Plan) -> Containment:
         landlock=p.abi,
         filesystem=p.abi > 0,
         signals=signals,
+        network=p.abi >= landlock.NET_ABI,
         privileges="dropped" if p.root else "unprivileged",
         processes="pids cgroup" if p.cgroup else "rlimit (per user)",
         reaper="subreaper" if p.subreaper else "process group",
@@ -131,6 +136,15 @@ def limit(memory_cap: int | None) -> None:
     privileges.pin_current(resource.RLIMIT_NOFILE)
     privileges.pin_current(resource.RLIMIT_NPROC)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit raises EFBIG instead
+
+
+def per_run(p: Plan, ports: tuple[int, ...] | None, disk_mb: int) -> None:
+    """What depends on the run's record, set at its process's first request: no file larger
+    than its disk quota, and (Landlock ABI ≥ 4) TCP connect to `ports` only, no bind
+    (None: any network)."""
+    privileges.pin(resource.RLIMIT_FSIZE, min(FILE_SIZE_MB, disk_mb) * MiB)
+    if ports is not None and p.abi >= landlock.NET_ABI:
+        landlock.restrict_network(p.abi, ports)
 
 
 def restrict_files(p: Plan, scratch: str) -> None:

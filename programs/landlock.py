@@ -5,7 +5,8 @@ every Linux architecture), the ABI probe and the access bits of each ABI. `abi()
 says which ABI the kernel has (0: none); `Ruleset(abi)` handles every
 filesystem right that ABI knows plus, from ABI 6, signal and abstract-socket
 scoping; `allow(path, rights)` grants rights beneath a path; `restrict()` makes
-the calling process (and all it starts later) live under them, irreversibly.
+the calling process (and all it starts later) live under them, irreversibly;
+`restrict_network` adds a layer of TCP rules (ABI ≥ 4).
 Must not decide which paths a run gets (that is `programs.confine`).
 """
 
@@ -27,6 +28,9 @@ REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
 MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12
 REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15  # ABI 2, 3, 5
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
+BIND_TCP, CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4: network rights
+RULE_NET_PORT = 2
+NET_ABI = 4
 
 FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV  # the ones a file may hold
 READ = READ_FILE | READ_DIR | EXECUTE
@@ -75,6 +79,27 @@ class _RulesetAttr(ctypes.Structure):
 class _PathBeneath(ctypes.Structure):
     _pack_ = 1
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _NetPort(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+def restrict_network(version: int, connect_ports: tuple[int, ...]) -> None:
+    """One more Landlock layer on this process, of the network alone (ABI ≥ 4): no TCP bind,
+    and TCP connect to `connect_ports` only (none: no TCP at all). Irreversible."""
+    attr = _RulesetAttr(handled_access_fs=0, handled_access_net=BIND_TCP | CONNECT_TCP, scoped=0)
+    size = ctypes.c_size_t(_attr_size(version))
+    fd = _call(SYS_CREATE_RULESET, ctypes.byref(attr), size, ctypes.c_uint32(0))
+    try:
+        for port in connect_ports:
+            allowed = ctypes.byref(_NetPort(allowed_access=CONNECT_TCP, port=port))
+            rule_type = ctypes.c_int(RULE_NET_PORT)
+            _call(SYS_ADD_RULE, ctypes.c_int(fd), rule_type, allowed, ctypes.c_uint32(0))
+        restrict_self(fd)
+    finally:
+        os.close(fd)
 
 
 Rule = Any  # a rule's argument to landlock_add_rule, made once by `rule`

@@ -27,6 +27,10 @@ CACHE_ENTRIES = 128
 Fetch = Callable[[ProgramRef], Awaitable[str | None]] | Callable[[ProgramRef], str | None]
 
 
+class UntrustedProgram(Exception):
+    """A published program this device does not run (published by another device)."""
+
+
 class UnknownProgram(LookupError):
     """No program is published under this ref."""
 

@@ -224,6 +224,8 @@ def _encode(job: Job, marker: bytes) -> bytes:
         timeout_seconds=job.timeout_seconds,
         marker=marker,
         key=job.warm_key,
+        ports=job.ports,
+        disk_mb=job.disk_mb,
     )
     try:
         return channel.frame(request)

@@ -65,6 +65,12 @@ def child(
         os._exit(0)
     if base is not None:
         privileges.pin(resource.RLIMIT_AS, base + request.memory_mb * runner.MiB)
+    try:
+        confine.per_run(place.plan, request.ports, request.disk_mb)
+    except BaseException as exc:
+        error = f"containment failed: network or disk limit: {exc!r}"
+        _answer(sock, channel.Reply(status=RunStatus.CRASHED, error=error))
+        os._exit(0)
     _serve(place, sock, request, me)
 
 

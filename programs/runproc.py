@@ -21,12 +21,16 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+
+import msgspec
 
 from core.vocab import RunStatus
-from programs import channel, confine, privileges, reaper, runchild, warm
+from programs import channel, confine, privileges, quota, reaper, runchild, warm
 from programs.outcome import exit_reason
 
 SCRATCH_PREFIX = "baton-run-"
+QUOTA = "disk quota"  # a reply's `retire` between `_await_reply` and `Spare.run` only
 
 
 class Abandoned(Exception):
@@ -159,14 +163,26 @@ class Spare:
                     self.baseline = warm.status(self.pid)
                 with contextlib.suppress(OSError):  # a dead spare: its status says why below
                     self.sock.sendall(channel.frame(request))
-                reply = _await_reply(self.sock, control_fd, deadline, request.timeout_seconds)
+                over = self._quota(request, place)
+                reply = _await_reply(self.sock, control_fd, deadline, request.timeout_seconds, over)
             elif time.monotonic() >= deadline:
                 reply = _timed_out(request.timeout_seconds)
         finally:
             self.idle_since = time.monotonic()
-            if reply is None or reply.status is RunStatus.TIMEOUT:
+            if reply is None or reply.status is RunStatus.TIMEOUT or reply.retire == QUOTA:
                 self.discard(place, keep)
+        if reply is not None and reply.retire == QUOTA:  # the run's, not the worker's
+            reply = msgspec.structs.replace(reply, retire="")
         return reply if reply is not None else _died(self._status)
+
+    def _quota(self, request: channel.Request, place: Place) -> Callable[[], str]:
+        """Why the run is past its scratch quota ("" while it is not)."""
+        pids = [self.pid]
+
+        def over() -> str:
+            return quota.exceeded(self.scratch, pids + place.cgroup.pids(), request.disk_mb)
+
+        return over
 
     def keepable(
         self, request: channel.Request, reply: channel.Reply, place: Place, others: set[int]
@@ -234,9 +250,14 @@ def _died(status: int | None) -> channel.Reply:
 
 
 def _await_reply(
-    sock: socket.socket, control_fd: int, deadline: float, timeout: float
+    sock: socket.socket,
+    control_fd: int,
+    deadline: float,
+    timeout: float,
+    over_quota: Callable[[], str] = lambda: "",
 ) -> channel.Reply | None:
-    """The run's reply; a timeout reply at the deadline; None if it died without one."""
+    """The run's reply; a timeout reply at the deadline; an error past its disk quota
+    (`retire` QUOTA: to be ended); None if it died without one."""
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     poller.register(control_fd, select.POLLIN)
@@ -245,10 +266,12 @@ def _await_reply(
         left = deadline - time.monotonic()
         if left <= 0:
             return _timed_out(timeout)
-        ready = {fd for fd, _ in poller.poll(left * 1000)}
+        ready = {fd for fd, _ in poller.poll(min(left, quota.CHECK_S) * 1000)}
         if control_fd in ready:
             raise Abandoned("the executor closed the control channel during a run")
         if sock.fileno() not in ready:
+            if why := over_quota():
+                return channel.Reply(status=RunStatus.ERROR, error=why, retire=QUOTA)
             continue
         chunk = sock.recv(1 << 16)
         if not chunk:

@@ -16,6 +16,7 @@ import logging
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import msgspec
 
@@ -44,6 +45,7 @@ from runtime.feeds.reconciler import Reconciler
 from runtime.fire.execute import Execute, program_fetch
 from runtime.fire.firing import Firing
 from runtime.fire.recorder import Recorder
+from runtime.fire.secrets import Secrets
 from runtime.fire.ticker import Ticker
 from runtime.health.stamper import HealthPass
 from runtime.health.touched import Touched
@@ -67,6 +69,8 @@ class DeviceSettings:
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     bridge_seconds: float = BRIDGE_WINDOW.total_seconds()
     health_interval: float = 30.0
+    programs_from: str = "own"  # "own": the admin's programs and this device's; "any": all
+    secrets_file: Path | None = None  # `{"secret": NAME}` args resolve from it (JSON, 0600)
 
 
 class Device:
@@ -85,9 +89,13 @@ class Device:
         self.clock = SpaceTime(self.offset)
         self.bus = Bus()
         self.client = SpaceClient(s.url, s.token, clock=self.clock, offset=self.offset)
+        self._refused: ApiError | None = None
+        self._token_refused = asyncio.Event()  # the space answered 401: revoked or expired
+        self.client.on_refused = self._refuse
         self.seat = Seat(self.client, s.space, self.peer, self.clock)
         self.executor = Executor(size=s.executor_size)
-        self.programs = ProgramCache(program_fetch(self.client, s.space))
+        runs_from = s.peer if s.programs_from == "own" else None
+        self.programs = ProgramCache(program_fetch(self.client, s.space, runs_from))
         self.up_since: datetime = self.clock.wall()
         self._background = TaskSet("device")  # resyncs, takeovers and re-seeds in flight
         self.sleepwatch = SleepWatch(self.clock, self.bus)
@@ -134,7 +142,13 @@ class Device:
         """The firing pipeline, what feeds it (ticker, subscriptions), what arms them
         (reconciler) and what judges them (health pass)."""
         s, elector = self.settings, self.elector
-        execute = Execute(self.seat, s.url, executor=self.executor, programs=self.programs)
+        execute = Execute(
+            self.seat,
+            s.url,
+            executor=self.executor,
+            programs=self.programs,
+            secrets=Secrets(s.secrets_file),
+        )
         self.firing = Firing(
             self.seat,
             execute=execute,
@@ -195,6 +209,7 @@ class Device:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._start_executor(), name="executor")
                 group.create_task(self.supervisor.run(parts), name="parts")
+                group.create_task(self._until_refused(), name="credentials")
         except* (PartFailed, StartFailed) as failed:
             raise failed.exceptions[0] from None
         finally:
@@ -207,6 +222,21 @@ class Device:
         self.ticker.slept(self.up_since)
         self.subscriptions.up_since = self.up_since
         self.offset.on_step = lambda _: self.sleepwatch.check()
+
+    def _refuse(self, error: ApiError) -> None:
+        self._refused = error
+        self._token_refused.set()
+
+    async def _until_refused(self) -> None:
+        """A device whose token the space refuses (revoked, expired) stops, in one line:
+        retrying cannot help."""
+        await self._token_refused.wait()
+        error, s = self._refused, self.settings
+        assert error is not None
+        raise PartFailed(
+            f"the space refused this device's token ({error.code}: {error.detail}); mint a new "
+            f"one: baton space token --peer {s.peer} --space {s.space}"
+        )
 
     async def _start_executor(self) -> None:
         await self.executor.start()

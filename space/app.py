@@ -27,6 +27,7 @@ from space import (
     leases,
     metrics,
     openapi,
+    pressure,
     programs,
     runs,
     spaces,
@@ -71,6 +72,15 @@ def default_admin_token_file(db_path: str | Path) -> Path:
     return Path(db_path).with_name(ADMIN_TOKEN_FILE)
 
 
+_MIDDLEWARES = [  # in this order: a refusal's body, storage faults, who asks, floods, replays
+    refusals,
+    storage.guard,
+    auth.authenticate,
+    pressure.per_token,
+    idempotency.replay,
+]
+
+
 def create_app(
     db_path: str | Path,
     *,
@@ -100,11 +110,9 @@ def create_app(
         max_body_bytes=max_body_bytes,
         max_program_bytes=max_program_bytes,
     )
-    app = web.Application(
-        client_max_size=max_body_bytes,
-        middlewares=[refusals, storage.guard, auth.authenticate, idempotency.replay],
-    )
+    app = web.Application(client_max_size=max_body_bytes, middlewares=_MIDDLEWARES)
     app[SETTINGS] = settings
+    app[pressure.COUNTS] = {}
     app[CLOCK] = clock
     app.on_response_prepare.append(_server_time)
     app[ROUTE_DOCS] = []

@@ -9,11 +9,13 @@ Must not write records.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from aiohttp import web
 
 from core.wire import ChangePage
-from space import streams, trigger_store
+from space import record_view, streams, trigger_store
+from space.auth import Role, principal
 from space.db import DB
 from space.http import Refusal, add_route, answer, int64, int_query
 from space.spaces import require_space
@@ -41,13 +43,24 @@ def cursor(request: web.Request) -> int:
     return seq
 
 
+def _page(request: web.Request, space: str, since: int, limit: int) -> list[dict[str, Any]]:
+    """Changes after `since`; to a run token, each record without what it is told."""
+    page = trigger_store.changes_since(request.app[DB], space, since, limit)
+    if principal(request).role is not Role.RUN:
+        return page
+    for change in page:
+        if change["record"] is not None:
+            change["record"] = record_view.for_run(change["record"])
+    return page
+
+
 async def get_changes(request: web.Request) -> web.StreamResponse:
     if "text/event-stream" in request.headers.get("Accept", ""):
         return await stream_changes(request)
     space = require_space(request)
     since = int_query(request, "since", 0)
     limit = int_query(request, "limit", PAGE_DEFAULT, low=1, high=PAGE_MAX)
-    page = trigger_store.changes_since(request.app[DB], space, since, limit + 1)
+    page = _page(request, space, since, limit + 1)
     more = len(page) > limit
     page = page[:limit]
     return answer({"changes": page, "next": page[-1]["seq"] if page else since, "more": more})
@@ -74,7 +87,7 @@ async def _send_since(
     request: web.Request, stream: streams.EventStream, space: str, since: int
 ) -> int:
     while not stream.closed:
-        page = trigger_store.changes_since(request.app[DB], space, since, PAGE_DEFAULT)
+        page = _page(request, space, since, PAGE_DEFAULT)
         for change in page:
             await stream.send(json.dumps(change), id=change["seq"], event="change")
             since = change["seq"]

@@ -15,7 +15,15 @@ import sqlite3
 import msgspec
 from aiohttp import web
 
-from core.chatwire import NAME_MAX, AgentIn, Message, MessageEdit, MessageIn, MessagePage
+from core.chatwire import (
+    NAME_MAX,
+    NUDGE_PREFIX,
+    AgentIn,
+    Message,
+    MessageEdit,
+    MessageIn,
+    MessagePage,
+)
 from core.wire import Answer
 from space import (
     auth,
@@ -150,16 +158,21 @@ async def patch_message(request: web.Request) -> web.Response:
 
 def _signed(request: web.Request, msg: MessageIn) -> MessageIn:
     """A message sent with a run token is the agent's: `agent.name` defaults to the program's
-    ref, so a program posting into a chat its own event trigger watches never re-fires it."""
+    ref, so a program posting into a chat its own event trigger watches never re-fires it;
+    a nudge it sends (`trigger:…`) is always `trigger:<its own trigger's name>`."""
     who = auth.principal(request)
-    if who.role is not auth.Role.RUN or msg.agent is not None:
+    nudge = msg.agent is not None and msg.agent.name.startswith(NUDGE_PREFIX)
+    if who.role is not auth.Role.RUN or (msg.agent is not None and not nudge):
         return msg
-    name = str(who.trigger_id or "run")
+    tid = str(who.trigger_id or "run")
     try:
-        _, record = trigger_store.current(request.app[DB], str(who.space), name)
-        name = str(record.get("program") or name)
+        _, record = trigger_store.current(request.app[DB], str(who.space), tid)
     except Refusal:
-        pass  # the trigger was deleted meanwhile: its id still says who wrote
+        record = {}  # the trigger was deleted meanwhile: its id still says who wrote
+    if nudge:
+        name = NUDGE_PREFIX + str(record.get("name") or tid)
+    else:
+        name = str(record.get("program") or tid)
     return msgspec.structs.replace(msg, agent=AgentIn(name=name[:NAME_MAX]))
 
 

@@ -2,16 +2,16 @@
 the records it answers for.
 
 Owns those checks (a device token is bound to one peer, SPEC "Containment and
-credentials"); admin tokens pass, run tokens never reach these routes. A device
-stamps a record when it is pinned to it, when it holds the space's lease (the
-active device runs floating records and its health pass stamps records pinned
-to offline peers), or when it made the record's latest claim (a run's stamps
-land after the lease moved on). A run record names its device's peer (filled in
-when absent); one that says the program ran (`ok`, `error`, `timeout`,
-`crashed`) must be of a fire this peer claimed at that term. Must not write.
+credentials"); admin tokens pass, run tokens never reach these routes. A device stamps a
+record pinned to it, any while it holds the lease, or one whose latest claim it made. A run
+record names its device's peer; one that says the program ran must be of a fire this peer
+claimed at that term. A device may not set what a record pinned to another device runs
+(`require_own_programming`). Must not write.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from aiohttp import web
 
@@ -52,6 +52,36 @@ def require_claimed(
             "records runs of its own fires - at `$.key`"
         )
         raise Refusal(403, "not_claimed", detail)
+
+
+PROGRAMMING = ("program", "args", "spec", "kind", "limits")  # what a record makes its device run
+
+
+def require_own_programming(
+    request: web.Request, before: dict[str, Any] | None, changes: dict[str, Any]
+) -> None:
+    """A device may not set what a record pinned to another device runs (its program, args,
+    spec, kind or limits; or create one): that device would run code of its choosing.
+    The admin may; repinning or pausing alone is not refused."""
+    who = principal(request)
+    if who.role is not Role.DEVICE:
+        return
+    old = (before or {}).get("owner") or ""
+    new = changes.get("owner", old) or ""
+    other = next((o for o in (old, new) if o not in ("", who.peer)), None)
+    touched = [f for f in PROGRAMMING if f in changes] if before is not None else ["program"]
+    if other is None or not touched:
+        return
+    what = (
+        "creating a record pinned"
+        if before is None
+        else f"changing `{touched[0]}` of a record pinned"
+    )
+    detail = (
+        f"{what} to {other!r} needs the admin token (peer {who.peer!r} may not make another "
+        f"device run its code) - at `$.{touched[0]}`"
+    )
+    raise Refusal(403, "forbidden", detail)
 
 
 def require_stamper(request: web.Request, space: str, tid: str) -> None:

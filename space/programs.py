@@ -4,8 +4,10 @@ Owns the `programs` table and the publish routes. The ref and the source are
 checked by the device's own rules (`programs.refs.parse_ref`,
 `programs.source.inspect_source`), so the space stores only what every device
 will load; `internal:` refs are never published. The source is also capped in
-size by the server's setting; `__any_tool__` is kept as metadata. The same
-source again is a no-op; another source is 409. Must not run the program.
+size by the server's setting; `__any_tool__` is kept as metadata, and who published
+it (`publisher`: devices run only the admin's and their own, unless told otherwise).
+The same source again is a no-op; another source is 409; a device may not be first
+to publish a ref a record pinned to another device runs. Must not run the program.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from core.wire import Body, ProgramList, ProgramOut
 from programs import refs
 from programs import source as source_check
 from programs.source import ProgramMeta
+from space import trigger_store
 from space.appstate import SETTINGS
-from space.db import DB, transaction
+from space.auth import Role, author, principal
+from space.db import DB, add_columns, transaction
 from space.http import Refusal, add_route, answer, now_of, read_body
 from space.servertime import iso
 from space.spaces import require_space
@@ -30,6 +34,7 @@ CREATE TABLE IF NOT EXISTS programs (space TEXT NOT NULL, name TEXT NOT NULL,
   version INTEGER NOT NULL, source TEXT NOT NULL, sha256 TEXT NOT NULL,
   any_tool INTEGER NOT NULL, created_at TEXT NOT NULL, PRIMARY KEY (space, name, version));
 """
+ADDED_COLUMNS = {"publisher": "TEXT"}  # `admin` or `device:<peer>`; NULL: before it was kept
 
 
 class ProgramIn(Body, frozen=True, kw_only=True):
@@ -38,6 +43,7 @@ class ProgramIn(Body, frozen=True, kw_only=True):
 
 def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
+    add_columns(db, "programs", ADDED_COLUMNS)
 
 
 def parse_ref(text: str) -> tuple[str, int]:
@@ -70,6 +76,7 @@ def _out(row: dict[str, Any], with_source: bool) -> dict[str, Any]:
         "sha256": row["sha256"],
         "anyTool": bool(row["any_tool"]),
         "createdAt": row["created_at"],
+        "publisher": row["publisher"] or "admin",
     }
     return {**out, "source": row["source"]} if with_source else out
 
@@ -84,6 +91,22 @@ def _find(db: sqlite_utils.Database, space: str, name: str, version: int) -> dic
     return rows[0] if rows else None
 
 
+def _not_for_others(request: web.Request, space: str, ref: str) -> None:
+    """A device may not be the first to publish a ref that a record pinned to another
+    device runs: that device would run its code (the admin token may)."""
+    who = principal(request)
+    if who.role is not Role.DEVICE:
+        return
+    for record in trigger_store.listing(request.app[DB], space):
+        owner = record.get("owner") or ""
+        if record.get("program") == ref and owner not in ("", who.peer):
+            detail = (
+                f"{ref} is the program of trigger {record.get('id')!r}, pinned to {owner!r}: "
+                "publishing it needs the admin token"
+            )
+            raise Refusal(403, "forbidden", detail)
+
+
 async def put_program(request: web.Request) -> web.Response:
     space = require_space(request)
     name, version = parse_ref(request.match_info["ref"])
@@ -93,13 +116,24 @@ async def put_program(request: web.Request) -> web.Response:
         raise Refusal(413, "program_too_large", f"source over {limit} bytes - at `$.source`")
     meta = inspect_source(body.source)
     any_tool, digest = meta.any_tool, meta.sha256
-    db = request.app[DB]
+    db, publisher = request.app[DB], author(request).actor
     with transaction(db):
         existing = _find(db, space, name, version)
         if existing is None:
+            _not_for_others(request, space, f"{name}@v{version}")
             db.execute(
-                "INSERT INTO programs VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [space, name, version, body.source, digest, any_tool, iso(now_of(request))],
+                "INSERT INTO programs (space, name, version, source, sha256, any_tool, "
+                "created_at, publisher) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    space,
+                    name,
+                    version,
+                    body.source,
+                    digest,
+                    any_tool,
+                    iso(now_of(request)),
+                    publisher,
+                ],
             )
     if existing is not None and existing["sha256"] != digest:
         raise Refusal(

@@ -86,3 +86,15 @@ def as_stored(tid: str, body: str) -> Record | msgspec.Raw:
     except (msgspec.DecodeError, RecursionError):
         pass
     return flagged(tid, body)
+
+
+RUN_VISIBLE = (
+    *("id", "name", "kind", "owner", "enabled", "rev"),
+    *("lastStatus", "lastStatusDetail", "lastRunAt", "nextFireAt"),
+)  # what a run token sees of a record: never its args, spec, program or limits
+
+
+def for_run(record: Record) -> Record:
+    """A record as a run token reads it (listed, read, patched or in the change feed):
+    who and what state, not what it is told (`args`, where a planted secret would be)."""
+    return {name: record[name] for name in RUN_VISIBLE if name in record}

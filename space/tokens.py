@@ -25,7 +25,7 @@ from space.auth import Principal, Role, end_streams, principal
 from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, now_of, read_body
 from space.servertime import iso
-from space.spaces import SPACE_ID, require_space
+from space.spaces import SPACE_ID, require_space, space_exists
 
 
 class DeviceTokenIn(Body, frozen=True, kw_only=True):
@@ -54,12 +54,14 @@ class TokenList(Answer, frozen=True, kw_only=True):
 async def post_device_token(request: web.Request) -> web.Response:
     body = await read_body(request, DeviceTokenIn)
     db = request.app[DB]
-    if not SPACE_ID.fullmatch(body.space):  # one that does not exist yet may: its device waits
+    if not SPACE_ID.fullmatch(body.space):
         raise Refusal(
             400,
             "invalid_body",
             f"space id {body.space!r} must match [a-z0-9][a-z0-9_-]{{0,63}} - at `$.space`",
         )
+    if not space_exists(db, body.space):  # a token for no space: create the space first
+        raise Refusal(404, "unknown_space", f"no space {body.space!r} - at `$.space`")
     who = Principal(role=Role.DEVICE, peer=body.peer, space=body.space)
     token = token_store.mint_token(db, who, now_of(request).timestamp())
     out = {"token": token, "id": token_store.token_id(token), "peer": body.peer}

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from core.wire import Answer, Body, Stamps
 from space import duties, record_view, trigger_store
-from space.auth import author, limit_patch
+from space.auth import Role, author, limit_patch, principal
 from space.changes import notify
 from space.db import DB
 from space.http import Refusal, add_route, answer, decode, int64, int_query, now_of, raw_body
@@ -65,9 +65,12 @@ async def object_body(request: web.Request, code: str = "invalid_record") -> dic
     return decode(await raw_body(request), dict[str, Any], code=code)
 
 
-def _one(record: dict[str, Any], status: int = 200) -> web.Response:
-    """One record, its defaults filled in (`enabled`, `limits` …), its rev as the ETag."""
+def _one(request: web.Request, record: dict[str, Any], status: int = 200) -> web.Response:
+    """One record, its defaults filled in (`enabled`, `limits` …), its rev as the ETag; to a
+    run token, without what it is told (`record_view.for_run`)."""
     full = record_view.complete(record)
+    if principal(request).role is Role.RUN:
+        full = record_view.for_run(full)
     return answer(full, status=status, headers={"ETag": f'"{record.get("rev", 0)}"'})
 
 
@@ -77,6 +80,9 @@ async def list_triggers(request: web.Request) -> web.Response:
     db = request.app[DB]
     seq = trigger_store.latest_seq(db, space)  # before the rows: the feed from here covers them
     stored = request.query.get("stored") in ("1", "true")
+    if principal(request).role is Role.RUN:  # a run lists who and what state, never args
+        shown = [record_view.for_run(r) for r in trigger_store.listing(db, space)]
+        return answer({"triggers": shown, "seq": seq})
     if "limit" not in request.query and not stored:
         return answer({"triggers": trigger_store.listing(db, space), "seq": seq})
     limit = int_query(request, "limit", PAGE_MAX, low=1, high=PAGE_MAX)
@@ -89,9 +95,10 @@ async def create_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     body = await object_body(request)
     by = author(request)
+    duties.require_own_programming(request, None, body)
     record = trigger_store.create(request.app[DB], space, body, iso(now_of(request)), by)
     notify(request.app, space)
-    return _one(record, 201)
+    return _one(request, record, 201)
 
 
 async def put_trigger(request: web.Request) -> web.Response:
@@ -99,22 +106,25 @@ async def put_trigger(request: web.Request) -> web.Response:
     body = await object_body(request)
     tid = request.match_info["id"]
     at, by = iso(now_of(request)), author(request)
+    duties.require_own_programming(request, _stored(request, space, tid), body)
     record, created = trigger_store.create_reserved(request.app[DB], space, tid, body, at, by)
     if created:
         notify(request.app, space)
-    return _one(record, 201 if created else 200)
+    return _one(request, record, 201 if created else 200)
 
 
 async def get_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     _, record = trigger_store.get_one(request.app[DB], space, request.match_info["id"])
-    return _one(record)
+    return _one(request, record)
 
 
 async def patch_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     changes = await object_body(request)
     limit_patch(request, changes)
+    if (stored := _stored(request, space, request.match_info["id"])) is not None:
+        duties.require_own_programming(request, stored, changes)
     record = trigger_store.patch(
         request.app[DB],
         space,
@@ -125,7 +135,15 @@ async def patch_trigger(request: web.Request) -> web.Response:
         author(request),
     )
     notify(request.app, space)
-    return _one(record)
+    return _one(request, record)
+
+
+def _stored(request: web.Request, space: str, tid: str) -> dict[str, Any] | None:
+    """The record as stored now, None if there is none."""
+    try:
+        return trigger_store.current(request.app[DB], space, tid)[1]
+    except Refusal:
+        return None
 
 
 async def delete_trigger(request: web.Request) -> web.Response:
@@ -153,7 +171,7 @@ async def post_status(request: web.Request) -> web.Response:
     )
     if written:
         notify(request.app, space)
-    return _one(record)
+    return _one(request, record)
 
 
 def setup(app: web.Application) -> None:

@@ -37,6 +37,7 @@ EDGE_DICTS = {
     "runtime/fire/execute.py": 1,  # a program's args
     "runtime/fire/manual.py": 2,  # a program's args; the run as the space stored it
     "runtime/fire/recorder.py": 1,  # the run as the space stored it (printed by the CLI)
+    "runtime/fire/secrets.py": 1,  # a program's args, its secrets resolved
     "runtime/health/verdicts.py": 1,  # a stamp (breaker, rollup) read generically
 }
 

@@ -40,10 +40,12 @@ PROGRAM_REF = re.compile(r"[a-z0-9][a-z0-9_-]*@v[1-9][0-9]{0,17}|internal:[a-z0-
 MAX_TIMEOUT_SECONDS = 24 * 3600.0
 MAX_MEMORY_MB = 1024 * 1024
 MAX_QUEUE = 100_000
+MAX_DISK_MB = 1024 * 1024
 
 Grace = Annotated[float, msgspec.Meta(ge=0, le=MAX_GRACE_SECONDS)]
 TimeoutSeconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_TIMEOUT_SECONDS)]
 MemoryMB = Annotated[int, msgspec.Meta(gt=0, le=MAX_MEMORY_MB)]
+DiskMB = Annotated[int, msgspec.Meta(gt=0, le=MAX_DISK_MB)]
 QueueLength = Annotated[int, msgspec.Meta(ge=0, le=MAX_QUEUE)]
 UnixSeconds = Annotated[float, msgspec.Meta(ge=AT_MIN.timestamp(), le=AT_MAX.timestamp())]
 

@@ -18,6 +18,7 @@ import msgspec
 from core.vocab import Overlap
 from triggers.bounds import (
     CronExpr,
+    DiskMB,
     Grace,
     MemoryMB,
     QueueLength,
@@ -101,11 +102,21 @@ class EventSpec(Base, frozen=True, kw_only=True):
     filter: Any = None  # reserved and ignored
 
 
+class Network(enum.StrEnum):
+    """`limits.network`: no TCP, the space's API only (its port), or anywhere."""
+
+    NONE = "none"
+    SPACE = "space"
+    ANY = "any"
+
+
 class Limits(Base, frozen=True, kw_only=True):
     timeout_seconds: TimeoutSeconds = 60.0
     memory_mb: MemoryMB = msgspec.field(default=512, name="memoryMB")
     overlap: Overlap | None = None  # None: skip for cron/once, queue for event
     max_queue: QueueLength = 100
+    network: Network = Network.SPACE  # what a run may reach (SPEC "Containment")
+    disk_mb: DiskMB = msgspec.field(default=64, name="diskMB")  # its scratch directory's quota
 
 
 class _Fields(Base, frozen=True, kw_only=True, tag_field="kind"):

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from core.chatwire import NUDGE_PREFIX
 from core.clock import Clock, SystemClock
 from runtime.chat.reply import (
     DEFAULT_APOLOGY,
@@ -32,8 +33,6 @@ from runtime.chat.responders import MessageJson, Responder
 from runtime.chat.turn import Turns
 
 log = logging.getLogger(__name__)
-
-NUDGE_PREFIX = "trigger:"
 
 
 class ChatState(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

@@ -1,14 +1,13 @@
 """`baton space`: run the embedded space server, mint device tokens.
 
-    baton space serve --db PATH [--host H] [--port P] [--admin-token-file F]
-                      [--lease-seconds S] [--live-seconds S]
-    baton space token --peer NAME [--space ID] [--db PATH] [--out FILE]
+    baton space serve --db PATH [--host H] [--port P] [--lease-seconds S] [--live-seconds S] …
+    baton space token --peer NAME [--space ID] [--url U | --db PATH] [--out FILE]
     baton space token list|revoke ID|rotate-admin   (runtime.cli.tokens)
-    baton space create ID [--name N]      (over the API: --url, --token-file, --json)
-    baton space list
+    baton space create ID [--name N] | list   (over the API: --url, --token-file, --json)
 
 Owns the verbs' flags and defaults (`$BATON_DB`, `$BATON_SPACE`, the data directory; files
-0600 in a 0700 directory; docs/architecture.md, "Module notes"). A shell over `space`.
+0600 in a 0700 directory); `token` mints over the API of the space the user named (`--url`,
+`$BATON_URL`, else the local `baton up`) unless `--db` names a store. A shell over `space`.
 """
 
 from __future__ import annotations
@@ -35,12 +34,13 @@ from runtime.cli.common import (
     local_settings,
     port,
     seconds,
+    target,
     until_signalled,
 )
 from runtime.cli.main import UsageError
 from runtime.cli.table import render
 from runtime.cli.talk import emit, talk
-from runtime.client.api import SpaceClient
+from runtime.client.api import ApiError, SpaceClient
 from space import spaces, token_store
 from space.app import create_app, default_admin_token_file
 from space.db import open_db
@@ -75,11 +75,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     token.add_argument("--peer", default=None, help="the device's peer id (to mint)")
     token.add_argument("--space", default=None, help="the space it is bound to (to mint)")
     token.add_argument(
-        "--db", type=Path, default=None, help="SQLite file of the space (default: the local one)"
+        "--db", type=Path, default=None, help="mint in this SQLite file (default: over the API)"
     )
     token.add_argument("--out", type=Path, default=None, help="write it to FILE (0600), not stdout")
-    token.add_argument("--url", default=None, help="mint over the space API instead of --db")
-    token.add_argument("--token-file", type=Path, default=None, help="with --url: the admin token")
+    token.add_argument("--url", default=None, help="space API (default: the local `baton up`)")
+    token.add_argument("--token-file", type=Path, default=None, help="admin token file")
     add_data_option(token)
     token.set_defaults(func=run_token)
     _register_spaces(sub)
@@ -127,14 +127,16 @@ def run_token(args: argparse.Namespace) -> int:
     space = _space(args)
     if not spaces.SPACE_ID.fullmatch(space):
         raise UsageError(f"--space: {space!r} must match [a-z0-9][a-z0-9_-]{{0,63}}")
-    over_api = args.db is None and (args.url or args.token_file)
-    token = (
-        _minted_over_api(args, space)
-        if over_api
-        else _minted_in(args.db or default_db(), args.peer, space)
-    )
-    if token is None:
-        return 1
+    db_path = args.db or (Path(os.environ["BATON_DB"]) if os.environ.get("BATON_DB") else None)
+    if db_path is None:  # the space the user named (--url, BATON_URL, the local one)
+        where = target(args)
+        try:
+            token = asyncio.run(_mint_over_api(where, args.peer, space))
+        except ApiError as exc:
+            print(f"baton: {where.url}: {exc.code}: {exc.detail or exc}", file=sys.stderr)
+            return 2 if exc.status in (400, 404) else 1
+    else:
+        token = _mint_in_store(db_path, args.peer, space)
     if args.out is not None:
         token_store.write_private(args.out, token + "\n")
     else:
@@ -142,28 +144,23 @@ def run_token(args: argparse.Namespace) -> int:
     return 0
 
 
-def _minted_in(path: Path, peer: str, space: str) -> str:
-    """A device token written straight into the space's SQLite file (on its machine)."""
+def _mint_in_store(path: Path, peer: str, space: str) -> str:
     db = open_db(path)
     try:
         token_store.ensure_schema(db)
+        spaces.ensure_schema(db)
+        if not spaces.space_exists(db, space):
+            raise UsageError(f"--space: no space {space!r} in {path} (create it first)")
         who = token_store.Principal(role=token_store.Role.DEVICE, peer=peer, space=space)
         return token_store.mint_token(db, who, system_clock().timestamp())
     finally:
         db.conn.close()
 
 
-def _minted_over_api(args: argparse.Namespace, space: str) -> str | None:
-    """A device token minted by the space over its API, with the admin token (as `list`
-    and `revoke` do); None when refused (said on stderr)."""
-    args.space, args.json = space, False
-    minted: list[str] = []
-
-    async def work(client: SpaceClient, _: Target) -> int:
-        minted.append((await client.token_device({"peer": args.peer, "space": space}))["token"])
-        return 0
-
-    return minted[0] if talk(args, work) == 0 else None
+async def _mint_over_api(where: Target, peer: str, space: str) -> str:
+    async with SpaceClient(where.url, where.token) as client:
+        minted = await client.token_device({"peer": peer, "space": space})
+    return str(minted["token"])
 
 
 # --- spaces over the API: create, list -----------------------------------------------------

@@ -1,14 +1,13 @@
 """`baton up` and `baton device`: run a device, with the embedded space (`up`) or joining one.
 
-    baton up [--data DIR] [--host H] [--port P] [--peer NAME] [--priority N] [--space ID] [--demo]
-             [--lease-seconds S] [--health-seconds S] [RESPONDER]
-    baton device --peer NAME [--priority N] [--url U] [--token-file F] [--space ID] [--data DIR]
-                 [--lease-seconds S] [--health-seconds S] [RESPONDER]
+    baton up [--data DIR] [--host H] [--port P] [--peer NAME] [--space ID] [--demo] … [RESPONDER]
+    baton device --peer NAME [--url U] [--token-file F] [--space ID] [--data DIR] … [RESPONDER]
 
 Owns the flags of a device and its data directory (`space.db`, the tokens, `local.json`),
-the dashboard's URL it prints, and a clean stop on Ctrl-C or SIGTERM; RESPONDER is
-runtime.cli.responder's. Details in docs/architecture.md, "Module notes". A shell over
-`runtime.device.Device` and `space.app.create_app`: must not decide what a device does.
+the dashboard's URL it prints (the admin token only to a terminal; to a pipe, the token
+file's path), and a clean stop on Ctrl-C or SIGTERM; RESPONDER is runtime.cli.responder's;
+every flag in docs/cli.md. A shell over `runtime.device.Device` and `space.app.create_app`:
+must not decide what a device does.
 """
 
 from __future__ import annotations
@@ -54,6 +53,7 @@ from runtime.cli.main import UsageError
 from runtime.client.api import ApiError, SpaceClient
 from runtime.device import Device, DeviceSettings
 from runtime.election import decision as lease
+from runtime.fire.secrets import default_path as default_secrets
 from runtime.supervise import PartFailed
 from space.token_store import TokenFileError, token_id, write_private
 
@@ -104,6 +104,12 @@ def _device_options(parser: argparse.ArgumentParser, *, peer_required: bool) -> 
         type=seconds,
         default=30.0,
         help="how often the health pass runs besides after changes (default 30)",
+    )
+    parser.add_argument(
+        "--programs-from",
+        choices=("own", "any"),
+        default="own",
+        help="whose programs this device runs: the admin's and its own (default), or any device's",
     )
     responder_config.add_options(parser)
 
@@ -182,7 +188,7 @@ async def _up(args: argparse.Namespace, data: Path, responder: Responder) -> Non
         write_local_settings(data, url=url, space=args.space, peer=peer)
         print(f"baton: space API on {url}/v1 (space {args.space!r}, general chat {chat})")
         print(f"baton: admin token in {admin_file}")
-        print(f"baton: dashboard on {dashboard_url(url, read_token(admin_file))}")
+        print(f"baton: dashboard on {_dashboard_line(url, admin_file)}")
         print(f"baton: device {peer!r} running ({_named(responder)}); Ctrl-C stops it", flush=True)
         here = Target(url=url, token=token, space=args.space)
         await until_signalled(_device(args, here, peer, responder))
@@ -232,6 +238,14 @@ async def _accepted(url: str, token: str, space: str) -> bool:
                 return False
             raise
     return True
+
+
+def _dashboard_line(url: str, admin_file: Path) -> str:
+    """To a terminal, the dashboard logged in (the admin token in the URL); to a pipe or a
+    log file, where the token is instead: a log must not hold it."""
+    if sys.stdout.isatty():
+        return dashboard_url(url, read_token(admin_file))
+    return f"{url}/ (sign in with the admin token in {admin_file})"
 
 
 def dashboard_url(url: str, token: str) -> str:
@@ -297,5 +311,7 @@ def _device(
         executor_size=args.workers,
         lease=lease.scaled(args.lease_seconds),
         health_interval=args.health_seconds,
+        programs_from=args.programs_from,
+        secrets_file=default_secrets(data_dir(args.data)),
     )
     return Device(settings, responder=responder).run()

@@ -14,6 +14,7 @@ Must not interpret what it fetches.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -73,6 +74,7 @@ class SpaceClient:
         self._own = session is None
         self._session = session  # made at first use, inside the running loop
         self._streams: aiohttp.ClientSession | None = None
+        self.on_refused: Callable[[ApiError], object] | None = None  # told of each 401
 
     async def __aenter__(self) -> SpaceClient:
         return self
@@ -136,7 +138,10 @@ class SpaceClient:
                     raise ApiError(0, "unreachable", detail) from exc
                 await self._clock.sleep(RETRY_DELAY_S * (attempt + 1))  # a restart's window
         if status >= 400:
-            raise error_from(status, raw)
+            error = error_from(status, raw)
+            if status == 401 and self.on_refused is not None:  # this token is no good
+                self.on_refused(error)
+            raise error
         return raw
 
     async def healthz(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from programs import warm
 from programs.context import RunContext
 from programs.executor import Executor, ExecutorClosed
 from programs.job import Job
-from programs.loader import LoadedProgram, ProgramCache, UnknownProgram
+from programs.loader import LoadedProgram, ProgramCache, UnknownProgram, UntrustedProgram
 from programs.outcome import Outcome
 from programs.refs import InvalidRef, ProgramRef
 from programs.source import InvalidProgram
@@ -30,6 +30,7 @@ from runtime.client.seat import Seat
 from runtime.fire import bodies
 from runtime.fire.bodies import RunIdentity
 from runtime.fire.dispatch import FireRequest
+from runtime.fire.secrets import SecretMissing, Secrets
 
 TOKEN_MARGIN_S = 30.0  # a run token outlives the run's timeout by this much at most
 TOKEN_FRESH_S = TOKEN_MARGIN_S / 2  # a claim's token is used by a run starting this soon
@@ -43,14 +44,20 @@ class Work(msgspec.Struct, frozen=True, kw_only=True):
     args: dict[str, Any]
     timeout_seconds: float
     memory_mb: int
+    network: str = "space"
+    disk_mb: int = 64
 
 
 def new_run_id() -> str:
     return "run_" + secrets.token_hex(8)
 
 
-def program_fetch(client: SpaceClient, space: str) -> Callable[[ProgramRef], Awaitable[str | None]]:
-    """The `ProgramCache` fetch of a space's programs: a program's source, None if unpublished."""
+def program_fetch(
+    client: SpaceClient, space: str, runs_from: str | None = None
+) -> Callable[[ProgramRef], Awaitable[str | None]]:
+    """The `ProgramCache` fetch of a space's programs: a program's source, None if unpublished.
+    `runs_from`, a device's peer: a program another device published is `UntrustedProgram`
+    (a device runs only the admin's programs and its own, SPEC "Containment")."""
 
     async def fetch(ref: ProgramRef) -> str | None:
         try:
@@ -59,6 +66,11 @@ def program_fetch(client: SpaceClient, space: str) -> Callable[[ProgramRef], Awa
             if exc.status == 404:
                 return None
             raise
+        if runs_from is not None and found.publisher not in ("admin", f"device:{runs_from}"):
+            raise UntrustedProgram(
+                f"program {ref} was published by {found.publisher}; this device runs programs "
+                "of the admin and its own (`--programs-from any` runs every device's)"
+            )
         return found.source
 
     return fetch
@@ -67,9 +79,18 @@ def program_fetch(client: SpaceClient, space: str) -> Callable[[ProgramRef], Awa
 class Execute:
     """`load` a fire's program, then `run` it; both answer with an ending, never raise."""
 
-    def __init__(self, seat: Seat, url: str, *, executor: Executor, programs: ProgramCache) -> None:
+    def __init__(
+        self,
+        seat: Seat,
+        url: str,
+        *,
+        executor: Executor,
+        programs: ProgramCache,
+        secrets: Secrets | None = None,
+    ) -> None:
         self._client, self._space, _, self._clock = seat
         self._url, self._executor, self._programs = url, executor, programs
+        self._secrets = secrets or Secrets(None)
         self._recent: dict[str, float] = {}  # trigger → its last run's start, oldest first
 
     @property
@@ -85,6 +106,8 @@ class Execute:
             return bodies.failed_before_run(str(exc)), RunReason.UNKNOWN_PROGRAM
         except InvalidProgram as exc:
             return bodies.failed_before_run(str(exc)), RunReason.INVALID_PROGRAM
+        except UntrustedProgram as exc:
+            return bodies.failed_before_run(str(exc)), RunReason.UNTRUSTED_PROGRAM
         except ApiError as exc:
             return bodies.failed_before_run(f"program {ref}: {exc}"), exc.code
 
@@ -94,6 +117,10 @@ class Execute:
         """Run `program` for `fire` under `token` (None: mint one now); how it ended."""
         if not isinstance(program, LoadedProgram):
             return program
+        try:
+            args = self._secrets.resolve(work.args)  # on this device, just before the run
+        except SecretMissing as exc:
+            return bodies.failed_before_run(str(exc)), RunReason.SECRET
         if token is None:  # waited too long since the claim, or nothing was claimed
             minted = await self.run_token(fire, work.timeout_seconds)
             if isinstance(minted, Outcome):
@@ -102,10 +129,12 @@ class Execute:
         job = Job(
             source=program.source,
             ref=fire.program,
-            args=work.args,
+            args=args,
             context=self.context(fire, token),
             timeout_seconds=work.timeout_seconds,
             memory_mb=work.memory_mb,
+            network=work.network,
+            disk_mb=work.disk_mb,
             keep_warm=self._repeats(fire.trigger_id),
         )
         return await run_job(self._executor, job)
@@ -166,4 +195,10 @@ def work_of(request: FireRequest) -> Work:
     record, event = request.trigger, request.event
     args = dict(record.args) if event is None else {**record.args, "event": event}
     limits = record.limits
-    return Work(args=args, timeout_seconds=limits.timeout_seconds, memory_mb=limits.memory_mb)
+    return Work(
+        args=args,
+        timeout_seconds=limits.timeout_seconds,
+        memory_mb=limits.memory_mb,
+        network=limits.network.value,
+        disk_mb=limits.disk_mb,
+    )

@@ -30,6 +30,7 @@ from runtime.device import Device, DeviceSettings
 from runtime.events import RoleChanged
 from space.app import create_app, default_admin_token_file
 from space.servertime import system_clock
+from space.serving import HEADER_TIMEOUT_S, SpaceRunner
 from space.streams import STREAMS
 
 SPACE = "home"
@@ -51,6 +52,7 @@ class Space:
         self.admin: SpaceClient | None = None
         self.general = ""
         self.made = 0  # records made by `trigger`
+        self.header_timeout = HEADER_TIMEOUT_S
 
     @property
     def url(self) -> str:
@@ -64,7 +66,7 @@ class Space:
     async def start(self) -> None:
         server_clock = self.clock.wall if self.clock is not None else system_clock
         app = create_app(self.db, clock=server_clock)
-        self.runner = web.AppRunner(app, handle_signals=False)
+        self.runner = SpaceRunner(app, handle_signals=False, header_timeout=self.header_timeout)
         await self.runner.setup()
         await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
         self.port = self.runner.addresses[0][1]

@@ -17,6 +17,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -34,7 +35,9 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-DASHBOARD_LINE = re.compile(r"baton: dashboard on (http://127\.0\.0\.1:\d+/#token=\S+)$")
+DASHBOARD_LINE = re.compile(
+    r"baton: dashboard on (http://127\.0\.0\.1:\d+/) \(sign in with the admin token in (\S+)\)$"
+)  # piped, `baton up` names the token file: the test logs in with the token it holds
 WAIT_MS = 20_000
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")
@@ -79,7 +82,8 @@ async def _printed_url(proc: asyncio.subprocess.Process) -> str:
     async with asyncio.timeout(30):
         while line := (await proc.stdout.readline()).decode():
             if found := DASHBOARD_LINE.match(line.strip()):
-                return found.group(1)
+                token = Path(found.group(2)).read_text().strip()
+                return f"{found.group(1)}#token={quote(token, safe='')}"
     raise AssertionError("baton up ended without printing the dashboard URL")
 
 

@@ -226,10 +226,19 @@ def test_confine_stops_the_attacks_as_root_and_as_an_ordinary_user(
             ["Landlock ABI 4 < 6: no signal or abstract-socket scoping"],
         ),
         (
+            Plan(abi=3, root=False, cgroup=True, subreaper=True, read_only=()),
+            "partial",
+            [
+                "Landlock ABI 3 < 6: no signal or abstract-socket scoping",
+                "Landlock ABI 3 < 4: limits.network is not enforced (a run may connect anywhere)",
+            ],
+        ),
+        (
             Plan(abi=0, root=True, cgroup=True, subreaper=False, read_only=()),
             "none",
             [
                 "no Landlock: a run can read and write what its user can",
+                "Landlock ABI 0 < 4: limits.network is not enforced (a run may connect anywhere)",
                 "root without Landlock ABI 6: a run may signal root's processes",
                 "no subreaper: a descendant that leaves its process group may outlive it",
             ],

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
+import os
+import pty
 import re
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import aiohttp
 import pytest
@@ -22,6 +27,9 @@ BLOCK = re.compile(r"/\* API-ENDPOINTS-BEGIN(.*?)/\* API-ENDPOINTS-END \*/", re.
 ENDPOINT = re.compile(r"(\w+): \"(GET|POST|PUT|PATCH|DELETE) (/v1/[^\"\s]*)\"")
 SCRIPT = re.compile(r"<script>(.*?)</script>", re.DOTALL)
 DASHBOARD_LINE = re.compile(r"baton: dashboard on (http://127\.0\.0\.1:\d+/)#token=\S+$")
+PIPED_LINE = re.compile(
+    r"baton: dashboard on (http://127\.0\.0\.1:\d+/) \(sign in with the admin token in (\S+)\)$"
+)
 
 
 def endpoints(html: str) -> dict[str, tuple[str, str]]:
@@ -127,32 +135,59 @@ async def _pause_and_repin(api: Api, path: str, trigger: dict[str, Any]) -> None
 
 
 @pytest.mark.e2e  # `baton up` as a process
-async def test_baton_up_prints_where_the_dashboard_is(tmp_path: Path) -> None:
-    argv = ["-m", "runtime.cli", "up", "--data", str(tmp_path), "--port", "0", "--peer", "dash"]
+async def test_baton_up_prints_where_the_dashboard_is_and_the_token_only_to_a_terminal(
+    tmp_path: Path,
+) -> None:
+    """Piped (a log file, a CI job), `baton up` names the admin token file, never the token
+    (before, the token was in every log of `baton up`); to a terminal, the URL logs in."""
+    async with _up_line(tmp_path / "piped", tty=False) as piped:
+        found = PIPED_LINE.match(piped)
+        assert found is not None, piped
+        async with aiohttp.ClientSession() as session, session.get(found.group(1)) as resp:
+            assert resp.status == 200 and resp.content_type == "text/html"
+    token_file = Path(found.group(2))
+    assert token_file == tmp_path / "piped" / "admin.token"
+    assert token_file.read_text().strip() not in piped
+    async with _up_line(tmp_path / "tty", tty=True) as shown:
+        pass
+    assert DASHBOARD_LINE.match(shown), shown
+    assert (tmp_path / "tty" / "admin.token").read_text().strip() in unquote(shown)
+
+
+@contextlib.asynccontextmanager
+async def _up_line(data: Path, *, tty: bool) -> AsyncIterator[str]:
+    """Run `baton up` (its stdout a pipe, or a pseudo-terminal) to its dashboard line."""
+    argv = ["-m", "runtime.cli", "up", "--data", str(data), "--port", "0", "--peer", "dash"]
+    ours, theirs = pty.openpty() if tty else os.pipe()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         *argv,
         cwd=ROOT,
         stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
+        stdout=theirs,
         stderr=asyncio.subprocess.DEVNULL,
     )
+    os.close(theirs)
     try:
-        url = await _dashboard_url(proc)
-        async with aiohttp.ClientSession() as session, session.get(url) as resp:
-            assert resp.status == 200 and resp.content_type == "text/html"
+        reader = asyncio.StreamReader()
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(ours, "rb", 0)
+        )
+        try:
+            async with asyncio.timeout(20):
+                while line := (await reader.readline()).decode():
+                    if "dashboard on" in line:
+                        break
+                else:
+                    raise AssertionError("baton up ended without printing the dashboard line")
+            yield line.strip()
+        finally:
+            proc.send_signal(signal.SIGINT)  # its output still read: it says it stopped
+            async with asyncio.timeout(20):
+                await proc.wait()
+            transport.close()
     finally:
         if proc.returncode is None:
-            proc.send_signal(signal.SIGINT)
-        async with asyncio.timeout(20):
-            await proc.communicate()
-    assert proc.returncode == 0
-
-
-async def _dashboard_url(proc: asyncio.subprocess.Process) -> str:
-    assert proc.stdout is not None
-    async with asyncio.timeout(20):
-        while line := (await proc.stdout.readline()).decode():
-            if found := DASHBOARD_LINE.match(line):
-                return found.group(1)
-    raise AssertionError("baton up ended without printing the dashboard line")
+            proc.kill()
+            await proc.wait()

@@ -76,7 +76,7 @@ ODD: dict[str, list[str]] = {  # SQL writing odd rows, with {chat} and {trigger}
         "VALUES ('home', 'turn_odd', '{chat}', 1.0, 0, '{{\"broken')",
     ],
     "programs": [
-        "INSERT INTO programs VALUES ('home', 'q', 'one', 'x', 'x', 'x', 5)",
+        "INSERT INTO programs VALUES ('home', 'q', 'one', 'x', 'x', 'x', 5, 7)",
     ],
     "state": [
         "INSERT INTO state VALUES ('home', '{trigger}', 'odd', 'not json', 5)",

@@ -249,6 +249,8 @@ async def test_get_fills_in_defaults_and_keeps_unknown_fields(api: Api) -> None:
         "memoryMB": 512,
         "overlap": "skip",
         "maxQueue": 100,
+        "network": "space",
+        "diskMB": 64,
     }
     assert (one["spec"]["expr"], one["spec"]["tz"], one["spec"]["catchup"]) == (
         "*/5 * * * *",
@@ -299,6 +301,8 @@ async def test_a_record_is_answered_with_every_default_filled_in(api: Api) -> No
         "memoryMB": 512,
         "overlap": "skip",
         "maxQueue": 100,
+        "network": "space",
+        "diskMB": 64,
     }
     assert event["limits"]["overlap"] == "queue" and event["limits"]["timeoutSeconds"] == 60
     assert cron["spec"]["graceSeconds"] == 30 and latest["spec"]["graceSeconds"] == 3600

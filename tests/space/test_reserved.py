@@ -85,7 +85,7 @@ async def test_a_message_sent_with_a_run_token_is_an_agent_message(api: Api) -> 
     status, unsigned = await run.post(path, {"text": "hello"})
     assert status == 201 and unsigned["agent"] == {"name": "greeter@v1"}
     status, named = await run.post(path, {"text": "hi", "agent": {"name": "trigger:daily"}})
-    assert status == 201 and named["agent"] == {"name": "trigger:daily"}  # a nudge stays one
+    assert status == 201 and named["agent"] == {"name": "trigger:tick"}  # a nudge: as its trigger
     status, person = await api.post(path, {"text": "from a person"})  # admin: as sent
     assert status == 201 and "agent" not in person
 

@@ -103,6 +103,8 @@ def test_round_trip_keeps_wire_names():
         "memoryMB": 64,
         "overlap": None,
         "maxQueue": 5,
+        "network": "space",
+        "diskMB": 64,
     }
     assert wire["kind"] == "cron" and "lastStatus" in wire and "nextFireAt" in wire
     assert load(to_json(r)) == r
