@@ -159,7 +159,7 @@ async def test_a_device_whose_clock_is_off_fires_by_the_spaces_clock(
 ) -> None:
     clock, space, _, dev, chat, minutely, event = await skewed_household(spaces, make_device, skew)
     offset = dev.device.offset.status()
-    assert abs(offset["offsetMs"] + skew * 1000) < 10 and offset["warning"], offset
+    assert abs(offset.offset_ms + skew * 1000) < 10 and offset.warning, offset
     sent = [await space.send(chat, f"m{i}") for i in range(3)]
     runs = await space.until_runs(event, 3)  # no fake time passes: events never wait
     assert sorted(r["key"] for r in runs) == sorted(m.message_id for m in sent)

@@ -31,7 +31,10 @@ LOOSE = re.compile(
     r"|(?<![\d:.-])\d{2}:\d{2}:\d{2}(?:\.\d+)?(?![\d:])"
 )
 THEIRS = {"at", "text", "source", "args", "result", "stderrTail", "local", "stdoutTail"}
-DASHBOARD = re.compile(r"baton: dashboard on (http://127\.0\.0\.1:\d+)/#token=(\S+)$", re.M)
+DASHBOARD = re.compile(  # piped, `baton up` names the token file
+    r"baton: dashboard on (http://127\.0\.0\.1:\d+)/ \(sign in with the admin token in (\S+)\)$",
+    re.M,
+)
 
 
 def odd_instants(doc: Any, path: str = "$") -> list[str]:
@@ -74,7 +77,8 @@ async def test_every_json_answer_has_one_instant_format(tmp_path: Path) -> None:
         up = await procs.start(
             "up", "up", "--demo", "--data", str(data), "--port", "0", "--peer", "laptop"
         )
-        url, token = (await matched(up, DASHBOARD, timeout=30)).groups()
+        url, token_file = (await matched(up, DASHBOARD, timeout=30)).groups()
+        token = Path(token_file).read_text().strip()
         local = ("--data", str(data))
 
         async def cli(*argv: str) -> Any:
