@@ -418,4 +418,4 @@ async def test_the_device_reports_how_contained_its_runs_are(rig: Rig) -> None:
     )
     assert code == 0, out
     row = next(line for line in out.splitlines() if line.startswith(PEER))
-    assert row.split()[-1] == "full", out
+    assert row.split()[5] == "full", out  # the CONTAINMENT column (CLOCK follows)
