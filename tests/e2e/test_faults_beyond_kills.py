@@ -268,7 +268,9 @@ async def test_a_frozen_holder_that_wakes_fires_nothing_stale(
         stale = [r["key"] for r in runs if frozen + timedelta(seconds=1) < slot_of(r) < woke]
         assert stale == [], f"{tid}: slots of the freeze fired after it: {stale}"
         assert any(slot_of(r) > woke for r in runs), f"{tid}: nothing after the wake"
-        late = [(r["key"], r["lateMs"]) for r in runs if r["lateMs"] > 2000]
+        # a fire already taken as the device froze (its slot that very instant) may run as
+        # it wakes, with its true lateness; what came after the wake runs on time
+        late = [(r["key"], r["lateMs"]) for r in runs if slot_of(r) > woke and r["lateMs"] > 2000]
         assert late == [], late
 
 
