@@ -11,7 +11,6 @@ if claimed alone. Must not admit, run or record.
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 import msgspec
@@ -48,7 +47,7 @@ def body(queued: Queued, peer: str) -> dict[str, Any]:
         "key": request.key,
         "term": queued.term,
         "peer": peer,
-        "claimId": "clm_" + secrets.token_hex(8),
+        "claimId": "clm_" + queued.claimed.run_id.removeprefix("run_"),  # one per attempt
     }
     if not request.for_chat_watch:
         ttl = request.trigger.limits.timeout_seconds + TOKEN_MARGIN_S
