@@ -158,7 +158,9 @@ class Device:
             offer=self.chatwatch.offer,
         )
         self.touched = Touched()  # records and fires changed: what the health pass judges
-        self.ticker = Ticker(self.firing, clock=self.clock, touched=self.touched)
+        self.ticker = Ticker(
+            self.firing, clock=self.clock, touched=self.touched, awake=self.sleepwatch.check
+        )
         self.recorder.read_next_fires_from(self.ticker.next_fire)  # closes Ticker → Recorder
         self.subscriptions = Subscriptions(self.seat, self.firing)
         self.reconciler = Reconciler(

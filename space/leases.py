@@ -3,15 +3,17 @@
 Owns the `leases` table and the lease rules (SPEC "Who runs what"): an acquire (SPEC's
 path `…/election/claim`) renews when the peer holds the lease at `term`; acquires it with
 `term + 1` when it is free or lapsed by the server's clock and `term` is current; anything
-else is a 409 with the current lease. `term` grows by one at every change of
-holder (a re-acquire after a lapse counts as one). `want` carries a
-higher-priority device's request; the holder hands over directly with
-`handover`. The decisions are pure functions of (lease, request, now); the
-routes only load, decide and store. Must not know fires or devices.
+else is a 409 with the current lease. `term` grows by one at every change of holder.
+`want` carries a higher-priority device's request; the holder hands over with `handover`.
+Decisions are pure functions of (lease, request, now). Time the server could not run (a
+transaction stalled on a hung disk, `db.watch_stalls`) does not expire a lease:
+`credit_stall`. Must not know fires or devices.
 """
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, TypeVar
@@ -22,12 +24,14 @@ from aiohttp import web
 
 from core.peerwire import HandoverIn, LeaseIn, LeaseOut, WantIn
 from space import history, oddrows
-from space.appstate import SETTINGS
+from space.appstate import CLOCK, SETTINGS
 from space.auth import require_peer
-from space.db import DB, transaction
+from space.db import DB, transaction, watch_stalls
 from space.http import Refusal, add_route, answer, now_of, read_body
 from space.servertime import iso
 from space.spaces import require_space
+
+log = logging.getLogger("baton.space")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS leases (space TEXT PRIMARY KEY, active TEXT, term INTEGER NOT NULL,
@@ -80,6 +84,23 @@ def want(lease: Lease, peer: str, wanted: bool) -> Lease:
 
 def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
+
+
+def credit_stall(db: sqlite_utils.Database, began: float, seconds: float) -> None:
+    """The server could not run for `seconds` from `began` (a hung disk): every lease
+    still held then lapses that much later, so its holder, which could not renew through
+    the server either, keeps it."""
+    try:
+        moved = db.execute(
+            "UPDATE leases SET expires_at = expires_at + ? "
+            "WHERE active IS NOT NULL AND typeof(expires_at) IN ('real', 'integer') "
+            "AND expires_at > ?",
+            [seconds, began],
+        ).rowcount
+    except sqlite3.Error as exc:  # still failing: the next transaction says so
+        log.warning("a %.1f s stall of the store: leases not credited: %s", seconds, exc)
+        return
+    log.warning("the store stalled for %.1f s: %d leases lapse that much later", seconds, moved)
 
 
 def load(db: sqlite_utils.Database, space: str) -> Lease:
@@ -241,6 +262,7 @@ async def post_want(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     ensure_schema(app[DB])
+    watch_stalls(app[DB], app[CLOCK], credit_stall)
     add_route(app, "election", get_election, "The lease: who is active", answer=LeaseOut)
     add_route(
         app,

@@ -168,7 +168,7 @@ def clock_offset(device: dict[str, Any]) -> str:
     offset = _clock(device).get("offsetMs")
     if not isinstance(offset, int | float):
         return "-"
-    return f"{-offset / 1000:+.1f} s"
+    return f"{0.0 - offset / 1000:+.1f} s"  # `0.0 -`: never "-0.0"
 
 
 def _clock_warns(device: dict[str, Any]) -> bool:

@@ -76,6 +76,7 @@ class Elector:
         self._wake = asyncio.Event()
         self._renew_wake = asyncio.Event()  # the standing changed: the renewal task looks again
         self._rtts: deque[float] = deque(maxlen=RTT_KEPT)  # the last claims' round trips
+        self._renewals = 0  # answered by the renewal task, counted
         self._healthy = False
         self._retry = self._backoff().streak()
         self._error: str | None = None
@@ -114,9 +115,16 @@ class Elector:
         return self._view.active if self._view else None
 
     def holds(self) -> bool:
-        """Whether this device holds the lease as far as it knows, acting or paused (a late
-        renewal, a sleep): what floating triggers stay armed for, their chat subscriptions
-        open. The renewal task times a renewal (asleep on the clock) while it holds."""
+        """Whether this device holds the lease as far as it knows, acting or paused by a
+        late renewal (not by a sleep, which distrusts it): what floating triggers stay
+        armed for, their chat subscriptions open."""
+        state = self._state
+        return state.holding and not self._down and state.acts_until > float("-inf")
+
+    @property
+    def renewing(self) -> bool:
+        """Whether the renewal task times a renewal (asleep on the clock meanwhile): while
+        it holds the lease, slept or not."""
         return self._state.holding and not self._down
 
     @property
@@ -211,7 +219,7 @@ class Elector:
         last_sent = float("-inf")
         try:
             while True:
-                if not self.holds():
+                if not self.renewing:
                     await self._renew_wake.wait()
                     self._renew_wake.clear()
                     continue
@@ -235,21 +243,26 @@ class Elector:
         self._rtts.append(self._clock.monotonic() - sent)
         if not (self._state.holding and self._state.term == term):
             return  # lost meanwhile (a conflict read by the loop): a late renewal changes nothing
-        if answer is None or answer.active != self._peer or answer.term != term:
+        if answer is None or answer.active != self._peer:
             self._conflict(term)
-        else:
+        else:  # renewed; or re-acquired at the next term when it lapsed meanwhile (a sleep)
             self._fold(answer)
-            self._state = lease.on_renewed(self._state, self._cfg, term, sent)
+            self._state = lease.on_renewed(self._state, self._cfg, answer.term, sent)
+            self._renewals += 1
+            if answer.term != term:
+                log.info("election: holding the lease at term %d", answer.term)
         self._edges()
 
     async def _round(self) -> float:
         """One pass; returns the monotonic time to look again."""
+        renewed = self._renewals  # a renewal answered while the read was out makes it stale
         if self._clock.monotonic() >= self.heartbeat.due:  # side by side: a slow space
             _, answer = await asyncio.gather(self._beat(), self._calls.read())
             view = self._fold(answer)  # after the beat: its timings may follow the space's
         else:
             view = await self._read()
-        self._state = lease.observe(self._state, view)
+        if renewed == self._renewals:
+            self._state = lease.observe(self._state, view)
         now = self._clock.monotonic()
         if self._down:  # a part is down: hold nothing until it is back
             if self._state.holding:

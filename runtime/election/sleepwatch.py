@@ -1,13 +1,11 @@
 """Detects that the machine slept or that its wall clock jumped, and says so on the bus.
 
-Owns when the device looks: every `period` seconds, and whenever a part asks
-(`check()`, e.g. the elector before it reports that it may fire). The comparison
-itself is `core.aio.SleepDetector`, the device's only one. Each detected suspend or
-jump is published once as `Slept` on the device's `Bus`: the parts then distrust
-their lease and their stream cursors.
-
-Must not decide what a sleep means for anyone; subscribers do that. Time only
-through the injected `Clock`.
+Owns when the device looks: every `period` seconds, and whenever a part asks (`check()`:
+the elector before it says it may fire, the ticker before it takes what is due). A gap
+between two looks longer than the period and the threshold is a freeze (SIGSTOP, a
+stalled loop), handled like a sleep, so a woken holder drops stale cursors before it
+fires. The comparison is `core.aio.SleepDetector`; each detection is published once as
+`Slept` on the `Bus`. Must not decide what a sleep means; time only through the `Clock`.
 """
 
 from __future__ import annotations
@@ -44,26 +42,47 @@ class SleepWatch:
         self._clock, self.bus, self._period = clock, bus or Bus(), period
         self._detector = SleepDetector(clock, threshold)
         self._detector.rebase()
+        self._threshold = threshold
+        self._checked: float | None = None  # monotonic time of the last check while running
         self.detected = 0
         self.last_jump: float | None = None  # seconds the wall moved beyond monotonic
 
     async def run(self) -> None:
         """Check every `period` until cancelled."""
         self._detector.rebase()
-        while True:
-            await self._clock.sleep(self._period)
-            self.check()
+        self._checked = self._clock.monotonic()
+        try:
+            while True:
+                await self._clock.sleep(self._period)
+                self.check()
+        finally:
+            self._checked = None
 
     def check(self) -> bool:
-        """Compare the clocks since the last check; publish `Slept` on a divergence."""
-        jump = self._detector.check()
-        if jump is None:
+        """Compare the clocks since the last check; publish `Slept` on a divergence, or when
+        the device did not run for longer than a period and the threshold (it was frozen:
+        SIGSTOP, a stalled loop), since both clocks moved on while it could not look."""
+        jump, frozen = self._detector.check(), self._frozen()
+        if jump is not None:
+            log.warning("clock check: the wall clock moved %+.1f s beyond monotonic time", jump)
+        elif frozen is not None:
+            log.warning("clock check: this device could not run for %.1f s (frozen)", frozen)
+            jump = frozen
+        else:
             return False
         self.detected += 1
         self.last_jump = jump
-        log.warning("clock check: the wall clock moved %+.1f s beyond monotonic time", jump)
         self.bus.publish(Slept(jump=jump, at=self._clock.wall()))
         return True
+
+    def _frozen(self) -> float | None:
+        """Seconds this device could not run beyond its period, if past the threshold."""
+        if self._checked is None:  # not running (an elector alone): on-demand checks only
+            return None
+        now, before = self._clock.monotonic(), self._checked
+        self._checked = now
+        stalled = now - before - self._period
+        return stalled if stalled > self._threshold else None
 
     def status(self) -> SleepStatus:
         return SleepStatus(detected=self.detected, last_jump_seconds=self.last_jump)

@@ -1,13 +1,13 @@
 """Fires claimed ahead of their slot, each waiting for it.
 
-Owns the short wait between the claim of a cron or once fire and its due instant
-(SPEC "When triggers fire"): the ticker takes what falls due within `CLAIM_AHEAD` of
-now (runtime.fire.ticker), so the claim's round trip is over when the slot comes and the
-program starts on time. A waiting fire is withdrawn, never run late or out of turn,
-when its trigger leaves this device's registry (paused, deleted, moved away, the
-election lost) or the machine sleeps: its caller records it with the reason. The
-claim stays: the slot was this device's, and nobody else runs it. Must not claim,
-admit, run or record.
+Owns the short wait between the claim of a cron or once fire and its due instant (SPEC
+"When triggers fire"): the ticker takes what falls due within `CLAIM_AHEAD` of now
+(runtime.fire.ticker), so the claim's round trip is over when the slot comes and the
+program starts on time. A waiting fire is withdrawn, never run late or out of turn, when
+its trigger leaves this device's registry (paused, deleted, moved away, the election lost)
+or the machine sleeps, or when it wakes long past its slot (the device was frozen): its
+caller records it with the reason. The claim stays: the slot was this device's, and nobody
+else runs it. Must not claim, admit, run or record.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from core.aio import SLEEP_THRESHOLD
 from core.clock import Clock, sleep_or_wake
+from core.vocab import RunReason
 from runtime.fire.dispatch import FireRequest
 from triggers.records import TriggerId
 
@@ -51,6 +53,9 @@ class Ahead:
             waiting.discard(waiter)
             if not waiting:
                 self._waiting.pop(request.trigger.id, None)
+        late = (self._clock.wall() - request.due_at).total_seconds()
+        if not waiter.reason and late > SLEEP_THRESHOLD:  # woken long past it: a freeze
+            return RunReason.SLEPT
         return waiter.reason
 
     def withdraw(self, tids: Iterable[TriggerId], reason: str) -> None:

@@ -11,8 +11,6 @@ if claimed alone. Must not admit, run or record.
 
 from __future__ import annotations
 
-import secrets
-
 import msgspec
 
 from core.wire import FireIn, FireResult, RunAsk
@@ -51,7 +49,7 @@ def body(queued: Queued, peer: str) -> FireIn:
         key=request.key,
         term=queued.term,
         peer=peer,
-        claimId="clm_" + secrets.token_hex(8),
+        claimId="clm_" + queued.claimed.run_id.removeprefix("run_"),  # one per attempt
         run=run,
     )
 

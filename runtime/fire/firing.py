@@ -26,6 +26,7 @@ from programs import admission
 from programs.loader import LoadedProgram
 from programs.outcome import Outcome
 from runtime.client.api import ApiError
+from runtime.client.retry import transient
 from runtime.client.seat import Seat
 from runtime.fire import bodies
 from runtime.fire.ahead import Ahead
@@ -45,6 +46,7 @@ from triggers.registry import Diff
 Offer = Callable[[Event], Coroutine[Any, Any, None]]  # chat-watch's intake of one fire
 
 log = logging.getLogger("baton.firing")
+PINNED_AWAY_S = 120.0  # a pinned fire is claimed again while the space is away this long
 
 
 class FiringStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -156,17 +158,20 @@ class Firing:
             for r in requests
         ]
         answers = await claim(self._seat, waiting)
-        now = self._clock.wall()
         for queued, answer in zip(waiting, answers, strict=True):
-            if isinstance(answer, ApiError):
-                self._spawn(self._refused(queued, answer), queued.request)
-            elif queued.request.for_chat_watch:
-                self._spawn(self._offer(queued.request), queued.request)
-            elif queued.request.event is None and queued.request.due_at > now:  # ahead of its
-                # slot (runtime.fire.ahead); a message is due once the space accepted it
-                self._spawn(self._at_slot(answer), queued.request)
-            else:
-                self._admit(answer)
+            self._route(queued, answer)
+
+    def _route(self, queued: Queued, answer: Queued | ApiError) -> None:
+        """Where a claimed fire goes next (or a refused one)."""
+        if isinstance(answer, ApiError):
+            self._spawn(self._refused(queued, answer), queued.request)
+        elif queued.request.for_chat_watch:
+            self._spawn(self._offer(queued.request), queued.request)
+        elif queued.request.event is None and queued.request.due_at > self._clock.wall():
+            # ahead of its slot (runtime.fire.ahead); a message is due once the space took it
+            self._spawn(self._at_slot(answer), queued.request)
+        else:
+            self._admit(answer)
 
     async def _refused(self, queued: Queued, exc: ApiError) -> None:
         """A claim the space refused: a stale term or news not here yet is recorded."""
@@ -183,8 +188,30 @@ class Firing:
         elif exc.code == RunReason.AHEAD_OF_CLOCK and not queued.retaken:
             log.warning("fire %s@%s refused: this device's clock is ahead; at its slot", tid, key)
             await self._take_at_slot(queued)
+        elif transient(exc) and not queued.request.trigger.floating:
+            log.warning("fire %s@%s: the space is away; claimed when it is back", tid, key)
+            await self._claim_when_back(queued)
         else:
             log.warning("fire %s@%s not claimed: %s", tid, key, exc)
+
+    async def _claim_when_back(self, queued: Queued) -> None:
+        """A pinned fire (only this device may claim it) whose claim found the space away
+        is claimed again, the same claim, until the space answers or `PINNED_AWAY_S`
+        pass; claimed, it runs late with its true lateness, never twice."""
+        deadline = self._clock.monotonic() + PINNED_AWAY_S
+        delay = 1.0
+        while self._clock.monotonic() + delay <= deadline:
+            await self._clock.sleep(delay)
+            delay = min(2 * delay, 10.0)
+            [answer] = await claim(self._seat, [queued])
+            if not (isinstance(answer, ApiError) and transient(answer)):
+                self._route(msgspec.structs.replace(queued, retaken=True), answer)
+                return
+        log.warning(
+            "fire %s@%s not claimed: the space stayed away",
+            named(queued.request.trigger),
+            queued.request.key,
+        )
 
     async def _take_at_slot(self, queued: Queued) -> None:
         """Claim again when the slot comes by the space's clock (the refusal's answer set the

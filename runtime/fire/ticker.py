@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import msgspec
@@ -75,8 +76,10 @@ class Ticker:
         max_sleep: float = MAX_SLEEP,
         lead: float = CLAIM_AHEAD,
         touched: Touched | None = None,
+        awake: Callable[[], object] | None = None,
     ) -> None:
         self._dispatcher = dispatcher
+        self._awake = awake  # asked at each wake: a sleep or freeze seen restarts the cursors
         self._clock = clock
         self._max_sleep = max_sleep
         self._lead = timedelta(seconds=lead)
@@ -237,6 +240,8 @@ class Ticker:
         still being computed (a cron step costs ≈ 50–80 µs).
         """
         self._wake.clear()
+        if self._awake is not None:
+            self._awake()  # a sleep or a freeze seen here calls `slept` before anything is due
         await self.arm_pending()
         self.last_wake = self._clock.wall()
         now = self.last_wake + self._lead  # what is due by then is claimed now

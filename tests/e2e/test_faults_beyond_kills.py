@@ -239,3 +239,40 @@ async def test_a_slow_link_is_not_a_lost_lease_and_loses_no_chat_fire(
             r for r in caplog.records if r.getMessage().startswith(f"chat {chat}: subscribing")
         ]
         assert len(subscribed) == 1, "the chat's subscription was torn down and opened again"
+
+
+async def test_a_frozen_holder_that_wakes_fires_nothing_stale(
+    spaces: Spaces, make_device: MakeDevice
+) -> None:
+    """SIGSTOP for 30 s, as fake time: every clock moves on at once while the device cannot
+    run. Woken, it drops its stale cursors before it fires: no slot of the freeze runs (on
+    the lease's triggers or its own pinned ones), and what comes after runs on time."""
+    clock = FakeClock(datetime(2026, 12, 1, 9, 2, tzinfo=UTC))
+    space = await spaces.new(clock)
+    await space.publish("echo@v1")
+    every = {"kind": "cron", "spec": {"expr": "* * * * * *"}, "program": "echo@v1"}
+    floating = (await space.trigger(**every))["id"]
+    dev = await make_device(space=space, clock=clock)
+    pinned = (await space.trigger(**every, name="mine", owner=dev.peer))["id"]
+    await dev.active()
+    await pass_time(clock, 3)
+    frozen = clock.wall()
+    clock.advance(30.0)  # nothing of the device runs meanwhile
+    woke = clock.wall()
+    await pass_time(clock, 5)
+    await dev.active()
+    await pass_time(clock, 3)
+    await dev.settled()
+    for tid in (floating, pinned):  # what ran (a refused claim is recorded, never run)
+        runs = [r for r in await space.runs(tid) if r["status"] not in ("rejected", "skipped")]
+        stale = [r["key"] for r in runs if frozen + timedelta(seconds=1) < slot_of(r) < woke]
+        assert stale == [], f"{tid}: slots of the freeze fired after it: {stale}"
+        assert any(slot_of(r) > woke for r in runs), f"{tid}: nothing after the wake"
+        # a fire already taken as the device froze (its slot that very instant) may run as
+        # it wakes, with its true lateness; what came after the wake runs on time
+        late = [(r["key"], r["lateMs"]) for r in runs if slot_of(r) > woke and r["lateMs"] > 2000]
+        assert late == [], late
+
+
+def slot_of(run: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(run["key"])

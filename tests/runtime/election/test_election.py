@@ -81,7 +81,7 @@ class World:
 
         def settled() -> bool:
             running = self.running()
-            return self.clock.sleepers >= sum(1 + d.elector.holds() for d in running)
+            return self.clock.sleepers >= sum(1 + d.elector.renewing for d in running)
 
         await eventually(settled, every=0.001, what="every elector asleep")
 

@@ -86,3 +86,21 @@ def test_the_fake_clock_can_jump_its_wall_alone() -> None:
     before = clock.wall()
     clock.jump_wall(90)
     assert (clock.wall() - before).total_seconds() == 90 and clock.monotonic() == 0
+
+
+async def test_a_freeze_is_heard_once_like_a_sleep(watched) -> None:
+    """SIGSTOP: both clocks move on while the device cannot look; the gap is the sign."""
+    clock, watch, heard = watched
+    await tick(clock)
+    await tick(clock, 30.0)  # frozen for 30 s: the wall and monotonic clocks agree
+    await tick(clock)
+    await tick(clock)
+    assert heard == [31.0] and watch.detected == 1
+    assert watch.last_jump == pytest.approx(29.0)
+
+
+async def test_a_watch_that_is_not_running_hears_no_freeze() -> None:
+    clock = FakeClock()
+    watch = SleepWatch(clock, threshold=3.0, period=1.0)
+    clock.advance(60.0)  # an elector alone asks now and then: no period to judge by
+    assert watch.check() is False

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from faultproxy import FaultProxy
 from firing_world import (
     CHATTY,
     ECHO,
@@ -35,6 +36,7 @@ from core.wire import RunIn, Stamps
 from programs import warm
 from programs.executor import Executor
 from runtime.chat.watch import ChatWatch
+from runtime.client.api import SpaceClient
 from runtime.events import Bus, RunFinished
 from runtime.fire.ahead import CLAIM_AHEAD
 from runtime.fire.recorder import Recorder
@@ -534,3 +536,38 @@ async def test_a_run_process_is_kept_warm_only_for_a_trigger_that_repeats(
     pid = {r["key"]: r["result"]["pid"] for r in await w.runs(record)}
     assert pid["a"] != pid["b"] == pid["c"]  # the first run's process is not kept; a repeat's is
     assert pid["c"] != pid["d"] != pid["e"] == pid["f"]  # after the pause, the same again
+
+
+async def test_a_pinned_fire_whose_claim_finds_the_space_away_is_claimed_when_it_is_back(
+    world: World, executor: Executor, aiohttp_server: Any
+) -> None:
+    """Only its owner may claim a pinned fire: a claim the space could not answer (down,
+    refused) is not dropped but claimed again, the same claim, and then runs once."""
+    port = int(world.url.rsplit(":", 1)[1])
+    token = (await world.admin.token_device({"peer": PEER, "space": SPACE}))["token"]
+    async with FaultProxy(port) as proxy, SpaceClient(proxy.url, token) as device:
+        w = World(world.url, world.admin, device, world.chat)
+        firing = make_firing(w, executor)
+        try:
+            await w.publish("tick@v1", OK)
+            record = await w.trigger("tick@v1")
+            slot = schedule.fire_key_cron(w.clock.wall() + timedelta(seconds=3))
+            proxy.refusing = True  # the space is away as the fire is claimed
+            await firing.fire(w.request(record, slot))
+            for _ in range(4):  # away for longer than a claim's own retries (0.5 s, 1 s)
+                async with asyncio.timeout(5):
+                    await w.clock.wait_for_sleepers(1)  # waiting to claim it again
+                w.clock.advance_to_next()
+            async with asyncio.timeout(5):
+                await w.clock.wait_for_sleepers(1)
+            assert await w.runs(record) == []
+            proxy.refusing = False
+            w.clock.advance_to_next()
+            async with asyncio.timeout(15):
+                await firing.settled()
+            [run] = await w.runs(record)
+            assert (run["key"], run["status"]) == (slot, "ok")
+            fires = (await w.admin.fires(SPACE, trigger=record.id))["fires"]
+            assert [f["key"] for f in fires] == [slot]
+        finally:
+            await firing.close()

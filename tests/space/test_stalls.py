@@ -1,0 +1,52 @@
+"""A hung disk (fsfreeze) holds the whole server: the time it could not run expires no lease."""
+
+from __future__ import annotations
+
+from space_support import SPACE, Api, FakeClock
+
+from space.db import DB
+
+E = f"/spaces/{SPACE}/election"
+
+
+def stall_next_commit(api: Api, clock: FakeClock, seconds: float) -> None:
+    """The next COMMIT takes `seconds` of the server's clock (the disk hung meanwhile)."""
+    app = api.client.server.app
+    assert app is not None
+    conn = app[DB].conn
+    left = [seconds]
+
+    def trace(sql: str) -> None:
+        if sql == "COMMIT" and left:
+            clock.advance(left.pop())
+
+    conn.set_trace_callback(trace)
+
+
+async def test_a_stall_of_the_store_does_not_expire_the_lease(
+    api: Api, space_clock: FakeClock
+) -> None:
+    status, lease = await api.post(f"{E}/claim", {"peer": "laptop", "term": 0})
+    assert status == 200 and lease["expiresAt"] == "2026-12-01T09:00:15.000Z"
+    space_clock.advance(5)
+    stall_next_commit(api, space_clock, 28.0)  # 09:00:05 → 09:00:33, past the lease's end
+    assert (await api.put(f"/spaces/{SPACE}/devices/phone", {"name": "Phone"}))[0] == 200
+    status, lease = await api.get(E)
+    assert lease["active"] == "laptop" and lease["expiresAt"] == "2026-12-01T09:00:43.000Z"
+    status, body = await api.post(f"{E}/claim", {"peer": "phone", "term": 1})
+    assert status == 409 and body["active"] == "laptop", body
+    status, lease = await api.post(f"{E}/claim", {"peer": "laptop", "term": 1})
+    assert status == 200 and lease["term"] == 1, lease  # renewed: the holder never lost it
+
+
+async def test_a_lease_that_had_lapsed_before_the_stall_is_not_revived(
+    api: Api, space_clock: FakeClock
+) -> None:
+    await api.post(f"{E}/claim", {"peer": "laptop", "term": 0})
+    space_clock.advance(20)  # lapsed at 09:00:15
+    stall_next_commit(api, space_clock, 28.0)
+    assert (await api.put(f"/spaces/{SPACE}/devices/phone", {"name": "Phone"}))[0] == 200
+    status, lease = await api.get(E)
+    assert lease["active"] is None, lease
+    status, lease = await api.post(f"{E}/claim", {"peer": "phone", "term": 1})
+    assert status == 200 and lease["active"] == "phone" and lease["term"] == 2
