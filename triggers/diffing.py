@@ -32,13 +32,15 @@ class Edit(enum.Enum):
 
 
 def same_version(prev: Trigger, record: Trigger) -> bool:
-    """The same write of the record: the space bumps `rev` and `updatedAt` on every write."""
+    """The same write of the record: the space bumps `rev` and `updatedAt` on every write
+    (a backfill request is stamped, so it is compared apart)."""
     stamped = record.rev > 0 and record.updated_at is not None
     return (
         stamped
         and prev.rev == record.rev
         and prev.updated_at == record.updated_at
         and prev.last_run_at == record.last_run_at
+        and prev.backfill == record.backfill
     )
 
 
@@ -60,6 +62,8 @@ def _moved(old: Armed, record: Trigger) -> Edit:
     ):
         return Edit.REARM
     if prev.name != record.name or prev.program != record.program or prev.limits != record.limits:
+        return Edit.UPDATE
+    if prev.backfill != record.backfill:  # a user's backfill request: the ticker takes it
         return Edit.UPDATE
     if args_json.encode(record.args) != old.args_json:
         return Edit.UPDATE

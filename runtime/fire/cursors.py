@@ -60,7 +60,11 @@ class Entry(msgspec.Struct, gc=False):
 
 
 def _may_fire(record: Timed, at: datetime) -> bool:
-    """Whether the record's policies let a fire for `at` happen: in its window, runs left."""
+    """Whether a fire for `at` may happen: not before `activeSince` (a snooze moves it ahead),
+    in the window, runs left."""
+    since = record.fires_from
+    if since is not None and at < since:
+        return False
     if record.max_runs is not None and policies.runs_done(record.max_runs, ok_runs(record)):
         return False
     return policies.in_window(record.window, at)
@@ -68,7 +72,9 @@ def _may_fire(record: Timed, at: datetime) -> bool:
 
 def _next_slot(record: CronTrigger, after: datetime) -> datetime | None:
     """The first slot after `after` its policies let fire; None when none will."""
-    window = record.window
+    since, window = record.fires_from, record.window
+    if since is not None and after < since:  # a snooze: from its end
+        after = since - EPSILON
     if window is not None and window.start_at is not None and after < window.start_at:
         after = window.start_at - EPSILON
     slot = schedule.next_fire(record.spec, after)
