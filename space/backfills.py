@@ -52,7 +52,8 @@ async def post_backfill(request: web.Request) -> web.Response:
     record = load(trigger_store.current(db, space, tid)[1])
     if isinstance(record, Salvaged):
         raise Refusal(409, "undecodable_record", f"trigger {tid!r} does not decode: {record.error}")
-    kept = now_of(request) - timedelta(days=forget.CLAIMS_FLOOR_DAYS)
+    now = now_of(request)
+    kept = now - timedelta(days=forget.CLAIMS_FLOOR_DAYS)
     if asked.from_ < kept:  # older claims may be forgotten: a fired slot would look missed
         detail = f"`from`: before {iso(kept)}, where the claim ledger's memory ends"
         raise Refusal(400, "invalid_backfill", detail)
@@ -65,8 +66,8 @@ async def post_backfill(request: web.Request) -> web.Response:
     bid = None
     if fresh and not asked.dry_run:
         bid = "bf_" + secrets.token_hex(6)
-        stamp = {"id": bid, "keys": fresh, "requestedAt": iso(now_of(request))}
-        trigger_store.stamp(db, space, tid, {"backfill": stamp}, iso(now_of(request)))
+        stamp = {"id": bid, "keys": fresh, "requestedAt": iso(now)}
+        trigger_store.stamp(db, space, tid, {"backfill": stamp}, iso(now))
         notify(request.app, space)
     out = BackfillOut(id=bid, keys=fresh, skipped=len(keys) - len(fresh), dry_run=asked.dry_run)
     return answer(out)

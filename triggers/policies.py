@@ -163,13 +163,6 @@ def over_budget(budget: Budget | None, starts: Sequence[datetime], now: datetime
     return sum(1 for at in starts if since < at <= now) >= budget.runs
 
 
-def kept_starts(starts: Sequence[datetime], at: datetime, keep: int) -> tuple[datetime, ...]:
-    """The newest `keep` run starts once `at` is added (a budget's memory), oldest first."""
-    if keep <= 0:
-        return ()
-    return tuple(sorted((*starts, at))[-keep:])
-
-
 def chat_active(quiet: QuietChat | None, person_wrote_at: datetime | None, now: datetime) -> bool:
     """Whether a person wrote in the quiet chat within its `seconds` before `now`."""
     if quiet is None or person_wrote_at is None:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-import msgspec
-
 from core import chatwire
 from core.vocab import RunReason
 from runtime.client.api import ApiError
@@ -26,14 +24,6 @@ log = logging.getLogger(__name__)
 
 QUIET_LOOKBACK = 100
 """How many of a quiet chat's newest messages are read for the last one a person wrote."""
-
-
-class _Written(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    created_at: str
-    agent: dict[str, object] | None = None
-
-
-_written = msgspec.json.Decoder(_Written)
 
 
 class Holds:
@@ -59,7 +49,7 @@ class Holds:
         except ApiError as exc:
             log.warning("quiet chat %s not read, not held: %s", quiet.object_id, exc)
             return None
-        written, _ = chatwire.each(page.messages, _written)
+        written, _ = chatwire.each(page.messages, chatwire.WIRE_MESSAGE)
         for message in reversed(written):
             if message.agent is None:
                 return datetime.fromisoformat(message.created_at)

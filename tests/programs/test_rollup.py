@@ -4,6 +4,8 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from core.vocab import RunStatus
 from programs.rollup import (
@@ -249,3 +251,13 @@ def test_recent_starts_keep_the_newest_for_a_budget():
     assert add(roll, RunStatus.OK, 1.0, at).recent_starts == ()  # no budget: nothing kept
     merged = merge(roll, add(EMPTY, RunStatus.OK, 1.0, at + timedelta(seconds=7), keep_starts=3))
     assert merged.recent_starts[-1] == at + timedelta(seconds=7)
+
+
+@given(st.lists(st.datetimes(timezones=st.just(UTC)), min_size=1, max_size=30), st.integers(0, 10))
+def test_recent_starts_are_always_the_newest_a_budget_keeps(starts, keep):
+    roll = EMPTY
+    for at in starts:
+        roll = add(roll, RunStatus.OK, 1.0, at, keep_starts=keep)
+    kept = roll.recent_starts
+    assert len(kept) == min(keep, len(starts))
+    assert list(kept) == sorted(starts)[len(starts) - len(kept) :]

@@ -116,14 +116,6 @@ def test_budget_counts_the_starts_within_its_period():
     assert not policies.over_budget(None, starts, T0)
 
 
-@given(st.lists(slots, max_size=30), slots, st.integers(0, 10))
-def test_kept_starts_keeps_the_newest(starts, at, keep):
-    kept = policies.kept_starts(starts, at, keep)
-    assert len(kept) == min(keep, len(starts) + 1)
-    assert list(kept) == sorted(kept)
-    assert list(kept) == sorted([*starts, at])[len(starts) + 1 - len(kept) :]
-
-
 def test_quiet_chat_holds_a_fire_while_a_person_writes():
     quiet = QuietChat(object_id="general", seconds=120)
     wrote = T0
