@@ -19,7 +19,7 @@ import sqlite_utils
 from aiohttp import web
 
 from core.vocab import iso
-from space import history, recall
+from space import history, recall, trigger_store
 from space.appstate import SETTINGS
 from space.auth import Role, principal
 from space.db import DB
@@ -61,16 +61,28 @@ def _instant(name: str, text: str) -> datetime:
 
 def _question(request: web.Request) -> Question:
     space, tid, db = require_space(request), request.match_info["id"], request.app[DB]
-    revisions = recall.revisions(db, space, tid)
-    if not revisions:
-        raise Refusal(
-            404, "not_found", f"space {space!r} has no trigger {tid!r}, nor history of one"
-        )
+    began = datetime.fromtimestamp(history.began(db), UTC)
+    revisions = recall.revisions(db, space, tid) or _as_it_stands(db, space, tid, began)
     now = now_of(request)
     days = request.app[SETTINGS].history_days
-    began = datetime.fromtimestamp(history.began(db), UTC)
     kept = max(now - timedelta(days=days), began)
     return Question(space=space, trigger=tid, now=now, kept_since=kept, revisions=revisions)
+
+
+def _as_it_stands(
+    db: sqlite_utils.Database, space: str, tid: str, began: datetime
+) -> list[f.Revision]:
+    """A record older than the history (a store kept by an older build): as it stands, from
+    when the history began; 404 if there is no such record either."""
+    try:
+        rev, record = trigger_store.current(db, space, tid)
+    except Refusal as exc:
+        if exc.status != 404:
+            raise  # an undecodable record: 409, as its other routes say
+        detail = f"space {space!r} has no trigger {tid!r}, nor history of one"
+        raise Refusal(404, "not_found", detail) from exc
+    kept = {k: v for k, v in record.items() if k not in history.STAMP_FIELDS}
+    return [f.Revision(rev=rev, seq=0, at=began, op="edit", actor="space", record=kept)]
 
 
 def _kept(q: Question, name: str, at: datetime) -> None:
