@@ -187,3 +187,22 @@ def subscriptions(
         f.Subscription(peer=p, began=_at(b), ended=None if e is None else _at(e), resumed=bool(r))
         for p, b, e, r in rows
     ]
+
+
+def turn(
+    db: sqlite_utils.Database, space: str, object_id: str, message_id: str, accepted: float
+) -> dict[str, Any] | None:
+    """The chat responder's turn that took up `message_id` (its fires are turns, not runs)."""
+    rows = db.execute(
+        "SELECT body FROM agent_turns WHERE space = ? AND object_id = ? AND started_at >= ? "
+        "AND started_at <= ? ORDER BY seq LIMIT 200",
+        [space, object_id, accepted - 1, accepted + SCAN],
+    ).fetchall()
+    for (body,) in rows:
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and message_id in (doc.get("messageIds") or []):
+            return doc
+    return None

@@ -19,7 +19,7 @@ import sqlite_utils
 from aiohttp import web
 
 from core.vocab import iso
-from space import history, recall
+from space import history, recall, trigger_store
 from space.appstate import SETTINGS
 from space.auth import Role, principal
 from space.db import DB
@@ -28,7 +28,7 @@ from space.spaces import require_space
 from triggers import facts as f
 from triggers import slots, why
 from triggers.facts import record_at
-from triggers.records import CronTrigger, OnceTrigger, load
+from triggers.records import CHAT_WATCH_PROGRAM, CronTrigger, OnceTrigger, load
 from triggers.whychain import Located
 
 BRIDGE_SECONDS = 120.0  # the bridge window W a taking-over device fires back over
@@ -61,16 +61,28 @@ def _instant(name: str, text: str) -> datetime:
 
 def _question(request: web.Request) -> Question:
     space, tid, db = require_space(request), request.match_info["id"], request.app[DB]
-    revisions = recall.revisions(db, space, tid)
-    if not revisions:
-        raise Refusal(
-            404, "not_found", f"space {space!r} has no trigger {tid!r}, nor history of one"
-        )
+    began = datetime.fromtimestamp(history.began(db), UTC)
+    revisions = recall.revisions(db, space, tid) or _as_it_stands(db, space, tid, began)
     now = now_of(request)
     days = request.app[SETTINGS].history_days
-    began = datetime.fromtimestamp(history.began(db), UTC)
     kept = max(now - timedelta(days=days), began)
     return Question(space=space, trigger=tid, now=now, kept_since=kept, revisions=revisions)
+
+
+def _as_it_stands(
+    db: sqlite_utils.Database, space: str, tid: str, began: datetime
+) -> list[f.Revision]:
+    """A record older than the history (a store kept by an older build): as it stands, from
+    when the history began; 404 if there is no such record either."""
+    try:
+        rev, record = trigger_store.current(db, space, tid)
+    except Refusal as exc:
+        if exc.status != 404:
+            raise  # an undecodable record: 409, as its other routes say
+        detail = f"space {space!r} has no trigger {tid!r}, nor history of one"
+        raise Refusal(404, "not_found", detail) from exc
+    kept = {k: v for k, v in record.items() if k not in history.STAMP_FIELDS}
+    return [f.Revision(rev=rev, seq=0, at=began, op="edit", actor="space", record=kept)]
 
 
 def _kept(q: Question, name: str, at: datetime) -> None:
@@ -135,6 +147,9 @@ def _explain(request: web.Request, q: Question, at: datetime, where: Located) ->
     if where.slot is not None and where.key is not None:
         slot = where.slot.timestamp()
         claim = recall.claim(db, q.space, q.trigger, where.key)
+        turn = _turn(db, q.space, where, claim)
+        if turn is not None and claim is not None:  # chat-watch: the turn is its run
+            claim = _turned(claim, turn, where.slot)
         known = f.Facts(
             now=q.now,
             kept_since=q.kept_since,
@@ -144,15 +159,47 @@ def _explain(request: web.Request, q: Question, at: datetime, where: Located) ->
             applied=recall.applied(db, q.space, slot),
             claim=claim,
             refusals=recall.refusals(db, q.space, q.trigger, where.key),
-            run=recall.run(
-                db, q.space, q.trigger, where.key, None if claim is None else claim.run_id, slot
-            ),
+            run=turn or recall.run(db, q.space, q.trigger, where.key, _run_id(claim), slot),
             message=_message(db, where),
             subscriptions=_streams(db, q.space, where),
             beat_seconds=settings.live_seconds / BEATS_PER_LIVE,
             bridge_seconds=BRIDGE_SECONDS,
         )
     return why.explain(q.trigger, at, where, known)
+
+
+def _run_id(claim: f.Claim | None) -> str | None:
+    return None if claim is None else claim.run_id
+
+
+def _turn(
+    db: sqlite_utils.Database, space: str, where: Located, claim: f.Claim | None
+) -> dict[str, Any] | None:
+    """The chat responder's turn that took up the message, for a claim with no run."""
+    record = where.record or {}
+    if claim is None or claim.status is not None or record.get("program") != CHAT_WATCH_PROGRAM:
+        return None
+    spec = record.get("spec")
+    chat = spec.get("objectId") if isinstance(spec, dict) else None
+    if not isinstance(chat, str) or where.key is None or where.slot is None:
+        return None
+    return recall.turn(db, space, chat, where.key, where.slot.timestamp())
+
+
+def _turned(claim: f.Claim, turn: dict[str, Any], accepted: datetime) -> f.Claim:
+    """The claim as its turn ended: `ok`, or an error (timeout, cancelled) with the outcome."""
+    outcome = str(turn.get("outcome") or "")
+    started = turn.get("startedAt")
+    when = datetime.fromisoformat(started) if isinstance(started, str) else None
+    late = None if when is None else (when - accepted).total_seconds() * 1000
+    return msgspec.structs.replace(
+        claim,
+        run_id=str(turn.get("turnId") or ""),
+        status="ok" if outcome == "ok" else "error",
+        reason=None if outcome == "ok" else outcome,
+        started_at=when,
+        late_ms=late,
+    )
 
 
 def _message(db: sqlite_utils.Database, where: Located) -> f.Message | None:

@@ -120,6 +120,15 @@ async def test_log_in_from_the_printed_url_pause_chat_and_open_a_run(
     await expect(heartbeat.get_by_role("button", name="Resume")).to_be_visible(timeout=WAIT_MS)
     await expect(heartbeat.locator(".pill", has_text="paused")).to_be_visible()
 
+    await heartbeat.get_by_role("button", name="why of demo heartbeat").click()
+    slots = page.locator("#slots")  # the last hour of its slots, each with its why
+    await expect(slots.locator("#slots-note")).to_contain_text("slots since", timeout=WAIT_MS)
+    marks = slots.locator("#slots-strip rect.slot")
+    await expect(marks.first).to_be_attached(timeout=WAIT_MS)  # the strip renews each poll
+    await marks.last.click()
+    await expect(slots.locator("#slots-why .pill")).to_be_visible()
+    assert await slots.locator("#slots-why ul.checks li").count() >= 1
+
     await page.locator("#send-text").fill("help")
     await page.locator("#send-form button").click()
     reply = page.locator("#messages li.msg.agent", has_text="agent · chat-watch")

@@ -202,6 +202,9 @@ async def test_each_reason_happens_for_real_and_why_explains_it_after_restarts(
 
     reply = await eventually(replied, timeout=SETTLE, what="the agent's answer in the chat")
     assert "- tick: " in reply and "at 20" in reply
+    got = await house.why("chat-watch", "--key", asked.message_id)  # its fires are turns
+    assert (got["verdict"], got["reason"]) == ("fired", "fired"), got
+    assert got["run"]["messageIds"] == [asked.message_id] and got["run"]["outcome"] == "ok"
 
     asked_before = {
         k: await house.why("tick", "--at", k)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 from urllib.parse import urlencode
 
@@ -228,3 +229,18 @@ async def test_odd_instants_are_400_never_500(api: Api) -> None:
     ):
         status, got = await api.get(f"{S}/triggers/{story.tid}/why?{query}")
         assert (status, got["error"]) == (400, "invalid_query"), (query, got)
+
+
+async def test_a_record_older_than_the_history_is_answered_as_it_stands(
+    api: Api, space_clock: FakeClock
+) -> None:
+    story = Story(api, space_clock)
+    await story.create(owner="box")
+    conn = sqlite3.connect(api.db_path)  # as a store kept by a build before the history
+    with conn:
+        conn.execute("DELETE FROM history_revisions")
+    conn.close()
+    await story.beat("box", 600)
+    got = await story.why(at="2026-12-01T09:05:00Z")
+    assert (got["verdict"], got["reason"]) == ("not_fired", "holder_asleep")  # up, no claim
+    assert "edited at 2026-12-01T09:00:00.000Z by space" in got["checks"][2]["detail"]
