@@ -114,7 +114,7 @@ def _run_token(
     ttl = min(fire.run.ttlSeconds, run_timeout(record) + margin, MAX_TIMEOUT_SECONDS + margin)
     expires = now + timedelta(seconds=ttl)
     token = token_store.mint_run(
-        db, space, fire.triggerId, fire.run.runId, now.timestamp(), expires.timestamp()
+        db, space, fire.triggerId, fire.run.runId, now.timestamp(), expires.timestamp(), fire.peer
     )
     return {"token": token, "expiresAt": iso(expires)}
 

@@ -162,10 +162,14 @@ async def post_run(request: web.Request) -> web.Response:
             results = [_result(request, space, run, now) for run in body]
         _written(request, space, body, results)
         return answer({"runs": [msgspec.to_builtins(r) for r in results]})
-    with transaction(db):
-        run, added = _one(request, space, body, now)
-        if body.stamps is not None:
-            _stamp(request, space, run, body.stamps, now)
+    try:
+        with transaction(db):
+            run, added = _one(request, space, body, now)
+            if body.stamps is not None:
+                _stamp(request, space, run, body.stamps, now)
+    except Refusal:
+        _end_token(request, space, body, now)
+        raise
     _written(
         request,
         space,
@@ -188,6 +192,16 @@ def _one(request: web.Request, space: str, posted: RunIn, now: datetime) -> tupl
     token_store.revoke_run(request.app[DB], space, run.runId, now.timestamp())  # its run is over
     auth.end_streams(request.app, lambda who: (who.space, who.run_id) == (space, run.runId))
     return run, add_run(request.app[DB], space, run, request.app[SETTINGS].retention, now)
+
+
+def _end_token(request: web.Request, space: str, posted: RunIn, now: datetime) -> None:
+    """A run whose record is refused is over all the same: its token ends (a device's
+    only of its own fires, so no device ends another's run this way)."""
+    who = auth.principal(request)
+    peer = None if who.role is auth.Role.ADMIN else who.peer
+    with transaction(request.app[DB]):
+        if token_store.revoke_run(request.app[DB], space, posted.runId, now.timestamp(), peer):
+            auth.end_streams(request.app, lambda w: (w.space, w.run_id) == (space, posted.runId))
 
 
 def _stamp(request: web.Request, space: str, run: RunIn, stamps: Stamps, now: datetime) -> bool:
@@ -213,6 +227,7 @@ def _result(request: web.Request, space: str, posted: RunIn, now: datetime) -> R
         status, error, detail = 201 if added else 200, None, None
     except Refusal as exc:
         run, status, error, detail = posted, exc.status, exc.code, exc.detail
+        _end_token(request, space, posted, now)
     if posted.stamps is None:
         return RunResult(runId=posted.runId, status=status, error=error, detail=detail)
     try:

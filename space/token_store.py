@@ -151,14 +151,19 @@ def revoke(db: sqlite_utils.Database, tid: str, now: float) -> dict[str, Any] | 
     return found[0] if found else None
 
 
-def revoke_run(db: sqlite_utils.Database, space: str, run_id: str, now: float) -> int:
-    """End the run tokens of run `run_id` (its run is over); how many there were."""
-    cur = db.execute(
+def revoke_run(
+    db: sqlite_utils.Database, space: str, run_id: str, now: float, peer: str | None = None
+) -> int:
+    """End the run tokens of run `run_id` (its run is over); with `peer`, only those of
+    that device's fires. How many there were."""
+    sql = (
         "UPDATE tokens SET revoked_at = ? WHERE role = 'run' AND space = ? AND run_id = ? "
-        "AND revoked_at IS NULL",
-        [now, space, run_id],
+        "AND revoked_at IS NULL"
     )
-    return cur.rowcount
+    params: list[object] = [now, space, run_id]
+    if peer is not None:
+        sql, params = sql + " AND peer = ?", [*params, peer]
+    return db.execute(sql, params).rowcount
 
 
 def revoke_admins(db: sqlite_utils.Database, now: float, keep: str) -> None:
@@ -280,11 +285,17 @@ def rotate_admin(db: sqlite_utils.Database, path: Path | None, now: float) -> st
 
 
 def mint_run(
-    db: sqlite_utils.Database, space: str, trigger_id: str, run_id: str, now: float, expires: float
+    db: sqlite_utils.Database,
+    space: str,
+    trigger_id: str,
+    run_id: str,
+    now: float,
+    expires: float,
+    peer: str | None = None,
 ) -> str:
     """The one place a run token is made: scoped to `space`, `trigger_id` and `run_id`, dying
-    at `expires` at the latest (and when its run is recorded, `revoke_run`). Inside a
-    transaction of the caller's."""
+    at `expires` at the latest (and when its run is recorded, `revoke_run`); `peer`, the
+    device whose fire it is (who may end it). Inside a transaction of the caller's."""
     prune(db, now)
-    who = Principal(role=Role.RUN, space=space, trigger_id=trigger_id, run_id=run_id)
+    who = Principal(role=Role.RUN, space=space, trigger_id=trigger_id, run_id=run_id, peer=peer)
     return mint_token(db, who, now, expires)

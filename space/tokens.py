@@ -74,9 +74,10 @@ async def post_run_token(request: web.Request) -> web.Response:
     db, now = request.app[DB], now_of(request)
     ttl = min(body.ttlSeconds, _allowed_ttl(request, space, body))
     expires = now + timedelta(seconds=ttl)
+    minter = principal(request).peer  # a device's; None for the admin
     with transaction(db):
         token = token_store.mint_run(
-            db, space, body.triggerId, body.runId, now.timestamp(), expires.timestamp()
+            db, space, body.triggerId, body.runId, now.timestamp(), expires.timestamp(), minter
         )
     out = {"token": token, "id": token_store.token_id(token), "expiresAt": iso(expires)}
     return answer(out, status=201)

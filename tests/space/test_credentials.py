@@ -398,3 +398,30 @@ def test_forgetting_expired_tokens_searches_an_index(tmp_path: Any) -> None:
         [0.0],
     ).fetchall()
     assert any("USING INDEX tokens_by_expiry" in str(row[-1]) for row in plan), plan
+
+
+async def test_a_run_whose_record_is_refused_ends_its_token_all_the_same(api: Api) -> None:
+    """Before, a run record the space refused (here `not_claimed`: the wrong term) left the
+    run's token alive until its expiry; now the run is over either way. Another device's
+    refused post of the same run id does not end it (its tokens only)."""
+    phone = api.as_(await api.device_token("phone"))
+    laptop = api.as_(await api.device_token("laptop"))
+    mine = await api.create_trigger(owner="phone")
+    fire = {
+        "triggerId": mine["id"],
+        "key": "k1",
+        "term": 0,
+        "peer": "phone",
+        "run": {"runId": "r1", "ttlSeconds": 3600},
+    }
+    status, claimed = await phone.post(f"{S}/fires", fire)
+    assert status == 201, claimed
+    run = api.as_(claimed["token"])
+    record = {**RUN, "runId": "r1", "triggerId": mine["id"], "key": "k1"}
+    status, body = await laptop.post(f"{S}/runs", {**record, "peer": "laptop"})
+    assert (status, body["error"]) == (403, "not_claimed"), body
+    assert (await run.get(f"{S}/state/{mine['id']}/cursor"))[0] == 404  # still alive
+    status, body = await phone.post(f"{S}/runs", {**record, "peer": "phone", "term": 7})
+    assert (status, body["error"]) == (403, "not_claimed"), body
+    status, body = await run.get(f"{S}/state/{mine['id']}/cursor")
+    assert (status, body["error"]) == (401, "token_revoked"), body
