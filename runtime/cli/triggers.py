@@ -32,6 +32,7 @@ from runtime.cli.common import Target, add_space_options
 from runtime.cli.main import UsageError
 from runtime.cli.programs import render_run
 from runtime.cli.talk import Failure, emit, talk, warn
+from runtime.cli.trigger_names import resolve
 from runtime.client.api import SpaceClient
 from runtime.fire.manual import Manual, run_by_hand
 from triggers.records import INTERNAL_PREFIX, RESERVED_CHAT_WATCH, Salvaged, load
@@ -169,6 +170,7 @@ async def list_triggers(client: SpaceClient, where: Target, as_json: bool) -> in
 
 
 async def show(client: SpaceClient, where: Target, tid: str, as_json: bool) -> int:
+    tid = await resolve(client, where, tid)
     record = await client.trigger_get(where.space, tid)
     runs = (await client.runs(where.space, trigger=tid, limit=views.NEXT_FIRES))["runs"]
     doc = {"record": record, "next": views.next_fires(record, SystemClock().wall()), "runs": runs}
@@ -180,6 +182,7 @@ async def show(client: SpaceClient, where: Target, tid: str, as_json: bool) -> i
 
 
 async def edit(client: SpaceClient, where: Target, args: argparse.Namespace, as_json: bool) -> int:
+    args.id = await resolve(client, where, args.id)
     current = await client.trigger_get(where.space, args.id)
     if current.get("undecodable"):
         raise Failure("undecodable_record", f"trigger {args.id} does not decode; delete it")
@@ -197,6 +200,7 @@ async def edit(client: SpaceClient, where: Target, args: argparse.Namespace, as_
 async def change(
     client: SpaceClient, where: Target, tid: str, patch: Record, done: str, as_json: bool
 ) -> int:
+    tid = await resolve(client, where, tid)
     changed = await client.trigger_patch(where.space, tid, patch)
     _done(changed, f"{done} {tid} ({changed.get('name', '')})", as_json)
     return 0
@@ -205,12 +209,14 @@ async def change(
 async def repin(
     client: SpaceClient, where: Target, tid: str, peer: str, force: bool, as_json: bool
 ) -> int:
-    await client.trigger_get(where.space, tid)  # an unknown id is exit 1 before the peer check
+    tid = await resolve(client, where, tid)  # an unknown one is exit 1 before the peer check
     await require_seen(client, where, peer, force, flag="PEER")
     return await change(client, where, tid, {"owner": peer}, f"pinned to {peer}:", as_json)
 
 
 async def remove(client: SpaceClient, where: Target, tid: str, as_json: bool) -> int:
+    if tid != RESERVED_CHAT_WATCH:  # seeded by a device: the space may not have it yet
+        tid = await resolve(client, where, tid)
     if tid == RESERVED_CHAT_WATCH:
         raise UsageError(
             f"ID: {tid} is the chat responder, seeded again as soon as it is deleted; "
@@ -222,6 +228,7 @@ async def remove(client: SpaceClient, where: Target, tid: str, as_json: bool) ->
 
 
 async def run_now(client: SpaceClient, where: Target, tid: str, as_json: bool) -> int:
+    tid = await resolve(client, where, tid)
     record = load(await client.trigger_get(where.space, tid))
     if isinstance(record, Salvaged):
         raise Failure("undecodable_record", f"trigger {tid} does not decode: {record.error}")
