@@ -35,3 +35,11 @@ async def resolve(client: SpaceClient, where: Target, ref: str) -> str:
     close = difflib.get_close_matches(ref, [w for w in words if w], n=3, cutoff=0.5)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     raise Failure("unknown_trigger", f"no trigger {ref!r} in space {where.space!r}{hint}")
+
+
+async def id_if_named(client: SpaceClient, where: Target, ref: str) -> str:
+    """The id of the one trigger named `ref`, else `ref` itself (an id, perhaps of a trigger
+    deleted since: its runs remain)."""
+    listed = (await client.triggers(where.space))["triggers"]
+    named = [str(t["id"]) for t in listed if t.get("name") == ref and t.get("id") != ref]
+    return named[0] if len(named) == 1 else ref

@@ -361,5 +361,17 @@ async def test_a_trigger_is_addressed_by_its_name_with_did_you_mean(cli: Cli, wo
         err
         == "baton: unknown_trigger: no trigger 'digets' in space 'home'; did you mean 'digest'?\n"
     )
+    await world.admin.run_create(
+        SPACE,
+        {
+            "runId": "run_1",
+            "triggerId": made["id"],
+            "key": "k",
+            "startedAt": "2026-12-01T09:00:00.000Z",
+            "status": "ok",
+        },
+    )
+    code, out, err = await cli.process("runs", "--trigger", "digest", "--json")
+    assert code == 0 and [r["runId"] for r in json.loads(out)["runs"]] == ["run_1"], err
     code, out, err = await cli.process("triggers", "rm", "digest")
     assert (code, out) == (0, f"deleted {made['id']}\n"), err
