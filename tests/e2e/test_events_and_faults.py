@@ -260,8 +260,8 @@ async def test_a_wall_clock_jump_fires_only_what_the_rules_allow(
     await space.until_runs(event, 1)
 
     await pass_time(clock, 5 * 60)  # 09:07:00, past the 09:05 slot
-    assert keys(await space.until_runs(none, 1)) == ["2026-12-01T09:05:00Z"]
-    assert keys(await space.until_runs(latest, 1)) == ["2026-12-01T09:05:00Z"]
+    assert keys(await space.until_runs(none, 1)) == ["2026-12-01T09:05:00.000Z"]
+    assert keys(await space.until_runs(latest, 1)) == ["2026-12-01T09:05:00.000Z"]
 
     space.cut_streams()  # the machine sleeps: its streams die, its clocks stop
     await eventually(lambda: dev.chat_state(chat)["state"] == "backoff")
@@ -281,11 +281,11 @@ async def test_a_wall_clock_jump_fires_only_what_the_rules_allow(
     await space.until_runs(event, 2)
     await dev.settled()
 
-    assert keys(await space.runs(none)) == ["2026-12-01T09:05:00Z", "2026-12-01T10:10:00Z"]
+    assert keys(await space.runs(none)) == ["2026-12-01T09:05:00.000Z", "2026-12-01T10:10:00.000Z"]
     assert keys(await space.runs(latest)) == [
-        "2026-12-01T09:05:00Z",
-        "2026-12-01T10:05:00Z",
-        "2026-12-01T10:10:00Z",
+        "2026-12-01T09:05:00.000Z",
+        "2026-12-01T10:05:00.000Z",
+        "2026-12-01T10:10:00.000Z",
     ]
     texts = [r["result"]["args"]["event"]["text"] for r in await space.runs(event)]
     assert texts == ["awake before", "awake after"]
@@ -495,4 +495,4 @@ async def test_a_sleep_the_elector_notices_first_bridges_nothing_from_the_sleep(
     await dev.settled()
 
     assert keys(await space.runs(event)) == [awake.message_id]
-    assert keys(await space.runs(minutely["id"])) == ["2026-12-01T10:03:00Z"]
+    assert keys(await space.runs(minutely["id"])) == ["2026-12-01T10:03:00.000Z"]
