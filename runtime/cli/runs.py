@@ -21,6 +21,7 @@ from runtime.cli.common import Target, add_space_options, until_signalled
 from runtime.cli.main import UsageError
 from runtime.cli.next import instant
 from runtime.cli.talk import emit, talk
+from runtime.cli.trigger_names import id_if_named
 from runtime.client.api import SpaceClient
 
 STATUSES = tuple(s.value for s in RunStatus)
@@ -47,9 +48,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def cmd_runs(args: argparse.Namespace) -> int:
     query = parse_query(args, SystemClock())
-    if args.follow:
-        return talk(args, lambda client, where: follow(client, where, query, args.json))
-    return talk(args, lambda client, where: list_runs(client, where, query, args.json))
+
+    async def work(client: SpaceClient, where: Target) -> int:
+        if query["trigger"]:  # a trigger's name stands for its id
+            query["trigger"] = await id_if_named(client, where, query["trigger"])
+        if args.follow:
+            return await follow(client, where, query, args.json)
+        return await list_runs(client, where, query, args.json)
+
+    return talk(args, work)
 
 
 # --- parsing -----------------------------------------------------------------------------

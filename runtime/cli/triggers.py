@@ -27,6 +27,7 @@ from runtime.cli.main import UsageError
 from runtime.cli.next import instant
 from runtime.cli.programs import render_run
 from runtime.cli.talk import Failure, emit, talk, warn
+from runtime.cli.trigger_names import resolve
 from runtime.client.api import ApiError, SpaceClient
 from runtime.fire.manual import Manual, run_by_hand
 from triggers.records import INTERNAL_PREFIX, RESERVED_CHAT_WATCH, Salvaged, load
@@ -198,6 +199,7 @@ async def list_triggers(client: SpaceClient, where: Target, as_json: bool) -> in
 
 
 async def show(client: SpaceClient, where: Target, tid: str, as_json: bool) -> int:
+    tid = await resolve(client, where, tid)
     record = await client.trigger_get(where.space, tid)
     runs = (await client.runs(where.space, trigger=tid, limit=views.NEXT_FIRES))["runs"]
     doc = {"record": record, "next": views.next_fires(record, SystemClock().wall()), "runs": runs}
@@ -213,6 +215,7 @@ async def show(client: SpaceClient, where: Target, tid: str, as_json: bool) -> i
 
 
 async def edit(client: SpaceClient, where: Target, args: argparse.Namespace, as_json: bool) -> int:
+    args.id = await resolve(client, where, args.id)
     current = await client.trigger_get(where.space, args.id)
     if current.get("undecodable"):
         raise Failure("undecodable_record", f"trigger {args.id} does not decode; delete it")
@@ -232,7 +235,7 @@ async def edit(client: SpaceClient, where: Target, args: argparse.Namespace, as_
 async def change(
     client: SpaceClient, where: Target, args: argparse.Namespace, patch: Record, done: str
 ) -> int:
-    tid = args.id
+    tid = args.id = await resolve(client, where, args.id)
     changed = await client.trigger_patch(where.space, tid, patch, note=args.note or "")
     _done(changed, f"{done} {tid} ({changed.get('name', '')})", args.json)
     return 0
@@ -241,6 +244,7 @@ async def change(
 async def backfill(
     client: SpaceClient, where: Target, tid: str, body: Record, as_json: bool
 ) -> int:
+    tid = await resolve(client, where, tid)
     answer = await client.trigger_backfill(where.space, tid, body)
     if as_json:
         emit(answer)
@@ -254,7 +258,7 @@ async def backfill(
 
 async def repin(client: SpaceClient, where: Target, args: argparse.Namespace) -> int:
     peer = args.peer
-    await client.trigger_get(where.space, args.id)  # an unknown id: exit 1 before the peer check
+    args.id = await resolve(client, where, args.id)  # an unknown one: exit 1 before the peer check
     await require_seen(client, where, peer, args.force, flag="PEER")
     return await change(client, where, args, {"owner": peer}, f"pinned to {peer}:")
 
@@ -262,6 +266,8 @@ async def repin(client: SpaceClient, where: Target, args: argparse.Namespace) ->
 async def remove(
     client: SpaceClient, where: Target, tid: str, as_json: bool, note: str = ""
 ) -> int:
+    if tid != RESERVED_CHAT_WATCH:  # seeded by a device: the space may not have it yet
+        tid = await resolve(client, where, tid)
     if tid == RESERVED_CHAT_WATCH:
         raise UsageError(
             f"ID: {tid} is the chat responder, seeded again as soon as it is deleted; "
@@ -273,6 +279,7 @@ async def remove(
 
 
 async def run_now(client: SpaceClient, where: Target, tid: str, as_json: bool) -> int:
+    tid = await resolve(client, where, tid)
     record = load(await client.trigger_get(where.space, tid))
     if isinstance(record, Salvaged):
         raise Failure("undecodable_record", f"trigger {tid} does not decode: {record.error}")

@@ -348,3 +348,32 @@ async def test_foot_guns_warn_on_stderr_or_are_refused(cli: Cli, world: World):
     assert (code, out) == (2, ""), err
     assert err.startswith("baton: ID: chat-watch is the chat responder, seeded again"), err
     assert "`baton triggers pause chat-watch`" in err
+
+
+@pytest.mark.e2e  # `baton triggers …` as processes
+async def test_a_trigger_is_addressed_by_its_name_with_did_you_mean(cli: Cli, world: World):
+    made = await add(cli, "--name", "digest", "--cron", "0 8 * * *")
+    code, out, err = await cli.process("triggers", "pause", "digest")
+    assert (code, out) == (0, f"paused {made['id']} (digest)\n"), err
+    code, out, err = await cli.process("triggers", "show", "digest", "--json")
+    assert code == 0 and json.loads(out)["record"]["enabled"] is False, err
+    code, out, err = await cli.process("triggers", "resume", "digets")
+    assert (code, out) == (1, "")
+    assert (
+        err
+        == "baton: unknown_trigger: no trigger 'digets' in space 'home'; did you mean 'digest'?\n"
+    )
+    await world.admin.run_create(
+        SPACE,
+        {
+            "runId": "run_1",
+            "triggerId": made["id"],
+            "key": "k",
+            "startedAt": "2026-12-01T09:00:00.000Z",
+            "status": "ok",
+        },
+    )
+    code, out, err = await cli.process("runs", "--trigger", "digest", "--json")
+    assert code == 0 and [r["runId"] for r in json.loads(out)["runs"]] == ["run_1"], err
+    code, out, err = await cli.process("triggers", "rm", "digest")
+    assert (code, out) == (0, f"deleted {made['id']}\n"), err
