@@ -2,7 +2,7 @@
 
     baton why TRIGGER [T] [--at T | --key K | --since T [--until T]] [--json]
 
-TRIGGER is an id or a name (an unknown or ambiguous one is exit 2 with the closest
+TRIGGER is an id or a name (an unknown or ambiguous one is exit 1 with the closest
 names). T is RFC 3339, unix seconds, a wall time in the trigger's zone: "09:00"
 (today), "yesterday 09:00", "2026-12-01 09:00", or a duration back from now ("2h").
 Without T: the last due slot. Prints the chain of checks with ✓/✗, one sentence, and
@@ -12,7 +12,6 @@ the remedy (`--since`: one line per slot). Exit 0 when answered, whatever the ve
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,6 +24,7 @@ from runtime.cli.next import instant
 from runtime.cli.runs import ago
 from runtime.cli.table import render
 from runtime.cli.talk import emit, talk
+from runtime.cli.trigger_names import resolve
 from runtime.client.api import SpaceClient
 
 _WALL = re.compile(r"(?:(yesterday|today)\s+|(\d{4}-\d{2}-\d{2})[ T])?(\d{1,2}):(\d{2})")
@@ -55,7 +55,7 @@ def cmd_why(args: argparse.Namespace) -> int:
 
 
 async def why(client: SpaceClient, where: Target, args: argparse.Namespace) -> int:
-    record = await resolve(client, where, args.trigger)
+    record = await client.trigger_get(where.space, await resolve(client, where, args.trigger))
     now, zone = SystemClock().wall(), _zone(record)
     query: dict[str, Any] = {}
     if args.key:
@@ -75,24 +75,6 @@ async def why(client: SpaceClient, where: Target, args: argparse.Namespace) -> i
     else:
         print("\n".join(answer_text(record, got)))
     return 0
-
-
-async def resolve(client: SpaceClient, where: Target, text: str) -> dict[str, Any]:
-    """The record named `text` (its id, else its name); exit 2 with the closest names."""
-    found = (await client.triggers(where.space))["triggers"]
-    for record in found:
-        if record.get("id") == text:
-            return dict(record)
-    named = [r for r in found if r.get("name") == text]
-    if len(named) == 1:
-        return dict(named[0])
-    if len(named) > 1:
-        ids = ", ".join(r["id"] for r in named)
-        raise UsageError(f"TRIGGER: {text!r} names {len(named)} triggers ({ids}); give the id")
-    names = [str(r.get("name", "")) for r in found] + [str(r.get("id")) for r in found]
-    close = difflib.get_close_matches(text, names, n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise UsageError(f"TRIGGER: space {where.space} has no trigger {text!r}{hint}")
 
 
 def _zone(record: dict[str, Any]) -> ZoneInfo:

@@ -51,8 +51,8 @@ async def test_why_refuses_an_unknown_name_with_the_closest_and_a_bad_instant(
     got = await cli.json("why", "report", "--json")
     assert (got["verdict"], got["reason"]) == ("not_due", "before_active")
     assert got["detail"].endswith('by admin (rev 1): "for the weekly report"')
-    err = await cli.fails(2, "why", "reprot")
-    assert "no trigger 'reprot'" in err and "did you mean report" in err
+    err = await cli.fails(1, "why", "reprot")
+    assert "no trigger 'reprot'" in err and "did you mean 'report'" in err
     err = await cli.fails(2, "why", "report", "--at", "soon")
     assert err.startswith("baton: --at:")
 
