@@ -58,6 +58,18 @@ class Answer(msgspec.Struct, frozen=True, kw_only=True):
 
 # --- runs and turns
 
+Ms = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class Phases(Body, frozen=True, kw_only=True):
+    """Where a run's lateness went (SPEC "Runs"): the device reaching the slot, the claim,
+    waiting for an executor, the process until `main()`; they sum to `lateMs`."""
+
+    wakeMs: Ms = 0.0
+    claimMs: Ms = 0.0
+    queueMs: Ms = 0.0
+    spawnMs: Ms = 0.0
+
 
 class RunIn(Body, frozen=True, kw_only=True):
     runId: Text
@@ -66,7 +78,8 @@ class RunIn(Body, frozen=True, kw_only=True):
     peer: str = ""
     term: Annotated[int, msgspec.Meta(ge=0)] = 0
     key: str = ""
-    startedAt: Aware
+    dueAt: Aware | None = None  # the slot, the `at`, the message's acceptance; None: manual
+    startedAt: Aware  # main() entered, read in the run process; a non-run: when decided
     finishedAt: Aware | None = None
     durationMs: Annotated[float, msgspec.Meta(ge=0)] | None = None
     status: RunStatus
@@ -74,6 +87,7 @@ class RunIn(Body, frozen=True, kw_only=True):
     error: str = ""
     stderrTail: str = ""
     lateMs: float | None = None
+    phases: Phases | None = None  # lateMs split; None without a `dueAt`
     reason: str = ""
     attempt: Annotated[int, msgspec.Meta(ge=1, le=10)] = 1  # a retry's (SPEC "Trigger policies")
     stamps: Stamps | None = None  # the trigger's stamps, written with the run (never stored in it)

@@ -21,7 +21,7 @@ import sqlite_utils
 from aiohttp import web
 
 from core.vocab import KEPT_LONGER, RunStatus
-from core.wire import RollupList, RunIn, RunList, RunResult, Stamps
+from core.wire import RollupList, RunIn, RunList, RunResult, Stamps, to_wire
 from space import auth, duties, history, logtable, metrics, oddrows, token_store, trigger_store
 from space.appstate import SETTINGS, RunRetention
 from space.changes import notify
@@ -79,11 +79,8 @@ def add_run(
 
 def wire(run: RunIn) -> dict[str, Any]:
     """The run as stored and answered: its instants in the one wire format (milliseconds)."""
-    data: dict[str, Any] = msgspec.to_builtins(run)
+    data: dict[str, Any] = to_wire(run)
     data.pop("stamps", None)  # written to the trigger, not kept in the run
-    data["startedAt"] = iso(run.startedAt)
-    if run.finishedAt is not None:
-        data["finishedAt"] = iso(run.finishedAt)
     return data
 
 

@@ -42,6 +42,7 @@ class Queued(msgspec.Struct, frozen=True, kw_only=True):
     request: FireRequest
     term: int
     claimed: Claimed
+    steps: tuple[bodies.Step, ...] = ()  # its way so far, for the run's `phases`
 
 
 class Lane:
