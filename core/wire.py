@@ -3,7 +3,7 @@
 Owns the msgspec Structs both sides decode (runs, turns, fire claims, state, run tokens,
 stamps, the change feed, programs, spaces). A `Body` (a request) refuses unknown fields; an
 `Answer` ignores them and defaults what SPEC leaves optional. Instants are aware (`Aware`).
-Imports nothing of ours but `core.vocab`; must not know tables or HTTP.
+Imports nothing of ours but `core.vocab` and `core.bounds`; must not know tables or HTTP.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from core.bounds import INT64_MAX
 from core.vocab import RunStatus, TurnOutcome, iso
 
 Aware = Annotated[datetime, msgspec.Meta(tz=True)]
@@ -76,7 +77,7 @@ class RunIn(Body, frozen=True, kw_only=True):
     triggerId: Text
     program: str = ""
     peer: str = ""
-    term: Annotated[int, msgspec.Meta(ge=0)] = 0
+    term: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)] = 0  # bounded by type (`free_parts`)
     key: str = ""
     dueAt: Aware | None = None  # the slot, the `at`, the message's acceptance; None: manual
     startedAt: Aware  # main() entered, read in the run process; a non-run: when decided
