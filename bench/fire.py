@@ -249,6 +249,7 @@ async def armed(api: Api, count: int, seconds: float) -> None:
 class Burst(NamedTuple):
     late: list[float]  # ms, the run records' lateMs
     main: list[float]  # ms, main() entered - slot
+    error: list[float]  # ms, the run records' startedAt - main()'s own reading of the clock
     last: float  # seconds from the slot to the last run's finish
     statuses: dict[str, int]
     cpu_ms: float
@@ -275,15 +276,17 @@ async def burst_fires(api: Api, count: int, lead: float, device: int, expr: str 
     await until(done, lead + 120, f"{count} cron runs")
     per_fire = (cpu_seconds(device) - cpu) / count * 1e3
     late = [r["lateMs"] for r in runs if r["lateMs"] is not None]
-    main = [(r["result"]["t"] - slot.timestamp()) * 1e3 for r in runs if r["status"] == "ok"]
+    ok = [r for r in runs if r["status"] == "ok"]
+    main = [(r["result"]["t"] - slot.timestamp()) * 1e3 for r in ok]
+    error = [(parse(r["startedAt"]).timestamp() - r["result"]["t"]) * 1e3 for r in ok]
     last = (max(parse(r["finishedAt"]) for r in runs) - slot).total_seconds()
     statuses = {s: sum(r["status"] == s for r in runs) for s in {r["status"] for r in runs}}
-    return Burst(late, main, last, statuses, per_fire, took)
+    return Burst(late, main, error, last, statuses, per_fire, took)
 
 
 async def cron_burst(api: Api, count: int, lead: float, device: int) -> tuple[list[str], float]:
     """`count` cron triggers due at one second `lead` s ahead; rows and the creation time."""
-    late, main, last, statuses, per_fire, took = await burst_fires(api, count, lead, device)
+    late, main, error, last, statuses, per_fire, took = await burst_fires(api, count, lead, device)
     rows = [
         [
             f"cron, {count} due in one second: lateMs (device CPU {per_fire:.1f} ms per fire)",
@@ -303,8 +306,19 @@ async def cron_burst(api: Api, count: int, lead: float, device: int) -> tuple[li
             f"{pct(main, 99):.0f}",
             f"{max(main):.0f}",
         ],
+        [
+            "cron, same: the run's startedAt - main()'s own clock (|error|)",
+            f"{len(error)}",
+            "",
+            *(f"{v:.1f}" for v in spread([abs(e) for e in error])),
+        ],
     ]
     return [" | ".join(r) for r in rows], took
+
+
+def spread(values: list[float]) -> tuple[float, float, float, float]:
+    """min, p50, p99, max."""
+    return min(values), pct(values, 50), pct(values, 99), max(values)
 
 
 async def idle(device: int, server: int, seconds: float) -> str:

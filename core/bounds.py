@@ -16,11 +16,31 @@ MAX_DEPTH = 64
 """JSON deeper than this is refused: nothing of ours nests more than a few levels."""
 
 
-def beyond(obj: Any) -> str | None:
+def beyond(obj: Any, root: str = "$", depth: int = 0) -> str | None:
     """What of `obj` the space cannot store, with its path (`integer beyond 64 bits - at
     `$.n``); None when all of it is within bounds. Iterative: a hostile depth costs no
-    recursion."""
-    stack: list[tuple[Any, str, int]] = [(obj, "$", 0)]
+    recursion. The paths are only spelled out for a value that is out of bounds. `root`
+    and `depth`: where `obj` sits in the document it is part of."""
+    return None if _within(obj, depth) else _where(obj, root, depth)
+
+
+def _within(obj: Any, depth: int) -> bool:
+    """Whether all of `obj` is within bounds (no paths: the cheap walk every body takes)."""
+    stack: list[tuple[Any, int]] = [(obj, depth)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth >= MAX_DEPTH:
+                return False
+            values = node.values() if isinstance(node, dict) else node
+            stack.extend((value, depth + 1) for value in values if not isinstance(value, str))
+        elif type(node) is int and not INT64_MIN <= node <= INT64_MAX:
+            return False
+    return True
+
+
+def _where(obj: Any, root: str, depth: int) -> str | None:
+    stack: list[tuple[Any, str, int]] = [(obj, root, depth)]
     while stack:
         node, path, depth = stack.pop()
         if isinstance(node, dict | list):

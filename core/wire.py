@@ -3,7 +3,7 @@
 Owns the msgspec Structs both sides decode (runs, turns, fire claims, state, run tokens,
 stamps, the change feed, programs, spaces). A `Body` (a request) refuses unknown fields; an
 `Answer` ignores them and defaults what SPEC leaves optional. Instants are aware (`Aware`).
-Imports nothing of ours but `core.vocab`; must not know tables or HTTP.
+Imports nothing of ours but `core.vocab` and `core.bounds`; must not know tables or HTTP.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from core.bounds import INT64_MAX
 from core.vocab import RunStatus, TurnOutcome, canonical_key, iso
 
 Aware = Annotated[datetime, msgspec.Meta(tz=True)]
@@ -75,15 +76,28 @@ class Answer(msgspec.Struct, frozen=True, kw_only=True):
 
 # --- runs and turns
 
+Ms = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class Phases(Body, frozen=True, kw_only=True):
+    """Where a run's lateness went (SPEC "Runs"): the device reaching the slot, the claim,
+    waiting for an executor, the process until `main()`; they sum to `lateMs`."""
+
+    wakeMs: Ms = 0.0
+    claimMs: Ms = 0.0
+    queueMs: Ms = 0.0
+    spawnMs: Ms = 0.0
+
 
 class RunIn(Body, frozen=True, kw_only=True):
     runId: Text
     triggerId: Text
     program: str = ""
     peer: str = ""
-    term: Annotated[int, msgspec.Meta(ge=0)] = 0
+    term: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)] = 0  # bounded by type (`free_parts`)
     key: str = ""
-    startedAt: Aware
+    dueAt: Aware | None = None  # the slot, the `at`, the message's acceptance; None: manual
+    startedAt: Aware  # main() entered, read in the run process; a non-run: when decided
     finishedAt: Aware | None = None
     durationMs: Annotated[float, msgspec.Meta(ge=0)] | None = None
     status: RunStatus
@@ -91,6 +105,7 @@ class RunIn(Body, frozen=True, kw_only=True):
     error: str = ""
     stderrTail: str = ""
     lateMs: float | None = None
+    phases: Phases | None = None  # lateMs split; None without a `dueAt`
     reason: str = ""
     attempt: Annotated[int, msgspec.Meta(ge=1, le=10)] = 1  # a retry's (SPEC "Trigger policies")
     stamps: Stamps | None = None  # the trigger's stamps, written with the run (never stored in it)

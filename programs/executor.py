@@ -172,7 +172,7 @@ class Executor:
         )
 
     async def run(self, job: Job) -> Outcome:
-        """Runs `job` on an idle worker (waiting for one if all are busy)."""
+        """Runs `job` on an idle worker (waiting for one if all are busy: `queue_ms`)."""
         fired_at = time.monotonic()
         if self._closed:
             raise ExecutorClosed("executor is closed")
@@ -181,10 +181,12 @@ class Executor:
         except StartFailed as exc:
             elapsed = (time.monotonic() - fired_at) * 1000
             return Outcome(status=RunStatus.CRASHED, error=str(exc), duration_ms=elapsed)
+        queue_ms = (time.monotonic() - fired_at) * 1000
         try:
-            return await worker.run(job, fired_at)
+            outcome = await worker.run(job, fired_at)
         finally:
             self._release(worker)
+        return msgspec.structs.replace(outcome, queue_ms=queue_ms)
 
     async def close(self) -> None:
         """Kills every worker and waits until all are reaped. Idempotent."""

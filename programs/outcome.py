@@ -8,6 +8,7 @@ performed or recorded.
 from __future__ import annotations
 
 import signal
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -20,8 +21,9 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
 
     `duration_ms` runs from the fire (the call to `Executor.run`) to the outcome;
     `main_latency_ms` from the fire to the moment `main()` was entered (None when it
-    never was). `result` is the decoded JSON `main` returned (for an oversized result,
-    the start of its JSON text with a truncation marker, and status `error`).
+    never was), `queue_ms` to the moment a worker took it. `result` is the decoded JSON
+    `main` returned (for an oversized result, the start of its JSON text with a
+    truncation marker, and status `error`).
     """
 
     status: RunStatus
@@ -31,10 +33,27 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     stderr_tail: str = ""
     duration_ms: float = 0.0
     main_latency_ms: float | None = None
+    queue_ms: float = 0.0
+    handed_at: datetime | None = None  # a worker took it, on the daemon's clock (`dated`)
+    entered_at: datetime | None = None  # main() entered, on the daemon's clock (`dated`)
 
     @property
     def failed(self) -> bool:
         return self.status in FAILED
+
+
+def dated(outcome: Outcome, called: datetime, now: datetime) -> Outcome:
+    """`outcome` of a call to `Executor.run` made at `called` and answered at `now` on the
+    daemon's clock, with its instants on that clock: its latencies count on from the call
+    (read in this process and, for main()'s entry, in the run process, on the machine's
+    one monotonic clock), never past `now` (a clock that did not move, as a test's)."""
+    if outcome.main_latency_ms is None:
+        return outcome
+    return msgspec.structs.replace(
+        outcome,
+        handed_at=min(now, called + timedelta(milliseconds=outcome.queue_ms)),
+        entered_at=min(now, called + timedelta(milliseconds=outcome.main_latency_ms)),
+    )
 
 
 def exit_reason(returncode: int | None) -> str:

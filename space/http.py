@@ -14,7 +14,7 @@ Must not know any table.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -128,15 +128,32 @@ def parse_json(data: bytes, code: str = "invalid_body") -> Any:
     return tree
 
 
-def decode(data: bytes, typ: type[T], *, code: str = "invalid_body") -> T:
-    """`data` as `typ`: bounded first (`parse_json`), then msgspec's typed decode and its path."""
-    parse_json(data, code)
+Free = Callable[[Any], Iterable[tuple[str, int, Any]]]
+"""The free-form parts of a decoded body (typed `Any`), with their paths and depths in it:
+`("$[0].result", 2, …)`."""
+
+
+def decode(data: bytes, typ: type[T], *, code: str = "invalid_body", free: Free | None = None) -> T:
+    """`data` as `typ`: bounded first (`parse_json`), then msgspec's typed decode and its path.
+
+    With `free`, the typed decode comes first and only the parts `free` names are walked
+    for the bounds (the rest is bounded by its type); a body that fails the typed decode
+    is then bounded whole, so a bound's refusal still comes before the type's."""
+    if free is None:
+        parse_json(data, code)
     try:
-        return msgspec.json.decode(data, type=typ)
-    except msgspec.ValidationError as exc:
-        raise Refusal(400, code, str(exc)) from None
-    except msgspec.DecodeError as exc:
+        body = msgspec.json.decode(data, type=typ)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        if free is not None:
+            parse_json(data, code)
+        if isinstance(exc, msgspec.ValidationError):
+            raise Refusal(400, code, str(exc)) from None
         raise Refusal(400, code, f"not JSON: {exc}") from None
+    for path, depth, part in free(body) if free is not None else ():
+        problem = bounds.beyond(part, path, depth)
+        if problem is not None:
+            raise Refusal(400, code, problem)
+    return body
 
 
 async def read_body(request: web.Request, typ: type[T], *, code: str = "invalid_body") -> T:

@@ -34,9 +34,26 @@ def written(
     if row is None:
         return False
     if row[0] != body:
-        what = id_column.removesuffix("_id")
-        raise Refusal(409, f"{what}_exists", f"{what} {entry_id!r} exists with other content")
+        raise conflict(id_column, entry_id)
     return True
+
+
+def conflict(id_column: str, entry_id: str) -> Refusal:
+    """409 `<entry>_exists`: another entry holds this id."""
+    what = id_column.removesuffix("_id")
+    return Refusal(409, f"{what}_exists", f"{what} {entry_id!r} exists with other content")
+
+
+def stored(
+    db: sqlite_utils.Database, table: str, id_column: str, space: str, ids: list[str]
+) -> dict[str, str]:
+    """The bodies written under `ids` (one query), by id."""
+    marks = ", ".join("?" * len(ids))
+    rows = db.execute(
+        f"SELECT {id_column}, body FROM {table} WHERE space = ? AND {id_column} IN ({marks})",
+        [space, *ids],
+    ).fetchall()
+    return {row[0]: row[1] for row in rows}
 
 
 def prune(
@@ -50,13 +67,38 @@ def prune(
     now: datetime,
 ) -> None:
     """Keep the newest rows of `key` of this kind (failures or not) within count and age."""
+    prune_key(db, table, key_column, space, key, failure, keep)
+    prune_age(db, table, space, failure, keep, now)
+
+
+def prune_key(
+    db: sqlite_utils.Database,
+    table: str,
+    key_column: str,
+    space: str,
+    key: str,
+    failure: bool,
+    keep: RunRetention,
+) -> None:
+    """Keep the newest rows of `key` of this kind (failures or not) within their count."""
     count = keep.failure_per_trigger if failure else keep.ok_per_trigger
-    days = keep.failure_days if failure else keep.ok_days
     db.execute(  # the rows past the newest `count`: a walk of the index, no set of the kept
         f"DELETE FROM {table} WHERE seq IN (SELECT seq FROM {table} WHERE space = ? AND "
         f"{key_column} = ? AND failure = ? ORDER BY started_at DESC, seq DESC LIMIT -1 OFFSET ?)",
         [space, key, failure, count],
     )
+
+
+def prune_age(
+    db: sqlite_utils.Database,
+    table: str,
+    space: str,
+    failure: bool,
+    keep: RunRetention,
+    now: datetime,
+) -> None:
+    """Drop the space's rows of this kind older than their age."""
+    days = keep.failure_days if failure else keep.ok_days
     cutoff = (now - timedelta(days=days)).timestamp()
     db.execute(
         f"DELETE FROM {table} WHERE space = ? AND failure = ? AND started_at < ?",

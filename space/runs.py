@@ -13,6 +13,7 @@ not touch records or claims.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -20,10 +21,19 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from core.vocab import KEPT_LONGER, RunStatus
-from core.wire import RollupList, RunIn, RunList, RunResult, Stamps, to_wire
-from space import auth, duties, history, logtable, metrics, oddrows, token_store, trigger_store
-from space.appstate import SETTINGS, RunRetention
+from core.vocab import RunStatus
+from core.wire import RollupList, RunIn, RunList, RunResult, Stamps
+from space import (
+    auth,
+    duties,
+    logtable,
+    metrics,
+    oddrows,
+    run_writes,
+    token_store,
+    trigger_store,
+)
+from space.appstate import SETTINGS
 from space.changes import notify
 from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
@@ -46,58 +56,6 @@ _encoder = msgspec.json.Encoder()
 
 def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
-
-
-def add_run(
-    db: sqlite_utils.Database, space: str, run: RunIn, keep: RunRetention, now: datetime
-) -> bool:
-    """Insert `run` and bump its rollup; False if this exact run was there already."""
-    body = _body(run)
-    with transaction(db):
-        if logtable.written(db, "runs", "run_id", space, run.runId, body):
-            return False
-        failure = run.status in KEPT_LONGER  # the column `failure`: kept longer
-        db.execute(
-            "INSERT INTO runs (space, run_id, trigger_id, status, started_at, failure, "
-            "body) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [
-                space,
-                run.runId,
-                run.triggerId,
-                run.status.value,
-                run.startedAt.timestamp(),
-                failure,
-                body,
-            ],
-        )
-        _bump(db, space, run)
-        outcome = (run.runId, run.status.value, run.reason, run.startedAt.timestamp(), run.lateMs)
-        history.outcome(db, space, (run.triggerId, run.key), outcome)
-        logtable.prune(db, "runs", "trigger_id", space, run.triggerId, failure, keep, now)
-    return True
-
-
-def wire(run: RunIn) -> dict[str, Any]:
-    """The run as stored and answered: its instants in the one wire format (milliseconds)."""
-    data: dict[str, Any] = msgspec.to_builtins(run)
-    data.pop("stamps", None)  # written to the trigger, not kept in the run
-    data["startedAt"] = iso(run.startedAt)
-    if run.finishedAt is not None:
-        data["finishedAt"] = iso(run.finishedAt)
-    return data
-
-
-def _body(run: RunIn) -> str:
-    return _encoder.encode(wire(run)).decode()
-
-
-def _bump(db: sqlite_utils.Database, space: str, run: RunIn) -> None:
-    at = iso(run.startedAt)
-    db.execute(
-        "INSERT INTO run_rollups VALUES (?, ?, ?, 1, ?) ON CONFLICT DO UPDATE SET "
-        "count = count + 1, last_run_at = MAX(COALESCE(last_run_at, ''), excluded.last_run_at)",
-        [space, run.triggerId, run.status.value, at],
-    )
 
 
 def query_runs(
@@ -151,15 +109,30 @@ def _rollup_row(row: tuple[Any, ...]) -> tuple[str, str, int, str | None]:
 RUN_BODY: Any = RunIn | list[RunIn]  # one run or a list (a union is no `type[T]` to mypy)
 
 
+def free_parts(body: RunIn | list[RunIn]) -> Iterator[tuple[str, int, Any]]:
+    """What of posted runs no type bounds: each run's `result`, its stamps' dicts."""
+    listed = isinstance(body, list)
+    for n, run in enumerate(body if isinstance(body, list) else [body]):
+        at, depth = (f"$[{n}]", 1) if listed else ("$", 0)
+        yield f"{at}.result", depth + 1, run.result
+        if run.stamps is not None:
+            for name in ("breaker", "rollup"):
+                yield f"{at}.stamps.{name}", depth + 2, getattr(run.stamps, name)
+
+
 async def post_run(request: web.Request) -> web.Response:
     """One run (its answer: the run as stored), or a list of them (one result each),
     each with the trigger's `stamps` if it carries them, in one transaction."""
     space = require_space(request)
-    body: RunIn | list[RunIn] = decode(await raw_body(request), RUN_BODY, code="invalid_run")
+    body: RunIn | list[RunIn] = decode(
+        await raw_body(request), RUN_BODY, code="invalid_run", free=free_parts
+    )
     db, now = request.app[DB], now_of(request)
     if isinstance(body, list):
-        with transaction(db):
-            results = [_result(request, space, run, now) for run in body]
+        results = run_writes.write_list(request, space, body, now)
+        for run, result in zip(body, results, strict=True):
+            if result.error is not None:
+                _end_token(request, space, run, now)
         _written(request, space, body, results)
         return answer({"runs": [msgspec.to_builtins(r) for r in results]})
     try:
@@ -180,7 +153,7 @@ async def post_run(request: web.Request) -> web.Response:
             )
         ],
     )
-    return answer(wire(run), status=201 if added else 200)
+    return answer(run_writes.wire(run), status=201 if added else 200)
 
 
 def _one(request: web.Request, space: str, posted: RunIn, now: datetime) -> tuple[RunIn, bool]:
@@ -191,7 +164,8 @@ def _one(request: web.Request, space: str, posted: RunIn, now: datetime) -> tupl
     duties.require_claimed(request, space, fire, run.peer, run.term, run.status.value)
     token_store.revoke_run(request.app[DB], space, run.runId, now.timestamp())  # its run is over
     auth.end_streams(request.app, lambda who: (who.space, who.run_id) == (space, run.runId))
-    return run, add_run(request.app[DB], space, run, request.app[SETTINGS].retention, now)
+    keep = request.app[SETTINGS].retention
+    return run, run_writes.add_run(request.app[DB], space, run, keep, now)
 
 
 def _end_token(request: web.Request, space: str, posted: RunIn, now: datetime) -> None:
@@ -207,44 +181,9 @@ def _end_token(request: web.Request, space: str, posted: RunIn, now: datetime) -
 def _stamp(request: web.Request, space: str, run: RunIn, stamps: Stamps, now: datetime) -> bool:
     """Apply a run's stamps to its trigger, fenced as `POST …/status`; whether they changed it."""
     duties.require_stamper(request, space, run.triggerId)
-    _, written = trigger_store.stamp(
-        request.app[DB], space, run.triggerId, stamp_fields(stamps), iso(now)
-    )
+    fields = run_writes.stamp_fields(stamps)
+    _, written = trigger_store.stamp(request.app[DB], space, run.triggerId, fields, iso(now))
     return written
-
-
-def stamp_fields(stamps: Stamps) -> dict[str, Any]:
-    """The stamps given, as the record holds them (instants in the one wire format)."""
-    given: dict[str, Any] = to_wire(stamps)
-    return given
-
-
-def _result(request: web.Request, space: str, posted: RunIn, now: datetime) -> RunResult:
-    """One run of a list and its stamps, each written or refused on its own."""
-    try:
-        with transaction(request.app[DB]):
-            run, added = _one(request, space, posted, now)
-        status, error, detail = 201 if added else 200, None, None
-    except Refusal as exc:
-        run, status, error, detail = posted, exc.status, exc.code, exc.detail
-        _end_token(request, space, posted, now)
-    if posted.stamps is None:
-        return RunResult(runId=posted.runId, status=status, error=error, detail=detail)
-    try:
-        with transaction(request.app[DB]):
-            _stamp(request, space, run, posted.stamps, now)
-        stamped, s_error, s_detail = 200, None, None
-    except Refusal as exc:
-        stamped, s_error, s_detail = exc.status, exc.code, exc.detail
-    return RunResult(
-        runId=posted.runId,
-        status=status,
-        error=error,
-        detail=detail,
-        stamps=stamped,
-        stampsError=s_error,
-        stampsDetail=s_detail,
-    )
 
 
 def _written(request: web.Request, space: str, runs: list[RunIn], results: list[RunResult]) -> None:

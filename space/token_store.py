@@ -166,6 +166,19 @@ def revoke_run(
     return db.execute(sql, params).rowcount
 
 
+def revoke_runs(db: sqlite_utils.Database, space: str, run_ids: list[str], now: float) -> int:
+    """End the run tokens of the runs `run_ids` (one statement); how many there were."""
+    if not run_ids:
+        return 0
+    marks = ", ".join("?" * len(run_ids))
+    cur = db.execute(
+        "UPDATE tokens SET revoked_at = ? WHERE role = 'run' AND space = ? "
+        f"AND run_id IN ({marks}) AND revoked_at IS NULL",
+        [now, space, *run_ids],
+    )
+    return cur.rowcount
+
+
 def revoke_admins(db: sqlite_utils.Database, now: float, keep: str) -> None:
     """Revoke every admin token but `keep` (a hash)."""
     db.execute(

@@ -9,13 +9,14 @@ fire runs (runtime.fire.firing) nor know how a program is run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 import msgspec
 from msgspec.structs import replace
 
 from core.vocab import FAILED, NOT_RAN, RAN, HealthReason, RunReason, RunStatus, TurnOutcome
-from core.wire import NextAttempt, RunIn, Stamps, TurnIn
+from core.wire import NextAttempt, Phases, RunIn, Stamps, TurnIn
 from programs import breaker, rollup
 from programs.breaker import BreakerState
 from programs.outcome import Outcome
@@ -36,8 +37,46 @@ class RunIdentity(msgspec.Struct, frozen=True, kw_only=True):
     peer: str
     term: int
     key: str
-    started_at: datetime
+    started_at: datetime  # main() entered (`entered`); a fire that did not run: when decided
     due_at: datetime | None = None  # None: nothing was due (a manual run)
+    phases: Phases | None = None  # where `started_at − due_at` went (`phases`)
+
+
+WAKE, CLAIM, QUEUE, SPAWN = "wakeMs", "claimMs", "queueMs", "spawnMs"
+Step = tuple[str, datetime]
+"""A phase of a fire (a field of `Phases`) and the instant, on the device's clock, it ended."""
+
+
+def phases(due_at: datetime | None, steps: Sequence[Step]) -> Phases | None:
+    """How the lateness of a fire splits: each step counts the part of its span after
+    `due_at` (a step spans from the end of the one before, the first from `due_at`), so
+    the phases sum to the last step's end − `due_at`. None when nothing was due."""
+    if due_at is None:
+        return None
+    spent = dict.fromkeys((WAKE, CLAIM, QUEUE, SPAWN), 0.0)
+    reached = due_at
+    for phase, end in steps:
+        if end > reached:
+            spent[phase] += (end - reached).total_seconds() * 1000
+            reached = end
+    return Phases(**{phase: round(ms, 1) for phase, ms in spent.items()})
+
+
+def decided(fire: RunIdentity, steps: Sequence[Step], now: datetime) -> RunIdentity:
+    """`fire` as decided at `now` after `steps`: when a non-run's record says it started,
+    and a run's until its program is handed over (`entered` finishes it)."""
+    taken = (*steps, (QUEUE, now))
+    return replace(fire, started_at=now, phases=phases(fire.due_at, taken))
+
+
+def entered(fire: RunIdentity, steps: Sequence[Step], outcome: Outcome) -> RunIdentity:
+    """`fire` as its run went: started when its `main()` was entered, read in the run
+    process (`Outcome.entered_at`), after waiting for a worker (queue) and the process
+    until main() (spawn). A run whose main() never was keeps the hand-over's instant."""
+    if outcome.entered_at is None or outcome.handed_at is None:
+        return fire
+    taken = (*steps, (QUEUE, outcome.handed_at), (SPAWN, outcome.entered_at))
+    return replace(fire, started_at=outcome.entered_at, phases=phases(fire.due_at, taken))
 
 
 class Book(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,6 +128,7 @@ def run_record(
         peer=fire.peer,
         term=fire.term,
         key=fire.key,
+        dueAt=fire.due_at,
         startedAt=fire.started_at,
         finishedAt=max(finished_at, fire.started_at),
         durationMs=round(max(outcome.duration_ms, 0.0), 1) if ran else 0.0,
@@ -97,6 +137,7 @@ def run_record(
         error=outcome.error,
         stderrTail=outcome.stderr_tail,
         lateMs=late_ms(fire),
+        phases=fire.phases,
         reason=reason,
         attempt=policies.attempt_of(fire.key),
     )

@@ -15,13 +15,14 @@ from typing import Any
 
 import msgspec
 
+from core.clock import Clock
 from core.vocab import RunReason, RunStatus
 from programs import warm
 from programs.context import RunContext
 from programs.executor import Executor, ExecutorClosed
 from programs.job import Job
 from programs.loader import LoadedProgram, ProgramCache, UnknownProgram, UntrustedProgram
-from programs.outcome import Outcome
+from programs.outcome import Outcome, dated
 from programs.refs import InvalidRef, ProgramRef
 from programs.source import InvalidProgram
 from runtime.client.api import ApiError, SpaceClient
@@ -137,7 +138,7 @@ class Execute:
             disk_mb=work.disk_mb,
             keep_warm=self._repeats(fire.trigger_id),
         )
-        return await run_job(self._executor, job)
+        return await run_job(self._executor, job, self._clock)
 
     def _repeats(self, tid: str) -> bool:
         """Whether `tid` ran within a warm process's idle time (`warm.IDLE_SECONDS`): only
@@ -180,10 +181,12 @@ class Execute:
         return answer.token
 
 
-async def run_job(executor: Executor, job: Job) -> Ending:
-    """Run `job`; what the executor refuses is an ending too, never an exception."""
+async def run_job(executor: Executor, job: Job, clock: Clock) -> Ending:
+    """Run `job`; what the executor refuses is an ending too, never an exception. The
+    outcome's instants are on `clock`, from the call (`programs.outcome.dated`)."""
+    called = clock.wall()  # Executor.run reads its own clock before it first awaits
     try:
-        return await executor.run(job), ""
+        return dated(await executor.run(job), called, clock.wall()), ""
     except ExecutorClosed:
         return bodies.not_run(RunStatus.REJECTED, RunReason.SHUTDOWN), RunReason.SHUTDOWN
     except ValueError as exc:  # args that cannot be sent to a worker

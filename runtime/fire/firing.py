@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -87,10 +88,11 @@ class Firing:
     async def fire(self, *requests: FireRequest) -> None:
         """Take fires due together: claimed in one request (`CLAIM_MAX` at most), then each
         run and recorded in its own task."""
+        now = self._clock.wall()  # the device reached these fires: the end of their wake
         taken = [request for request in requests if self._may_take(request)]
         for n in range(0, len(taken), CLAIM_MAX):
             chunk = taken[n : n + CLAIM_MAX]
-            self._spawn(self._take(chunk), chunk[0])
+            self._spawn(self._take(chunk, now), chunk[0])
 
     def apply(self, diff: Diff) -> None:
         """Forget removed triggers; their waiting fires are recorded `skipped` withdrawn."""
@@ -151,14 +153,19 @@ class Firing:
         lane = self._lanes.get(record.id)
         return max(ok_runs(record), lane.book.rollup.ok if lane is not None else 0)
 
-    async def _take(self, requests: list[FireRequest], retaken: bool = False) -> None:
+    async def _take(
+        self, requests: list[FireRequest], woke: datetime, retaken: bool = False
+    ) -> None:
         term = self._term()
         waiting = [
             Queued(request=r, term=term, claimed=Claimed(run_id=new_run_id()), retaken=retaken)
             for r in requests
         ]
         answers = await claim(self._seat, waiting)
+        now = self._clock.wall()
         for queued, answer in zip(waiting, answers, strict=True):
+            queued = _step(queued, (bodies.WAKE, woke), (bodies.CLAIM, now))
+            answer = answer if isinstance(answer, ApiError) else _step(answer, *queued.steps)
             self._route(queued, answer)
 
     def _route(self, queued: Queued, answer: Queued | ApiError) -> None:
@@ -219,7 +226,7 @@ class Firing:
         if await self._ahead.until_due(queued.request):
             return
         if self._may_take(queued.request):
-            await self._take([queued.request], retaken=True)
+            await self._take([queued.request], self._clock.wall(), retaken=True)
 
     async def _offer(self, request: FireRequest) -> None:
         if self._offer_to_chat is None or request.event is None:
@@ -242,7 +249,7 @@ class Firing:
             )
             await self._unstamped(queued, RunStatus.SKIPPED, why)
         else:
-            self._admit(queued)
+            self._admit(_step(queued, (bodies.WAKE, self._clock.wall())))
 
     # --- admission, breaker, run ----------------------------------------------------------
 
@@ -302,6 +309,7 @@ class Firing:
         token = self._fresh_token(queued.claimed)
         run = self._execute.run(fire, program, work_of(request), token)
         outcome, reason = await self._running.run(record.id, run)
+        fire = bodies.entered(fire, queued.steps, outcome)
         log.info(
             "fire %s@%s ← %s %.0f ms%s",
             named(record),
@@ -359,8 +367,9 @@ class Firing:
             self._retries.schedule(request, *again)
 
     def _fire_of(self, queued: Queued) -> RunIdentity:
+        """The fire as decided now: a non-run's whole identity, a run's until it ran."""
         request = queued.request
-        return RunIdentity(
+        fire = RunIdentity(
             run_id=queued.claimed.run_id,
             trigger_id=request.trigger.id,
             program=request.trigger.program,
@@ -370,6 +379,11 @@ class Firing:
             started_at=self._clock.wall(),
             due_at=request.due_at,
         )
+        return bodies.decided(fire, queued.steps, fire.started_at)
+
+
+def _step(queued: Queued, *steps: bodies.Step) -> Queued:
+    return msgspec.structs.replace(queued, steps=(*queued.steps, *steps))
 
 
 async def _settled(written: asyncio.Future[None]) -> None:

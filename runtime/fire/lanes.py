@@ -43,6 +43,7 @@ class Queued(msgspec.Struct, frozen=True, kw_only=True):
     term: int
     claimed: Claimed
     retaken: bool = False  # claimed again at its slot after an `ahead_of_clock` refusal
+    steps: tuple[bodies.Step, ...] = ()  # its way so far, for the run's `phases`
 
 
 class Lane:

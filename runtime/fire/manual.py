@@ -58,6 +58,7 @@ async def run_by_hand(
     async with Executor(1) as executor:
         execute = Execute(seat, url, executor=executor, programs=programs)
         outcome, reason = await execute.run(fire, await execute.load(fire.program), work, None)
+    fire = bodies.entered(fire, (), outcome)  # started when main() was entered
     record = bodies.run_record(fire, outcome, finished_at=clock.wall(), reason=reason)
     return await Recorder(seat).post_run(record), outcome
 

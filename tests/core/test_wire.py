@@ -32,6 +32,7 @@ def test_a_run_is_sent_with_its_instants_in_the_one_format() -> None:
         "peer": "",
         "term": 0,
         "key": "",
+        "dueAt": None,
         "startedAt": "2026-12-01T09:00:01.250Z",  # milliseconds, never microseconds
         "finishedAt": "2026-12-01T09:00:01.290Z",  # in UTC, whatever the offset
         "durationMs": 40.0,
@@ -40,6 +41,7 @@ def test_a_run_is_sent_with_its_instants_in_the_one_format() -> None:
         "error": "",
         "stderrTail": "",
         "lateMs": None,
+        "phases": None,
         "reason": "",
         "attempt": 1,
         "stamps": {  # only the stamps given: absent ones are left as they are

@@ -91,6 +91,7 @@ def test_run_record(outcome: Outcome, reason: str, expect: dict[str, Any]) -> No
         "peer",
         "term",
         "key",
+        "dueAt",
         "startedAt",
         "finishedAt",
         "durationMs",
@@ -99,6 +100,7 @@ def test_run_record(outcome: Outcome, reason: str, expect: dict[str, Any]) -> No
         "error",
         "stderrTail",
         "lateMs",
+        "phases",
         "reason",
         "stamps",  # null: the recorder adds the trigger's
         "attempt",
@@ -123,6 +125,70 @@ def test_run_record(outcome: Outcome, reason: str, expect: dict[str, Any]) -> No
 def test_late_ms_is_started_minus_due(due_at: datetime | None, late: float | None) -> None:
     fire = replace(FIRE, due_at=due_at)
     assert bodies.late_ms(fire) == late
+
+
+def ms(n: float) -> timedelta:
+    return timedelta(milliseconds=n)
+
+
+@pytest.mark.parametrize(
+    ("steps", "expect"),
+    [
+        # taken 3 ms after the slot, claimed in 4, waited 5, its process took 6 to main()
+        (
+            [("wakeMs", T0 + ms(3)), ("claimMs", T0 + ms(7)), ("queueMs", T0 + ms(12))],
+            {"wakeMs": 3.0, "claimMs": 4.0, "queueMs": 5.0, "spawnMs": 0.0},
+        ),
+        # claimed ahead: taken and claimed before the slot, woke 2 ms after it
+        (
+            [
+                ("wakeMs", T0 - ms(50)),
+                ("claimMs", T0 - ms(40)),
+                ("wakeMs", T0 + ms(2)),
+                ("queueMs", T0 + ms(3)),
+                ("spawnMs", T0 + ms(9)),
+            ],
+            {"wakeMs": 2.0, "claimMs": 0.0, "queueMs": 1.0, "spawnMs": 6.0},
+        ),
+        # a claim that straddles the slot counts only its part after it
+        (
+            [("wakeMs", T0 - ms(5)), ("claimMs", T0 + ms(8))],
+            {"wakeMs": 0.0, "claimMs": 8.0, "queueMs": 0.0, "spawnMs": 0.0},
+        ),
+    ],
+)
+def test_phases_split_the_lateness_after_the_slot(
+    steps: list[bodies.Step], expect: dict[str, float]
+) -> None:
+    phases = bodies.phases(T0, steps)
+    assert phases is not None and to_wire(phases) == expect
+    late = max(0.0, (steps[-1][1] - T0) / ms(1))
+    assert sum(expect.values()) == pytest.approx(late)
+
+
+def test_phases_are_none_when_nothing_was_due() -> None:
+    assert bodies.phases(None, [("wakeMs", T0)]) is None
+
+
+def test_a_run_starts_when_main_was_entered_and_its_phases_sum_to_its_lateness() -> None:
+    handed, entered = T0 + ms(10), T0 + ms(17.5)
+    outcome = Outcome(status=RunStatus.OK, handed_at=handed, entered_at=entered)
+    steps: list[bodies.Step] = [("wakeMs", T0 + ms(1)), ("claimMs", T0 + ms(4))]
+    fire = bodies.entered(bodies.decided(FIRE, steps, T0 + ms(6)), steps, outcome)
+    body = to_wire(bodies.run_record(fire, outcome, finished_at=FINISHED))
+    assert body["startedAt"] == "2026-12-01T09:00:00.017Z" and body["lateMs"] == 17.5
+    assert body["dueAt"] == "2026-12-01T09:00:00.000Z"
+    assert body["phases"] == {"wakeMs": 1.0, "claimMs": 3.0, "queueMs": 6.0, "spawnMs": 7.5}
+
+
+def test_a_fire_that_did_not_run_started_when_that_was_decided() -> None:
+    steps: list[bodies.Step] = [("wakeMs", T0 + ms(1)), ("claimMs", T0 + ms(4))]
+    fire = bodies.decided(FIRE, steps, T0 + ms(9))
+    skipped = bodies.not_run(RunStatus.SKIPPED, "overlap")
+    fire = bodies.entered(fire, steps, skipped)  # never entered: the decision stands
+    body = to_wire(bodies.run_record(fire, skipped, finished_at=fire.started_at))
+    assert (body["startedAt"], body["lateMs"]) == ("2026-12-01T09:00:00.009Z", 9.0)
+    assert body["phases"] == {"wakeMs": 1.0, "claimMs": 3.0, "queueMs": 5.0, "spawnMs": 0.0}
 
 
 def failing(n: int) -> Book:

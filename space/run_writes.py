@@ -1,0 +1,192 @@
+"""Writing run records: one run, or a posted list of them as one write.
+
+Owns the rows a run adds (`runs`, its `run_rollups` count, its fire's outcome in
+`history`, the prune of its trigger's runs) and, for a list, doing that for the whole
+batch in one transaction with its statements grouped: the bodies already stored read in
+one query, the run tokens ended in one, each trigger's rollups bumped once per status and
+its runs pruned once, the age prune once, and each trigger's stamps merged in the order
+posted and written once. Every refusal of a run (its peer, its claim, its id) comes before
+anything is written, so no savepoint is needed for one to be refused alone. Must not
+decide who may post (space.duties) nor answer HTTP (space.runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import msgspec
+import sqlite_utils
+from aiohttp import web
+
+from core.vocab import KEPT_LONGER
+from core.wire import RunIn, RunResult, Stamps, to_wire
+from space import auth, duties, history, logtable, token_store, trigger_store
+from space.appstate import SETTINGS, RunRetention
+from space.db import DB, transaction
+from space.http import Refusal
+from space.servertime import iso
+
+_encoder = msgspec.json.Encoder()
+_INSERT = (
+    "INSERT INTO runs (space, run_id, trigger_id, status, started_at, failure, body) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_BUMP = (
+    "INSERT INTO run_rollups VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
+    "count = count + excluded.count, "
+    "last_run_at = MAX(COALESCE(last_run_at, ''), excluded.last_run_at)"
+)
+
+
+def wire(run: RunIn) -> dict[str, Any]:
+    """The run as stored and answered: its instants in the one wire format (milliseconds)."""
+    data: dict[str, Any] = to_wire(run)
+    data.pop("stamps", None)  # written to the trigger, not kept in the run
+    return data
+
+
+def body_of(run: RunIn) -> str:
+    return _encoder.encode(wire(run)).decode()
+
+
+def stamp_fields(stamps: Stamps) -> dict[str, Any]:
+    """The stamps given, as the record holds them (instants in the one wire format)."""
+    given: dict[str, Any] = to_wire(stamps)
+    return given
+
+
+def add_run(
+    db: sqlite_utils.Database, space: str, run: RunIn, keep: RunRetention, now: datetime
+) -> bool:
+    """Insert `run` and bump its rollup; False if this exact run was there already."""
+    body = body_of(run)
+    with transaction(db):
+        if logtable.written(db, "runs", "run_id", space, run.runId, body):
+            return False
+        _insert(db, space, [(run, body)], keep, now)
+    return True
+
+
+def _insert(
+    db: sqlite_utils.Database,
+    space: str,
+    new: list[tuple[RunIn, str]],
+    keep: RunRetention,
+    now: datetime,
+) -> None:
+    """The rows of runs not stored yet: each run, its fire's outcome; rollups and prunes
+    once per trigger (and status, or kind), the age prune once per kind."""
+    bumps: dict[tuple[str, str], tuple[int, str]] = {}
+    for run, body in new:
+        failure = run.status in KEPT_LONGER  # the column `failure`: kept longer
+        started = run.startedAt.timestamp()
+        row = [space, run.runId, run.triggerId, run.status.value, started, failure, body]
+        db.execute(_INSERT, row)
+        outcome = (run.runId, run.status.value, run.reason, started, run.lateMs)
+        history.outcome(db, space, (run.triggerId, run.key), outcome)
+        count, last = bumps.get((run.triggerId, run.status.value), (0, ""))
+        bumps[(run.triggerId, run.status.value)] = (count + 1, max(last, iso(run.startedAt)))
+    for (tid, status), (count, last) in bumps.items():
+        db.execute(_BUMP, [space, tid, status, count, last])
+    kinds = {(run.triggerId, run.status in KEPT_LONGER) for run, _ in new}
+    for tid, failure in sorted(kinds):
+        logtable.prune_key(db, "runs", "trigger_id", space, tid, failure, keep)
+    for failure in sorted({failure for _, failure in kinds}):
+        logtable.prune_age(db, "runs", space, failure, keep, now)
+
+
+class Checked(NamedTuple):
+    """A run of a list that may be written: as stored, its body, and whether it is new."""
+
+    run: RunIn
+    body: str
+    new: bool
+
+
+def write_list(
+    request: web.Request, space: str, posted: list[RunIn], now: datetime
+) -> list[RunResult]:
+    """Each run of `posted` written or refused on its own, and each trigger's stamps, in one
+    transaction; one result per run."""
+    db = request.app[DB]
+    with transaction(db):
+        checked = _check(request, space, posted)
+        taken = [c for c in checked if isinstance(c, Checked)]
+        _insert(db, space, [(c.run, c.body) for c in taken if c.new], _retention(request), now)
+        _end_runs(request, space, [c.run.runId for c in taken], now)
+        stamped = _stamp(request, space, posted, now)
+    return [_result(run, check, stamped) for run, check in zip(posted, checked, strict=True)]
+
+
+def _retention(request: web.Request) -> RunRetention:
+    return request.app[SETTINGS].retention
+
+
+def _check(request: web.Request, space: str, posted: list[RunIn]) -> list[Checked | Refusal]:
+    """Each run as it would be stored, or why it is refused; nothing is written."""
+    stored = logtable.stored(request.app[DB], "runs", "run_id", space, [r.runId for r in posted])
+    out: list[Checked | Refusal] = []
+    for given in posted:
+        try:
+            run = msgspec.structs.replace(
+                given, peer=duties.own_peer(request, given.peer), stamps=None
+            )
+            fire = (run.triggerId, run.key)
+            duties.require_claimed(request, space, fire, run.peer, run.term, run.status.value)
+            body, there = body_of(run), stored.get(run.runId)
+            if there is not None and there != body:
+                raise logtable.conflict("run_id", run.runId)
+            stored[run.runId] = body  # a second copy in the same list is there already
+            out.append(Checked(run=run, body=body, new=there is None))
+        except Refusal as exc:
+            out.append(exc)
+    return out
+
+
+def _end_runs(request: web.Request, space: str, run_ids: list[str], now: datetime) -> None:
+    """The runs are over: their tokens end, and the tokens' open event streams."""
+    ended = set(run_ids)
+    token_store.revoke_runs(request.app[DB], space, sorted(ended), now.timestamp())
+    auth.end_streams(request.app, lambda who: who.space == space and who.run_id in ended)
+
+
+def _stamp(
+    request: web.Request, space: str, posted: Iterable[RunIn], now: datetime
+) -> dict[str, Refusal | None]:
+    """Each trigger's stamps, merged in the order posted, written once and fenced as
+    `POST …/status` is: None where applied, else the refusal."""
+    merged: dict[str, dict[str, Any]] = {}
+    for run in posted:
+        if run.stamps is not None:
+            merged.setdefault(run.triggerId, {}).update(stamp_fields(run.stamps))
+    out: dict[str, Refusal | None] = {}
+    for tid, fields in merged.items():
+        try:
+            duties.require_stamper(request, space, tid)
+            trigger_store.stamp(request.app[DB], space, tid, fields, iso(now))
+            out[tid] = None
+        except Refusal as exc:
+            out[tid] = exc
+    return out
+
+
+def _result(run: RunIn, check: Checked | Refusal, stamped: dict[str, Refusal | None]) -> RunResult:
+    status, error, detail = (
+        (check.status, check.code, check.detail)
+        if isinstance(check, Refusal)
+        else (201 if check.new else 200, None, None)
+    )
+    if run.stamps is None:
+        return RunResult(runId=run.runId, status=status, error=error, detail=detail)
+    refused = stamped[run.triggerId]
+    return RunResult(
+        runId=run.runId,
+        status=status,
+        error=error,
+        detail=detail,
+        stamps=200 if refused is None else refused.status,
+        stampsError=None if refused is None else refused.code,
+        stampsDetail=None if refused is None else refused.detail,
+    )
