@@ -36,7 +36,7 @@ def record_to_claim(
             raise Refusal(409, "not_owner", f"trigger {fire.triggerId!r} is pinned to {owner!r}")
         return record
     lease = leases.load(db, space)
-    if lease.lapsed(now) or lease.active != fire.peer or lease.term != fire.term:
+    if not leases.holds(lease, fire.peer, fire.term, now):
         holder = lease.active if not lease.lapsed(now) else None
         raise Refusal(
             409,
