@@ -4,8 +4,8 @@
 (Debian's package creates it; `.ci/run` installs the package when it is missing) and
 every server command runs through `runuser`. The server listens on a Unix socket in
 the cluster's directory only (no TCP), with `fsync=off` and `full_page_writes=off`:
-a test cluster need not survive a power cut. `Cluster.fresh()` gives each test a
-database of its own, copied from a template.
+a test cluster need not survive a power cut. Each test gets a
+database of its own (`create_database`, copied from a template).
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ class Cluster:
 
     def dsn(self, database: str = "postgres") -> str:
         return f"postgresql://{OWNER}@/{database}?host={self.dir}"
+
+    def create_database(self, name: str, template: str = "template1") -> None:
+        self._run("createdb", "-h", str(self.dir), "-U", OWNER, "-T", template, name)
 
     def next_name(self) -> str:
         return f"t{os.getpid()}_{next(self._names)}"
