@@ -13,10 +13,10 @@ import json
 from aiohttp import web
 
 from core.wire import ChangePage
-from space import streams, trigger_store
-from space.db import DB
+from space import streams
 from space.http import Refusal, add_route, answer, int64, int_query
 from space.spaces import require_space
+from space.store import STORE
 
 FANOUT = web.AppKey("change_fanout", streams.Fanout[str])
 PAGE_DEFAULT = 500
@@ -47,7 +47,7 @@ async def get_changes(request: web.Request) -> web.StreamResponse:
     space = require_space(request)
     since = int_query(request, "since", 0)
     limit = int_query(request, "limit", PAGE_DEFAULT, low=1, high=PAGE_MAX)
-    page = trigger_store.changes_since(request.app[DB], space, since, limit + 1)
+    page = await request.app[STORE].changes_since(space, since, limit + 1)
     more = len(page) > limit
     page = page[:limit]
     return answer({"changes": page, "next": page[-1]["seq"] if page else since, "more": more})
@@ -74,7 +74,7 @@ async def _send_since(
     request: web.Request, stream: streams.EventStream, space: str, since: int
 ) -> int:
     while not stream.closed:
-        page = trigger_store.changes_since(request.app[DB], space, since, PAGE_DEFAULT)
+        page = await request.app[STORE].changes_since(space, since, PAGE_DEFAULT)
         for change in page:
             await stream.send(json.dumps(change), id=change["seq"], event="change")
             since = change["seq"]
