@@ -4,7 +4,8 @@ Owns the operations' SQL. A lease change locks the lease row (`FOR UPDATE`) and 
 with `now()`; a claim is one statement, `INSERT … ON CONFLICT DO NOTHING` fenced by the
 lease row held `FOR SHARE`, so no claim commits under a term that is being replaced; the
 feed's `seq` comes from a per-space counter row updated in the writing transaction, so
-it is gapless and in commit order. Must not know HTTP; the schema is `pgschema`'s.
+it is gapless and in commit order, and the append NOTIFYs `space:seq` as a hint (`pgwake`).
+Must not know HTTP; the schema is `pgschema`'s.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import asyncpg
 from space import leases, trigger_store
 from space.servertime import iso
 from space.store import Claimed, ClaimIn, LeaseChange, LeaseStep, Stale, Taken, pgschema
+from space.store.pgwake import CHANNEL
 
 _CLAIM = """
 WITH lease AS (SELECT 1 FROM leases WHERE space = $1 AND active = $5 AND term = $4
@@ -27,10 +29,11 @@ ON CONFLICT DO NOTHING RETURNING claimed_at
 """
 _APPEND = """
 WITH counter AS (INSERT INTO feeds AS f (space, seq) VALUES ($1, 1)
-  ON CONFLICT (space) DO UPDATE SET seq = f.seq + 1 RETURNING seq)
-INSERT INTO changes (space, seq, trigger_id, op, rev, body, at)
-SELECT $1, seq, $2, $3, $4, $5, $6 FROM counter RETURNING seq
-"""
+  ON CONFLICT (space) DO UPDATE SET seq = f.seq + 1 RETURNING seq),
+appended AS (INSERT INTO changes (space, seq, trigger_id, op, rev, body, at)
+  SELECT $1, seq, $2, $3, $4, $5, $6 FROM counter RETURNING seq)
+SELECT seq, pg_notify('CHANNEL', $1 || ':' || seq) FROM appended
+""".replace("CHANNEL", CHANNEL)
 
 
 class PostgresStore:
