@@ -19,6 +19,7 @@ from space.store import Claimed, ClaimIn, Stale, Store, Taken
 
 SPACE = "home"
 LONG = timedelta(seconds=15)
+SHORT = timedelta(seconds=1)  # lapses soon, yet a loaded machine still claims within it
 
 
 def _claim(key: str, peer: str = "a", term: int = 1, **kw: object) -> ClaimIn:
@@ -56,14 +57,14 @@ async def test_a_held_lease_refuses_another_peer_and_renews_for_its_holder(store
 
 
 async def test_a_lapsed_lease_is_taken_over_and_the_old_term_is_fenced(store: Store) -> None:
-    await _acquire(store, "a", 0, timedelta(seconds=0.3))
+    await _acquire(store, "a", 0, SHORT)
     assert isinstance(await store.claim(_claim("k1")), Claimed)
 
     async def lapsed() -> bool:
         lease, now = await store.lease(SPACE)
         return lease.lapsed(now)
 
-    await eventually(lapsed, what="the 0.3 s lease lapsing by the store's clock")
+    await eventually(lapsed, what="the short lease lapsing by the store's clock")
     stale = await store.claim(_claim("k2"))
     assert isinstance(stale, Stale) and stale.lease.term == 1
     taken = await _acquire(store, "b", 1)
@@ -113,7 +114,7 @@ async def test_a_resent_claim_answers_its_first_instant(store: Store) -> None:
 
 async def test_no_claim_is_claimed_under_a_term_after_it_was_replaced(store: Store) -> None:
     """Claims at term 1 race a takeover: every one claimed began before term 2 did."""
-    await _acquire(store, "a", 0, timedelta(seconds=0.3))
+    await _acquire(store, "a", 0, SHORT)
     claimed: list[str] = []
 
     async def claims() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from functools import partial
 
 import asyncpg
 import pytest
@@ -13,7 +14,7 @@ from pgcluster import Cluster
 from waiting import eventually
 
 from space import leases
-from space.store import Claimed, ClaimIn, Taken
+from space.store import Claimed, ClaimIn, Stale, Taken
 from space.store.pgschema import MIGRATIONS, NewerStore
 from space.store.postgres import _CLAIM, PostgresStore
 
@@ -63,34 +64,34 @@ async def test_fifty_claims_spread_over_three_servers_give_exactly_one_claimed(
             await server.close()
 
 
-async def test_a_takeover_waits_for_a_claim_in_flight_under_the_term_it_replaces(
+async def test_a_handover_waits_for_a_claim_in_flight_under_the_term_it_replaces(
     pg_dsn: str,
 ) -> None:
     store = await PostgresStore.open(pg_dsn)
     claim = await asyncpg.connect(pg_dsn)
     try:
-        await store.change_lease(SPACE, _acquire("a", 0, 0.5))
+        await store.change_lease(SPACE, _acquire("a", 0, 15))
         tx = claim.transaction()
         await tx.start()
         at = await claim.fetchval(_CLAIM, SPACE, "t", "k", 1, "a", "", True)
         assert at is not None  # claimed under term 1, not yet committed, lease row FOR SHARE
-
-        async def lapsed() -> bool:
-            lease, now = await store.lease(SPACE)
-            return lease.lapsed(now)
-
-        await eventually(lapsed, what="term 1 lapsing by the database's clock")
-        takeover = asyncio.create_task(store.change_lease(SPACE, _acquire("b", 1, 15)))
+        hand = partial(leases.handover, peer="a", term=1, to="b", length=timedelta(seconds=15))
+        handover = asyncio.create_task(
+            store.change_lease(SPACE, lambda lease, now: hand(lease, now=now))
+        )
         waiting = (
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
             "AND query LIKE '%FOR UPDATE%'"
         )
-        await eventually(lambda: claim.fetchval(waiting), what="the takeover waiting on the lock")
-        assert not takeover.done()
+        await eventually(lambda: claim.fetchval(waiting), what="the handover waiting on the lock")
+        assert not handover.done()
         await tx.commit()
-        change = await asyncio.wait_for(takeover, 10)
-        assert change.new is not None and change.new.term == 2
-        assert at < change.now  # the claim's instant came before term 2 began
+        change = await asyncio.wait_for(handover, 10)
+        assert change.new is not None and (change.new.active, change.new.term) == ("b", 2)
+        stale = await store.claim(
+            ClaimIn(space=SPACE, trigger_id="t", key="k2", term=1, peer="a", floating=True)
+        )
+        assert isinstance(stale, Stale) and stale.lease.term == 2
     finally:
         await claim.close()
         await store.close()
