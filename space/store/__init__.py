@@ -2,9 +2,10 @@
 
 Owns the `Store` protocol and its answers for the parts SPEC "Beyond one machine" says the
 database decides: the lease and its term by the store's clock, fire claims fenced by the
-lease, and the gapless, commit-ordered `seq` of the change feed. `sqlite.SqliteStore` is
-the embedded default (today's tables and code); `postgres.PostgresStore` runs on asyncpg
-and decides by PostgreSQL's `now()`. Must not know HTTP, records or devices.
+lease, and the gapless, commit-ordered `seq` of the change feed and of each chat.
+`sqlite.SqliteStore` is the embedded default (today's tables and code);
+`postgres.PostgresStore` runs on asyncpg and decides by PostgreSQL's `now()`. Must not
+know HTTP, records or devices.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 import msgspec
 from aiohttp import web
 
-if TYPE_CHECKING:  # `leases` serves its routes through this seam
+if TYPE_CHECKING:  # `leases` and `chats` serve their routes through this seam
+    from core.chatwire import Message, MessageIn
+    from space.chat_store import Chat
     from space.leases import Lease
 
 LeaseStep: TypeAlias = "Callable[[Lease, datetime], Lease]"  # `leases.Conflict` refuses
@@ -77,6 +80,18 @@ class Store(Protocol):
         ...
 
     async def changes_since(self, space: str, since: int, limit: int) -> list[dict[str, Any]]: ...
+
+    async def create_chat(self, space: str, name: str) -> Chat: ...
+
+    async def add_message(
+        self, space: str, object_id: str, msg: MessageIn
+    ) -> tuple[Message, bytes]:
+        """Append with the chat's next `seq` at the store's clock; `UnknownChat` if none."""
+        ...
+
+    async def messages_since(self, object_id: str, after: int, limit: int) -> list[tuple[int, str]]:
+        """Up to `limit` messages with `seq > after`, oldest first, as `(seq, json)`."""
+        ...
 
     async def close(self) -> None: ...
 

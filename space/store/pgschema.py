@@ -23,6 +23,12 @@ CREATE TABLE feeds (space text PRIMARY KEY, seq bigint NOT NULL);
 CREATE TABLE changes (space text NOT NULL, seq bigint NOT NULL, trigger_id text NOT NULL,
   op text NOT NULL, rev bigint NOT NULL, body text, at text NOT NULL,
   PRIMARY KEY (space, seq));
+CREATE TABLE chats (object_id text PRIMARY KEY, space text NOT NULL, name text NOT NULL,
+  created_at text NOT NULL, last_seq bigint NOT NULL DEFAULT 0);
+CREATE INDEX chats_by_space ON chats (space, created_at);
+CREATE TABLE chat_messages (object_id text NOT NULL, seq bigint NOT NULL,
+  message_id text NOT NULL UNIQUE, created_ts double precision NOT NULL, body text NOT NULL,
+  PRIMARY KEY (object_id, seq));
 """
 MIGRATIONS = (_V1,)  # version n is MIGRATIONS[n - 1]; append, never edit
 

@@ -1,8 +1,8 @@
 """The PostgreSQL store's wake-ups: one listener connection a server, a hint and nothing more.
 
 Owns `Wakes`: a dedicated connection (never a pooled one) that LISTENs on `CHANNEL`, where
-every feed append says `space:seq` (`postgres.PostgresStore.append_change`), and calls
-`wake(space)`. A notification is only a hint: after every (re)connect it calls
+a feed append says `feed:<space>` and a message `chat:<objectId>` (`postgres`), and calls
+`wake(topic)`. A notification is only a hint: after every (re)connect it calls
 `wake(None)` — re-read every cursor, since what was notified while it was down is lost —
 it pings its own connection to find a dead one (asyncpg notices a dead TCP peer late),
 and while it cannot listen (no database, PgBouncer in transaction mode: `listen=False`)
@@ -75,5 +75,4 @@ class Wakes:
             conn.terminate()
 
     def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        space, _, _seq = payload.rpartition(":")
-        self.wake(space or None)
+        self.wake(payload)

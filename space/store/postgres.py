@@ -4,7 +4,8 @@ Owns the operations' SQL. A lease change locks the lease row (`FOR UPDATE`) and 
 with `now()`; a claim is one statement, `INSERT … ON CONFLICT DO NOTHING` fenced by the
 lease row held `FOR SHARE`, so no claim commits under a term that is being replaced; the
 feed's `seq` comes from a per-space counter row updated in the writing transaction, so
-it is gapless and in commit order, and the append NOTIFYs `space:seq` as a hint (`pgwake`).
+it is gapless and in commit order, and each chat's `seq` likewise; appends NOTIFY a hint
+(`pgwake`).
 Must not know HTTP; the schema is `pgschema`'s.
 """
 
@@ -15,7 +16,9 @@ from typing import Any
 
 import asyncpg
 
-from space import leases, trigger_store
+from core.chatwire import Message, MessageIn
+from space import chat_store, leases, trigger_store
+from space.chat_store import Chat
 from space.servertime import iso
 from space.store import Claimed, ClaimIn, LeaseChange, LeaseStep, Stale, Taken, pgschema
 from space.store.pgwake import CHANNEL
@@ -32,7 +35,7 @@ WITH counter AS (INSERT INTO feeds AS f (space, seq) VALUES ($1, 1)
   ON CONFLICT (space) DO UPDATE SET seq = f.seq + 1 RETURNING seq),
 appended AS (INSERT INTO changes (space, seq, trigger_id, op, rev, body, at)
   SELECT $1, seq, $2, $3, $4, $5, $6 FROM counter RETURNING seq)
-SELECT seq, pg_notify('CHANNEL', $1 || ':' || seq) FROM appended
+SELECT seq, pg_notify('CHANNEL', 'feed:' || $1) FROM appended
 """.replace("CHANNEL", CHANNEL)
 
 
@@ -119,6 +122,57 @@ class PostgresStore:
     ) -> int:
         async with self.pool.acquire() as conn, conn.transaction():
             return int(await conn.fetchval(_APPEND, space, trigger_id, op, rev, body, at))
+
+    async def create_chat(self, space: str, name: str) -> Chat:
+        async with self.pool.acquire() as conn, conn.transaction():
+            now = await conn.fetchval("SELECT extract(epoch FROM now())::float8")
+            chat = chat_store.new_chat(space, name, now)
+            await conn.execute(
+                "INSERT INTO chats (object_id, space, name, created_at) VALUES ($1, $2, $3, $4)",
+                chat.objectId,
+                space,
+                name,
+                chat.createdAt,
+            )
+        return chat
+
+    async def add_message(
+        self, space: str, object_id: str, msg: MessageIn
+    ) -> tuple[Message, bytes]:
+        """The chat's counter row bumped in the message's transaction: `seq` gapless, in
+        commit order; `createdAt` the database's clock once the row is locked, so it grows
+        with `seq` (`now()`, the transaction's start, would not under contention)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(
+                "UPDATE chats SET last_seq = last_seq + 1 WHERE space = $1 AND object_id = $2 "
+                "RETURNING last_seq, extract(epoch FROM clock_timestamp())::float8 AS now",
+                space,
+                object_id,
+            )
+            if row is None:
+                raise chat_store.UnknownChat(object_id)
+            message, body = chat_store.new_message(object_id, row["last_seq"], msg, row["now"])
+            await conn.execute(
+                "INSERT INTO chat_messages (object_id, seq, message_id, created_ts, body) "
+                "VALUES ($1, $2, $3, $4, $5)",
+                object_id,
+                message.seq,
+                message.message_id,
+                row["now"],
+                body.decode(),
+            )
+            await conn.execute("SELECT pg_notify($1, 'chat:' || $2)", CHANNEL, object_id)
+        return message, body
+
+    async def messages_since(self, object_id: str, after: int, limit: int) -> list[tuple[int, str]]:
+        rows = await self.pool.fetch(
+            "SELECT seq, body FROM chat_messages WHERE object_id = $1 AND seq > $2 "
+            "ORDER BY seq LIMIT $3",
+            object_id,
+            after,
+            limit,
+        )
+        return [(row["seq"], row["body"]) for row in rows]
 
     async def changes_since(self, space: str, since: int, limit: int) -> list[dict[str, Any]]:
         rows = await self.pool.fetch(

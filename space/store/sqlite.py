@@ -1,6 +1,7 @@
 """The embedded store behind the seam: today's SQLite tables and code, by the server's clock.
 
-Owns adapting the sync area modules (`leases`, `fires`, `trigger_store`) to `Store`; the
+Owns adapting the sync area modules (`leases`, `fires`, `trigger_store`, `chat_store`)
+to `Store`; the
 SQL stays in those modules, so the routes that still use them directly answer the same.
 Each call is one `BEGIN IMMEDIATE` transaction (a savepoint inside an open one). Must
 not hold SQL of its own.
@@ -13,8 +14,10 @@ from typing import Any
 
 import sqlite_utils
 
+from core.chatwire import Message, MessageIn
 from core.wire import FireIn
-from space import fires, leases, trigger_store
+from space import chat_store, fires, leases, trigger_store
+from space.chat_store import Chat
 from space.db import transaction
 from space.servertime import ServerClock, iso
 from space.store import Claimed, ClaimIn, LeaseChange, LeaseStep, Stale, Taken
@@ -65,6 +68,18 @@ class SqliteStore:
 
     async def changes_since(self, space: str, since: int, limit: int) -> list[dict[str, Any]]:
         return trigger_store.changes_since(self.db, space, since, limit)
+
+    async def create_chat(self, space: str, name: str) -> Chat:
+        return chat_store.create_chat(self.db, space, name, now=self.clock().timestamp())
+
+    async def add_message(
+        self, space: str, object_id: str, msg: MessageIn
+    ) -> tuple[Message, bytes]:
+        now = self.clock().timestamp()
+        return chat_store.add_message(self.db, space, object_id, msg, now=now)
+
+    async def messages_since(self, object_id: str, after: int, limit: int) -> list[tuple[int, str]]:
+        return chat_store.page(self.db, object_id, after, limit)
 
     async def close(self) -> None:
         """The database is the app's: closed at its cleanup."""

@@ -8,12 +8,16 @@ lease, never slept over.
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 from functools import partial
 
+import pytest
 from waiting import eventually
 
+from core.chatwire import MessageIn
 from space import leases
+from space.chat_store import UnknownChat
 from space.servertime import iso
 from space.store import Claimed, ClaimIn, Stale, Store, Taken
 
@@ -187,3 +191,35 @@ async def test_the_feed_answers_its_rows_as_the_api_shows_them(store: Store) -> 
         }
     ]
     assert await store.changes_since("elsewhere", 0, 10) == []
+
+
+async def test_a_message_to_a_chat_that_does_not_exist_is_refused(store: Store) -> None:
+    with pytest.raises(UnknownChat):
+        await store.add_message(SPACE, "chat_nope", MessageIn(text="hi"))
+    chat = await store.create_chat(SPACE, "general")
+    with pytest.raises(UnknownChat):
+        await store.add_message("elsewhere", chat.objectId, MessageIn(text="hi"))
+    assert await store.messages_since(chat.objectId, 0, 10) == []
+
+
+async def test_eight_writers_to_one_chat_give_a_gapless_seq_in_commit_order(store: Store) -> None:
+    chat = await store.create_chat(SPACE, "general")
+    assert chat.lastSeq == 0 and chat.objectId.startswith("chat_")
+
+    async def write(w: int) -> None:
+        for n in range(50):
+            message, body = await store.add_message(
+                SPACE, chat.objectId, MessageIn(text=f"{w}.{n}")
+            )
+            assert json.loads(body)["seq"] == message.seq
+
+    await asyncio.gather(*(write(w) for w in range(8)))
+    rows = await store.messages_since(chat.objectId, 0, 1000)
+    assert [seq for seq, _ in rows] == list(range(1, 401))
+    messages = [json.loads(body) for _, body in rows]
+    assert sorted(m["text"] for m in messages) == sorted(
+        f"{w}.{n}" for w in range(8) for n in range(50)
+    )
+    created = [m["createdAt"] for m in messages]
+    assert created == sorted(created)  # the instant grows with seq
+    assert [seq for seq, _ in await store.messages_since(chat.objectId, 398, 10)] == [399, 400]

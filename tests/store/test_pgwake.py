@@ -13,6 +13,7 @@ from space.store.pgwake import Wakes
 from space.store.postgres import PostgresStore
 
 SPACE = "home"
+TOPIC = f"feed:{SPACE}"
 
 
 @pytest.fixture
@@ -36,8 +37,8 @@ async def test_an_append_on_one_server_wakes_the_listener_of_another(
     try:
         await eventually(lambda: woken == [None], what="the re-read after connecting")
         seq = await writer.append_change(SPACE, "t1", "create", 1, "{}", "at")
-        await eventually(lambda: SPACE in woken, what="the hint of the append")
-        assert woken == [None, SPACE] and seq == 1
+        await eventually(lambda: TOPIC in woken, what="the hint of the append")
+        assert woken == [None, TOPIC] and seq == 1
     finally:
         await wakes.stop()
 
@@ -58,7 +59,7 @@ async def test_a_killed_listener_reconnects_and_rereads_what_it_missed(
         assert None in woken[mark:]  # every cursor read again after the reconnect
         before = len(woken)
         await writer.append_change(SPACE, "t1", "update", 2, "{}", "at")
-        await eventually(lambda: SPACE in woken[before:], what="hints after the reconnect")
+        await eventually(lambda: TOPIC in woken[before:], what="hints after the reconnect")
     finally:
         await admin.close()
         await wakes.stop()

@@ -83,7 +83,7 @@ async def test_a_handover_waits_for_a_claim_in_flight_under_the_term_it_replaces
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
             "AND query LIKE '%FOR UPDATE%'"
         )
-        await eventually(lambda: claim.fetchval(waiting), what="the handover waiting on the lock")
+        await eventually(lambda: store.pool.fetchval(waiting), what="the handover waiting")
         assert not handover.done()
         await tx.commit()
         change = await asyncio.wait_for(handover, 10)
