@@ -50,6 +50,8 @@ from space.appstate import (
 from space.db import DB, open_db
 from space.http import refusals
 from space.servertime import ServerClock, iso, system_clock
+from space.store import STORE
+from space.store.sqlite import SqliteStore
 
 ADMIN_TOKEN_FILE = "admin.token"
 _AREAS = (
@@ -139,6 +141,7 @@ async def _server_time(request: web.Request, response: web.StreamResponse) -> No
 def _open_store(app: web.Application, db_path: str | Path, token_file: Path) -> None:
     """The database, closed at cleanup, and the admin token in `token_file`."""
     app[DB] = open_db(db_path)
+    app[STORE] = SqliteStore(app[DB], app[CLOCK])
     app.on_cleanup.append(_close_db)
     token_store.ensure_schema(app[DB])
     token_store.ensure_admin_token(app[DB], token_file, app[CLOCK]().timestamp())

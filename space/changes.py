@@ -14,11 +14,11 @@ from typing import Any
 from aiohttp import web
 
 from core.wire import ChangePage
-from space import record_view, streams, trigger_store
+from space import record_view, streams
 from space.auth import Role, principal
-from space.db import DB
 from space.http import Refusal, add_route, answer, int64, int_query
 from space.spaces import require_space
+from space.store import STORE
 
 FANOUT = web.AppKey("change_fanout", streams.Fanout[str])
 PAGE_DEFAULT = 500
@@ -43,9 +43,9 @@ def cursor(request: web.Request) -> int:
     return seq
 
 
-def _page(request: web.Request, space: str, since: int, limit: int) -> list[dict[str, Any]]:
+async def _page(request: web.Request, space: str, since: int, limit: int) -> list[dict[str, Any]]:
     """Changes after `since`; to a run token, each record without what it is told."""
-    page = trigger_store.changes_since(request.app[DB], space, since, limit)
+    page = await request.app[STORE].changes_since(space, since, limit)
     if principal(request).role is not Role.RUN:
         return page
     for change in page:
@@ -60,7 +60,7 @@ async def get_changes(request: web.Request) -> web.StreamResponse:
     space = require_space(request)
     since = int_query(request, "since", 0)
     limit = int_query(request, "limit", PAGE_DEFAULT, low=1, high=PAGE_MAX)
-    page = _page(request, space, since, limit + 1)
+    page = await _page(request, space, since, limit + 1)
     more = len(page) > limit
     page = page[:limit]
     return answer({"changes": page, "next": page[-1]["seq"] if page else since, "more": more})
@@ -87,7 +87,7 @@ async def _send_since(
     request: web.Request, stream: streams.EventStream, space: str, since: int
 ) -> int:
     while not stream.closed:
-        page = _page(request, space, since, PAGE_DEFAULT)
+        page = await _page(request, space, since, PAGE_DEFAULT)
         for change in page:
             await stream.send(json.dumps(change), id=change["seq"], event="change")
             since = change["seq"]

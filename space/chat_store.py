@@ -77,18 +77,23 @@ def _iso(ts: float) -> str:
 
 def create_chat(db: sqlite_utils.Database, space: str, name: str, *, now: float) -> Chat:
     """Create a chat in `space`; its wire object."""
-    chat = Chat(
+    chat = new_chat(space, name, now)
+    db.execute(
+        "INSERT INTO chats (object_id, space, name, created_at) VALUES (?, ?, ?, ?)",
+        [chat.objectId, space, name, chat.createdAt],
+    )
+    return chat
+
+
+def new_chat(space: str, name: str, now: float) -> Chat:
+    """A chat not stored yet: a new objectId, no message."""
+    return Chat(
         objectId=f"chat_{secrets.token_hex(8)}",
         name=name,
         createdAt=_iso(now),
         space=space,
         lastSeq=0,
     )
-    db.execute(
-        "INSERT INTO chats (object_id, space, name, created_at) VALUES (?, ?, ?, ?)",
-        [chat.objectId, space, name, chat.createdAt],
-    )
-    return chat
 
 
 def list_chats(db: sqlite_utils.Database, space: str) -> list[Chat]:
@@ -130,21 +135,26 @@ def add_message(
         ).fetchone()
         if row is None:
             raise UnknownChat(object_id)
-        message = Message(
-            message_id=f"msg_{secrets.token_hex(10)}",
-            seq=int(row[0]),
-            object_id=object_id,
-            text=msg.text,
-            created_at=_iso(now),
-            agent=msg.agent,
-        )
-        body = _encode(message)
+        message, body = new_message(object_id, int(row[0]), msg, now)
         db.execute(
             "INSERT INTO chat_messages (object_id, seq, message_id, created_ts, body) "
             "VALUES (?, ?, ?, ?, ?)",
             [object_id, message.seq, message.message_id, now, body.decode()],
         )
     return message, body
+
+
+def new_message(object_id: str, seq: int, msg: MessageIn, now: float) -> tuple[Message, bytes]:
+    """The message `msg` at `seq` of its chat, accepted at `now`, and its JSON."""
+    message = Message(
+        message_id=f"msg_{secrets.token_hex(10)}",
+        seq=seq,
+        object_id=object_id,
+        text=msg.text,
+        created_at=_iso(now),
+        agent=msg.agent,
+    )
+    return message, _encode(message)
 
 
 def edit_message(

@@ -39,6 +39,7 @@ from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.servertime import epoch
 from space.spaces import require_space
+from space.store import STORE
 from space.streams import EventStream, install, last_event_id
 
 log = logging.getLogger("baton.space")
@@ -119,7 +120,7 @@ def _chat_cursor(request: web.Request) -> tuple[str, str, int]:
 async def post_chat(request: web.Request) -> web.Response:
     space = require_space(request)
     body = decode(await raw_body(request) or b"{}", ChatIn)
-    chat = chat_store.create_chat(request.app[DB], space, body.name, now=epoch(now_of(request)))
+    chat = await request.app[STORE].create_chat(space, body.name)
     return answer(chat, status=201)
 
 
@@ -131,8 +132,7 @@ async def post_message(request: web.Request) -> web.Response:
     space, object_id, _ = _chat_cursor(request)
     msg = _signed(request, decode(await raw_body(request), MessageIn))
     _check_text(msg.text, settings(request.app).text_limit)
-    now = epoch(now_of(request))
-    message, body = chat_store.add_message(request.app[DB], space, object_id, msg, now=now)
+    message, body = await request.app[STORE].add_message(space, object_id, msg)
     request.app[TOPICS].publish(object_id, (message.seq, body.decode(), chat_stream.MESSAGE))
     return web.Response(body=body, status=201, content_type="application/json")
 

@@ -39,7 +39,7 @@ def record_to_claim(
         _not_ahead(record, fire, now)
         return record
     lease = leases.load(db, space)
-    if lease.lapsed(now) or lease.active != fire.peer or lease.term != fire.term:
+    if not leases.holds(lease, fire.peer, fire.term, now):
         holder = lease.active if not lease.lapsed(now) else None
         raise Refusal(
             409,

@@ -25,6 +25,7 @@ from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, int_query, now_of, read_body
 from space.servertime import iso
 from space.spaces import require_space
+from space.store import Claimed, Taken
 from triggers import records
 from triggers.bounds import MAX_TIMEOUT_SECONDS
 
@@ -77,28 +78,36 @@ def claim_one(
 
 def _insert(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) -> dict[str, Any]:
     """The key claimed by this claim (one statement when it is new), else a `Refusal`."""
-    at = iso(now)
+    outcome = take(db, space, fire, iso(now))
+    if isinstance(outcome, Claimed):
+        return {**_out(fire), "claimedAt": outcome.claimed_at}
+    raise Refusal(
+        409,
+        "already_claimed",
+        f"{fire.triggerId}@{fire.key} was claimed by {outcome.peer!r} at term {outcome.term}",
+        peer=outcome.peer,
+        claimedAt=outcome.claimed_at,
+    )
+
+
+def take(db: sqlite_utils.Database, space: str, fire: FireIn, at: str) -> Claimed | Taken:
+    """Insert the claim of `fire`'s key at `at`: `Claimed` when it is new or this very
+    claim sent again (`claimId`), else `Taken` by the claim that has it."""
     inserted = db.conn.execute(
         "INSERT INTO fires (space, trigger_id, key, term, peer, claimed_at, claim_id) "
         "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (space, trigger_id, key) DO NOTHING",
         [space, fire.triggerId, fire.key, fire.term, fire.peer, at, fire.claimId or ""],
     ).rowcount
     if inserted == 1:
-        return {**_out(fire), "claimedAt": at}
+        return Claimed(at)
     row = db.execute(
         "SELECT term, peer, claimed_at, claim_id FROM fires "
         "WHERE space = ? AND trigger_id = ? AND key = ?",
         [space, fire.triggerId, fire.key],
     ).fetchone()
     if fire.claimId and row[3] == fire.claimId:
-        return {**_out(fire), "claimedAt": row[2]}  # this very claim, sent again
-    raise Refusal(
-        409,
-        "already_claimed",
-        f"{fire.triggerId}@{fire.key} was claimed by {row[1]!r} at term {row[0]}",
-        peer=row[1],
-        claimedAt=row[2],
-    )
+        return Claimed(row[2])
+    return Taken(peer=row[1], term=row[0], claimed_at=row[2])
 
 
 def _run_token(

@@ -26,10 +26,11 @@ from core.peerwire import HandoverIn, LeaseIn, LeaseOut, WantIn
 from space import history, oddrows
 from space.appstate import CLOCK, SETTINGS
 from space.auth import require_peer
-from space.db import DB, transaction, watch_stalls
-from space.http import Refusal, add_route, answer, now_of, read_body
+from space.db import DB, watch_stalls
+from space.http import Refusal, add_route, answer, read_body
 from space.servertime import iso
 from space.spaces import require_space
+from space.store import STORE
 
 log = logging.getLogger("baton.space")
 
@@ -167,47 +168,64 @@ def _length(request: web.Request) -> timedelta:
 
 async def get_election(request: web.Request) -> web.Response:
     space = require_space(request)
-    return answer(wire(load(request.app[DB], space), now_of(request), _length(request)))
+    lease, now = await request.app[STORE].lease(space)
+    return answer(wire(lease, now, _length(request)))
 
 
-def _change(
+async def _change(
     request: web.Request, space: str, step: Callable[[Lease, datetime], Lease]
 ) -> web.Response:
-    """Load, apply `step(lease, now)`, store; 409 `lease_conflict` with the lease if refused."""
-    db, now, length = request.app[DB], now_of(request), _length(request)
-    with transaction(db):
-        lease = load(db, space)
-        try:
-            new: Lease | None = step(lease, now)
-        except Conflict:
-            new = None
-        if new is not None:
-            store(db, space, new)
-            remember(db, space, lease, new, now)
-    if new is None:
+    """Apply `step(lease, now)` in the store; 409 `lease_conflict` with the lease if refused."""
+    change = await request.app[STORE].change_lease(space, step)
+    lease, now, length = change.old, change.now, _length(request)
+    if change.new is None:
         raise Refusal(
             409, "lease_conflict", _conflict_detail(lease, now), **wire(lease, now, length)
         )
-    return answer(wire(new, now, length))
+    return answer(wire(change.new, now, length))
 
 
 def remember(db: sqlite_utils.Database, space: str, old: Lease, new: Lease, now: datetime) -> None:
-    """The history of terms: a new term begins, the one before ended (released, expired
-    at its `expiresAt`, or handed over while it still held). A renewal writes nothing."""
+    """The history of terms, as `term_events` says."""
+    for event in term_events(old, new, now):
+        if isinstance(event, TermBegan):
+            history.term_began(db, space, event.term, event.holder, event.at.timestamp())
+        else:
+            history.term_ended(db, space, event.term, event.at.timestamp(), event.how)
+
+
+class TermBegan(msgspec.Struct, frozen=True):
+    term: int
+    holder: str
+    at: datetime
+
+
+class TermEnded(msgspec.Struct, frozen=True):
+    term: int
+    at: datetime
+    how: str
+
+
+def term_events(old: Lease, new: Lease, now: datetime) -> list[TermBegan | TermEnded]:
+    """What a change of the lease writes into the history of terms: a new term begins, the
+    one before ended (released, expired at its `expiresAt`, or handed over while it still
+    held). A renewal writes nothing."""
+    lapsed = old.lapsed(now) and old.expires_at is not None
+    ended = old.expires_at if lapsed and old.expires_at else now
+    events: list[TermBegan | TermEnded] = []
     if new.term != old.term:
         if old.active is not None and old.term:
-            lapsed = old.lapsed(now) and old.expires_at is not None
-            ended = old.expires_at if lapsed and old.expires_at else now
-            how = "expired" if lapsed else "handed over"
-            history.term_ended(db, space, old.term, ended.timestamp(), how)
+            events.append(TermEnded(old.term, ended, "expired" if lapsed else "handed over"))
         if new.active is not None:
-            history.term_began(db, space, new.term, new.active, now.timestamp())
+            events.append(TermBegan(new.term, new.active, now))
     elif old.active is not None and new.active is None:
-        lapsed = old.lapsed(now) and old.expires_at is not None
-        ended = old.expires_at if lapsed and old.expires_at else now
-        history.term_ended(
-            db, space, old.term, ended.timestamp(), "expired" if lapsed else "released"
-        )
+        events.append(TermEnded(old.term, ended, "expired" if lapsed else "released"))
+    return events
+
+
+def holds(lease: Lease, peer: str, term: int, now: datetime) -> bool:
+    """Whether `peer` holds the lease at `term` now: what fences a floating trigger's claim."""
+    return not lease.lapsed(now) and lease.active == peer and lease.term == term
 
 
 def _conflict_detail(lease: Lease, now: datetime) -> str:
@@ -235,20 +253,22 @@ async def _peer_body(request: web.Request, kind: type[B]) -> tuple[str, B]:
 async def post_acquire(request: web.Request) -> web.Response:
     space, body = await _peer_body(request, LeaseIn)
     length = _length(request)
-    return _change(
+    return await _change(
         request, space, lambda lease, now: acquire(lease, body.peer, body.term, now, length)
     )
 
 
 async def post_release(request: web.Request) -> web.Response:
     space, body = await _peer_body(request, LeaseIn)
-    return _change(request, space, lambda lease, now: release(lease, body.peer, body.term, now))
+    return await _change(
+        request, space, lambda lease, now: release(lease, body.peer, body.term, now)
+    )
 
 
 async def post_handover(request: web.Request) -> web.Response:
     space, body = await _peer_body(request, HandoverIn)
     length = _length(request)
-    return _change(
+    return await _change(
         request,
         space,
         lambda lease, now: handover(lease, body.peer, body.term, body.to, now, length),
@@ -257,7 +277,7 @@ async def post_handover(request: web.Request) -> web.Response:
 
 async def post_want(request: web.Request) -> web.Response:
     space, body = await _peer_body(request, WantIn)
-    return _change(request, space, lambda lease, now: want(lease, body.peer, body.want))
+    return await _change(request, space, lambda lease, now: want(lease, body.peer, body.want))
 
 
 def setup(app: web.Application) -> None:

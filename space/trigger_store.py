@@ -97,9 +97,17 @@ def _write(db: sqlite_utils.Database, space: str, record: Record, op: str, now: 
         "INSERT OR REPLACE INTO triggers VALUES (?, ?, ?, ?)",
         [space, record["id"], record["rev"], body],
     )
+    return append_change(db, space, record["id"], op, record["rev"], body, now)
+
+
+def append_change(
+    db: sqlite_utils.Database, space: str, tid: str, op: str, rev: int, body: str | None, at: str
+) -> int:
+    """One change into the feed, in the caller's transaction; its `seq` (AUTOINCREMENT under
+    `BEGIN IMMEDIATE`: gapless and in commit order)."""
     cur = db.execute(
         "INSERT INTO changes (space, trigger_id, op, rev, body, at) VALUES (?, ?, ?, ?, ?, ?)",
-        [space, record["id"], op, record["rev"], body, now],
+        [space, tid, op, rev, body, at],
     )
     return int(cur.lastrowid or 0)
 
@@ -258,14 +266,10 @@ def delete(
         rev = row[0]
         _check_rev(rev, if_match)
         db.execute("DELETE FROM triggers WHERE space = ? AND id = ?", [space, tid])
-        cur = db.execute(
-            "INSERT INTO changes (space, trigger_id, op, rev, body, at) "
-            "VALUES (?, ?, 'delete', ?, NULL, ?)",
-            [space, tid, rev + 1, now],
-        )
+        seq = append_change(db, space, tid, "delete", rev + 1, None, now)
         old = record_view.parse(row[1]) or {"id": tid}
         old = {**old, "id": tid, "rev": rev}
-        history.revision(db, space, old, None, int(cur.lastrowid or 0), _unix(now), by)
+        history.revision(db, space, old, None, seq, _unix(now), by)
 
 
 def listing(
@@ -306,14 +310,10 @@ def changes_since(db: sqlite_utils.Database, space: str, since: int, limit: int)
         "WHERE space = ? AND seq > ? ORDER BY seq LIMIT ?",
         [space, since, limit],
     )
-    return [
-        {
-            "seq": seq,
-            "triggerId": tid,
-            "op": op,
-            "rev": rev,
-            "at": at,
-            "record": None if body is None else record_view.parse(body) or {"id": tid, "raw": body},
-        }
-        for seq, tid, op, rev, body, at in rows.fetchall()
-    ]
+    return [change_view(*row) for row in rows.fetchall()]
+
+
+def change_view(seq: int, tid: str, op: str, rev: int, body: str | None, at: str) -> Record:
+    """A row of the feed as the API shows it."""
+    record = None if body is None else record_view.parse(body) or {"id": tid, "raw": body}
+    return {"seq": seq, "triggerId": tid, "op": op, "rev": rev, "at": at, "record": record}

@@ -50,15 +50,37 @@ from space.serving import SpaceRunner
 PEER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
+NOT_SERVED_YET = (
+    "a PostgreSQL URL is not served yet (issue 22: the PostgreSQL store has the election, "
+    "claims and feeds only); give a SQLite file"
+)
+
+
 def default_db() -> Path:
-    return Path(os.environ.get("BATON_DB") or data_dir() / SPACE_DB)
+    env = os.environ.get("BATON_DB")
+    if env and _is_url(env):
+        raise UsageError(f"$BATON_DB: {NOT_SERVED_YET}")
+    return Path(env or data_dir() / SPACE_DB)
+
+
+def sqlite_file(text: str) -> Path:
+    """An argparse type: the space's SQLite file; a PostgreSQL URL is refused, saying why."""
+    if _is_url(text):
+        raise argparse.ArgumentTypeError(NOT_SERVED_YET)
+    return Path(text)
+
+
+def _is_url(text: str) -> bool:
+    return text.startswith(("postgresql://", "postgres://"))
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("space", help="the embedded space server")
     sub = p.add_subparsers(dest="space_command", required=True, parser_class=type(p))
     serve = sub.add_parser("serve", help="run the space server")
-    serve.add_argument("--db", type=Path, default=None, help="SQLite file (created if missing)")
+    serve.add_argument(
+        "--db", type=sqlite_file, default=None, help="SQLite file (created if missing)"
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=port, default=DEFAULT_PORT, help="port (0: any free port)")
     serve.add_argument(

@@ -177,6 +177,17 @@ def test_history_days_is_a_flag_of_the_servers_checked_before_anything_starts(ve
     assert main([*verb, "--history-days", "0"]) == 2
 
 
+def test_a_postgresql_url_is_refused_until_the_store_serves_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    assert main(["space", "serve", "--db", "postgresql://box/baton"]) == 2
+    assert "--db: a PostgreSQL URL is not served yet" in capsys.readouterr().err
+    monkeypatch.setenv("BATON_DB", "postgres://box/baton")
+    assert main(["space", "serve"]) == 2
+    err = capsys.readouterr().err
+    assert "$BATON_DB: a PostgreSQL URL is not served yet" in err and len(err.splitlines()) == 1
+
+
 REPORT = {  # what a device says of itself in its heartbeat while it runs
     "responder": "builtin",
     "chatWatch": {"ready": True, "reason": "", "chats": []},

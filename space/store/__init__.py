@@ -1,0 +1,99 @@
+"""The store seam: what the database decides, behind one interface with two implementations.
+
+Owns the `Store` protocol and its answers for the parts SPEC "Beyond one machine" says the
+database decides: the lease and its term by the store's clock, fire claims fenced by the
+lease, and the gapless, commit-ordered `seq` of the change feed and of each chat.
+`sqlite.SqliteStore` is the embedded default (today's tables and code);
+`postgres.PostgresStore` runs on asyncpg and decides by PostgreSQL's `now()`. Must not
+know HTTP, records or devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+import msgspec
+from aiohttp import web
+
+if TYPE_CHECKING:  # `leases` and `chats` serve their routes through this seam
+    from core.chatwire import Message, MessageIn
+    from space.chat_store import Chat
+    from space.leases import Lease
+
+LeaseStep: TypeAlias = "Callable[[Lease, datetime], Lease]"  # `leases.Conflict` refuses
+
+
+class LeaseChange(msgspec.Struct, frozen=True):
+    """The lease before a change, after it (None: refused) and the store's `now` it ran at."""
+
+    old: Lease
+    new: Lease | None
+    now: datetime
+
+
+class ClaimIn(msgspec.Struct, frozen=True, kw_only=True):
+    """A fire claim: `floating` ones are fenced by the lease (`peer` must hold it at `term`)."""
+
+    space: str
+    trigger_id: str
+    key: str
+    term: int
+    peer: str
+    floating: bool
+    claim_id: str = ""
+
+
+class Claimed(msgspec.Struct, frozen=True):
+    claimed_at: str  # RFC 3339; a resent claim (same `claim_id`) answers its first instant
+
+
+class Taken(msgspec.Struct, frozen=True, kw_only=True):
+    peer: str
+    term: int
+    claimed_at: str
+
+
+class Stale(msgspec.Struct, frozen=True):
+    """Refused by the fence: the lease as it is, and the store's `now` that judged it."""
+
+    lease: Lease
+    now: datetime
+
+
+class Store(Protocol):
+    async def lease(self, space: str) -> tuple[Lease, datetime]:
+        """The space's lease and the store's `now`."""
+        ...
+
+    async def change_lease(self, space: str, step: LeaseStep) -> LeaseChange:
+        """Apply `step` to the lease under a lock, with the history of terms, all or nothing."""
+        ...
+
+    async def claim(self, claim: ClaimIn) -> Claimed | Taken | Stale: ...
+
+    async def append_change(
+        self, space: str, trigger_id: str, op: str, rev: int, body: str | None, at: str
+    ) -> int:
+        """Append to the change feed in a transaction of its own; its `seq`."""
+        ...
+
+    async def changes_since(self, space: str, since: int, limit: int) -> list[dict[str, Any]]: ...
+
+    async def create_chat(self, space: str, name: str) -> Chat: ...
+
+    async def add_message(
+        self, space: str, object_id: str, msg: MessageIn
+    ) -> tuple[Message, bytes]:
+        """Append with the chat's next `seq` at the store's clock; `UnknownChat` if none."""
+        ...
+
+    async def messages_since(self, object_id: str, after: int, limit: int) -> list[tuple[int, str]]:
+        """Up to `limit` messages with `seq > after`, oldest first, as `(seq, json)`."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+STORE = web.AppKey("store", Store)

@@ -1,0 +1,56 @@
+"""The PostgreSQL store's schema: versioned migrations, applied by the server that opens it.
+
+Owns the tables of the PostgreSQL store and `migrate`: the versions applied are rows of
+`baton_schema`; a server applies the missing ones in order, in one transaction under an
+advisory lock (several servers starting at once apply each once), and refuses a store
+written by a newer build. Must not hold queries of the store's operations.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+_LOCK = 0x6261746F6E  # "baton": the advisory lock that serializes migrations
+_V1 = """
+CREATE TABLE leases (space text PRIMARY KEY, active text, term bigint NOT NULL DEFAULT 0,
+  expires_at timestamptz, want text);
+CREATE TABLE history_terms (space text NOT NULL, term bigint NOT NULL, holder text NOT NULL,
+  began timestamptz NOT NULL, ended timestamptz, how text, PRIMARY KEY (space, term));
+CREATE TABLE fires (space text NOT NULL, trigger_id text NOT NULL, key text NOT NULL,
+  term bigint NOT NULL, peer text NOT NULL, claimed_at timestamptz NOT NULL DEFAULT now(),
+  claim_id text NOT NULL DEFAULT '', PRIMARY KEY (space, trigger_id, key));
+CREATE TABLE feeds (space text PRIMARY KEY, seq bigint NOT NULL);
+CREATE TABLE changes (space text NOT NULL, seq bigint NOT NULL, trigger_id text NOT NULL,
+  op text NOT NULL, rev bigint NOT NULL, body text, at text NOT NULL,
+  PRIMARY KEY (space, seq));
+CREATE TABLE chats (object_id text PRIMARY KEY, space text NOT NULL, name text NOT NULL,
+  created_at text NOT NULL, last_seq bigint NOT NULL DEFAULT 0);
+CREATE INDEX chats_by_space ON chats (space, created_at);
+CREATE TABLE chat_messages (object_id text NOT NULL, seq bigint NOT NULL,
+  message_id text NOT NULL UNIQUE, created_ts double precision NOT NULL, body text NOT NULL,
+  PRIMARY KEY (object_id, seq));
+"""
+MIGRATIONS = (_V1,)  # version n is MIGRATIONS[n - 1]; append, never edit
+
+
+class NewerStore(Exception):
+    """The database was migrated by a newer build than this one."""
+
+
+async def migrate(conn: asyncpg.Connection) -> int:
+    """Apply the missing migrations; the version the store is at."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK)
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS baton_schema (version integer PRIMARY KEY, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        have = int(await conn.fetchval("SELECT coalesce(max(version), 0) FROM baton_schema"))
+        if have > len(MIGRATIONS):
+            raise NewerStore(
+                f"the database is at schema version {have}; this build knows {len(MIGRATIONS)}"
+            )
+        for version in range(have + 1, len(MIGRATIONS) + 1):
+            await conn.execute(MIGRATIONS[version - 1])
+            await conn.execute("INSERT INTO baton_schema (version) VALUES ($1)", version)
+    return len(MIGRATIONS)

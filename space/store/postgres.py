@@ -1,0 +1,226 @@
+"""The PostgreSQL store behind the seam: asyncpg, every decision by the database's clock.
+
+Owns the operations' SQL. A lease change locks the lease row (`FOR UPDATE`) and decides
+with `now()`; a claim is one statement, `INSERT … ON CONFLICT DO NOTHING` fenced by the
+lease row held `FOR SHARE`, so no claim commits under a term that is being replaced; the
+feed's `seq` comes from a per-space counter row updated in the writing transaction, so
+it is gapless and in commit order, and each chat's `seq` likewise; appends NOTIFY a hint
+(`pgwake`).
+Must not know HTTP; the schema is `pgschema`'s.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from core.chatwire import Message, MessageIn
+from space import chat_store, leases, trigger_store
+from space.chat_store import Chat
+from space.servertime import iso
+from space.store import Claimed, ClaimIn, LeaseChange, LeaseStep, Stale, Taken, pgschema
+from space.store.pgwake import CHANNEL
+
+_CLAIM = """
+WITH lease AS (SELECT 1 FROM leases WHERE space = $1 AND active = $5 AND term = $4
+  AND expires_at > now() FOR SHARE)
+INSERT INTO fires (space, trigger_id, key, term, peer, claim_id)
+SELECT $1, $2, $3, $4, $5, $6 WHERE NOT $7::boolean OR EXISTS (SELECT 1 FROM lease)
+ON CONFLICT DO NOTHING RETURNING claimed_at
+"""
+_APPEND = """
+WITH counter AS (INSERT INTO feeds AS f (space, seq) VALUES ($1, 1)
+  ON CONFLICT (space) DO UPDATE SET seq = f.seq + 1 RETURNING seq),
+appended AS (INSERT INTO changes (space, seq, trigger_id, op, rev, body, at)
+  SELECT $1, seq, $2, $3, $4, $5, $6 FROM counter RETURNING seq)
+SELECT seq, pg_notify('CHANNEL', 'feed:' || $1) FROM appended
+""".replace("CHANNEL", CHANNEL)
+
+
+class PostgresStore:
+    """A pool of connections for the operations; `open` migrates the schema first."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    @classmethod
+    async def open(cls, dsn: str, *, max_size: int = 10) -> PostgresStore:
+        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size)
+        try:
+            async with pool.acquire() as conn:
+                await pgschema.migrate(conn)
+        except BaseException:
+            await pool.close()
+            raise
+        return cls(pool)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def lease(self, space: str) -> tuple[leases.Lease, datetime]:
+        row = await self.pool.fetchrow(
+            "SELECT l.active, l.term, l.expires_at, l.want, now() AS now "
+            "FROM (SELECT 1) AS one LEFT JOIN leases l ON l.space = $1",
+            space,
+        )
+        return _lease(row), row["now"]
+
+    async def change_lease(self, space: str, step: LeaseStep) -> LeaseChange:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO leases (space) VALUES ($1) ON CONFLICT DO NOTHING", space
+            )
+            row = await conn.fetchrow(
+                "SELECT active, term, expires_at, want, now() AS now FROM leases "
+                "WHERE space = $1 FOR UPDATE",
+                space,
+            )
+            lease, now = _lease(row), row["now"]
+            try:
+                new: leases.Lease | None = step(lease, now)
+            except leases.Conflict:
+                new = None
+            if new is not None:
+                await conn.execute(
+                    "UPDATE leases SET active = $2, term = $3, expires_at = $4, want = $5 "
+                    "WHERE space = $1",
+                    space,
+                    new.active,
+                    new.term,
+                    new.expires_at,
+                    new.want,
+                )
+                await _remember(conn, space, leases.term_events(lease, new, now))
+        return LeaseChange(lease, new, now)
+
+    async def claim(self, claim: ClaimIn) -> Claimed | Taken | Stale:
+        c = claim
+        args = (c.space, c.trigger_id, c.key, c.term, c.peer, c.claim_id, c.floating)
+        while True:
+            at = await self.pool.fetchval(_CLAIM, *args)
+            if at is not None:
+                return Claimed(iso(at))
+            row = await self.pool.fetchrow(
+                "SELECT term, peer, claimed_at, claim_id FROM fires "
+                "WHERE space = $1 AND trigger_id = $2 AND key = $3",
+                c.space,
+                c.trigger_id,
+                c.key,
+            )
+            if row is not None:
+                if c.claim_id and row["claim_id"] == c.claim_id:
+                    return Claimed(iso(row["claimed_at"]))  # this very claim, sent again
+                return Taken(peer=row["peer"], term=row["term"], claimed_at=iso(row["claimed_at"]))
+            if c.floating:
+                return Stale(*await self.lease(c.space))
+            # not fenced and not taken: the key was freed in between; claim again
+
+    async def append_change(
+        self, space: str, trigger_id: str, op: str, rev: int, body: str | None, at: str
+    ) -> int:
+        async with self.pool.acquire() as conn, conn.transaction():
+            return int(await conn.fetchval(_APPEND, space, trigger_id, op, rev, body, at))
+
+    async def create_chat(self, space: str, name: str) -> Chat:
+        async with self.pool.acquire() as conn, conn.transaction():
+            now = await conn.fetchval("SELECT extract(epoch FROM now())::float8")
+            chat = chat_store.new_chat(space, name, now)
+            await conn.execute(
+                "INSERT INTO chats (object_id, space, name, created_at) VALUES ($1, $2, $3, $4)",
+                chat.objectId,
+                space,
+                name,
+                chat.createdAt,
+            )
+        return chat
+
+    async def add_message(
+        self, space: str, object_id: str, msg: MessageIn
+    ) -> tuple[Message, bytes]:
+        """The chat's counter row bumped in the message's transaction: `seq` gapless, in
+        commit order; `createdAt` the database's clock once the row is locked, so it grows
+        with `seq` (`now()`, the transaction's start, would not under contention)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(
+                "UPDATE chats SET last_seq = last_seq + 1 WHERE space = $1 AND object_id = $2 "
+                "RETURNING last_seq, extract(epoch FROM clock_timestamp())::float8 AS now",
+                space,
+                object_id,
+            )
+            if row is None:
+                raise chat_store.UnknownChat(object_id)
+            message, body = chat_store.new_message(object_id, row["last_seq"], msg, row["now"])
+            await conn.execute(
+                "INSERT INTO chat_messages (object_id, seq, message_id, created_ts, body) "
+                "VALUES ($1, $2, $3, $4, $5)",
+                object_id,
+                message.seq,
+                message.message_id,
+                row["now"],
+                body.decode(),
+            )
+            await conn.execute("SELECT pg_notify($1, 'chat:' || $2)", CHANNEL, object_id)
+        return message, body
+
+    async def messages_since(self, object_id: str, after: int, limit: int) -> list[tuple[int, str]]:
+        rows = await self.pool.fetch(
+            "SELECT seq, body FROM chat_messages WHERE object_id = $1 AND seq > $2 "
+            "ORDER BY seq LIMIT $3",
+            object_id,
+            after,
+            limit,
+        )
+        return [(row["seq"], row["body"]) for row in rows]
+
+    async def changes_since(self, space: str, since: int, limit: int) -> list[dict[str, Any]]:
+        rows = await self.pool.fetch(
+            "SELECT seq, trigger_id, op, rev, body, at FROM changes "
+            "WHERE space = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            space,
+            since,
+            limit,
+        )
+        return [trigger_store.change_view(*row) for row in rows]
+
+
+def _lease(row: asyncpg.Record) -> leases.Lease:
+    if row["term"] is None:
+        return leases.Lease()
+    return leases.Lease(
+        active=row["active"], term=row["term"], expires_at=row["expires_at"], want=row["want"]
+    )
+
+
+async def _remember(
+    conn: asyncpg.Connection, space: str, events: list[leases.TermBegan | leases.TermEnded]
+) -> None:
+    """The history of terms, in the lease's transaction (`leases.term_events`)."""
+    for event in events:
+        if isinstance(event, leases.TermBegan):
+            await conn.execute(
+                "UPDATE history_terms SET ended = $3, how = 'superseded' "
+                "WHERE space = $1 AND term < $2 AND ended IS NULL",
+                space,
+                event.term,
+                event.at,
+            )
+            await conn.execute(
+                "INSERT INTO history_terms (space, term, holder, began) VALUES ($1, $2, $3, $4) "
+                "ON CONFLICT (space, term) DO UPDATE SET holder = excluded.holder, "
+                "began = excluded.began, ended = NULL, how = NULL",
+                space,
+                event.term,
+                event.holder,
+                event.at,
+            )
+        else:
+            await conn.execute(
+                "UPDATE history_terms SET ended = $3, how = $4 "
+                "WHERE space = $1 AND term = $2 AND ended IS NULL",
+                space,
+                event.term,
+                event.at,
+                event.how,
+            )

@@ -1,0 +1,85 @@
+"""The embedded store behind the seam: today's SQLite tables and code, by the server's clock.
+
+Owns adapting the sync area modules (`leases`, `fires`, `trigger_store`, `chat_store`)
+to `Store`; the
+SQL stays in those modules, so the routes that still use them directly answer the same.
+Each call is one `BEGIN IMMEDIATE` transaction (a savepoint inside an open one). Must
+not hold SQL of its own.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlite_utils
+
+from core.chatwire import Message, MessageIn
+from core.wire import FireIn
+from space import chat_store, fires, leases, trigger_store
+from space.chat_store import Chat
+from space.db import transaction
+from space.servertime import ServerClock, iso
+from space.store import Claimed, ClaimIn, LeaseChange, LeaseStep, Stale, Taken
+
+
+class SqliteStore:
+    def __init__(self, db: sqlite_utils.Database, clock: ServerClock) -> None:
+        self.db = db
+        self.clock = clock
+
+    async def lease(self, space: str) -> tuple[leases.Lease, datetime]:
+        return leases.load(self.db, space), self.clock()
+
+    async def change_lease(self, space: str, step: LeaseStep) -> LeaseChange:
+        now = self.clock()
+        with transaction(self.db):
+            lease = leases.load(self.db, space)
+            try:
+                new: leases.Lease | None = step(lease, now)
+            except leases.Conflict:
+                new = None
+            if new is not None:
+                leases.store(self.db, space, new)
+                leases.remember(self.db, space, lease, new, now)
+        return LeaseChange(lease, new, now)
+
+    async def claim(self, claim: ClaimIn) -> Claimed | Taken | Stale:
+        now = self.clock()
+        fire = FireIn(
+            triggerId=claim.trigger_id,
+            key=claim.key,
+            term=claim.term,
+            peer=claim.peer,
+            claimId=claim.claim_id or None,
+        )
+        with transaction(self.db):
+            if claim.floating:
+                lease = leases.load(self.db, claim.space)
+                if not leases.holds(lease, claim.peer, claim.term, now):
+                    return Stale(lease, now)
+            return fires.take(self.db, claim.space, fire, iso(now))
+
+    async def append_change(
+        self, space: str, trigger_id: str, op: str, rev: int, body: str | None, at: str
+    ) -> int:
+        with transaction(self.db):
+            return trigger_store.append_change(self.db, space, trigger_id, op, rev, body, at)
+
+    async def changes_since(self, space: str, since: int, limit: int) -> list[dict[str, Any]]:
+        return trigger_store.changes_since(self.db, space, since, limit)
+
+    async def create_chat(self, space: str, name: str) -> Chat:
+        return chat_store.create_chat(self.db, space, name, now=self.clock().timestamp())
+
+    async def add_message(
+        self, space: str, object_id: str, msg: MessageIn
+    ) -> tuple[Message, bytes]:
+        now = self.clock().timestamp()
+        return chat_store.add_message(self.db, space, object_id, msg, now=now)
+
+    async def messages_since(self, object_id: str, after: int, limit: int) -> list[tuple[int, str]]:
+        return chat_store.page(self.db, object_id, after, limit)
+
+    async def close(self) -> None:
+        """The database is the app's: closed at its cleanup."""
