@@ -62,11 +62,13 @@ def policy(request: FireRequest, lane: Lane) -> Overlap:
 
     Catch-up fires (slots bridged on a takeover) queue: each is a slot that would
     otherwise be lost. A live fire that meets only catch-up fires queues behind
-    them too, rather than being skipped for a backlog that is not its overlap.
+    them too, rather than being skipped for a backlog that is not its overlap;
+    under `restart` it supersedes them, as it would any older fire.
     """
-    if request.catchup or lane.catchups > 0:
+    mode = request.trigger.effective_overlap
+    if request.catchup or (lane.catchups > 0 and mode is not Overlap.RESTART):
         return Overlap.QUEUE
-    return request.trigger.effective_overlap
+    return mode
 
 
 _ADMITTED = (admission.Ruling.START, admission.Ruling.QUEUED, admission.Ruling.RESTART)
@@ -94,6 +96,7 @@ class Lanes:
             lane.catchups += 1
         if verdict is admission.Ruling.RESTART:
             superseded, lane.waiting = list(lane.waiting), deque()
+            lane.catchups -= sum(w.request.catchup for w in superseded)  # never finished
         if verdict in (admission.Ruling.QUEUED, admission.Ruling.RESTART):
             lane.waiting.append(queued)
         return decision, superseded

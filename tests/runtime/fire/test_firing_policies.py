@@ -114,6 +114,28 @@ async def test_restart_cancels_the_running_run_and_starts_the_new_fire(w: World,
     assert (await w.stamped(record))["rollup"]["cancelled"] == 1
 
 
+async def test_restart_supersedes_a_bridged_run_with_a_live_fire(w: World, tmp_path: Path):
+    """A message bridged at subscribe time runs as a catch-up fire; a newer live message
+    under `restart` still supersedes it (it does not queue behind it)."""
+    gate = tmp_path / "gate"
+    await w.publish("slow@v1", GATED)
+    record = await w.trigger(
+        "slow@v1", args={"gate": str(gate)}, limits={"overlap": "restart", "timeoutSeconds": 30}
+    )
+    assert w.firing is not None
+    firing = w.firing
+    await firing.fire(w.request(record, "bridged", catchup=True))
+    await w.until_running(record)
+    await firing.fire(w.request(record, "live"))
+    await eventually(lambda: firing.counts.get("cancelled") == 1, timeout=10)
+    await w.until_running(record)
+    gate.touch()
+    await w.fire()
+    runs = {r["key"]: r for r in await w.runs(record)}
+    assert (runs["bridged"]["status"], runs["bridged"]["reason"]) == ("cancelled", "superseded")
+    assert runs["live"]["status"] == "ok"
+
+
 async def test_after_max_runs_ok_runs_the_trigger_is_done_and_fires_no_more(w: World):
     await w.publish("twice@v1", OK)
     record = await w.trigger("twice@v1", maxRuns=2)
