@@ -200,7 +200,8 @@ class Reconciler:
         """A stamp-only write of a record held here, taken in O(1); False for anything else.
 
         Stamps never bump `rev` nor `updatedAt`, so the same pair on the same kind means
-        the user fields are the ones already held (a `stamp` op, or an echo of one)."""
+        the user fields are the ones already held (a `stamp` op, or an echo of one). A
+        backfill request is stamped too, but the ticker must take it: it goes to the diff."""
         if isinstance(item, reg.Deleted | Salvaged):
             return False
         prev = self.records.get(item.id)
@@ -210,6 +211,7 @@ class Reconciler:
             or prev.rev != item.rev
             or prev.updated_at != item.updated_at
             or item.updated_at is None
+            or prev.backfill != item.backfill
         ):
             return False
         self.records[item.id] = item

@@ -11,6 +11,7 @@ import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from multidict import CIMultiDict
 
 from core.aio import Backoff
 from core.clock import Clock, FakeClock, SystemClock
+from core.vocab import iso
 from core.wire import Change
 from runtime.client.api import SpaceClient
 from runtime.client.seat import Seat
@@ -445,6 +447,21 @@ async def test_a_stamp_change_is_taken_without_a_diff_nor_a_registry_copy(space,
     assert made["id"] in rec.touched.take()  # for the health pass, which judges stamps too
     assert rec.records[made["id"]].last_status == "ok"  # type: ignore[union-attr]
     assert rec.registry[made["id"]].record.next_fire_at is not None  # its stamps kept current
+
+
+async def test_a_backfill_request_is_the_one_stamp_that_reaches_the_diff(space, start):
+    """A backfill is stamped (no rev), yet the ticker must take it: it comes as an update."""
+    run = await start()
+    await ready(run)
+    made = await space.admin.trigger_create(SPACE, named(CRON) | {"owner": ME})
+    await run.until(lambda: run.ids("add") == [made["id"]])
+    since = datetime.fromisoformat(made["activeSince"])
+    ask = {"from": iso(since + timedelta(seconds=1)), "to": iso(since + timedelta(minutes=10))}
+    answer = await space.admin.trigger_backfill(SPACE, made["id"], ask)
+    assert answer["keys"]
+    await run.until(lambda: run.ids("update") == [made["id"]])
+    held = run.reconciler.registry[made["id"]].record
+    assert held.backfill is not None and held.backfill.id == answer["id"]
 
 
 async def test_a_resync_keeps_the_record_objects_it_holds(space, start):
