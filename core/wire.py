@@ -316,6 +316,7 @@ class NextAttempt(Body, frozen=True, kw_only=True):
 
     key: str
     dueAt: Aware
+    event: dict[str, Any] | None = None  # an event trigger's message: a takeover runs it
 
 
 class Stamps(Body, frozen=True, kw_only=True):

@@ -313,12 +313,15 @@ class Device:
         if not holding():
             return  # lost again meanwhile: the next holder bridges
         slots, chats = self.ticker.bridge(start), self.subscriptions.bridge(start)
+        held = (armed.record for armed in self.reconciler.registry.values())
+        retries = self.firing.retries.adopt(held, start)
         log.info(
-            "takeover at term %d: bridging from %s: %d cron slots, %d chats",
+            "takeover at term %d: bridging from %s: %d cron slots, %d chats, %d event retries",
             term,
             iso(start),
             slots,
             chats,
+            retries,
         )
 
     def _on_slept(self, event: Slept) -> None:

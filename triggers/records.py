@@ -160,6 +160,7 @@ class Attempt(Base, frozen=True, kw_only=True):
 
     key: str
     due_at: Annotated[datetime, msgspec.Meta(tz=True)]
+    event: dict[str, Any] | None = None  # an event trigger's message, for whoever runs it
 
 
 class _Stored(_Fields, frozen=True, kw_only=True):

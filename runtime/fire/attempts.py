@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 
 import msgspec
@@ -20,11 +20,13 @@ import msgspec
 from core.aio import TaskSet
 from core.clock import Clock
 from core.vocab import RunReason
+from core.wire import NextAttempt, Stamps
 from runtime.fire import bodies
 from runtime.fire.ahead import Ahead
-from runtime.fire.dispatch import FireRequest, named
+from runtime.fire.dispatch import Event, FireRequest, named
 from runtime.fire.execute import Ending
-from triggers.records import FireKey, TriggerId
+from triggers import policies
+from triggers.records import EventTrigger, FireKey, Trigger, TriggerId
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +86,37 @@ class Retries:
             return
         await self._fire(again)
 
+    def adopt(self, records: Iterable[Trigger], start: datetime) -> int:
+        """After a takeover: each floating event trigger's stamped retry that came due after
+        `start` is run here (the bridge rule), never one from before; how many. (A cron or
+        once trigger's retry comes with its ticker entry.)"""
+        taken = 0
+        for record in records:
+            stamped = record.next_attempt
+            if not isinstance(record, EventTrigger) or not record.floating or stamped is None:
+                continue
+            if stamped.event is None or stamped.due_at <= start:
+                continue
+            key = FireKey(policies.base_key(stamped.key))
+            failed = FireRequest(
+                trigger=record, key=key, due_at=stamped.due_at, event=stamped.event
+            )
+            self.schedule(failed, stamped.key, stamped.due_at)
+            taken += 1
+        return taken
+
     def withdraw(self, tids: list[TriggerId]) -> None:
         self._waiting.withdraw(tids, RunReason.WITHDRAWN)
 
     async def close(self) -> None:
         await self._tasks.close()
+
+
+def carrying(stamps: Stamps, event: Event) -> Stamps:
+    """The stamps with the scheduled retry carrying its fire's message (an event trigger's)."""
+    stamped = stamps.nextAttempt
+    if not isinstance(stamped, NextAttempt):
+        return stamps
+    return msgspec.structs.replace(
+        stamps, nextAttempt=msgspec.structs.replace(stamped, event=event)
+    )

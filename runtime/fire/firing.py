@@ -31,7 +31,7 @@ from runtime.client.retry import transient
 from runtime.client.seat import Seat
 from runtime.fire import bodies
 from runtime.fire.ahead import Ahead
-from runtime.fire.attempts import Retries, Running
+from runtime.fire.attempts import Retries, Running, carrying
 from runtime.fire.bodies import RunIdentity
 from runtime.fire.claims import CLAIM_MAX, claim
 from runtime.fire.dispatch import Event, FireRequest, named
@@ -101,6 +101,10 @@ class Firing:
         for tid in diff.remove:
             for queued in self._lanes.remove(tid):
                 self._spawn(self._withdrawn(queued), queued.request)
+
+    @property
+    def retries(self) -> Retries:
+        return self._retries
 
     def slept(self) -> None:
         """The machine slept: fires claimed ahead of a slot it slept through never run."""
@@ -361,6 +365,8 @@ class Firing:
         stamps = self._lanes.settle(
             request.trigger, fire, outcome, why, now=now, admitted=admitted, next_attempt=again
         )
+        if again is not None and request.event is not None and stamps is not None:
+            stamps = carrying(stamps, request.event)  # a takeover runs the retry with it
         written = self._recorder.enqueue(request.trigger, run, stamps)  # written even past close
         self._spawn(_settled(written), request)
         if again is not None:

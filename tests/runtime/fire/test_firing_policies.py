@@ -7,8 +7,13 @@ import asyncio
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from firing_world import FAIL, GATED, OK, SPACE, World
+from firing_world import FAIL, GATED, OK, PEER, SPACE, World, make_firing
 from waiting import eventually
+
+from core.peerwire import LeaseIn
+from core.vocab import iso
+from programs.executor import Executor
+from triggers.records import load
 
 FLAKY = """
 def main(args):
@@ -161,3 +166,50 @@ async def test_a_scheduled_retry_is_stamped_for_whoever_holds_the_trigger_then(w
         await eventually(lambda: w.firing is not None and w.firing.counts.get("error") == 2)
     await w.fire()
     assert (await w.stamped(record)).get("nextAttempt") is None  # the chain ended
+
+
+ECHO = 'def main(args):\n    return {"text": args["event"]["text"]}\n'
+
+
+async def test_a_failed_event_fire_stamps_its_retry_with_the_message(w: World):
+    await w.publish("fail@v1", FAIL)
+    spec = {"dataset": "chat_messages", "objectId": w.chat}
+    record = await w.trigger(
+        "fail@v1", kind="event", spec=spec, retry={"attempts": 2, "backoffSeconds": 5}
+    )
+    event = {"space": SPACE, "objectId": w.chat, "messageId": "msg_1", "text": "hi"}
+    await w.fire(w.request(record, "msg_1", event=event))
+    stamped = (await w.stamped(record))["nextAttempt"]
+    assert (stamped["key"], stamped["event"]) == ("msg_1#2", event)
+
+
+async def test_a_takeover_runs_an_event_retry_due_after_it_and_none_from_before(
+    world: World, executor: Executor
+):
+    """The bridge rule for event retries: the stamped retry of a floating event trigger
+    that came due after the takeover's bridge start runs here, with its message."""
+    w = world
+    lease = await w.device.election_claim(SPACE, LeaseIn(peer=PEER, term=0))
+    firing = make_firing(w, executor, term=lambda: lease.term)
+    await w.publish("echo@v1", ECHO)
+    spec = {"dataset": "chat_messages", "objectId": w.chat}
+    start = w.clock.wall()
+    due = {"after": start + timedelta(seconds=5), "before": start - timedelta(seconds=1)}
+    records = {}
+    for name, due_at in due.items():
+        made = await w.trigger("echo@v1", kind="event", spec=spec, owner="", retry={"attempts": 3})
+        event = {"space": SPACE, "objectId": w.chat, "messageId": f"msg_{name}", "text": name}
+        key = f"msg_{name}#2"
+        next_attempt = {"key": key, "dueAt": iso(due_at), "event": event}
+        await w.admin.trigger_status(SPACE, made.id, {"nextAttempt": next_attempt})
+        records[name] = load(await w.stamped(made))
+    assert firing.retries.adopt(records.values(), start) == 1
+    await backoff(w, 5)
+    await eventually(lambda: firing.counts.get("ok") == 1)
+    await w.fire()
+    ran = await w.runs(records["after"])
+    assert [(r["key"], r["attempt"], r["result"]) for r in ran] == [
+        ("msg_after#2", 2, {"text": "after"})
+    ]
+    assert await w.runs(records["before"]) == []  # due before the takeover: never run
+    await firing.close()
