@@ -193,11 +193,6 @@ class Reconciler:
             return
         self.seq = fresh[-1].seq
         items = [item for item in map(feed.item, fresh) if not self._restamped(item)]
-        log.info(
-            "DBG changes %s kept %s",
-            [(c.seq, c.op, bool((c.record or {}).get("backfill"))) for c in fresh],
-            [getattr(i, "backfill", None) is not None for i in items],
-        )
         if items:
             self._apply_items(items)
 

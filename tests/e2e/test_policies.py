@@ -179,7 +179,6 @@ async def test_a_backfill_runs_the_missed_slots_once_however_often_it_is_asked(
     ask = {"from": iso(first), "to": iso(first + 9 * S)}
     answer = await house.api.trigger_backfill(SPACE, record["id"], ask)
     assert len(answer["keys"]) == 10 and answer["skipped"] == 0
-    print("DBG", answer, (await house.api.trigger_get(SPACE, record["id"])).get("backfill"))
     wanted = {first + i * S for i in range(10)}
     found = await until(
         house,
