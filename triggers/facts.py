@@ -112,6 +112,7 @@ class Facts(msgspec.Struct, frozen=True, kw_only=True):
     subscriptions: list[Subscription] = []  # the chat's streams around the message
     beat_seconds: float = 5.0  # a device beats this often: up this long past its last beat
     bridge_seconds: float = 120.0  # the bridge window W
+    done_at: datetime | None = None  # when its `maxRuns`-th ok run ended, if it did
 
 
 def in_force(revisions: list[Revision], t: datetime) -> Revision | None:

@@ -16,6 +16,7 @@ import msgspec
 
 from core.vocab import FAILED, RunStatus, iso
 from triggers import facts as f
+from triggers import whypolicy
 from triggers.slots import Asked
 from triggers.whywords import Reason, Verdict, reason_of_code, reason_of_run
 
@@ -104,7 +105,8 @@ class Chain:
             self.passed(f"message {m.message_id} accepted at {iso(m.accepted)}")
         else:
             wall = f.wall_of(where.record, self.slot_at)
-            self.passed(f"slot {iso(self.slot_at)} (key {where.key}{wall})")
+            more = whypolicy.slot_words(where.record or {}, where.key, self.slot_at)
+            self.passed(f"slot {iso(self.slot_at)} (key {where.key}{wall}){more}")
 
     def active(self) -> None:
         revisions = self.facts.revisions
@@ -117,12 +119,16 @@ class Chain:
         self.revision = rev
         since = f.instant_of(rev.record.get("activeSince"))
         if since is not None and self.slot_at < since:
+            if snooze := whypolicy.snoozed(rev.record, revisions, self.slot_at):
+                raise Fail(Reason.PAUSED, snooze)
             detail = f"its firing regime began at {iso(since)}{f.began_with(revisions, since)}"
             raise Fail(Reason.BEFORE_ACTIVE, detail)
         later = f.regime_change(revisions, self.slot_at, self.where.record)
         if later is not None:
             detail = f"the schedule asked about began later: it was {later.said()}"
             raise Fail(Reason.BEFORE_ACTIVE, detail)
+        if held := whypolicy.outside(rev.record, self.slot_at, self.facts.done_at):
+            raise Fail(Reason.OUTSIDE_WINDOW, held)
         self.passed(f"active since {iso(since) if since else 'its creation'} (rev {rev.rev})")
 
     def enabled(self) -> None:
@@ -295,7 +301,8 @@ class Chain:
         if run is not None and run.get("reason"):
             detail = f"{run.get('peer')} did not claim it: {run.get('status')} ({run['reason']})"
             raise Fail(reason_of_run(str(run["reason"])), detail)
-        until = self.slot_at + timedelta(seconds=PENDING_SLACK)
+        due = self.slot_at + whypolicy.jitter(self.record, self.slot_at)
+        until = due + timedelta(seconds=PENDING_SLACK)
         if self.facts.now <= until:
             detail = f"not claimed yet; it may be until {iso(until)}"
             raise Fail(Reason.CLAIMED_NOT_RUN, detail, Verdict.PENDING)
@@ -318,6 +325,8 @@ class Chain:
             raise Fail(Reason.RUN_FAILED, detail)
         else:
             detail = f"run {c.run_id} on {c.peer} was {c.status}: {c.reason}"
+            if words := whypolicy.run_words(c.reason or "", self.record):
+                detail += f": {words}"
             raise Fail(reason_of_run(c.reason or ""), detail)
 
     def _unfinished(self, c: f.Claim) -> None:
