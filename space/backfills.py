@@ -58,7 +58,7 @@ async def post_backfill(request: web.Request) -> web.Response:
         detail = f"`from`: before {iso(kept)}, where the claim ledger's memory ends"
         raise Refusal(400, "invalid_backfill", detail)
     try:
-        slots = backfill.slots(record, asked.from_, asked.to, ())
+        slots = backfill.slots(record, asked.from_, asked.to, (), now=now)
     except backfill.BackfillRefused as exc:
         raise Refusal(400, "invalid_backfill", str(exc)) from None
     keys = [key_instant(s) for s in slots]

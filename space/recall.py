@@ -117,6 +117,16 @@ def claim(db: sqlite_utils.Database, space: str, tid: str, key: str) -> f.Claim 
     )
 
 
+def done_at(db: sqlite_utils.Database, space: str, tid: str, max_runs: int) -> datetime | None:
+    """When the `max_runs`-th ok run of the trigger started (its last counted), if it did."""
+    row = db.execute(
+        "SELECT started_at FROM fires WHERE space = ? AND trigger_id = ? AND status = 'ok' "
+        "AND started_at IS NOT NULL ORDER BY started_at LIMIT 1 OFFSET ?",
+        [space, tid, max_runs - 1],
+    ).fetchone()
+    return None if row is None else _at(row[0])
+
+
 def refusals(db: sqlite_utils.Database, space: str, tid: str, key: str) -> list[f.Refused]:
     rows = db.execute(
         "SELECT at, peer, term, code, detail FROM history_refusals "

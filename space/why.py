@@ -18,7 +18,7 @@ import msgspec
 import sqlite_utils
 from aiohttp import web
 
-from core.vocab import iso
+from core.vocab import canonical_key, iso
 from space import history, recall, trigger_store
 from space.appstate import SETTINGS
 from space.auth import Role, principal
@@ -26,7 +26,7 @@ from space.db import DB
 from space.http import Refusal, add_route, answer, int_query, now_of
 from space.spaces import require_space
 from triggers import facts as f
-from triggers import slots, why
+from triggers import policies, slots, why
 from triggers.facts import record_at
 from triggers.records import CHAT_WATCH_PROGRAM, CronTrigger, OnceTrigger, load
 from triggers.whychain import Located
@@ -123,6 +123,15 @@ def _located(db: sqlite_utils.Database, q: Question, at: datetime, *, exact: boo
 
 
 def _by_key(db: sqlite_utils.Database, q: Question, key: str) -> tuple[Located, datetime]:
+    """The slot of a fire key; a retry's key (`<key>#k`) is its fire's slot, asked as itself."""
+    base = policies.base_key(key)
+    where, at = _by_base_key(db, q, base)
+    if base == key or where.key is None:
+        return where, at
+    return msgspec.structs.replace(where, key=canonical_key(key)), at
+
+
+def _by_base_key(db: sqlite_utils.Database, q: Question, key: str) -> tuple[Located, datetime]:
     record = record_at(q.revisions, q.now)
     if record is not None and record.get("kind") == "event":
         found = recall.message(db, "", 0.0, key)
@@ -164,8 +173,16 @@ def _explain(request: web.Request, q: Question, at: datetime, where: Located) ->
             subscriptions=_streams(db, q.space, where),
             beat_seconds=settings.live_seconds / BEATS_PER_LIVE,
             bridge_seconds=BRIDGE_SECONDS,
+            done_at=_done_at(db, q, where),
         )
     return why.explain(q.trigger, at, where, known)
+
+
+def _done_at(db: sqlite_utils.Database, q: Question, where: Located) -> datetime | None:
+    most = (where.record or {}).get("maxRuns")
+    if not isinstance(most, int) or isinstance(most, bool) or most < 1:
+        return None
+    return recall.done_at(db, q.space, q.trigger, most)
 
 
 def _run_id(claim: f.Claim | None) -> str | None:

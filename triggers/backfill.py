@@ -2,7 +2,8 @@
 
 Owns the rule of SPEC "Trigger policies" (backfill is a user's act only): the cron slots
 of `[from, to]` inside the record's window that never fired, at most `MAX_SLOTS`, none
-before the record's `activeSince`. Pure: the fired keys and the range are passed in.
+before the record's `activeSince` and none still to come (a backfill runs what passed).
+Pure: the fired keys, the range and `now` are passed in.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class BackfillRefused(ValueError):
 
 
 def slots(
-    record: Trigger, start: datetime, end: datetime, fired: Collection[str]
+    record: Trigger, start: datetime, end: datetime, fired: Collection[str], *, now: datetime
 ) -> list[datetime]:
     """The slots of `[start, end]` to run, oldest first; `fired`: the keys that already ran."""
     if not isinstance(record, CronTrigger):
@@ -35,6 +36,8 @@ def slots(
         )
     if end < start:
         raise BackfillRefused("to", f"{iso(end)} is before `from` {iso(start)}")
+    if end > now:
+        raise BackfillRefused("to", f"{iso(end)} is still to come (now {iso(now)})")
     since = record.fires_from
     if since is not None and start < since:
         raise BackfillRefused("from", f"{iso(start)} reaches before `activeSince` {iso(since)}")

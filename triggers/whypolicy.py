@@ -40,7 +40,7 @@ def outside(record: dict[str, Any], slot: datetime, done_at: datetime | None) ->
             return f"the slot is after its window, which ended at {iso(end)}"
     most = record.get("maxRuns")
     if f.is_number(most) and done_at is not None and done_at <= slot:
-        return f"maxRuns {most} reached: its last counted ok run ended {iso(done_at)}; it is done"
+        return f"maxRuns {most} reached: its last counted ok run started {iso(done_at)}; it is done"
     return None
 
 

@@ -59,18 +59,42 @@ async def test_the_window_fences_claims_and_a_retry_is_fenced_as_its_fire(
     assert status == 409 and body["error"] in ("before_active", "outside_window")
 
 
-async def test_bad_policy_values_are_refused_naming_the_field(api: Api) -> None:
-    for field, value in [
-        ("retry", {"attempts": 11}),
-        ("budget", {"runs": 0, "perSeconds": 60}),
-        ("window", {"startAt": "2026-12-02T00:00:00Z", "endAt": "2026-12-01T00:00:00Z"}),
-        ("jitterSeconds", 7200),
-    ]:
-        status, body = await api.post(
-            f"/spaces/{SPACE}/triggers",
-            {"kind": "cron", "spec": EVERY_SECOND, "program": "p@v1", field: value},
-        )
-        assert status == 400 and field in body["detail"], (field, body)
+BAD_POLICIES = [
+    ("retry", {"attempts": 11}),
+    ("retry", {"attempts": 0}),
+    ("retry", {"attempts": 3, "backoffSeconds": -1}),
+    ("retry", {"attempts": 3, "tries": 2}),
+    ("budget", {"runs": 0, "perSeconds": 60}),
+    ("budget", {"runs": 3, "perSeconds": 0}),
+    ("budget", {"runs": 1001, "perSeconds": 60}),
+    ("window", {"startAt": "2026-12-02T00:00:00Z", "endAt": "2026-12-01T00:00:00Z"}),
+    ("window", {"startAt": "2026-12-02T00:00:00Z", "endAt": "2026-12-02T00:00:00Z"}),
+    ("window", {"startAt": "tomorrow"}),
+    ("jitterSeconds", 7200),
+    ("jitterSeconds", -1),
+    ("maxRuns", 0),
+    ("quietChat", {"objectId": "", "seconds": 30}),
+    ("quietChat", {"objectId": "general", "seconds": 0}),
+    ("quietChat", {"objectId": "general", "seconds": 90_000}),
+    ("pausedUntil", "soon"),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), BAD_POLICIES)
+async def test_bad_policy_values_are_refused_naming_the_field(api: Api, field, value) -> None:
+    body = {"kind": "cron", "spec": EVERY_SECOND, "program": "p@v1", field: value}
+    status, refused = await api.post(f"/spaces/{SPACE}/triggers", body)
+    assert status == 400 and field in refused["detail"], refused
+    assert (await api.get(f"/spaces/{SPACE}/triggers"))[1]["triggers"] == []  # nothing written
+
+
+@pytest.mark.parametrize(("field", "value"), BAD_POLICIES)
+async def test_a_bad_policy_edit_is_refused_and_the_record_kept(api: Api, field, value) -> None:
+    record = await api.create_trigger(owner="box", spec=EVERY_SECOND)
+    path = f"/spaces/{SPACE}/triggers/{record['id']}"
+    status, refused = await api.patch(path, {field: value})
+    assert status == 400 and field in refused["detail"], refused
+    assert (await api.get(path))[1] == record
 
 
 async def test_a_backfill_answers_the_slots_never_claimed_and_stamps_the_request(

@@ -244,3 +244,24 @@ async def test_a_record_older_than_the_history_is_answered_as_it_stands(
     got = await story.why(at="2026-12-01T09:05:00Z")
     assert (got["verdict"], got["reason"]) == ("not_fired", "holder_asleep")  # up, no claim
     assert "edited at 2026-12-01T09:00:00.000Z by space" in got["checks"][2]["detail"]
+
+
+async def test_a_retry_is_asked_by_its_key_and_max_runs_reached_is_outside(
+    api: Api, space_clock: FakeClock
+) -> None:
+    story = Story(api, space_clock)
+    await story.create(maxRuns=1, retry={"attempts": 2, "backoffSeconds": 10})
+    assert (await api.post(f"{LEASE}/claim", {"peer": "box", "term": 0}))[0] == 200
+    await story.beat("box", 300, term=1)  # 09:00 … 09:05
+    slot = "2026-12-01T09:05:00Z"
+    await story.fire("box", 1, slot, status="error", error="boom")
+    await story.fire("box", 1, f"{slot}#2", startedAt="2026-12-01T09:05:10Z", lateMs=40)
+    got = await story.why(key=f"{slot}#2")
+    want = "2026-12-01T09:05:00.000Z#2"  # the key in the one instant format
+    assert (got["verdict"], got["reason"], got["key"]) == ("fired", "fired", want)
+    assert "attempt 2, a retry of 2026-12-01T09:05:00.000Z" in got["checks"][0]["detail"]
+    assert (await story.why(key=slot))["reason"] == "run_failed"  # the first attempt
+    await story.beat("box", 300, term=1)  # 09:05 … 09:10: done after one ok run
+    got = await story.why(at="2026-12-01T09:10:00Z")
+    assert (got["verdict"], got["reason"]) == ("not_fired", "outside_window")
+    assert "maxRuns 1 reached" in got["detail"] and "09:05:10.000Z" in got["detail"]

@@ -180,6 +180,9 @@ def test_bad_policy_values_are_refused_naming_the_field(field, value, path):
 # --- backfill -------------------------------------------------------------------------------------
 
 
+LATER = T0 + timedelta(days=30)  # `now` of a backfill: its ranges have passed
+
+
 def _cron(**extra):
     raw = {**BASE, "id": "trg_b", "activeSince": "2026-12-01T00:00:00Z", **extra}
     return load({**raw, "spec": {"expr": "0 * * * *"}})
@@ -188,14 +191,14 @@ def _cron(**extra):
 def test_backfill_runs_the_slots_of_the_range_that_never_fired():
     start, end = T0, T0 + timedelta(hours=9)
     fired = {"2026-12-01T10:00:00.000Z", "2026-12-01T12:00:00.000Z"}
-    chosen = backfill.slots(_cron(), start, end, fired)
+    chosen = backfill.slots(_cron(), start, end, fired, now=LATER)
     assert len(chosen) == 8 and chosen[0] == T0 and chosen[-1] == end
     assert T0 + timedelta(hours=2) not in chosen
 
 
 def test_backfill_keeps_to_the_window():
     window = {"startAt": "2026-12-01T09:00:00Z", "endAt": "2026-12-01T11:00:00Z"}
-    chosen = backfill.slots(_cron(window=window), T0, T0 + timedelta(hours=5), set())
+    chosen = backfill.slots(_cron(window=window), T0, T0 + timedelta(hours=5), set(), now=LATER)
     assert chosen == [T0 + timedelta(hours=1), T0 + timedelta(hours=2)]
 
 
@@ -205,15 +208,16 @@ def test_backfill_keeps_to_the_window():
         (T0, T0 + timedelta(hours=100), "to"),  # 101 slots
         (T0, T0 - timedelta(hours=1), "to"),  # ends before it starts
         (T0 - timedelta(days=1), T0, "from"),  # before activeSince
+        (T0, LATER + timedelta(hours=1), "to"),  # reaches into what is still to come
     ],
 )
 def test_backfill_refuses_naming_the_field(start, end, field):
     with pytest.raises(backfill.BackfillRefused) as caught:
-        backfill.slots(_cron(), start, end, set())
+        backfill.slots(_cron(), start, end, set(), now=LATER)
     assert caught.value.field == field
 
 
 def test_backfill_of_a_once_or_event_trigger_is_refused():
     once = load({**BASE, "kind": "once", "id": "trg_o", "spec": {"at": "2026-12-01T09:00:00Z"}})
     with pytest.raises(backfill.BackfillRefused, match="only a cron"):
-        backfill.slots(once, T0, T0, set())
+        backfill.slots(once, T0, T0, set(), now=LATER)

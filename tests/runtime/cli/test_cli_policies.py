@@ -117,3 +117,18 @@ async def test_backfill_dry_run_lists_the_slots_and_refuses_a_range_before_the_r
         2, "triggers", "backfill", record["id"], "--from", early, "--to", iso(end)
     )
     assert "activeSince" in err
+
+
+async def test_a_backfill_backwards_or_ahead_is_exit_2_naming_the_range(cli: Cli):
+    """(Over 100 slots: tests/space/test_policy_state.py, with the space's clock moved.)"""
+    record = await add(cli)
+    since = datetime.fromisoformat(record["activeSince"])
+    backfill = ("triggers", "backfill", record["id"])
+    ahead = iso(since + timedelta(hours=3))
+    err = await cli.fails(2, *backfill, "--from", iso(since), "--to", ahead)
+    assert "`to`" in err and "still to come" in err, err
+    err = await cli.fails(
+        2, *backfill, "--from", iso(since + timedelta(minutes=5)), "--to", iso(since)
+    )
+    assert "`to`" in err and "before `from`" in err, err
+    assert (await cli.world.admin.trigger_get("home", record["id"])).get("backfill") is None
