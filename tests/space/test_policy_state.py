@@ -130,10 +130,14 @@ async def test_a_backfill_answers_the_slots_never_claimed_and_stamps_the_request
         ({"from": "2026-11-01T08:00:00Z", "to": "2026-12-01T09:01:00Z"}, "claim ledger"),
         ({"from": "soon", "to": "2026-12-01T09:01:00Z"}, "$.from"),
         ({"to": "2026-12-01T09:01:00Z"}, "from"),
+        ({"from": "2026-12-01T11:00:00Z", "to": "2026-12-01T12:01:00Z"}, "still to come"),
     ],
 )
-async def test_a_bad_backfill_is_refused_naming_the_field(api: Api, ask: dict, says: str) -> None:
-    record = await api.create_trigger(owner="box", spec={"expr": "* * * * *"})
+async def test_a_bad_backfill_is_refused_naming_the_field(
+    api: Api, space_clock: FakeClock, ask: dict, says: str
+) -> None:
+    record = await api.create_trigger(owner="box", spec={"expr": "* * * * *"})  # 09:00
+    space_clock.advance(3 * 3600)  # 12:00: every range asked about has passed, or says so
     before = (await api.get(f"/spaces/{SPACE}/triggers/{record['id']}"))[1]
     status, body = await api.post(f"/spaces/{SPACE}/triggers/{record['id']}/backfill", ask)
     assert status == 400 and body["error"] == "invalid_backfill" and says in body["detail"]
