@@ -55,7 +55,8 @@ def _mint_id(db: sqlite_utils.Database, space: str) -> str:
             return tid
 
 
-def _row(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, str] | None:
+def stored_row(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, str] | None:
+    """The stored `(rev, body)` of `tid`, None if there is none."""
     rows = db.execute("SELECT rev, body FROM triggers WHERE space = ? AND id = ?", [space, tid])
     row = rows.fetchone()
     return (row[0], row[1]) if row else None
@@ -63,7 +64,7 @@ def _row(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, str] | N
 
 def current(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, Record]:
     """The stored record (rev, raw object); 404 `unknown_trigger` if absent."""
-    return parsed(space, tid, _row(db, space, tid))
+    return parsed(space, tid, stored_row(db, space, tid))
 
 
 def parsed(space: str, tid: str, row: tuple[int, str] | None) -> tuple[int, Record]:
@@ -86,10 +87,14 @@ def unknown(space: str, tid: str) -> Refusal:
 
 def get_one(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, Record]:
     """The stored record as listed (undecodable ones flagged); 404 if absent."""
-    row = _row(db, space, tid)
-    if row is None:
+    return flagged(space, tid, stored_row(db, space, tid))
+
+
+def flagged(space: str, tid: str, stored: tuple[int, str] | None) -> tuple[int, Record]:
+    """A stored row `(rev, body)` as `get_one` answers it (either store)."""
+    if stored is None:
         raise unknown(space, tid)
-    return row[0], record_view.flagged(tid, row[1])
+    return stored[0], record_view.flagged(tid, stored[1])
 
 
 def check_rev(rev: int, if_match: int | None) -> None:
@@ -183,15 +188,8 @@ def _instant_text(value: object) -> str | None:
         return None
 
 
-def create_reserved(
-    db: sqlite_utils.Database,
-    space: str,
-    tid: str,
-    body: Record,
-    now: str,
-    by: Author = SPACE_AUTHOR,
-) -> tuple[Record, bool]:
-    """Create-if-absent for a reserved id; an existing record is returned untouched."""
+def check_reserved(tid: str, body: Record) -> None:
+    """`tid` is a reserved id and `body` a valid record for it."""
     if tid not in RESERVED_IDS:
         raise Refusal(
             400,
@@ -201,8 +199,20 @@ def create_reserved(
             + "; other ids are minted by POST",
         )
     record_input.check(body, tid)
+
+
+def create_reserved(
+    db: sqlite_utils.Database,
+    space: str,
+    tid: str,
+    body: Record,
+    now: str,
+    by: Author = SPACE_AUTHOR,
+) -> tuple[Record, bool]:
+    """Create-if-absent for a reserved id; an existing record is returned untouched."""
+    check_reserved(tid, body)
     with transaction(db):
-        row = _row(db, space, tid)
+        row = stored_row(db, space, tid)
         if row is not None:
             return record_view.parse(row[1]) or {"id": tid}, False
         record = new_record(tid, body, now)
@@ -287,7 +297,7 @@ def delete(
     by: Author = SPACE_AUTHOR,
 ) -> None:
     with transaction(db):
-        row = _row(db, space, tid)
+        row = stored_row(db, space, tid)
         if row is None:
             raise unknown(space, tid)
         rev = row[0]

@@ -84,18 +84,28 @@ class Store(Protocol):
 
     async def changes_since(self, space: str, since: int, limit: int) -> list[dict[str, Any]]: ...
 
-    async def record(self, space: str, tid: str) -> tuple[int, Record]:
-        """The stored record and its rev (undecodable ones flagged); `Refusal` 404 if none."""
+    async def record_row(self, space: str, tid: str) -> tuple[int, str] | None:
+        """The stored `(rev, body)`, None if none (`trigger_store.parsed`/`flagged` read it)."""
+        ...
+
+    async def latest_seq(self, space: str) -> int:
+        """The change feed's last `seq` (0: none yet)."""
         ...
 
     async def records_page(
         self, space: str, after: str, limit: int, *, stored: bool
     ) -> tuple[list[Record | msgspec.Raw], str | None]:
-        """Up to `limit` records by id after `after`, and the next page's `after`."""
+        """Up to `limit` (-1: all) records by id after `after`, and the next page's `after`."""
         ...
 
     async def create_record(self, space: str, body: Record, by: Author) -> Record:
         """A new record under a fresh id, with its change and revision, by the store's clock."""
+        ...
+
+    async def create_reserved_record(
+        self, space: str, tid: str, body: Record, by: Author
+    ) -> tuple[Record, bool]:
+        """Create-if-absent for a reserved id: the record, and whether this call made it."""
         ...
 
     async def patch_record(

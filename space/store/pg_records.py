@@ -32,6 +32,10 @@ appended AS (INSERT INTO changes (space, seq, trigger_id, op, rev, body, at)
   SELECT $1, seq, $2, $3, $4, $5, $6 FROM counter RETURNING seq)
 SELECT seq, pg_notify('CHANNEL', 'feed:' || $1) FROM appended
 """.replace("CHANNEL", CHANNEL)
+_CREATE_IF_ABSENT = (
+    "INSERT INTO triggers (space, id, rev, body, name) VALUES ($1, $2, $3, $4, $5) "
+    "ON CONFLICT (space, id) DO NOTHING RETURNING id"
+)
 _UPSERT = (
     "INSERT INTO triggers (space, id, rev, body, name) VALUES ($1, $2, $3, $4, $5) "
     "ON CONFLICT (space, id) DO UPDATE SET rev = $3, body = $4, name = $5"
@@ -63,6 +67,31 @@ async def create(pool: asyncpg.Pool, space: str, body: Record, by: Author) -> Re
         seq = await _write(conn, space, record, "create", now)
         await _revision(conn, space, None, record, seq, now, by)
     return record
+
+
+async def create_reserved(
+    pool: asyncpg.Pool, space: str, tid: str, body: Record, by: Author
+) -> tuple[Record, bool]:
+    """Create-if-absent for a reserved id (`trigger_store.create_reserved`): of concurrent
+    ones, one creates; the others answer its record untouched."""
+    trigger_store.check_reserved(tid, body)
+    async with pool.acquire() as conn, conn.transaction():
+        now = await _now(conn)
+        record = trigger_store.new_record(tid, body, now.text)
+        text = json.dumps(record, separators=(",", ":"))
+        name = record.get("name") if isinstance(record.get("name"), str) else None
+        await _name_free(conn, space, name, tid)
+        made = await conn.fetchval(_CREATE_IF_ABSENT, space, tid, 1, text, name)
+        if made is None:
+            row = await _locked(conn, space, tid)
+            assert row is not None  # held by the conflict: rows are deleted FOR UPDATE
+            return record_view.parse(row[1]) or {"id": tid}, False
+        await conn.execute(
+            "INSERT INTO trigger_ids VALUES ($1, $2) ON CONFLICT DO NOTHING", space, tid
+        )
+        seq = await append_change(conn, space, tid, "create", 1, text, now.text)
+        await _revision(conn, space, None, record, seq, now, by)
+    return record, True
 
 
 async def patch(
@@ -110,26 +139,30 @@ async def delete(
         await _revision(conn, space, old, None, seq, now, by)
 
 
-async def get_one(pool: asyncpg.Pool, space: str, tid: str) -> tuple[int, Record]:
-    """The stored record as listed (undecodable ones flagged); 404 if absent."""
+async def stored_row(pool: asyncpg.Pool, space: str, tid: str) -> tuple[int, str] | None:
     row = await pool.fetchrow(
         "SELECT rev, body FROM triggers WHERE space = $1 AND id = $2", space, tid
     )
-    if row is None:
-        raise trigger_store.unknown(space, tid)
-    return row["rev"], record_view.flagged(tid, row["body"])
+    return None if row is None else (row["rev"], row["body"])
+
+
+async def latest_seq(pool: asyncpg.Pool, space: str) -> int:
+    """The feed's counter row: its last committed `seq`."""
+    seq = await pool.fetchval("SELECT seq FROM feeds WHERE space = $1", space)
+    return int(seq or 0)
 
 
 async def listing_page(
     pool: asyncpg.Pool, space: str, after: str, limit: int, *, stored: bool
 ) -> tuple[list[Record | msgspec.Raw], str | None]:
-    """As `trigger_store.listing_page`: by id (byte order, as SQLite's) after `after`."""
+    """As `trigger_store.listing_page`: by id (byte order, as SQLite's) after `after`;
+    `limit` -1: all."""
     rows = await pool.fetch(
         'SELECT id, body FROM triggers WHERE space = $1 AND id COLLATE "C" > $2 '
         'ORDER BY id COLLATE "C" LIMIT $3',
         space,
         after,
-        limit,
+        limit if limit >= 0 else None,
     )
     read = record_view.as_stored if stored else record_view.flagged
     last = rows[-1]["id"] if len(rows) == limit else None

@@ -128,8 +128,11 @@ class PostgresStore:
         async with self.pool.acquire() as conn, conn.transaction():
             return await pg_records.append_change(conn, space, trigger_id, op, rev, body, at)
 
-    async def record(self, space: str, tid: str) -> tuple[int, Record]:
-        return await pg_records.get_one(self.pool, space, tid)
+    async def record_row(self, space: str, tid: str) -> tuple[int, str] | None:
+        return await pg_records.stored_row(self.pool, space, tid)
+
+    async def latest_seq(self, space: str) -> int:
+        return await pg_records.latest_seq(self.pool, space)
 
     async def records_page(
         self, space: str, after: str, limit: int, *, stored: bool
@@ -138,6 +141,11 @@ class PostgresStore:
 
     async def create_record(self, space: str, body: Record, by: Author) -> Record:
         return await pg_records.create(self.pool, space, body, by)
+
+    async def create_reserved_record(
+        self, space: str, tid: str, body: Record, by: Author
+    ) -> tuple[Record, bool]:
+        return await pg_records.create_reserved(self.pool, space, tid, body, by)
 
     async def patch_record(
         self, space: str, tid: str, changes: Record, if_match: int | None, by: Author

@@ -72,8 +72,11 @@ class SqliteStore:
     async def changes_since(self, space: str, since: int, limit: int) -> list[dict[str, Any]]:
         return trigger_store.changes_since(self.db, space, since, limit)
 
-    async def record(self, space: str, tid: str) -> tuple[int, Record]:
-        return trigger_store.get_one(self.db, space, tid)
+    async def record_row(self, space: str, tid: str) -> tuple[int, str] | None:
+        return trigger_store.stored_row(self.db, space, tid)
+
+    async def latest_seq(self, space: str) -> int:
+        return trigger_store.latest_seq(self.db, space)
 
     async def records_page(
         self, space: str, after: str, limit: int, *, stored: bool
@@ -82,6 +85,11 @@ class SqliteStore:
 
     async def create_record(self, space: str, body: Record, by: Author) -> Record:
         return trigger_store.create(self.db, space, body, self._now(), by)
+
+    async def create_reserved_record(
+        self, space: str, tid: str, body: Record, by: Author
+    ) -> tuple[Record, bool]:
+        return trigger_store.create_reserved(self.db, space, tid, body, self._now(), by)
 
     async def patch_record(
         self, space: str, tid: str, changes: Record, if_match: int | None, by: Author

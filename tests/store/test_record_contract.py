@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from space import trigger_store
 from space.history import Author
 from space.http import Refusal
 from space.store import Store
@@ -20,6 +21,10 @@ ADMIN = Author("admin", "by hand")
 
 def _cron(name: str = "nightly", **kw: Any) -> dict[str, Any]:
     return {"name": name, "kind": "cron", "spec": {"expr": "0 3 * * *"}, "program": "p@v1", **kw}
+
+
+async def _get(store: Store, tid: str) -> tuple[int, dict[str, Any]]:
+    return trigger_store.flagged(SPACE, tid, await store.record_row(SPACE, tid))
 
 
 async def _refused(call: Any) -> Refusal:
@@ -33,9 +38,10 @@ async def test_a_created_record_has_a_fresh_id_rev_one_and_its_change(store: Sto
     two = await store.create_record(SPACE, _cron("b"), ADMIN)
     assert one["id"] != two["id"] and one["id"].startswith("trg_")
     assert one["rev"] == 1 and one["createdAt"] == one["updatedAt"] == one["activeSince"]
-    rev, stored = await store.record(SPACE, one["id"])
+    rev, stored = await _get(store, one["id"])
     assert rev == 1 and stored["name"] == "a"
     feed = await store.changes_since(SPACE, 0, 10)
+    assert await store.latest_seq(SPACE) == 2
     assert [(c["seq"], c["op"], c["triggerId"]) for c in feed] == [
         (1, "create", one["id"]),
         (2, "create", two["id"]),
@@ -48,7 +54,7 @@ async def test_a_patch_with_the_stored_rev_wins_and_a_stale_one_is_refused(store
     assert patched["rev"] == 2 and patched["enabled"] is False
     refused = await _refused(store.patch_record(SPACE, tid, {"enabled": True}, 1, ADMIN))
     assert (refused.status, refused.code) == (409, "rev_mismatch")
-    assert (await store.record(SPACE, tid))[0] == 2  # the refused patch changed nothing
+    assert (await _get(store, tid))[0] == 2  # the refused patch changed nothing
 
 
 async def test_concurrent_patches_at_one_rev_give_exactly_one_winner(store: Store) -> None:
@@ -92,7 +98,7 @@ async def test_a_delete_frees_the_name_never_the_id_and_is_a_change(store: Store
     refused = await _refused(store.delete_record(SPACE, made["id"], 7, ADMIN))
     assert refused.code == "rev_mismatch"
     await store.delete_record(SPACE, made["id"], 1, ADMIN)
-    gone = await _refused(store.record(SPACE, made["id"]))
+    gone = await _refused(_get(store, made["id"]))
     assert (gone.status, gone.code) == (404, "unknown_trigger")
     again = await store.create_record(SPACE, _cron(), ADMIN)
     assert again["id"] != made["id"]
@@ -112,3 +118,17 @@ async def test_a_bad_record_is_refused_naming_the_field_and_stores_nothing(store
     refused = await _refused(store.create_record(SPACE, {"name": "x", "kind": "nope"}, ADMIN))
     assert refused.status == 400 and "kind" in refused.detail
     assert await store.changes_since(SPACE, 0, 10) == []
+
+
+async def test_a_reserved_record_is_created_once_of_concurrent_puts(store: Store) -> None:
+    spec = {"dataset": "chat_messages", "objectId": "cht_general"}
+    watch = {"kind": "event", "spec": spec, "program": "internal:chat-watch"}
+    tid = "chat-watch"
+    got = await asyncio.gather(
+        *(store.create_reserved_record(SPACE, tid, watch, ADMIN) for _ in range(5))
+    )
+    assert sorted(created for _, created in got) == [False, False, False, False, True]
+    assert {record["id"] for record, _ in got} == {tid}
+    assert [c["op"] for c in await store.changes_since(SPACE, 0, 10)] == ["create"]
+    refused = await _refused(store.create_reserved_record(SPACE, "mine", watch, ADMIN))
+    assert (refused.status, refused.code) == (400, "not_reserved")
