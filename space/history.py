@@ -95,26 +95,38 @@ def revision(
     by: Author,
 ) -> None:
     """One revision: `old` None is a create, `new` None a delete."""
+    db.execute(
+        "INSERT OR REPLACE INTO history_revisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        revision_row(space, old, new, seq, at, by),
+    )
+
+
+def revision_row(
+    space: str,
+    old: dict[str, Any] | None,
+    new: dict[str, Any] | None,
+    seq: int,
+    at: float,
+    by: Author,
+) -> list[Any]:
+    """The `history_revisions` row of a revision, in its columns' order (either store)."""
     record = new if new is not None else old
     assert record is not None
     rev = int(record.get("rev", 0)) + (1 if new is None else 0)
     changed = _changes(old or {}, new or {}) if old is not None and new is not None else {}
     kept = None if new is None else _user(new)
-    db.execute(
-        "INSERT OR REPLACE INTO history_revisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            space,
-            record["id"],
-            rev,
-            seq,
-            at,
-            operation(old, new, changed),
-            by.actor,
-            by.note[:NOTE_MAX],
-            json.dumps(changed, separators=(",", ":")),
-            None if kept is None else json.dumps(kept, separators=(",", ":")),
-        ],
-    )
+    return [
+        space,
+        record["id"],
+        rev,
+        seq,
+        at,
+        operation(old, new, changed),
+        by.actor,
+        by.note[:NOTE_MAX],
+        json.dumps(changed, separators=(",", ":")),
+        None if kept is None else json.dumps(kept, separators=(",", ":")),
+    ]
 
 
 def _user(record: dict[str, Any]) -> dict[str, Any]:

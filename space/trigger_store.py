@@ -55,7 +55,8 @@ def _mint_id(db: sqlite_utils.Database, space: str) -> str:
             return tid
 
 
-def _row(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, str] | None:
+def stored_row(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, str] | None:
+    """The stored `(rev, body)` of `tid`, None if there is none."""
     rows = db.execute("SELECT rev, body FROM triggers WHERE space = ? AND id = ?", [space, tid])
     row = rows.fetchone()
     return (row[0], row[1]) if row else None
@@ -63,9 +64,13 @@ def _row(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, str] | N
 
 def current(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, Record]:
     """The stored record (rev, raw object); 404 `unknown_trigger` if absent."""
-    row = _row(db, space, tid)
+    return parsed(space, tid, stored_row(db, space, tid))
+
+
+def parsed(space: str, tid: str, row: tuple[int, str] | None) -> tuple[int, Record]:
+    """A stored row `(rev, body)` as `current` answers it (either store)."""
     if row is None:
-        raise Refusal(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
+        raise unknown(space, tid)
     record = record_view.parse(row[1])
     if record is None:
         raise Refusal(
@@ -76,15 +81,23 @@ def current(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, Recor
     return row[0], record
 
 
+def unknown(space: str, tid: str) -> Refusal:
+    return Refusal(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
+
+
 def get_one(db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, Record]:
     """The stored record as listed (undecodable ones flagged); 404 if absent."""
-    row = _row(db, space, tid)
-    if row is None:
-        raise Refusal(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
-    return row[0], record_view.flagged(tid, row[1])
+    return flagged(space, tid, stored_row(db, space, tid))
 
 
-def _check_rev(rev: int, if_match: int | None) -> None:
+def flagged(space: str, tid: str, stored: tuple[int, str] | None) -> tuple[int, Record]:
+    """A stored row `(rev, body)` as `get_one` answers it (either store)."""
+    if stored is None:
+        raise unknown(space, tid)
+    return stored[0], record_view.flagged(tid, stored[1])
+
+
+def check_rev(rev: int, if_match: int | None) -> None:
     if if_match is not None and if_match != rev:
         raise Refusal(
             409, "rev_mismatch", f"If-Match rev {if_match} but the record is at {rev}", rev=rev
@@ -131,7 +144,7 @@ def create(
     with transaction(db):
         _name_free(db, space, body.get("name"))
         tid = _mint_id(db, space)
-        record = _new(tid, body, now)
+        record = new_record(tid, body, now)
         seq = _write(db, space, record, "create", now)
         history.revision(db, space, None, record, seq, _unix(now), by)
     return record
@@ -141,7 +154,8 @@ def _unix(now: str) -> float:
     return datetime.fromisoformat(now).timestamp()
 
 
-def _new(tid: str, body: Record, now: str) -> Record:
+def new_record(tid: str, body: Record, now: str) -> Record:
+    """A new record under `tid` at rev 1 (created snoozed: active from the snooze's end)."""
     snooze = _instant_text(body.get("pausedUntil"))
     since = snooze if snooze is not None and snooze > now else now  # created snoozed
     return {"id": tid, **body, "rev": 1, "createdAt": now, "updatedAt": now, "activeSince": since}
@@ -174,15 +188,8 @@ def _instant_text(value: object) -> str | None:
         return None
 
 
-def create_reserved(
-    db: sqlite_utils.Database,
-    space: str,
-    tid: str,
-    body: Record,
-    now: str,
-    by: Author = SPACE_AUTHOR,
-) -> tuple[Record, bool]:
-    """Create-if-absent for a reserved id; an existing record is returned untouched."""
+def check_reserved(tid: str, body: Record) -> None:
+    """`tid` is a reserved id and `body` a valid record for it."""
     if tid not in RESERVED_IDS:
         raise Refusal(
             400,
@@ -192,11 +199,23 @@ def create_reserved(
             + "; other ids are minted by POST",
         )
     record_input.check(body, tid)
+
+
+def create_reserved(
+    db: sqlite_utils.Database,
+    space: str,
+    tid: str,
+    body: Record,
+    now: str,
+    by: Author = SPACE_AUTHOR,
+) -> tuple[Record, bool]:
+    """Create-if-absent for a reserved id; an existing record is returned untouched."""
+    check_reserved(tid, body)
     with transaction(db):
-        row = _row(db, space, tid)
+        row = stored_row(db, space, tid)
         if row is not None:
             return record_view.parse(row[1]) or {"id": tid}, False
-        record = _new(tid, body, now)
+        record = new_record(tid, body, now)
         seq = _write(db, space, record, "create", now)
         history.revision(db, space, None, record, seq, _unix(now), by)
     return record, True
@@ -213,18 +232,29 @@ def patch(
 ) -> Record:
     """Replace the given top-level user fields; the result must be a valid record."""
     with transaction(db):
-        rev, record = current(db, space, tid)
-        _check_rev(rev, if_match)
-        user = {k: v for k, v in record.items() if k in records.USER_FIELDS}
-        record_input.check({**user, **changes}, tid)
-        if "name" in changes and changes["name"] != record.get("name"):
+        rev, old = current(db, space, tid)
+        check_rev(rev, if_match)
+        record = patched(tid, rev, old, changes, now)
+        if renames(old, changes):
             _name_free(db, space, changes["name"], tid)
-        merged = {**record, **changes, "id": tid, "rev": rev + 1, "updatedAt": now}
-        since = _active_since(record, merged, now)
-        old, record = record, merged if since is None else {**merged, "activeSince": since}
         seq = _write(db, space, record, "update", now)
         history.revision(db, space, old, record, seq, _unix(now), by)
     return record
+
+
+def patched(tid: str, rev: int, record: Record, changes: Record, now: str) -> Record:
+    """`record` at `rev` with `changes` (checked: the result must be a valid record), at the
+    next rev; its `activeSince` moved as SPEC "Active since" says. The caller checks the
+    name is free when the patch `renames` it."""
+    user = {k: v for k, v in record.items() if k in records.USER_FIELDS}
+    record_input.check({**user, **changes}, tid)
+    merged = {**record, **changes, "id": tid, "rev": rev + 1, "updatedAt": now}
+    since = _active_since(record, merged, now)
+    return merged if since is None else {**merged, "activeSince": since}
+
+
+def renames(record: Record, changes: Record) -> bool:
+    return "name" in changes and changes["name"] != record.get("name")
 
 
 def stamp(
@@ -243,12 +273,19 @@ def stamp(
     """
     with transaction(db):
         rev, record = current(db, space, tid)
-        _check_rev(rev, if_match)
-        if all(k in record and record[k] == v for k, v in stamps.items()):
+        check_rev(rev, if_match)
+        new = stamped(tid, rev, record, stamps)
+        if new is None:
             return record, False
-        record = {**record, **stamps, "id": tid, "rev": rev}  # a body written past the API
-        _write(db, space, record, "stamp", now)  # may lack them: the row's own stand
-    return record, True
+        _write(db, space, new, "stamp", now)
+    return new, True
+
+
+def stamped(tid: str, rev: int, record: Record, stamps: Record) -> Record | None:
+    """`record` with `stamps`, its rev kept; None when they change nothing."""
+    if all(k in record and record[k] == v for k, v in stamps.items()):
+        return None
+    return {**record, **stamps, "id": tid, "rev": rev}  # the row's own, lest the body lack them
 
 
 def delete(
@@ -260,11 +297,11 @@ def delete(
     by: Author = SPACE_AUTHOR,
 ) -> None:
     with transaction(db):
-        row = _row(db, space, tid)
+        row = stored_row(db, space, tid)
         if row is None:
-            raise Refusal(404, "unknown_trigger", f"no trigger {tid!r} in space {space!r}")
+            raise unknown(space, tid)
         rev = row[0]
-        _check_rev(rev, if_match)
+        check_rev(rev, if_match)
         db.execute("DELETE FROM triggers WHERE space = ? AND id = ?", [space, tid])
         seq = append_change(db, space, tid, "delete", rev + 1, None, now)
         old = record_view.parse(row[1]) or {"id": tid}

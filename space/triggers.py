@@ -3,8 +3,8 @@
 Owns the HTTP side of records (headers, bodies, answers) and wakes change-feed
 streams after each committed write. A run token's patch is limited to `owner`
 and `enabled` (`auth.limit_patch`); a device stamps only the records it answers
-for (`duties`). Storage rules live in `trigger_store`;
-this module must not write SQL.
+for (`duties`). Storage goes through the store seam (`app[STORE]`), the rules are
+`trigger_store`'s; this module must not write SQL.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from space import duties, record_view, trigger_store
 from space.auth import Role, author, limit_patch, principal
 from space.changes import notify
 from space.db import DB
-from space.http import Refusal, add_route, answer, decode, int64, int_query, now_of, raw_body
-from space.servertime import iso
+from space.http import Refusal, add_route, answer, decode, int64, int_query, raw_body
 from space.spaces import require_space
+from space.store import STORE
 from triggers import bounds, records
 
 
@@ -77,17 +77,19 @@ def _one(request: web.Request, record: dict[str, Any], status: int = 200) -> web
 async def list_triggers(request: web.Request) -> web.Response:
     """All records; with `limit`, a page by id (`after`, `next`); `stored=1`: as stored."""
     space = require_space(request)
-    db = request.app[DB]
-    seq = trigger_store.latest_seq(db, space)  # before the rows: the feed from here covers them
+    store = request.app[STORE]
+    seq = await store.latest_seq(space)  # before the rows: the feed from here covers them
     stored = request.query.get("stored") in ("1", "true")
     if principal(request).role is Role.RUN:  # a run lists who and what state, never args
-        shown = [record_view.for_run(r) for r in trigger_store.listing(db, space)]
+        listed, _ = await store.records_page(space, "", -1, stored=False)
+        shown = [record_view.for_run(r) for r in listed]  # type: ignore[arg-type]  # not stored
         return answer({"triggers": shown, "seq": seq})
     if "limit" not in request.query and not stored:
-        return answer({"triggers": trigger_store.listing(db, space), "seq": seq})
+        listed, _ = await store.records_page(space, "", -1, stored=False)
+        return answer({"triggers": listed, "seq": seq})
     limit = int_query(request, "limit", PAGE_MAX, low=1, high=PAGE_MAX)
     after = request.query.get("after", "")
-    page, last = trigger_store.listing_page(db, space, after, limit, stored=stored)
+    page, last = await store.records_page(space, after, limit, stored=stored)
     return answer({"triggers": page, "seq": seq, "next": last})
 
 
@@ -96,7 +98,7 @@ async def create_trigger(request: web.Request) -> web.Response:
     body = await object_body(request)
     by = author(request)
     duties.require_own_programming(request, None, body)
-    record = trigger_store.create(request.app[DB], space, body, iso(now_of(request)), by)
+    record = await request.app[STORE].create_record(space, body, by)
     notify(request.app, space)
     return _one(request, record, 201)
 
@@ -105,9 +107,9 @@ async def put_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     body = await object_body(request)
     tid = request.match_info["id"]
-    at, by = iso(now_of(request)), author(request)
-    duties.require_own_programming(request, _stored(request, space, tid), body)
-    record, created = trigger_store.create_reserved(request.app[DB], space, tid, body, at, by)
+    by = author(request)
+    duties.require_own_programming(request, await _stored(request, space, tid), body)
+    record, created = await request.app[STORE].create_reserved_record(space, tid, body, by)
     if created:
         notify(request.app, space)
     return _one(request, record, 201 if created else 200)
@@ -115,7 +117,9 @@ async def put_trigger(request: web.Request) -> web.Response:
 
 async def get_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
-    _, record = trigger_store.get_one(request.app[DB], space, request.match_info["id"])
+    tid = request.match_info["id"]
+    row = await request.app[STORE].record_row(space, tid)
+    _, record = trigger_store.flagged(space, tid, row)
     return _one(request, record)
 
 
@@ -123,25 +127,19 @@ async def patch_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     changes = await object_body(request)
     limit_patch(request, changes)
-    if (stored := _stored(request, space, request.match_info["id"])) is not None:
+    tid = request.match_info["id"]
+    if (stored := await _stored(request, space, tid)) is not None:
         duties.require_own_programming(request, stored, changes)
-    record = trigger_store.patch(
-        request.app[DB],
-        space,
-        request.match_info["id"],
-        changes,
-        iso(now_of(request)),
-        if_match(request),
-        author(request),
-    )
+    by = author(request)
+    record = await request.app[STORE].patch_record(space, tid, changes, if_match(request), by)
     notify(request.app, space)
     return _one(request, record)
 
 
-def _stored(request: web.Request, space: str, tid: str) -> dict[str, Any] | None:
-    """The record as stored now, None if there is none."""
+async def _stored(request: web.Request, space: str, tid: str) -> dict[str, Any] | None:
+    """The record as stored now, None if there is none (or it is not a JSON object)."""
     try:
-        return trigger_store.current(request.app[DB], space, tid)[1]
+        return trigger_store.parsed(space, tid, await request.app[STORE].record_row(space, tid))[1]
     except Refusal:
         return None
 
@@ -149,8 +147,7 @@ def _stored(request: web.Request, space: str, tid: str) -> dict[str, Any] | None
 async def delete_trigger(request: web.Request) -> web.Response:
     space = require_space(request)
     tid = request.match_info["id"]
-    at, by = iso(now_of(request)), author(request)
-    trigger_store.delete(request.app[DB], space, tid, at, if_match(request), by)
+    await request.app[STORE].delete_record(space, tid, if_match(request), author(request))
     notify(request.app, space)
     return answer({"id": tid, "deleted": True})
 
@@ -161,14 +158,8 @@ async def post_status(request: web.Request) -> web.Response:
     decode(data, Stamps, code="invalid_status")
     stamps = decode(data, dict[str, Any], code="invalid_status")
     duties.require_stamper(request, space, request.match_info["id"])
-    record, written = trigger_store.stamp(
-        request.app[DB],
-        space,
-        request.match_info["id"],
-        stamps,
-        iso(now_of(request)),
-        if_match(request),
-    )
+    tid = request.match_info["id"]
+    record, written = await request.app[STORE].stamp_record(space, tid, stamps, if_match(request))
     if written:
         notify(request.app, space)
     return _one(request, record)

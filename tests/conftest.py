@@ -10,6 +10,7 @@ import inspect
 from pathlib import Path
 
 import pytest
+from pgfixtures import pg_cluster, pg_dsn  # noqa: F401  # PostgreSQL for every test dir
 
 E2E = Path(__file__).resolve().parent / "e2e"
 

@@ -2,10 +2,11 @@
 
 Owns the `Store` protocol and its answers for the parts SPEC "Beyond one machine" says the
 database decides: the lease and its term by the store's clock, fire claims fenced by the
-lease, and the gapless, commit-ordered `seq` of the change feed and of each chat.
+lease, records written by compare-and-set, and the gapless, commit-ordered `seq` of the
+change feed and of each chat.
 `sqlite.SqliteStore` is the embedded default (today's tables and code);
 `postgres.PostgresStore` runs on asyncpg and decides by PostgreSQL's `now()`. Must not
-know HTTP, records or devices.
+know HTTP or devices.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from aiohttp import web
 if TYPE_CHECKING:  # `leases` and `chats` serve their routes through this seam
     from core.chatwire import Message, MessageIn
     from space.chat_store import Chat
+    from space.history import Author
     from space.leases import Lease
 
+Record: TypeAlias = "dict[str, Any]"  # a trigger record as stored (`trigger_store.Record`)
 LeaseStep: TypeAlias = "Callable[[Lease, datetime], Lease]"  # `leases.Conflict` refuses
 
 
@@ -80,6 +83,44 @@ class Store(Protocol):
         ...
 
     async def changes_since(self, space: str, since: int, limit: int) -> list[dict[str, Any]]: ...
+
+    async def record_row(self, space: str, tid: str) -> tuple[int, str] | None:
+        """The stored `(rev, body)`, None if none (`trigger_store.parsed`/`flagged` read it)."""
+        ...
+
+    async def latest_seq(self, space: str) -> int:
+        """The change feed's last `seq` (0: none yet)."""
+        ...
+
+    async def records_page(
+        self, space: str, after: str, limit: int, *, stored: bool
+    ) -> tuple[list[Record | msgspec.Raw], str | None]:
+        """Up to `limit` (-1: all) records by id after `after`, and the next page's `after`."""
+        ...
+
+    async def create_record(self, space: str, body: Record, by: Author) -> Record:
+        """A new record under a fresh id, with its change and revision, by the store's clock."""
+        ...
+
+    async def create_reserved_record(
+        self, space: str, tid: str, body: Record, by: Author
+    ) -> tuple[Record, bool]:
+        """Create-if-absent for a reserved id: the record, and whether this call made it."""
+        ...
+
+    async def patch_record(
+        self, space: str, tid: str, changes: Record, if_match: int | None, by: Author
+    ) -> Record:
+        """Compare-and-set: `if_match` not the stored rev is `Refusal` 409 `rev_mismatch`."""
+        ...
+
+    async def stamp_record(
+        self, space: str, tid: str, stamps: Record, if_match: int | None
+    ) -> tuple[Record, bool]: ...
+
+    async def delete_record(
+        self, space: str, tid: str, if_match: int | None, by: Author
+    ) -> None: ...
 
     async def create_chat(self, space: str, name: str) -> Chat: ...
 

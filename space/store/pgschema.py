@@ -30,7 +30,18 @@ CREATE TABLE chat_messages (object_id text NOT NULL, seq bigint NOT NULL,
   message_id text NOT NULL UNIQUE, created_ts double precision NOT NULL, body text NOT NULL,
   PRIMARY KEY (object_id, seq));
 """
-MIGRATIONS = (_V1,)  # version n is MIGRATIONS[n - 1]; append, never edit
+_V2 = """
+CREATE TABLE trigger_ids (space text NOT NULL, id text NOT NULL, PRIMARY KEY (space, id));
+CREATE TABLE triggers (space text NOT NULL, id text NOT NULL, rev bigint NOT NULL,
+  body text NOT NULL, name text, PRIMARY KEY (space, id));
+CREATE UNIQUE INDEX triggers_by_name ON triggers (space, name) WHERE name IS NOT NULL;
+CREATE TABLE history_revisions (space text NOT NULL, trigger_id text NOT NULL,
+  rev bigint NOT NULL, seq bigint NOT NULL, at double precision NOT NULL, op text NOT NULL,
+  actor text NOT NULL, note text NOT NULL, changes text NOT NULL, record text,
+  PRIMARY KEY (space, trigger_id, rev));
+CREATE INDEX history_revisions_by_seq ON history_revisions (space, seq);
+"""
+MIGRATIONS = (_V1, _V2)  # version n is MIGRATIONS[n - 1]; append, never edit
 
 
 class NewerStore(Exception):

@@ -15,13 +15,25 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
+import msgspec
 
 from core.chatwire import Message, MessageIn
 from space import chat_store, leases, trigger_store
 from space.chat_store import Chat
+from space.history import Author
 from space.servertime import iso
-from space.store import Claimed, ClaimIn, LeaseChange, LeaseStep, Stale, Taken, pgschema
+from space.store import (
+    Claimed,
+    ClaimIn,
+    LeaseChange,
+    LeaseStep,
+    Stale,
+    Taken,
+    pg_records,
+    pgschema,
+)
 from space.store.pgwake import CHANNEL
+from space.trigger_store import Record
 
 _CLAIM = """
 WITH lease AS (SELECT 1 FROM leases WHERE space = $1 AND active = $5 AND term = $4
@@ -30,13 +42,6 @@ INSERT INTO fires (space, trigger_id, key, term, peer, claim_id)
 SELECT $1, $2, $3, $4, $5, $6 WHERE NOT $7::boolean OR EXISTS (SELECT 1 FROM lease)
 ON CONFLICT DO NOTHING RETURNING claimed_at
 """
-_APPEND = """
-WITH counter AS (INSERT INTO feeds AS f (space, seq) VALUES ($1, 1)
-  ON CONFLICT (space) DO UPDATE SET seq = f.seq + 1 RETURNING seq),
-appended AS (INSERT INTO changes (space, seq, trigger_id, op, rev, body, at)
-  SELECT $1, seq, $2, $3, $4, $5, $6 FROM counter RETURNING seq)
-SELECT seq, pg_notify('CHANNEL', 'feed:' || $1) FROM appended
-""".replace("CHANNEL", CHANNEL)
 
 
 class PostgresStore:
@@ -121,7 +126,39 @@ class PostgresStore:
         self, space: str, trigger_id: str, op: str, rev: int, body: str | None, at: str
     ) -> int:
         async with self.pool.acquire() as conn, conn.transaction():
-            return int(await conn.fetchval(_APPEND, space, trigger_id, op, rev, body, at))
+            return await pg_records.append_change(conn, space, trigger_id, op, rev, body, at)
+
+    async def record_row(self, space: str, tid: str) -> tuple[int, str] | None:
+        return await pg_records.stored_row(self.pool, space, tid)
+
+    async def latest_seq(self, space: str) -> int:
+        return await pg_records.latest_seq(self.pool, space)
+
+    async def records_page(
+        self, space: str, after: str, limit: int, *, stored: bool
+    ) -> tuple[list[Record | msgspec.Raw], str | None]:
+        return await pg_records.listing_page(self.pool, space, after, limit, stored=stored)
+
+    async def create_record(self, space: str, body: Record, by: Author) -> Record:
+        return await pg_records.create(self.pool, space, body, by)
+
+    async def create_reserved_record(
+        self, space: str, tid: str, body: Record, by: Author
+    ) -> tuple[Record, bool]:
+        return await pg_records.create_reserved(self.pool, space, tid, body, by)
+
+    async def patch_record(
+        self, space: str, tid: str, changes: Record, if_match: int | None, by: Author
+    ) -> Record:
+        return await pg_records.patch(self.pool, space, tid, changes, if_match, by)
+
+    async def stamp_record(
+        self, space: str, tid: str, stamps: Record, if_match: int | None
+    ) -> tuple[Record, bool]:
+        return await pg_records.stamp(self.pool, space, tid, stamps, if_match)
+
+    async def delete_record(self, space: str, tid: str, if_match: int | None, by: Author) -> None:
+        await pg_records.delete(self.pool, space, tid, if_match, by)
 
     async def create_chat(self, space: str, name: str) -> Chat:
         async with self.pool.acquire() as conn, conn.transaction():

@@ -1,8 +1,8 @@
 """The embedded store behind the seam: today's SQLite tables and code, by the server's clock.
 
 Owns adapting the sync area modules (`leases`, `fires`, `trigger_store`, `chat_store`)
-to `Store`; the
-SQL stays in those modules, so the routes that still use them directly answer the same.
+to `Store`; the SQL stays in those modules, so the routes that still use them directly
+answer the same.
 Each call is one `BEGIN IMMEDIATE` transaction (a savepoint inside an open one). Must
 not hold SQL of its own.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import msgspec
 import sqlite_utils
 
 from core.chatwire import Message, MessageIn
@@ -19,8 +20,10 @@ from core.wire import FireIn
 from space import chat_store, fires, leases, trigger_store
 from space.chat_store import Chat
 from space.db import transaction
+from space.history import Author
 from space.servertime import ServerClock, iso
 from space.store import Claimed, ClaimIn, LeaseChange, LeaseStep, Stale, Taken
+from space.trigger_store import Record
 
 
 class SqliteStore:
@@ -68,6 +71,41 @@ class SqliteStore:
 
     async def changes_since(self, space: str, since: int, limit: int) -> list[dict[str, Any]]:
         return trigger_store.changes_since(self.db, space, since, limit)
+
+    async def record_row(self, space: str, tid: str) -> tuple[int, str] | None:
+        return trigger_store.stored_row(self.db, space, tid)
+
+    async def latest_seq(self, space: str) -> int:
+        return trigger_store.latest_seq(self.db, space)
+
+    async def records_page(
+        self, space: str, after: str, limit: int, *, stored: bool
+    ) -> tuple[list[Record | msgspec.Raw], str | None]:
+        return trigger_store.listing_page(self.db, space, after, limit, stored=stored)
+
+    async def create_record(self, space: str, body: Record, by: Author) -> Record:
+        return trigger_store.create(self.db, space, body, self._now(), by)
+
+    async def create_reserved_record(
+        self, space: str, tid: str, body: Record, by: Author
+    ) -> tuple[Record, bool]:
+        return trigger_store.create_reserved(self.db, space, tid, body, self._now(), by)
+
+    async def patch_record(
+        self, space: str, tid: str, changes: Record, if_match: int | None, by: Author
+    ) -> Record:
+        return trigger_store.patch(self.db, space, tid, changes, self._now(), if_match, by)
+
+    async def stamp_record(
+        self, space: str, tid: str, stamps: Record, if_match: int | None
+    ) -> tuple[Record, bool]:
+        return trigger_store.stamp(self.db, space, tid, stamps, self._now(), if_match)
+
+    async def delete_record(self, space: str, tid: str, if_match: int | None, by: Author) -> None:
+        trigger_store.delete(self.db, space, tid, self._now(), if_match, by)
+
+    def _now(self) -> str:
+        return iso(self.clock())
 
     async def create_chat(self, space: str, name: str) -> Chat:
         return chat_store.create_chat(self.db, space, name, now=self.clock().timestamp())

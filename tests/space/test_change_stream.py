@@ -9,6 +9,8 @@ from typing import Any
 import aiohttp
 from space_support import SPACE, Api
 
+BOTH_STORES = True  # the feed answers from the store seam: SQLite and PostgreSQL
+
 C = f"/v1/spaces/{SPACE}/changes"
 
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import pytest
 from space_support import CRON, SPACE, Api, FakeClock
 
 from space.changes import FANOUT
 
 T = f"/spaces/{SPACE}/triggers"
+BOTH_STORES = True  # the record routes answer from the store seam: SQLite and PostgreSQL
 
 
+@pytest.mark.sqlite_only  # the fake clock's instant
 async def test_create_mints_an_id_and_server_fields(api: Api) -> None:
     record = await api.create_trigger()
     assert record["id"].startswith("trg_")
@@ -21,6 +24,7 @@ async def test_create_mints_an_id_and_server_fields(api: Api) -> None:
     assert status == 200 and got == record
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_active_since_starts_at_creation_resume_and_a_change_of_kind_or_spec(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -49,6 +53,7 @@ async def test_active_since_starts_at_creation_resume_and_a_change_of_kind_or_sp
     assert status == 400 and "$.activeSince" in body["detail"]
 
 
+@pytest.mark.sqlite_only  # reads the SQLite file
 async def test_a_deleted_id_is_never_minted_again(api: Api) -> None:
     first = await api.create_trigger()
     assert (await api.delete(f"{T}/{first['id']}"))[0] == 200
@@ -70,6 +75,7 @@ async def test_invalid_input_is_refused_with_the_path(api: Api) -> None:
     assert "`$.spec.expr`" in body["detail"]
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_patch_merges_user_fields_and_bumps_rev(api: Api, space_clock: FakeClock) -> None:
     record = await api.create_trigger(args={"a": 1})
     space_clock.advance(60)
@@ -149,6 +155,7 @@ def _write_raw(api: Api, tid: str, body: dict) -> None:
         conn.close()
 
 
+@pytest.mark.sqlite_only  # writes the SQLite file
 async def test_undecodable_records_are_listed_flagged_and_stamps_keep_their_fields(
     api: Api,
 ) -> None:
@@ -224,6 +231,7 @@ async def test_a_space_comes_with_its_general_chat(api: Api) -> None:
     assert [s["id"] for s in listing["spaces"]] == [SPACE, "work"]
 
 
+@pytest.mark.sqlite_only  # writes the SQLite file
 async def test_a_record_that_is_not_even_json_is_listed_and_never_rewritten(api: Api) -> None:
     conn = sqlite3.connect(api.db_path)
     try:
@@ -261,6 +269,7 @@ async def test_get_fills_in_defaults_and_keeps_unknown_fields(api: Api) -> None:
     assert [r for r in listed["triggers"] if r["id"] == made["id"]] == [one]
 
 
+@pytest.mark.sqlite_only  # writes the SQLite file
 async def test_the_listing_pages_by_id_and_answers_records_as_stored(api: Api) -> None:
     made = sorted([(await api.create_trigger())["id"] for _ in range(5)])
     conn = sqlite3.connect(api.db_path)
@@ -311,6 +320,7 @@ async def test_a_record_is_answered_with_every_default_filled_in(api: Api) -> No
     assert listed[cron["id"]]["limits"] == cron["limits"]
 
 
+@pytest.mark.sqlite_only  # posts to the general chat: the space's creation is not behind the seam
 async def test_a_run_token_writes_as_the_program(api: Api) -> None:
     _, space = await api.get(f"/spaces/{SPACE}")
     made = await api.create_trigger(program="greeter@v1")
