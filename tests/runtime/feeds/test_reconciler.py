@@ -11,13 +11,14 @@ import logging
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 from multidict import CIMultiDict
+from waiting import eventually
 
 from core.aio import Backoff
 from core.clock import Clock, FakeClock, SystemClock
@@ -453,10 +454,12 @@ async def test_a_backfill_request_is_the_one_stamp_that_reaches_the_diff(space, 
     """A backfill is stamped (no rev), yet the ticker must take it: it comes as an update."""
     run = await start()
     await ready(run)
-    made = await space.admin.trigger_create(SPACE, named(CRON) | {"owner": ME})
+    every_second = {"owner": ME, "spec": {"expr": "* * * * * *"}}
+    made = await space.admin.trigger_create(SPACE, named(CRON) | every_second)
     await run.until(lambda: run.ids("add") == [made["id"]])
     since = datetime.fromisoformat(made["activeSince"])
-    ask = {"from": iso(since + timedelta(seconds=1)), "to": iso(since + timedelta(minutes=10))}
+    ask = {"from": iso(since), "to": iso(since + timedelta(seconds=1))}  # a range that passed
+    await eventually(lambda: datetime.now(UTC) > since + timedelta(seconds=1), what="a slot")
     answer = await space.admin.trigger_backfill(SPACE, made["id"], ask)
     assert answer["keys"]
     await run.until(lambda: run.ids("update") == [made["id"]])
