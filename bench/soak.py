@@ -1,6 +1,9 @@
 """Soak: three devices and a space under random kills, stops and freezes; then the invariants.
 
-    python bench/soak.py [--seconds 600] [--seed N] [--json]   # BATON_SOAK_LOG=INFO: more log
+    python bench/soak.py [--seconds 600] [--seed N] [--json] [--faults]   # BATON_SOAK_LOG=INFO
+
+`--faults` adds the faults that are not kills (bench/soakfaults.py): the space SIGKILLed 3×
+on schedule, and a window each of disk full, 2 s latency and ±60 s skew on the holder.
 
 Loopback only, bounded in time: one space, three devices, floating and pinned triggers and
 chat-watch, random SIGKILL / SIGTERM / SIGSTOP of the processes and pauses, a quiet end; then
@@ -18,6 +21,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import socket
 import sqlite3
@@ -33,6 +37,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from soakfaults import Clocks, Disk, Fault, Links, env_without_faketime  # noqa: E402
 
 from core.vocab import NOT_RAN  # noqa: E402
 from runtime.client.api import ApiError, SpaceClient  # noqa: E402
@@ -103,7 +109,7 @@ class Act:
 
 
 class Harness:
-    def __init__(self, tmp: Path, seed: int) -> None:
+    def __init__(self, tmp: Path, seed: int, faults: bool = False) -> None:
         self.tmp, self.rng = tmp, random.Random(seed)
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -114,6 +120,14 @@ class Harness:
         self.api: SpaceClient | None = None
         self.chats: dict[str, str] = {}
         self.watchers: set[asyncio.Task[None]] = set()
+        self.faults: list[Fault] = []
+        self.acked: list[tuple[str, str]] = []  # (chat, message id) the space answered 201
+        self.server_errors: list[str] = []  # answers ≥ 500 but 503 the harness itself got
+        self.disk = Disk(tmp / "disk") if faults else None
+        self.clocks = Clocks(tmp) if faults else None
+        self.links = Links(self.port) if faults else None
+        data = self.disk.path if self.disk and self.disk.refused is None else tmp
+        self.db = data / "space.db"
 
     # -- processes
 
@@ -123,7 +137,7 @@ class Harness:
                 "space",
                 "serve",
                 "--db",
-                str(self.tmp / "space.db"),
+                str(self.db),
                 "--port",
                 str(self.port),
                 "--lease-seconds",
@@ -133,12 +147,13 @@ class Harness:
             ]
         else:
             token = self.tmp / f"{name}.token"
+            url = await self.links.url(name) if self.links else self.url
             args = [
                 "device",
                 "--peer",
                 name,
                 "--url",
-                self.url,
+                url,
                 "--token-file",
                 str(token),
                 "--space",
@@ -152,7 +167,8 @@ class Harness:
             ]
         log = (self.tmp / f"{name}.log").open("ab")
         env = {
-            **os.environ,
+            **env_without_faketime(),
+            **(self.clocks.env(name) if self.clocks and name != "space" else {}),
             "BATON_LOG": os.environ.get("BATON_SOAK_LOG", "WARNING"),
             "PYTHONUNBUFFERED": "1",
         }
@@ -233,7 +249,7 @@ class Harness:
 
     async def setup(self) -> None:
         await self.spawn("space")
-        admin = (self.tmp / "admin.token").read_text().strip()
+        admin = (self.db.parent / "admin.token").read_text().strip()
         self.api = SpaceClient(self.url, admin)
         self.chats["general"] = (await self.api.space_create({"id": SPACE})).generalChat or ""
         self.chats["feed"] = (await self.api.chat_create(SPACE, {"name": "feed"}))["objectId"]
@@ -290,18 +306,71 @@ class Harness:
             n += 1
             chats = ["feed"] + (["general"] if n % round(CHAT_EVERY / FEED_EVERY) == 0 else [])
             for chat in chats:
-                with contextlib.suppress(ApiError):  # the space is down: no such message
-                    await self.api.chat_send(SPACE, self.chats[chat], {"text": f"m{n}"})
+                try:
+                    sent = await self.api.chat_send(SPACE, self.chats[chat], {"text": f"m{n}"})
+                    self.acked.append((self.chats[chat], sent.message_id))
+                except ApiError as exc:  # the space is down or full: no such message
+                    if exc.status >= 500 and exc.status != 503:
+                        self.server_errors.append(f"chat_send {exc.status} {exc}")
             await asyncio.sleep(FEED_EVERY)
 
     async def chaos(self, seconds: float) -> None:
-        end = now() + seconds
-        half = now() + seconds / 2
+        start = now()
+        end, half = start + seconds, start + seconds / 2
+        schedule = self._schedule(seconds) if self.disk else []
         while now() < end:
             await asyncio.sleep(self.rng.uniform(2.0, 6.0))
             if "later" not in self.triggers and now() > half:
                 await self._guarded(self._create_later())
-            await self._guarded(self.act())
+            if schedule and now() >= start + schedule[0][0] * seconds:
+                _, what, length = schedule.pop(0)
+                await self._guarded(self._inject(what, length))
+            else:
+                await self._guarded(self.act())
+
+    @staticmethod
+    def _schedule(seconds: float) -> list[tuple[float, str, float]]:
+        """(fraction of the chaos, fault, seconds): three space kills and a window each."""
+        length = min(60.0, seconds / 10)
+        return [
+            (0.15, "kill space", 0.0),
+            (0.25, "disk full", length),
+            (0.40, "kill space", 0.0),
+            (0.50, "latency", length),
+            (0.65, "skew", length),
+            (0.80, "kill space", 0.0),
+        ]
+
+    async def _inject(self, what: str, seconds: float) -> None:
+        """One scheduled fault, from a settled household (all up, none frozen), so that
+        a lease change within its window is its own."""
+        if what == "kill space":
+            await self._space_blip()
+            return
+        await self.calm(2 * LEASE)
+        holder = await self.holder() or PEERS[0]
+        assert self.disk and self.clocks and self.links
+        refused = {"disk full": self.disk.refused, "skew": self.clocks.refused}.get(what)
+        fault = Fault(what if refused is None else f"{what} (not made: {refused})", now())
+        fault.peer = None if what == "disk full" else holder
+        self.faults.append(fault)
+        if refused is not None:
+            fault.ended = now()
+            return
+        if what == "disk full":
+            self.disk.fill()
+            await asyncio.sleep(seconds)
+            self.disk.free()
+        elif what == "latency":
+            self.links.slow(holder, 2.0)
+            await asyncio.sleep(seconds)
+            self.links.slow(holder, 0.0)
+        else:
+            for offset in (60.0, -60.0):
+                self.clocks.skew(holder, offset)
+                await asyncio.sleep(seconds / 2)
+            self.clocks.skew(holder, 0.0)
+        fault.ended = now()
 
     async def _guarded(self, work: Any) -> None:
         with contextlib.suppress(ApiError):  # the space is down right now
@@ -379,6 +448,8 @@ class Harness:
                 await self.signal(name, signal.SIGTERM)
         if self.api is not None:
             await self.api.close()
+        if self.links:
+            await self.links.close()
 
 
 def _free_port() -> int:
@@ -395,12 +466,13 @@ class Check:
 
     def __init__(self, harness: Harness, checked_until: float) -> None:
         self.h, self.until = harness, checked_until
-        db = sqlite3.connect(harness.tmp / "space.db")
+        db = sqlite3.connect(harness.db)
         self.claims = db.execute(
             "SELECT trigger_id, key, term, peer, claimed_at FROM fires WHERE space = ?", [SPACE]
         ).fetchall()
         self.runs = [json.loads(b) for (b,) in db.execute("SELECT body FROM runs")]
         self.turns = [json.loads(b) for (b,) in db.execute("SELECT body FROM agent_turns")]
+        self.terms_began = [t for (t,) in db.execute("SELECT began FROM history_terms")]
         self.messages = [
             (obj, mid, ts, json.loads(body).get("agent"))
             for obj, mid, ts, body in db.execute(
@@ -446,7 +518,10 @@ class Check:
         return any(self.h.lives[p].ran_at_all(a, b) for p in peers)
 
     def space_up(self, a: float, b: float) -> bool:
-        return self.h.lives["space"].up_strictly(a, b, 1.0)
+        """Up and able to write: a full disk is a space that cannot take a claim."""
+        full = [f for f in self.h.faults if f.what == "disk full"]
+        writes = not any(f.began - EDGE < b and a < f.ended + EDGE for f in full)
+        return writes and self.h.lives["space"].up_strictly(a, b, 1.0)
 
     def paused(self, tid: str, t: float, edge: float) -> bool:
         """Within a paused stretch of the record (widened by `edge`, or narrowed if negative)."""
@@ -488,6 +563,38 @@ class Check:
         self.event(by_trigger.get(self.h.triggers["event"], {}))
         self.chat_watch()
         self.terms(by_trigger)
+        self.early()
+        self.acknowledged()
+        self.server_errors()
+        self.lease_changes()
+
+    def early(self) -> None:
+        """A cron claim the space took before its slot, by the space's own clock."""
+        crons = {self.h.triggers[r] for r in ("cron", "later", "pinned") if r in self.h.triggers}
+        for tid, key, _term, _peer, claimed in self.claims:
+            if tid in crons and stamp(claimed) < stamp(key.replace("Z", "+00:00")) - 0.5:
+                self.breach("early", f"{tid} {key} claimed at {claimed}")
+
+    def acknowledged(self) -> None:
+        stored = {(obj, mid) for obj, mid, _, _ in self.messages}
+        for chat, mid in self.h.acked:
+            if (chat, mid) not in stored:
+                self.breach("acknowledged writes lost", f"message {mid} in {chat}")
+
+    def server_errors(self) -> None:
+        log = self.h.tmp / "space.log"
+        text = log.read_text("utf-8", "replace")
+        failed = re.findall(r"(?:GET|POST|PUT|PATCH|DELETE) \S+ failed", text)
+        for what in [*failed, *self.h.server_errors]:
+            self.breach("5xx", what)
+
+    def lease_changes(self) -> None:
+        """At most one new term per fault window (a kill of the holder is not in one)."""
+        for f in self.h.faults:
+            began = [t for t in self.terms_began if f.began <= t <= f.ended + 2 * LEASE + EDGE]
+            self.found[f"lease changes in {f.what}"] = len(began)
+            if len(began) > 1:
+                self.breach("lease changes", f"{f.what}: {len(began)} new terms")
 
     def duplicates(self) -> None:
         keys = Counter((c[0], c[1]) for c in self.claims)
@@ -607,23 +714,33 @@ INVARIANTS = (
     "before activeSince",
     "in paused time",
     "stale term",
+    "early",
+    "acknowledged writes lost",
+    "5xx",
+    "lease changes",
 )
 
 
-async def soak(seconds: float, quiet: float, seed: int, tmp: Path) -> dict[str, Any]:
-    harness = Harness(tmp, seed)
+async def soak(
+    seconds: float, quiet: float, seed: int, tmp: Path, faults: bool = False
+) -> dict[str, Any]:
+    harness = Harness(tmp, seed, faults)
     started = now()
     try:
-        await harness.setup()
-        generator = asyncio.get_running_loop().create_task(harness.generate())
-        await harness.chaos(max(0.0, seconds - quiet))
-        calm_from = now()
-        await harness.calm(quiet)
-        generator.cancel()
-    finally:
-        await harness.close()
-    check = Check(harness, checked_until=calm_from + quiet - HORIZON)
-    check.run()
+        try:
+            await harness.setup()
+            generator = asyncio.get_running_loop().create_task(harness.generate())
+            await harness.chaos(max(0.0, seconds - quiet))
+            calm_from = now()
+            await harness.calm(quiet)
+            generator.cancel()
+        finally:
+            await harness.close()
+        check = Check(harness, checked_until=calm_from + quiet - HORIZON)
+        check.run()
+    finally:  # the database's tmpfs is unmounted whatever happened
+        if harness.disk:
+            harness.disk.close(keep=tmp)
     failover = check.failovers()
     acts = Counter(
         a.what.split()[0] + (" space" if "space" in a.what else "") for a in harness.acts
@@ -642,6 +759,14 @@ async def soak(seconds: float, quiet: float, seed: int, tmp: Path) -> dict[str, 
             "max": round(max(failover), 2) if failover else None,
         },
         "pauses": sum(len(p) for p in check.pauses.values()),
+        "faults": {
+            f.what: {
+                "seconds": round(f.ended - f.began, 1),
+                "on": f.peer,
+                "lease changes": check.found[f"lease changes in {f.what}"],
+            }
+            for f in harness.faults
+        },
         "data": str(tmp),
     }
 
@@ -653,10 +778,11 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
+    parser.add_argument("--faults", action="store_true", help="add disk, latency, skew faults")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     tmp = Path(tempfile.mkdtemp(prefix="baton-soak-"))
-    result = asyncio.run(soak(args.seconds, args.quiet, seed, tmp))
+    result = asyncio.run(soak(args.seconds, args.quiet, seed, tmp, args.faults))
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -674,6 +800,8 @@ def _table(result: dict[str, Any]) -> None:
         print(f"  {name:<20} {count}")
         for example in result["examples"].get(name, []):
             print(f"      e.g. {example}")
+    for what, fault in result["faults"].items():
+        print(f"  fault {what}: {fault}")
     f = result["failover s"]
     print(f"  {'failover':<20} {f['count']} holder stops: median {f['median']} s, max {f['max']} s")
     print(f"  data: {result['data']}")
