@@ -30,6 +30,7 @@ from space.db import DB, watch_stalls
 from space.http import Refusal, add_route, answer, read_body
 from space.servertime import iso
 from space.spaces import require_space
+from space.storage import STORAGE
 from space.store import STORE
 
 log = logging.getLogger("baton.space")
@@ -173,11 +174,16 @@ async def get_election(request: web.Request) -> web.Response:
 
 
 async def _change(
-    request: web.Request, space: str, step: Callable[[Lease, datetime], Lease]
+    request: web.Request,
+    space: str,
+    step: Callable[[Lease, datetime], Lease],
+    seen: Callable[[Lease, datetime], Lease] | None = None,
 ) -> web.Response:
-    """Apply `step(lease, now)` in the store; 409 `lease_conflict` with the lease if refused."""
+    """Apply `step(lease, now)` in the store; 409 `lease_conflict` with the lease if refused
+    (as `seen` shows it)."""
     change = await request.app[STORE].change_lease(space, step)
-    lease, now, length = change.old, change.now, _length(request)
+    now, length = change.now, _length(request)
+    lease = (seen or _as_stored)(change.old, now)
     if change.new is None:
         raise Refusal(
             409, "lease_conflict", _conflict_detail(lease, now), **wire(lease, now, length)
@@ -250,12 +256,26 @@ async def _peer_body(request: web.Request, kind: type[B]) -> tuple[str, B]:
     return space, body
 
 
+def kept(lease: Lease, now: datetime) -> Lease:
+    """While the store cannot write, a lease its holder could not renew has not lapsed."""
+    if lease.active is None or not lease.lapsed(now):
+        return lease
+    return msgspec.structs.replace(lease, expires_at=now + timedelta(microseconds=1))
+
+
 async def post_acquire(request: web.Request) -> web.Response:
     space, body = await _peer_body(request, LeaseIn)
     length = _length(request)
-    return await _change(
-        request, space, lambda lease, now: acquire(lease, body.peer, body.term, now, length)
-    )
+    seen = kept if request.app[STORAGE].fault is not None else _as_stored
+
+    def step(lease: Lease, now: datetime) -> Lease:
+        return acquire(seen(lease, now), body.peer, body.term, now, length)
+
+    return await _change(request, space, step, seen)
+
+
+def _as_stored(lease: Lease, _now: datetime) -> Lease:
+    return lease
 
 
 async def post_release(request: web.Request) -> web.Response:
@@ -283,6 +303,7 @@ async def post_want(request: web.Request) -> web.Response:
 def setup(app: web.Application) -> None:
     ensure_schema(app[DB])
     watch_stalls(app[DB], app[CLOCK], credit_stall)
+    app[STORAGE].recovered.append(lambda began, seconds: credit_stall(app[DB], began, seconds))
     add_route(app, "election", get_election, "The lease: who is active", answer=LeaseOut)
     add_route(
         app,

@@ -4,7 +4,8 @@ Owns telling a storage fault (SQLite's FULL, READONLY, IOERR, BUSY, LOCKED, CANT
 CORRUPT, NOTADB, PROTOCOL, NOMEM) from a bug, the middleware that answers it
 `503 {"error": "storage_unavailable", "detail"}` with `Retry-After`, and the app's
 `StorageState`: the fault seen last and since when, cleared by the next request whose
-writes commit. `/healthz` and `/metrics` read that state. Must not know any table.
+writes commit (its `recovered` hooks then hear how long writes failed). `/healthz` and
+`/metrics` read that state. Must not know any table.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
 
 from aiohttp import web
 
@@ -56,19 +59,23 @@ class StorageState:
         self.fault: str | None = None
         self.detail = ""
         self.since: str | None = None
+        self.began: datetime | None = None
         self.seen: Counter[str] = Counter()
+        self.recovered: list[Callable[[float, float], None]] = []  # (began, seconds)
 
-    def failed(self, fault: str, detail: str, now: str) -> None:
+    def failed(self, fault: str, detail: str, now: datetime) -> None:
         if self.fault is None:
-            self.since = now
+            self.since, self.began = iso(now), now
             log.warning("storage unavailable (%s): %s", fault, detail)
         self.fault, self.detail = fault, detail
         self.seen[fault] += 1
 
-    def committed(self) -> None:
-        if self.fault is not None:
+    def committed(self, now: datetime) -> None:
+        if self.fault is not None and self.began is not None:
             log.warning("storage available again after %s since %s", self.fault, self.since)
-        self.fault, self.detail, self.since = None, "", None
+            for hook in self.recovered:
+                hook(self.began.timestamp(), (now - self.began).total_seconds())
+        self.fault, self.detail, self.since, self.began = None, "", None, None
 
     def view(self) -> dict[str, object]:
         """What `/healthz` shows of it."""
@@ -101,10 +108,10 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise
         if conn.in_transaction:  # a failed COMMIT may leave it open
             conn.rollback()
-        app[STORAGE].failed(fault, str(exc), iso(app[CLOCK]()))
+        app[STORAGE].failed(fault, str(exc), app[CLOCK]())
         return refusal(fault, str(exc))
     if conn.total_changes != before and not conn.in_transaction:
-        app[STORAGE].committed()
+        app[STORAGE].committed(app[CLOCK]())
     return response
 
 

@@ -50,3 +50,35 @@ async def test_a_lease_that_had_lapsed_before_the_stall_is_not_revived(
     assert lease["active"] is None, lease
     status, lease = await api.post(f"{E}/claim", {"peer": "phone", "term": 1})
     assert status == 200 and lease["active"] == "phone" and lease["term"] == 2
+
+
+def fail_writes(api: Api) -> None:
+    """The store's writes fail as on a read-only disk, until `heal_writes`."""
+    app = api.client.server.app
+    assert app is not None
+    app[DB].execute("PRAGMA query_only = ON")
+
+
+def heal_writes(api: Api) -> None:
+    app = api.client.server.app
+    assert app is not None
+    app[DB].execute("PRAGMA query_only = OFF")
+
+
+async def test_time_the_store_could_not_write_does_not_hand_the_lease_on(
+    api: Api, space_clock: FakeClock
+) -> None:
+    await api.post(f"{E}/claim", {"peer": "laptop", "term": 0})  # until 09:00:15
+    space_clock.advance(5)
+    fail_writes(api)
+    status, body = await api.post(f"{E}/claim", {"peer": "laptop", "term": 1})
+    assert status == 503 and body["error"] == "storage_unavailable", body  # the fault begins
+    space_clock.advance(25)  # 09:00:30: lapsed by the clock, but its holder could not renew
+    heal_writes(api)  # the first write that could commit is another peer's claim
+    status, body = await api.post(f"{E}/claim", {"peer": "phone", "term": 1})
+    assert status == 409 and body["active"] == "laptop", body  # not handed on for the fault
+    assert (await api.put(f"/spaces/{SPACE}/devices/phone", {"name": "Phone"}))[0] == 200
+    status, lease = await api.get(E)  # credited with the 25 s the writes failed
+    assert lease["active"] == "laptop" and lease["expiresAt"] == "2026-12-01T09:00:40.000Z"
+    status, lease = await api.post(f"{E}/claim", {"peer": "laptop", "term": 1})
+    assert status == 200 and lease["term"] == 1, lease  # the same term: the holder kept it
