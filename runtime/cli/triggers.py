@@ -1,12 +1,12 @@
 """`baton triggers`: manage trigger records as `temporal schedule` and `kubectl` do.
 
     baton triggers add --name N (--cron EXPR | --at TIME | --chat OBJECTID) --program REF …
-    baton triggers list | show ID | edit ID [--name|--cron|--tz|--at|--program|--args …]
+    baton triggers list | show ID | edit ID [--name|--cron|--at|--chat|--program|--timeout …]
     baton triggers pause ID [--until T] | resume ID | float ID | rm ID | run ID
     baton triggers repin ID PEER [--force] | backfill ID --from T1 --to T2 [--dry-run]
 
-Owns the verbs: flags checked before anything is sent (`trigger_flags`, the policies'
-`policies`), `edit` a compare-and-set on the rev it read, `--note` on the verbs that change
+Owns the verbs: flags checked before anything is sent (`trigger_flags`, with the limits and
+the policies), `edit` a compare-and-set on the rev it read, `--note` on the verbs that change
 a record (`add` too), `run` a manual run (runtime.fire.manual); details in
 docs/architecture.md and docs/cli.md. A shell: parse, call, print.
 """
@@ -19,7 +19,6 @@ from typing import Any
 
 from core.clock import SystemClock, iso
 from core.vocab import RunStatus
-from runtime.cli import policies
 from runtime.cli import trigger_flags as flags
 from runtime.cli import trigger_views as views
 from runtime.cli.common import Target, add_space_options
@@ -38,8 +37,8 @@ Record = dict[str, Any]
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("triggers", help="add, list, show, edit, pause, run triggers")
     sub = p.add_subparsers(dest="triggers_command", required=True, parser_class=type(p))
-    _add_parser(sub)
-    _edit_parser(sub)
+    flags.add_parser(sub).set_defaults(func=cmd_add)
+    flags.edit_parser(sub).set_defaults(func=cmd_edit)
     for name, func, text in VERBS:
         verb = sub.add_parser(name, help=text)
         if name != "list":
@@ -60,24 +59,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             parser.add_argument("--note", metavar="TEXT", help="why (kept in its history)")
 
 
-def _add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    add = sub.add_parser("add", help="create a trigger")
-    add.add_argument("--name", required=True, metavar="N")
-    when = add.add_mutually_exclusive_group(required=True)
-    when.add_argument("--cron", metavar="EXPR", help="cron expression (5 fields, or 6)")
-    when.add_argument("--at", metavar="TIME", help="once: RFC 3339 with offset, or unix seconds")
-    when.add_argument("--chat", metavar="OBJECTID", help="on each new message of this chat")
-    add.add_argument("--tz", metavar="TZ", help="IANA zone of --cron (default UTC)")
-    add.add_argument("--catchup", choices=("none", "latest"), help="--cron: fire a missed slot")
-    add.add_argument("--program", required=True, metavar="REF", help="name@vN")
-    add.add_argument("--args", metavar="JSON", help="main's args (a JSON object)")
-    add.add_argument("--pin", metavar="PEER", help="run on this device only (default floating)")
-    add.add_argument("--force", action="store_true", help="--pin even to a peer never seen")
-    add.add_argument("--paused", action="store_true", help="create it paused")
-    policies.add_flags(add)
-    add.set_defaults(func=cmd_add)
-
-
 def _backfill_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fill = sub.add_parser("backfill", help="run the slots of a range that never fired")
     fill.add_argument("id", metavar="ID")
@@ -85,20 +66,6 @@ def _backfill_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     fill.add_argument("--to", dest="end", required=True, metavar="T2", help="RFC 3339")
     fill.add_argument("--dry-run", action="store_true", help="list the slots, run nothing")
     fill.set_defaults(func=cmd_backfill)
-
-
-def _edit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    edit = sub.add_parser("edit", help="change a trigger's name, schedule, program or args")
-    edit.add_argument("id", metavar="ID")
-    edit.add_argument("--name", metavar="N")
-    when = edit.add_mutually_exclusive_group()
-    when.add_argument("--cron", metavar="EXPR")
-    when.add_argument("--at", metavar="TIME")
-    edit.add_argument("--tz", metavar="TZ")
-    edit.add_argument("--program", metavar="REF")
-    edit.add_argument("--args", metavar="JSON", help="replaces the args whole")
-    policies.add_flags(edit)
-    edit.set_defaults(func=cmd_edit)
 
 
 # --- commands: parse, call one function --------------------------------------------------
@@ -220,6 +187,8 @@ async def edit(client: SpaceClient, where: Target, args: argparse.Namespace, as_
     if current.get("undecodable"):
         raise Failure("undecodable_record", f"trigger {args.id} does not decode; delete it")
     patch = flags.patch_of(args, current)
+    if args.chat is not None and "spec" in patch:
+        await require_chat(client, where, args.chat)
     if not patch:
         _done(current, f"{args.id} already says so: nothing changed", as_json)
         return 0
