@@ -19,6 +19,7 @@ from typing import Any
 
 from core.clock import SystemClock, iso
 from core.vocab import RunStatus
+from runtime.cli import apply as declared
 from runtime.cli import trigger_flags as flags
 from runtime.cli import trigger_views as views
 from runtime.cli.common import Target, add_space_options
@@ -39,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub = p.add_subparsers(dest="triggers_command", required=True, parser_class=type(p))
     flags.add_parser(sub).set_defaults(func=cmd_add)
     flags.edit_parser(sub).set_defaults(func=cmd_edit)
+    declared.register(sub)  # get, apply
     for name, func, text in VERBS:
         verb = sub.add_parser(name, help=text)
         if name != "list":
@@ -128,7 +130,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return talk(args, lambda c, w: run_now(c, w, args.id, args.json))
 
 
-NOTED = ("add", "edit", "pause", "resume", "float", "repin", "rm")  # verbs that change a record
+NOTED = (
+    "add",
+    "edit",
+    "pause",
+    "resume",
+    "float",
+    "repin",
+    "rm",
+    "apply",
+)  # verbs that change a record
 VERBS = (
     ("list", cmd_list, "the space's triggers"),
     ("show", cmd_show, "a record, its next 10 fires and last 10 runs"),
