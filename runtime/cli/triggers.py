@@ -22,6 +22,7 @@ from core.vocab import RunStatus
 from runtime.cli import apply as declared
 from runtime.cli import trigger_flags as flags
 from runtime.cli import trigger_views as views
+from runtime.cli import watch
 from runtime.cli.common import Target, add_space_options
 from runtime.cli.main import UsageError
 from runtime.cli.next import instant
@@ -45,6 +46,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         verb = sub.add_parser(name, help=text)
         if name != "list":
             verb.add_argument("id", metavar="ID")
+        else:
+            watch.add_option(verb)
         verb.set_defaults(func=func)
     repin = sub.add_parser("repin", help="pin a trigger to one device")
     repin.add_argument("id", metavar="ID")
@@ -79,7 +82,8 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    return talk(args, lambda c, w: list_triggers(c, w, args.json))
+    title = "baton triggers list"
+    return talk(args, lambda c, w: watch.show(lambda: list_text(c, w, args.json), args, w, title))
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -165,15 +169,13 @@ async def add(client: SpaceClient, where: Target, body: Record, args: argparse.N
     return 0
 
 
-async def list_triggers(client: SpaceClient, where: Target, as_json: bool) -> int:
+async def list_text(client: SpaceClient, where: Target, as_json: bool) -> str:
     found = (await client.triggers(where.space))["triggers"]
     if as_json:
-        emit({"triggers": found})
-    elif not found:
-        print(f"no triggers in space {where.space}")
-    else:
-        print("\n".join(views.list_rows(found)))
-    return 0
+        return json.dumps({"triggers": found})
+    if not found:
+        return f"no triggers in space {where.space}"
+    return "\n".join(views.list_rows(found, SystemClock().wall()))
 
 
 async def show(client: SpaceClient, where: Target, tid: str, as_json: bool) -> int:
