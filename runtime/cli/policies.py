@@ -1,11 +1,11 @@
 """The trigger policies in the CLI (SPEC "Trigger policies"): flags in, lines out.
 
 Owns the flags of `triggers add|edit` — `--retry N --backoff S`, `--start-at/--end-at`,
-`--max-runs`, `--jitter`, `--budget N/PERIOD`, `--quiet-chat CHAT:SECONDS`, `--overlap` —
-each turned into its record field (on `edit`, merged with what the record has; `none`
-clears one), the flag each validator path names, and the policy lines of `triggers
-show`. Values are checked by the space's own validator (runtime.cli.trigger_flags.check).
-Pure: no I/O.
+`--max-runs`, `--jitter`, `--budget N/PERIOD`, `--quiet-chat CHAT:SECONDS` — each turned
+into its record field (on `edit`, merged with what the record has; `none` clears one), the
+flag each validator path names, and the policy lines of `triggers show` (`--overlap` is a
+limit: runtime.cli.trigger_limits). Values are checked by the space's own validator
+(runtime.cli.trigger_flags.check). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import argparse
 import re
 from typing import Any
 
-from core.vocab import Overlap, iso
+from core.vocab import iso
 from runtime.cli.main import UsageError
 from runtime.cli.next import instant
 
@@ -33,7 +33,6 @@ FLAGS = {  # the most specific path first
     "$.budget": "--budget",
     "$.quietChat": "--quiet-chat",
     "$.pausedUntil": "--until",
-    "$.limits.overlap": "--overlap",
 }
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
 _PERIOD = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
@@ -51,8 +50,6 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--quiet-chat", metavar="CHAT:S", help="skip while a person wrote within S s"
     )
-    overlaps = ", ".join(o.value for o in Overlap)
-    group.add_argument("--overlap", choices=[o.value for o in Overlap], help=overlaps)
 
 
 def fields_of(args: argparse.Namespace, current: Record | None = None) -> Record:
@@ -73,9 +70,6 @@ def fields_of(args: argparse.Namespace, current: Record | None = None) -> Record
         out["budget"] = None if args.budget == NONE else budget(args.budget)
     if args.quiet_chat is not None:
         out["quietChat"] = None if args.quiet_chat == NONE else quiet_chat(args.quiet_chat)
-    if args.overlap is not None:
-        limits = was.get("limits")
-        out["limits"] = {**(limits if isinstance(limits, dict) else {}), "overlap": args.overlap}
     return out
 
 

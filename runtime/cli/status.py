@@ -1,6 +1,6 @@
 """`baton status`: which device is the agent right now, and how every trigger stands.
 
-    baton status [--url U] [--token-file F] [--space ID] [--data DIR] [--json]
+    baton status [--url U] [--token-file F] [--space ID] [--data DIR] [--json] [--watch S]
 
 Reads the space only: its health (a storage fault is a line under the head), the election,
 the devices (with what each reports of itself in its heartbeat: its chat subscriptions,
@@ -17,6 +17,7 @@ import asyncio
 import json
 from typing import Any
 
+from runtime.cli import watch
 from runtime.cli.common import Target, add_space_options
 from runtime.cli.table import render
 from runtime.cli.talk import talk
@@ -26,17 +27,19 @@ from runtime.client.api import SpaceClient
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("status", help="the active device, devices, subscriptions, triggers")
     add_space_options(p)
+    watch.add_option(p)
     p.set_defaults(func=run_status)
 
 
 def run_status(args: argparse.Namespace) -> int:
-    return talk(args, lambda client, where: report(client, where, args.json))
+    return talk(
+        args, lambda c, w: watch.show(lambda: report(c, w, args.json), args, w, "baton status")
+    )
 
 
-async def report(client: SpaceClient, where: Target, as_json: bool) -> int:
+async def report(client: SpaceClient, where: Target, as_json: bool) -> str:
     found = await gather(client, where)
-    print(json.dumps(found) if as_json else human(found))
-    return 0
+    return json.dumps(found) if as_json else human(found)
 
 
 async def gather(client: SpaceClient, where: Target) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from core.clock import iso
 from core.vocab import local_instant
 from runtime.cli import policies
 from runtime.cli.next import LEGEND
+from runtime.cli.relative import relative
 from runtime.cli.runs import HEADERS, line, run_row
 from runtime.cli.table import align, render
 from triggers.policies import in_window
@@ -50,7 +51,8 @@ def status(raw: Record) -> str:
     return (raw.get("lastStatus") or "-") + (f" ({detail})" if detail else "")
 
 
-def list_rows(records: list[Record]) -> list[str]:
+def list_rows(records: list[Record], now: datetime) -> list[str]:
+    """One row a record; LAST (its last run) and NEXT (its next fire) relative to `now`."""
     rows = [
         [
             r.get("id", ""),
@@ -61,11 +63,12 @@ def list_rows(records: list[Record]) -> list[str]:
             r.get("owner") or "(floating)",
             "yes" if r.get("enabled", True) else "paused",
             status(r),
-            r.get("nextFireAt") or "-",
+            relative(r.get("lastRunAt"), now),
+            relative(r.get("nextFireAt"), now),
         ]
         for r in records
     ]
-    headers = ["id", "name", "kind", "when", "program", "owner", "on", "status", "next fire"]
+    headers = ["id", "name", "kind", "when", "program", "owner", "on", "status", "last", "next"]
     return render(headers, rows)
 
 

@@ -1,12 +1,12 @@
 """`baton triggers`: manage trigger records as `temporal schedule` and `kubectl` do.
 
     baton triggers add --name N (--cron EXPR | --at TIME | --chat OBJECTID) --program REF …
-    baton triggers list | show ID | edit ID [--name|--cron|--tz|--at|--program|--args …]
+    baton triggers list | show ID | edit ID [--name|--cron|--at|--chat|--program|--timeout …]
     baton triggers pause ID [--until T] | resume ID | float ID | rm ID | run ID
     baton triggers repin ID PEER [--force] | backfill ID --from T1 --to T2 [--dry-run]
 
-Owns the verbs: flags checked before anything is sent (`trigger_flags`, the policies'
-`policies`), `edit` a compare-and-set on the rev it read, `--note` on the verbs that change
+Owns the verbs: flags checked before anything is sent (`trigger_flags`, with the limits and
+the policies), `edit` a compare-and-set on the rev it read, `--note` on the verbs that change
 a record (`add` too), `run` a manual run (runtime.fire.manual); details in
 docs/architecture.md and docs/cli.md. A shell: parse, call, print.
 """
@@ -19,9 +19,10 @@ from typing import Any
 
 from core.clock import SystemClock, iso
 from core.vocab import RunStatus
-from runtime.cli import policies
+from runtime.cli import apply as declared
 from runtime.cli import trigger_flags as flags
 from runtime.cli import trigger_views as views
+from runtime.cli import watch
 from runtime.cli.common import Target, add_space_options
 from runtime.cli.main import UsageError
 from runtime.cli.next import instant
@@ -38,12 +39,15 @@ Record = dict[str, Any]
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("triggers", help="add, list, show, edit, pause, run triggers")
     sub = p.add_subparsers(dest="triggers_command", required=True, parser_class=type(p))
-    _add_parser(sub)
-    _edit_parser(sub)
+    flags.add_parser(sub).set_defaults(func=cmd_add)
+    flags.edit_parser(sub).set_defaults(func=cmd_edit)
+    declared.register(sub)  # get, apply
     for name, func, text in VERBS:
         verb = sub.add_parser(name, help=text)
         if name != "list":
             verb.add_argument("id", metavar="ID")
+        else:
+            watch.add_option(verb)
         verb.set_defaults(func=func)
     repin = sub.add_parser("repin", help="pin a trigger to one device")
     repin.add_argument("id", metavar="ID")
@@ -60,24 +64,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             parser.add_argument("--note", metavar="TEXT", help="why (kept in its history)")
 
 
-def _add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    add = sub.add_parser("add", help="create a trigger")
-    add.add_argument("--name", required=True, metavar="N")
-    when = add.add_mutually_exclusive_group(required=True)
-    when.add_argument("--cron", metavar="EXPR", help="cron expression (5 fields, or 6)")
-    when.add_argument("--at", metavar="TIME", help="once: RFC 3339 with offset, or unix seconds")
-    when.add_argument("--chat", metavar="OBJECTID", help="on each new message of this chat")
-    add.add_argument("--tz", metavar="TZ", help="IANA zone of --cron (default UTC)")
-    add.add_argument("--catchup", choices=("none", "latest"), help="--cron: fire a missed slot")
-    add.add_argument("--program", required=True, metavar="REF", help="name@vN")
-    add.add_argument("--args", metavar="JSON", help="main's args (a JSON object)")
-    add.add_argument("--pin", metavar="PEER", help="run on this device only (default floating)")
-    add.add_argument("--force", action="store_true", help="--pin even to a peer never seen")
-    add.add_argument("--paused", action="store_true", help="create it paused")
-    policies.add_flags(add)
-    add.set_defaults(func=cmd_add)
-
-
 def _backfill_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fill = sub.add_parser("backfill", help="run the slots of a range that never fired")
     fill.add_argument("id", metavar="ID")
@@ -85,20 +71,6 @@ def _backfill_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     fill.add_argument("--to", dest="end", required=True, metavar="T2", help="RFC 3339")
     fill.add_argument("--dry-run", action="store_true", help="list the slots, run nothing")
     fill.set_defaults(func=cmd_backfill)
-
-
-def _edit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    edit = sub.add_parser("edit", help="change a trigger's name, schedule, program or args")
-    edit.add_argument("id", metavar="ID")
-    edit.add_argument("--name", metavar="N")
-    when = edit.add_mutually_exclusive_group()
-    when.add_argument("--cron", metavar="EXPR")
-    when.add_argument("--at", metavar="TIME")
-    edit.add_argument("--tz", metavar="TZ")
-    edit.add_argument("--program", metavar="REF")
-    edit.add_argument("--args", metavar="JSON", help="replaces the args whole")
-    policies.add_flags(edit)
-    edit.set_defaults(func=cmd_edit)
 
 
 # --- commands: parse, call one function --------------------------------------------------
@@ -110,7 +82,8 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    return talk(args, lambda c, w: list_triggers(c, w, args.json))
+    title = "baton triggers list"
+    return talk(args, lambda c, w: watch.show(lambda: list_text(c, w, args.json), args, w, title))
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -161,7 +134,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return talk(args, lambda c, w: run_now(c, w, args.id, args.json))
 
 
-NOTED = ("add", "edit", "pause", "resume", "float", "repin", "rm")  # verbs that change a record
+NOTED = (
+    "add",
+    "edit",
+    "pause",
+    "resume",
+    "float",
+    "repin",
+    "rm",
+    "apply",
+)  # verbs that change a record
 VERBS = (
     ("list", cmd_list, "the space's triggers"),
     ("show", cmd_show, "a record, its next 10 fires and last 10 runs"),
@@ -187,15 +169,13 @@ async def add(client: SpaceClient, where: Target, body: Record, args: argparse.N
     return 0
 
 
-async def list_triggers(client: SpaceClient, where: Target, as_json: bool) -> int:
+async def list_text(client: SpaceClient, where: Target, as_json: bool) -> str:
     found = (await client.triggers(where.space))["triggers"]
     if as_json:
-        emit({"triggers": found})
-    elif not found:
-        print(f"no triggers in space {where.space}")
-    else:
-        print("\n".join(views.list_rows(found)))
-    return 0
+        return json.dumps({"triggers": found})
+    if not found:
+        return f"no triggers in space {where.space}"
+    return "\n".join(views.list_rows(found, SystemClock().wall()))
 
 
 async def show(client: SpaceClient, where: Target, tid: str, as_json: bool) -> int:
@@ -220,6 +200,8 @@ async def edit(client: SpaceClient, where: Target, args: argparse.Namespace, as_
     if current.get("undecodable"):
         raise Failure("undecodable_record", f"trigger {args.id} does not decode; delete it")
     patch = flags.patch_of(args, current)
+    if args.chat is not None and "spec" in patch:
+        await require_chat(client, where, args.chat)
     if not patch:
         _done(current, f"{args.id} already says so: nothing changed", as_json)
         return 0
