@@ -94,6 +94,7 @@ ROUTES: dict[str, Route] = {
             path=_T + "/why",
             query=("at", "key", "since", "until", "limit"),
         ),
+        Route(name="trigger_next", method="GET", path=_T + "/next", query=("count",)),
         Route(name="trigger_backfill", method="POST", path=_T + "/backfill", body=True),
         Route(name="changes", method="GET", path=_S + "/changes", query=("since", "limit")),
         Route(name="changes_stream", method="GET", path=_S + "/changes/stream", stream=True),

@@ -37,6 +37,7 @@ from space import (
     tokens,
     triggers,
     turns,
+    upcoming,
     why,
 )
 from space.appstate import (
@@ -127,6 +128,7 @@ def create_app(
     history.ensure_schema(app[DB], clock().timestamp())  # after `fires`: its outcome columns
     forget.setup(app)
     why.setup(app)
+    upcoming.setup(app)
     chats.setup(app)
     openapi.setup(app)
     dashboard.setup(app)

@@ -175,6 +175,7 @@ SPACE_MAY_IMPORT = {
     "triggers.slots",
     "triggers.policies",  # the claim fence's window and retry keys
     "triggers.backfill",
+    "triggers.schedule",  # a record's next fires (`GET …/next`), as `triggers show` lists them
 }
 
 

@@ -2,8 +2,9 @@
 
 Owns the pure API the ticker calls (SPEC "When triggers fire", "Fire claims"): `next_fire`,
 `latest_at_or_before`, `arm_cursor`, `due`, `due_slots`, `once_due`, the `fire_key_*` of a
-claim and `upcoming` (`baton next`). Cron instant math (the DST rule) lives in cron.py.
-Must not read the clock or do I/O.
+claim, `upcoming` (`baton next`) and a record's `upcoming_of` (`triggers show`, the
+dashboard). Cron instant math (the DST rule) lives in cron.py. Must not read the clock or
+do I/O.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import msgspec
 from core.vocab import canonical_key, key_instant
 from triggers import cron
 from triggers.bounds import CRON_LATEST_GRACE, LIVE_SLACK
-from triggers.records import Catchup, CronSpec, FireKey, OnceSpec
+from triggers.policies import in_window
+from triggers.records import Catchup, CronSpec, CronTrigger, FireKey, OnceSpec, OnceTrigger, Trigger
 
 MIN_TOLERANCE = 1.0
 """No tolerance is below this: a tick never lands exactly on the slot's second."""
@@ -33,6 +35,12 @@ class OnceState(enum.StrEnum):
 class DstNote(enum.StrEnum):
     SHIFTED = "shifted"  # a fixed-time job moved out of the spring gap
     MERGED = "merged"  # a fixed-time job in the repeated autumn hour: second occurrence dropped
+
+
+LEGEND = {
+    DstNote.SHIFTED: "its wall time fell in the spring gap; it fires once at the gap's end",
+    DstNote.MERGED: "its wall time occurs twice; it fires at the first occurrence only",
+}
 
 
 class Fire(msgspec.Struct, frozen=True, kw_only=True):
@@ -175,6 +183,16 @@ def upcoming(spec: CronSpec | OnceSpec, start: datetime, count: int) -> list[Fir
         if t is not None:
             fires.append(_fire(spec, t))
     return fires
+
+
+def upcoming_of(record: Trigger, now: datetime, count: int) -> list[Fire]:
+    """The next `count` fires of a record from `now` (`triggers show`, `GET …/next`): none for
+    an event trigger or a paused one; from the end of a snooze; only inside its window."""
+    if not record.enabled or not isinstance(record, CronTrigger | OnceTrigger):
+        return []
+    since = record.fires_from  # a snooze moves it
+    start = since if since is not None and since > now else now
+    return [f for f in upcoming(record.spec, start, count) if in_window(record.window, f.at)]
 
 
 def _fire(spec: CronSpec | OnceSpec, at: datetime) -> Fire:

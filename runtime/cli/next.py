@@ -26,14 +26,10 @@ from runtime.cli.table import align
 from triggers import cron
 from triggers.bounds import CronExpr, TimeZoneName, zone
 from triggers.records import CronSpec, CronTrigger, OnceSpec, OnceTrigger, Salvaged, load
-from triggers.schedule import DstNote, Fire, upcoming
+from triggers.schedule import LEGEND, Fire, upcoming
 
 MAX_COUNT = 10_000
 YEARS = (1900, 9000)
-LEGEND = {
-    DstNote.SHIFTED: "its wall time fell in the spring gap; it fires once at the gap's end",
-    DstNote.MERGED: "its wall time occurs twice; it fires at the first occurrence only",
-}
 Spec = CronSpec | OnceSpec
 
 

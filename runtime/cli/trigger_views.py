@@ -3,7 +3,7 @@
 Owns the shape of `show` (`{"record", "next", "runs"}`, SPEC "CLI conventions"):
 `next` are the record's next `NEXT_FIRES` fires from now, each
 `{"at", "local", "dst"}` (`dst`: `shifted` out of a spring gap, `merged` in a
-repeated autumn hour, else null), computed by `triggers.schedule.upcoming`; an
+repeated autumn hour, else null), computed by `triggers.schedule.upcoming_of`; an
 event trigger, a paused one and an undecodable one have none. `runs` are its last
 runs, oldest first, with their reasons. Pure apart from printing nothing: it
 builds strings and documents; the caller prints.
@@ -18,13 +18,11 @@ from typing import Any
 from core.clock import iso
 from core.vocab import local_instant
 from runtime.cli import policies
-from runtime.cli.next import LEGEND
 from runtime.cli.relative import relative
 from runtime.cli.runs import HEADERS, line, run_row
 from runtime.cli.table import align, render
-from triggers.policies import in_window
-from triggers.records import CronTrigger, OnceTrigger, Salvaged, load
-from triggers.schedule import upcoming
+from triggers.records import Salvaged, load
+from triggers.schedule import LEGEND, upcoming_of
 
 NEXT_FIRES = 10
 Record = dict[str, Any]
@@ -75,13 +73,9 @@ def list_rows(records: list[Record], now: datetime) -> list[str]:
 def next_fires(raw: Record, now: datetime) -> list[Record]:
     """The next fires of a cron or once record that is enabled; none otherwise."""
     record = load(raw)
-    if isinstance(record, Salvaged) or not record.enabled:
+    if isinstance(record, Salvaged):
         return []
-    if not isinstance(record, CronTrigger | OnceTrigger):
-        return []
-    since = record.fires_from  # a snooze moves it
-    start = since if since is not None and since > now else now
-    fires = [f for f in upcoming(record.spec, start, NEXT_FIRES) if in_window(record.window, f.at)]
+    fires = upcoming_of(record, now, NEXT_FIRES)
     return [{"at": iso(f.at), "local": local_instant(f.local), "dst": f.dst} for f in fires]
 
 

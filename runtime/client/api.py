@@ -245,6 +245,10 @@ class SpaceClient:
         """`at=`, `key=` or `since=`/`until=`/`limit=`: why its slot fired or did not."""
         return await self.call("trigger_why", space=space, id=id, **query)
 
+    async def trigger_next(self, space: str, id: str, count: int | None = None) -> JSON:
+        """Its next fires (`count`, default 10) with DST notes, as `triggers show` lists them."""
+        return await self.call("trigger_next", space=space, id=id, count=count)
+
     async def changes(
         self, space: str, since: int | None = None, limit: int | None = None
     ) -> wire.ChangePage:

@@ -128,6 +128,8 @@ async def test_log_in_from_the_printed_url_pause_chat_and_open_a_run(
     await marks.last.click()
     await expect(slots.locator("#slots-why .pill")).to_be_visible()
     assert await slots.locator("#slots-why ul.checks li").count() >= 1
+    await page.locator("#drawer-close").click()  # the why strip is in the trigger's drawer
+    await expect(page.locator("#drawer")).to_be_hidden()
 
     await page.locator("#send-text").fill("help")
     await page.locator("#send-form button").click()
