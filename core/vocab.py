@@ -61,6 +61,7 @@ class RunReason(enum.StrEnum):
     BUDGET = "budget"  # the record's budget of runs per period is spent
     CHAT_ACTIVE = "chat_active"  # a person wrote in the record's quiet chat just now
     SUPERSEDED = "superseded"  # cancelled by a newer fire (`overlap: restart`)
+    DEVICE_STOPPED = "device_stopped"  # claimed in the owner's ledger; it stopped mid-run
 
 
 class HealthReason(enum.StrEnum):  # a verdict of the health pass, stamped as `lastStatus`

@@ -44,6 +44,8 @@ from runtime.feeds.followed import FollowedStatus
 from runtime.feeds.reconciler import Reconciler
 from runtime.fire.execute import Execute, program_fetch
 from runtime.fire.firing import Firing
+from runtime.fire.handover import HandOver
+from runtime.fire.ledger import Ledger
 from runtime.fire.recorder import Recorder
 from runtime.fire.secrets import Secrets
 from runtime.fire.ticker import Ticker
@@ -71,6 +73,7 @@ class DeviceSettings:
     health_interval: float = 30.0
     programs_from: str = "own"  # "own": the admin's programs and this device's; "any": all
     secrets_file: Path | None = None  # `{"secret": NAME}` args resolve from it (JSON, 0600)
+    ledger_file: Path | None = None  # the owner's ledger (SQLite); None: pinned fires wait
 
 
 class Device:
@@ -114,6 +117,7 @@ class Device:
             bus=self.bus,
             chat_watch=lambda: self.reconciler.records.get(RESERVED_CHAT_WATCH),
         )  # the reconciler is made next; read when a run ends
+        self.handover = _handover(self.seat, s.ledger_file)
         self._compose_chat(responder)
         self._compose_triggers()
         reconciler = self.reconciler
@@ -156,6 +160,7 @@ class Device:
             term=lambda: elector.term,
             may_fire_floating=elector.may_fire,
             offer=self.chatwatch.offer,
+            handover=self.handover,
         )
         self.touched = Touched()  # records and fires changed: what the health pass judges
         self.ticker = Ticker(
@@ -197,6 +202,8 @@ class Device:
             if not await self.chatlink.seed():
                 self._background.spawn(self.chatlink.keep_seeding(), name="seed")
             self._start_by_the_spaces_clock()
+            if self.handover is not None:  # what an earlier run left in the ledger
+                self.handover.kick()
             parts = {
                 "election": self.elector.run,
                 "reconciler": self.reconciler.run,
@@ -257,6 +264,8 @@ class Device:
                 await close()
         await self.firing.close()
         await self.recorder.close()  # the runs of the fires just ended are written
+        if self.handover is not None:
+            self.handover.ledger.close()
         await self.executor.close()
         await self.client.close()
 
@@ -369,3 +378,11 @@ def _describe(responder: Responder) -> str:
 def _instance() -> str:
     """A new id for this run of the device (and for each wake from sleep)."""
     return secrets.token_hex(8)
+
+
+def _handover(seat: Seat, ledger_file: Path | None) -> HandOver | None:
+    """The owner's ledger, if the device keeps one: pinned fires run on while the space is
+    away (SPEC "Who runs what")."""
+    if ledger_file is None:
+        return None
+    return HandOver(seat, Ledger(ledger_file, seat.space, seat.peer, seat.clock))

@@ -53,6 +53,7 @@ from runtime.cli.main import UsageError
 from runtime.client.api import ApiError, SpaceClient
 from runtime.device import Device, DeviceSettings
 from runtime.election import decision as lease
+from runtime.fire.ledger import LEDGER_FILE
 from runtime.fire.secrets import default_path as default_secrets
 from runtime.supervise import PartFailed
 from space.token_store import TokenFileError, token_id, write_private
@@ -313,5 +314,6 @@ def _device(
         health_interval=args.health_seconds,
         programs_from=args.programs_from,
         secrets_file=default_secrets(data_dir(args.data)),
+        ledger_file=data_dir(args.data) / LEDGER_FILE,
     )
     return Device(settings, responder=responder).run()

@@ -11,16 +11,21 @@ if claimed alone. Must not admit, run or record.
 
 from __future__ import annotations
 
+import logging
+
 import msgspec
 
 from core.wire import FireIn, FireResult, RunAsk
 from runtime.client.api import ApiError
-from runtime.client.retry import retried
+from runtime.client.retry import retried, transient
 from runtime.client.seat import Seat
+from runtime.fire.dispatch import named
 from runtime.fire.execute import TOKEN_MARGIN_S
 from runtime.fire.lanes import Claimed, Queued
 
+log = logging.getLogger("baton.firing")
 CLAIM_MAX = 200  # fires claimed in one request at most (the space mints a token for each)
+PINNED_AWAY_S = 120.0  # a pinned fire is claimed again while the space is away this long
 
 
 async def claim(seat: Seat, waiting: list[Queued]) -> list[Queued | ApiError]:
@@ -35,6 +40,23 @@ async def claim(seat: Seat, waiting: list[Queued]) -> list[Queued | ApiError]:
     return [
         _claimed(queued, result, at) for queued, result in zip(waiting, answer.claims, strict=True)
     ]
+
+
+async def claimed_when_back(seat: Seat, queued: Queued) -> Queued | ApiError | None:
+    """A pinned fire whose claim found the space away, claimed again, the same claim, after
+    1, 2, 4 … 10 s until the space answers (its answer) or `PINNED_AWAY_S` pass (None)."""
+    clock = seat.clock
+    deadline = clock.monotonic() + PINNED_AWAY_S
+    delay = 1.0
+    while clock.monotonic() + delay <= deadline:
+        await clock.sleep(delay)
+        delay = min(2 * delay, 10.0)
+        [answer] = await claim(seat, [queued])
+        if not (isinstance(answer, ApiError) and transient(answer)):
+            return answer
+    tid, key = named(queued.request.trigger), queued.request.key
+    log.warning("fire %s@%s not claimed: the space stayed away", tid, key)
+    return None
 
 
 def body(queued: Queued, peer: str) -> FireIn:

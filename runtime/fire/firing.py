@@ -33,9 +33,10 @@ from runtime.fire import bodies
 from runtime.fire.ahead import Ahead
 from runtime.fire.attempts import Retries, Running, carrying
 from runtime.fire.bodies import RunIdentity
-from runtime.fire.claims import CLAIM_MAX, claim
+from runtime.fire.claims import CLAIM_MAX, claim, claimed_when_back
 from runtime.fire.dispatch import Event, FireRequest, named
 from runtime.fire.execute import TOKEN_FRESH_S, Ending, Execute, new_run_id, work_of
+from runtime.fire.handover import HandOver
 from runtime.fire.holds import Holds
 from runtime.fire.lanes import Claimed, Lanes, Queued
 from runtime.fire.recorder import Recorder
@@ -47,7 +48,6 @@ from triggers.registry import Diff
 Offer = Callable[[Event], Coroutine[Any, Any, None]]  # chat-watch's intake of one fire
 
 log = logging.getLogger("baton.firing")
-PINNED_AWAY_S = 120.0  # a pinned fire is claimed again while the space is away this long
 
 
 class FiringStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -69,6 +69,7 @@ class Firing:
         term: Callable[[], int],
         may_fire_floating: Callable[[], bool],
         offer: Offer | None = None,
+        handover: HandOver | None = None,
     ) -> None:
         self._seat = seat
         self._client, self._space, self._peer, self._clock = seat
@@ -80,6 +81,9 @@ class Firing:
         self._retries = Retries(seat.clock, self.fire)  # failed fires waiting for a next attempt
         self._holds = Holds(seat)
         self._tasks = TaskSet("fire")
+        self._handover = handover  # the owner's ledger (pinned fires while the space is away)
+        if handover is not None:
+            handover.route, handover.count, recorder.keep = self._route, self._count, handover.keep
         self._closed = False
         self.counts: dict[str, int] = {}
 
@@ -128,6 +132,8 @@ class Firing:
         self._closed = True
         await self._retries.close()
         await self._tasks.close()
+        if self._handover is not None:  # what it has not handed over waits in the ledger
+            await self._handover.close()
 
     def _spawn(self, work: Coroutine[Any, Any, None], request: FireRequest) -> None:
         if self._closed:  # a fire unwinding from `close` starts nothing new
@@ -165,7 +171,9 @@ class Firing:
             Queued(request=r, term=term, claimed=Claimed(run_id=new_run_id()), retaken=retaken)
             for r in requests
         ]
-        answers = await claim(self._seat, waiting)
+        if self._handover is not None:
+            waiting = self._handover.sift(waiting, woke)
+        answers = await claim(self._seat, waiting) if waiting else []
         now = self._clock.wall()
         for queued, answer in zip(waiting, answers, strict=True):
             queued = _step(queued, (bodies.WAKE, woke), (bodies.CLAIM, now))
@@ -206,23 +214,13 @@ class Firing:
             log.warning("fire %s@%s not claimed: %s", tid, key, exc)
 
     async def _claim_when_back(self, queued: Queued) -> None:
-        """A pinned fire (only this device may claim it) whose claim found the space away
-        is claimed again, the same claim, until the space answers or `PINNED_AWAY_S`
-        pass; claimed, it runs late with its true lateness, never twice."""
-        deadline = self._clock.monotonic() + PINNED_AWAY_S
-        delay = 1.0
-        while self._clock.monotonic() + delay <= deadline:
-            await self._clock.sleep(delay)
-            delay = min(2 * delay, 10.0)
-            [answer] = await claim(self._seat, [queued])
-            if not (isinstance(answer, ApiError) and transient(answer)):
-                self._route(msgspec.structs.replace(queued, retaken=True), answer)
-                return
-        log.warning(
-            "fire %s@%s not claimed: the space stayed away",
-            named(queued.request.trigger),
-            queued.request.key,
-        )
+        """A pinned fire (only this device may claim it) whose claim found the space away:
+        claimed in the ledger and run now, or (no ledger) claimed again until the space
+        answers; claimed, it runs late with its true lateness, never twice."""
+        if self._handover is not None:
+            self._handover.take(queued)
+        elif (answer := await claimed_when_back(self._seat, queued)) is not None:
+            self._route(msgspec.structs.replace(queued, retaken=True), answer)
 
     async def _take_at_slot(self, queued: Queued) -> None:
         """Claim again when the slot comes by the space's clock (the refusal's answer set the
@@ -326,6 +324,8 @@ class Firing:
 
     def _fresh_token(self, claimed: Claimed) -> str | None:
         """The claim's token, if the run starts soon enough for it to outlive the run."""
+        if claimed.local:  # claimed in the ledger: the space is away, no token to be had
+            return ""
         return claimed.token if self._clock.monotonic() - claimed.at <= TOKEN_FRESH_S else None
 
     # --- recording -------------------------------------------------------------------------

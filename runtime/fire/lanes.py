@@ -34,6 +34,7 @@ class Claimed(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str
     token: str | None = None
     at: float = 0.0
+    local: bool = False  # claimed in this device's ledger (the space away): no token
 
 
 class Queued(msgspec.Struct, frozen=True, kw_only=True):

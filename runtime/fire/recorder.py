@@ -61,6 +61,7 @@ class Recorder:
         self._stamped: dict[TriggerId, Waiting] = {}  # the waiting run carrying a trigger's stamps
         self._writer: asyncio.Task[None] | None = None
         self._turns_rollup: Rollup | None = None  # chat-watch's, as this device last stamped it
+        self.keep: Callable[[RunIn], bool] | None = None  # True: kept elsewhere (the ledger)
 
     def read_next_fires_from(self, next_fire: NextFire) -> None:
         """Where `nextFireAt` comes from, when it cannot be given at construction: the
@@ -76,7 +77,11 @@ class Recorder:
 
     def enqueue(self, record: Trigger, run: RunIn, stamps: Stamps | None) -> asyncio.Future[None]:
         """Queue the run for the next write (done when written); a waiting run's stamps of
-        the same trigger give way to these, newer ones."""
+        the same trigger give way to these, newer ones. A run `keep` takes is done now."""
+        if self.keep is not None and self.keep(run):
+            kept: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            kept.set_result(None)
+            return kept
         body = run if stamps is None else replace(run, stamps=self._with_next_fire(record, stamps))
         waiting = Waiting(tid=record.id, body=body, done=asyncio.get_running_loop().create_future())
         if stamps is not None:
