@@ -129,10 +129,14 @@ async def get_chats(request: web.Request) -> web.Response:
 
 
 async def post_message(request: web.Request) -> web.Response:
-    space, object_id, _ = _chat_cursor(request)
+    space, object_id = require_space(request), request.match_info["objectId"]
     msg = _signed(request, decode(await raw_body(request), MessageIn))
     _check_text(msg.text, settings(request.app).text_limit)
-    message, body = await request.app[STORE].add_message(space, object_id, msg)
+    try:
+        message, body = await request.app[STORE].add_message(space, object_id, msg)
+    except UnknownChat:
+        detail = f"no chat with objectId {object_id!r} in space {space!r}"
+        raise Refusal(404, "unknown_chat", detail) from None
     request.app[TOPICS].publish(object_id, (message.seq, body.decode(), chat_stream.MESSAGE))
     return web.Response(body=body, status=201, content_type="application/json")
 

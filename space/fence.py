@@ -6,7 +6,8 @@ owner. A paused record is refused (`paused`), a fire for an instant before `acti
 (`before_active`), outside the `window` (`outside_window`; a retry `<key>#k` is fenced as
 its fire's key), and a cron or once slot more than `AHEAD_S` ahead of the space's clock
 (`ahead_of_clock`: it claims again when the slot comes). The refusal codes are the reasons
-the device records (`core.vocab.RunReason`). Reads only, inside the caller's transaction.
+the device records (`core.vocab.RunReason`). Reads only, inside the caller's transaction;
+`check` is the fence on what either store read.
 """
 
 from __future__ import annotations
@@ -31,14 +32,36 @@ def record_to_claim(
 ) -> dict[str, Any]:
     """The record of the fire, if `fire` may be claimed now; `Refusal` if not."""
     _, record = trigger_store.current(db, space, fire.triggerId)
-    _active(db, record, fire)
+    event = record.get("kind") == "event"
+    message_at = chat_store.created_at(db, base_key(fire.key)) if event else None
+    lease = None if pinned(record) else leases.load(db, space)
+    check(record, fire, now, lease, message_at)
+    return record
+
+
+def pinned(record: dict[str, Any]) -> bool:
+    """Whether the record is pinned to a device (its claims are not fenced by the lease)."""
     owner = record.get("owner", "")
-    if isinstance(owner, str) and owner:
-        if fire.peer != owner:
+    return isinstance(owner, str) and bool(owner)
+
+
+def check(
+    record: dict[str, Any],
+    fire: FireIn,
+    now: datetime,
+    lease: leases.Lease | None,
+    message_at: str | None,
+) -> None:
+    """The fence itself, on what the store read in the claim's transaction (either store):
+    the lease (None for a pinned record) and, for an event fire, its message's `createdAt`."""
+    _active(record, fire, message_at)
+    if pinned(record):
+        if fire.peer != record["owner"]:
+            owner = record["owner"]
             raise Refusal(409, "not_owner", f"trigger {fire.triggerId!r} is pinned to {owner!r}")
         _not_ahead(record, fire, now)
-        return record
-    lease = leases.load(db, space)
+        return
+    lease = lease or leases.Lease()
     if not leases.holds(lease, fire.peer, fire.term, now):
         holder = lease.active if not lease.lapsed(now) else None
         raise Refusal(
@@ -49,17 +72,16 @@ def record_to_claim(
             term=lease.term,
         )
     _not_ahead(record, fire, now)
-    return record
 
 
-def _active(db: sqlite_utils.Database, record: dict[str, Any], fire: FireIn) -> None:
+def _active(record: dict[str, Any], fire: FireIn, message_at: str | None) -> None:
     """Refuse a fire of a paused record, for an instant before its `activeSince` or outside
     its `window`; a retry is fenced by the instant of the fire it retries."""
     tid, key = fire.triggerId, base_key(fire.key)
     if record.get("enabled") is False:
         raise Refusal(409, RunReason.PAUSED, f"trigger {tid!r} is paused")
     kind = record.get("kind")
-    at = _instant(chat_store.created_at(db, key) if kind == "event" else key)
+    at = _instant(message_at if kind == "event" else key)
     if at is None or kind not in ("cron", "event"):
         return
     _in_window(record, key, at)

@@ -25,7 +25,7 @@ from space.db import DB, transaction
 from space.http import Refusal, add_route, answer, int_query, now_of, read_body
 from space.servertime import iso
 from space.spaces import require_space
-from space.store import Claimed, Taken
+from space.store import STORE, Claimed, Taken
 from triggers import records
 from triggers.bounds import MAX_TIMEOUT_SECONDS
 
@@ -80,14 +80,8 @@ def _insert(db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime) 
     """The key claimed by this claim (one statement when it is new), else a `Refusal`."""
     outcome = take(db, space, fire, iso(now))
     if isinstance(outcome, Claimed):
-        return {**_out(fire), "claimedAt": outcome.claimed_at}
-    raise Refusal(
-        409,
-        "already_claimed",
-        f"{fire.triggerId}@{fire.key} was claimed by {outcome.peer!r} at term {outcome.term}",
-        peer=outcome.peer,
-        claimedAt=outcome.claimed_at,
-    )
+        return claimed_out(fire, outcome.claimed_at)
+    raise taken(fire, outcome)
 
 
 def take(db: sqlite_utils.Database, space: str, fire: FireIn, at: str) -> Claimed | Taken:
@@ -120,12 +114,20 @@ def _run_token(
 ) -> dict[str, str]:
     """The token of the run the claim asked for: `{token, expiresAt}`."""
     assert fire.run is not None
-    ttl = min(fire.run.ttlSeconds, run_timeout(record) + margin, MAX_TIMEOUT_SECONDS + margin)
-    expires = now + timedelta(seconds=ttl)
+    expires = run_token_expiry(fire, record, now, margin)
     token = token_store.mint_run(
         db, space, fire.triggerId, fire.run.runId, now.timestamp(), expires.timestamp(), fire.peer
     )
     return {"token": token, "expiresAt": iso(expires)}
+
+
+def run_token_expiry(
+    fire: FireIn, record: dict[str, Any], now: datetime, margin: float
+) -> datetime:
+    """When the token of the run `fire` asks for dies at the latest (either store)."""
+    assert fire.run is not None
+    ttl = min(fire.run.ttlSeconds, run_timeout(record) + margin, MAX_TIMEOUT_SECONDS + margin)
+    return now + timedelta(seconds=ttl)
 
 
 def run_timeout(record: dict[str, Any]) -> float:
@@ -162,22 +164,60 @@ def _out(fire: FireIn) -> dict[str, Any]:
     return {"triggerId": fire.triggerId, "key": fire.key, "term": fire.term, "peer": fire.peer}
 
 
+def claimed_out(fire: FireIn, claimed_at: str) -> dict[str, Any]:
+    """The answer to a claim that claimed its key (either store)."""
+    return {**_out(fire), "claimedAt": claimed_at}
+
+
+def taken(fire: FireIn, outcome: Taken) -> Refusal:
+    """The refusal of a claim whose key another claim has (either store)."""
+    return Refusal(
+        409,
+        "already_claimed",
+        f"{fire.triggerId}@{fire.key} was claimed by {outcome.peer!r} at term {outcome.term}",
+        peer=outcome.peer,
+        claimedAt=outcome.claimed_at,
+    )
+
+
+def listed(fire: FireIn, claimed: dict[str, Any] | Refusal | Exception) -> dict[str, Any]:
+    """One result of a list of claims (either store): claimed, refused, or an odd record."""
+    base = {"triggerId": fire.triggerId, "key": fire.key}
+    if isinstance(claimed, Refusal):
+        return {**base, "status": claimed.status, "error": claimed.code, "detail": claimed.detail}
+    if isinstance(claimed, Exception):
+        log.warning("claim %s@%s refused: %r", fire.triggerId, fire.key, claimed)
+        detail = f"the record cannot be claimed: {type(claimed).__name__}: {claimed}"
+        return {**base, "status": 422, "error": "invalid_record", "detail": detail}
+    minted: dict[str, Any] = {n: claimed[n] for n in ("token", "expiresAt") if n in claimed}
+    return {**base, "status": 201, "claimedAt": claimed["claimedAt"], **minted}
+
+
+ODD_RECORD = (ValueError, TypeError, OverflowError, KeyError)  # a claim of an odd stored record
+
+
+def refusal_row(
+    space: str, fire: FireIn, at: float, exc: Refusal
+) -> tuple[str, str, str, float, str, int, str, str] | None:
+    """The claim ledger's row of a refusal (either store): the fence's or a key claimed
+    before (409s); None for others (an unknown trigger)."""
+    if exc.status != 409:
+        return None
+    return (space, fire.triggerId, fire.key, at, fire.peer, fire.term, exc.code, exc.detail)
+
+
 def _result(
     db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime, margin: float
 ) -> dict[str, Any]:
-    base = {"triggerId": fire.triggerId, "key": fire.key}
     try:
         with transaction(db):  # a savepoint: a claim that fails half-way leaves nothing
             claimed = claim_one(db, space, fire, now, margin)
     except Refusal as exc:
         _refused(db, space, fire, now, exc)
-        return {**base, "status": exc.status, "error": exc.code, "detail": exc.detail}
-    except (ValueError, TypeError, OverflowError, KeyError) as exc:  # an odd stored record
-        log.warning("claim %s@%s refused: %r", fire.triggerId, fire.key, exc)
-        detail = f"the record cannot be claimed: {type(exc).__name__}: {exc}"
-        return {**base, "status": 422, "error": "invalid_record", "detail": detail}
-    minted: dict[str, Any] = {n: claimed[n] for n in ("token", "expiresAt") if n in claimed}
-    return {**base, "status": 201, "claimedAt": claimed["claimedAt"], **minted}
+        return listed(fire, exc)
+    except ODD_RECORD as exc:
+        return listed(fire, exc)
+    return listed(fire, claimed)
 
 
 def _refused(
@@ -189,30 +229,48 @@ def _refused(
         history.refused(db, space, who, now.timestamp(), exc.code, exc.detail)
 
 
+def claim_single(
+    db: sqlite_utils.Database, space: str, fire: FireIn, now: datetime, margin: float
+) -> dict[str, Any]:
+    """One claim in a transaction of its own; a refusal is kept in the ledger, then raised."""
+    refusal = None
+    with transaction(db):
+        try:
+            claimed = claim_one(db, space, fire, now, margin)
+        except Refusal as exc:
+            refusal = exc
+            _refused(db, space, fire, now, exc)
+    if refusal is not None:
+        raise refusal
+    return claimed
+
+
+def claim_list(
+    db: sqlite_utils.Database, space: str, batch: list[FireIn], now: datetime, margin: float
+) -> list[dict[str, Any]]:
+    """A list of claims in one transaction, each in a savepoint: one result each."""
+    with transaction(db):
+        return [_result(db, space, f, now, margin) for f in batch]
+
+
 async def post_fires(request: web.Request) -> web.Response:
     space = require_space(request)
     body = await read_body(request, FireIn | list[FireIn])  # type: ignore[arg-type]  # a union
     batch = body if isinstance(body, list) else [body]
     for fire in batch:
         require_peer(request, fire.peer)
-    db, now = request.app[DB], now_of(request)
+    store, now = request.app[STORE], now_of(request)
     margin = request.app[SETTINGS].run_token_margin_seconds
     if isinstance(body, list):
-        with transaction(db):
-            results = [_result(db, space, f, now, margin) for f in body]
+        results = await store.claim_list(space, body, margin)
         for r in results:
             metrics.claim_seen(request.app, space, r["key"], r.get("error") or "claimed", now)
         return answer({"claims": results})
-    refusal = None
-    with transaction(db):
-        try:
-            claimed = claim_one(db, space, body, now, margin)
-        except Refusal as exc:
-            refusal = exc
-            _refused(db, space, body, now, exc)
-    if refusal is not None:
+    try:
+        claimed = await store.claim_fire(space, body, margin)
+    except Refusal as refusal:
         metrics.claim_seen(request.app, space, body.key, refusal.code, now)
-        raise refusal
+        raise
     metrics.claim_seen(request.app, space, body.key, "claimed", now)
     return answer(claimed, status=201)
 
@@ -220,14 +278,24 @@ async def post_fires(request: web.Request) -> web.Response:
 async def get_fires(request: web.Request) -> web.Response:
     space = require_space(request)
     limit = int_query(request, "limit", 100, low=1, high=1000)
+    found = await request.app[STORE].fires_page(space, request.query.get("trigger"), limit)
+    return answer({"fires": found})
+
+
+def recent(
+    db: sqlite_utils.Database, space: str, trigger: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """The latest `limit` claims (of `trigger`, if given), oldest first."""
     sql = "SELECT trigger_id, key, term, peer, claimed_at FROM fires WHERE space = ?"
     params: list[Any] = [space]
-    if "trigger" in request.query:
+    if trigger is not None:
         sql += " AND trigger_id = ?"
-        params.append(request.query["trigger"])
-    rows = request.app[DB].execute(sql + " ORDER BY rowid DESC LIMIT ?", [*params, limit])
-    keys = ("triggerId", "key", "term", "peer", "claimedAt")
-    return answer({"fires": [dict(zip(keys, r, strict=True)) for r in reversed(rows.fetchall())]})
+        params.append(trigger)
+    rows = db.execute(sql + " ORDER BY rowid DESC LIMIT ?", [*params, limit]).fetchall()
+    return [dict(zip(FIRE_KEYS, r, strict=True)) for r in reversed(rows)]
+
+
+FIRE_KEYS = ("triggerId", "key", "term", "peer", "claimedAt")
 
 
 def setup(app: web.Application) -> None:

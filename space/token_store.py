@@ -111,9 +111,14 @@ def mint_token(
     db: sqlite_utils.Database, who: Principal, now: float, expires_at: float | None = None
 ) -> str:
     """A new token for `who`; only its hash is kept, so it is shown once."""
-    token = PREFIX[who.role] + secrets.token_urlsafe(32)
+    token = new_token(who.role)
     store_token(db, token, who, now, expires_at)
     return token
+
+
+def new_token(role: Role) -> str:
+    """A fresh secret of `role` (either store keeps only its `token_hash`)."""
+    return PREFIX[role] + secrets.token_urlsafe(32)
 
 
 def lookup(db: sqlite_utils.Database, token: str, now: float) -> Principal:

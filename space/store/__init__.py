@@ -20,6 +20,7 @@ from aiohttp import web
 
 if TYPE_CHECKING:  # `leases` and `chats` serve their routes through this seam
     from core.chatwire import Message, MessageIn
+    from core.wire import FireIn
     from space.chat_store import Chat
     from space.history import Author
     from space.leases import Lease
@@ -75,6 +76,21 @@ class Store(Protocol):
         ...
 
     async def claim(self, claim: ClaimIn) -> Claimed | Taken | Stale: ...
+
+    async def claim_fire(self, space: str, fire: FireIn, margin: float) -> dict[str, Any]:
+        """Fence, claim and (with `run`) mint its run's token in one transaction, by the
+        store's clock; a refusal is kept in the claim ledger, then raised (`Refusal`)."""
+        ...
+
+    async def claim_list(
+        self, space: str, batch: list[FireIn], margin: float
+    ) -> list[dict[str, Any]]:
+        """Each claim of `batch` as `claim_fire`, in one transaction: one result each."""
+        ...
+
+    async def fires_page(self, space: str, trigger: str | None, limit: int) -> list[dict[str, Any]]:
+        """The latest `limit` claims (of `trigger`), oldest first, as the API shows them."""
+        ...
 
     async def append_change(
         self, space: str, trigger_id: str, op: str, rev: int, body: str | None, at: str

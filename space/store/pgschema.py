@@ -41,7 +41,20 @@ CREATE TABLE history_revisions (space text NOT NULL, trigger_id text NOT NULL,
   PRIMARY KEY (space, trigger_id, rev));
 CREATE INDEX history_revisions_by_seq ON history_revisions (space, seq);
 """
-MIGRATIONS = (_V1, _V2)  # version n is MIGRATIONS[n - 1]; append, never edit
+_V3 = """
+ALTER TABLE fires ADD COLUMN n bigint GENERATED ALWAYS AS IDENTITY;
+CREATE INDEX fires_by_n ON fires (space, n);
+CREATE TABLE history_refusals (space text NOT NULL, trigger_id text NOT NULL,
+  key text NOT NULL, at double precision NOT NULL, peer text NOT NULL, term bigint NOT NULL,
+  code text NOT NULL, detail text NOT NULL);
+CREATE INDEX history_refusals_by_key ON history_refusals (space, trigger_id, key);
+CREATE TABLE tokens (hash text PRIMARY KEY, role text NOT NULL, peer text, space text,
+  trigger_id text, run_id text, created_at double precision NOT NULL,
+  expires_at double precision, revoked_at double precision, last_used_at double precision);
+CREATE INDEX tokens_by_run ON tokens (space, run_id);
+CREATE INDEX tokens_by_expiry ON tokens (expires_at);
+"""
+MIGRATIONS = (_V1, _V2, _V3)  # version n is MIGRATIONS[n - 1]; append, never edit
 
 
 class NewerStore(Exception):

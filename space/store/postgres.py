@@ -18,6 +18,7 @@ import asyncpg
 import msgspec
 
 from core.chatwire import Message, MessageIn
+from core.wire import FireIn
 from space import chat_store, leases, trigger_store
 from space.chat_store import Chat
 from space.history import Author
@@ -29,6 +30,7 @@ from space.store import (
     LeaseStep,
     Stale,
     Taken,
+    pg_fires,
     pg_records,
     pgschema,
 )
@@ -70,7 +72,7 @@ class PostgresStore:
             "FROM (SELECT 1) AS one LEFT JOIN leases l ON l.space = $1",
             space,
         )
-        return _lease(row), row["now"]
+        return pg_fires.lease_of(row), row["now"]
 
     async def change_lease(self, space: str, step: LeaseStep) -> LeaseChange:
         async with self.pool.acquire() as conn, conn.transaction():
@@ -82,7 +84,7 @@ class PostgresStore:
                 "WHERE space = $1 FOR UPDATE",
                 space,
             )
-            lease, now = _lease(row), row["now"]
+            lease, now = pg_fires.lease_of(row), row["now"]
             try:
                 new: leases.Lease | None = step(lease, now)
             except leases.Conflict:
@@ -121,6 +123,17 @@ class PostgresStore:
             if c.floating:
                 return Stale(*await self.lease(c.space))
             # not fenced and not taken: the key was freed in between; claim again
+
+    async def claim_fire(self, space: str, fire: FireIn, margin: float) -> dict[str, Any]:
+        return await pg_fires.claim_fire(self.pool, space, fire, margin)
+
+    async def claim_list(
+        self, space: str, batch: list[FireIn], margin: float
+    ) -> list[dict[str, Any]]:
+        return await pg_fires.claim_list(self.pool, space, batch, margin)
+
+    async def fires_page(self, space: str, trigger: str | None, limit: int) -> list[dict[str, Any]]:
+        return await pg_fires.recent(self.pool, space, trigger, limit)
 
     async def append_change(
         self, space: str, trigger_id: str, op: str, rev: int, body: str | None, at: str
@@ -220,14 +233,6 @@ class PostgresStore:
             limit,
         )
         return [trigger_store.change_view(*row) for row in rows]
-
-
-def _lease(row: asyncpg.Record) -> leases.Lease:
-    if row["term"] is None:
-        return leases.Lease()
-    return leases.Lease(
-        active=row["active"], term=row["term"], expires_at=row["expires_at"], want=row["want"]
-    )
 
 
 async def _remember(

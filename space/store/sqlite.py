@@ -63,6 +63,17 @@ class SqliteStore:
                     return Stale(lease, now)
             return fires.take(self.db, claim.space, fire, iso(now))
 
+    async def claim_fire(self, space: str, fire: FireIn, margin: float) -> dict[str, Any]:
+        return fires.claim_single(self.db, space, fire, self.clock(), margin)
+
+    async def claim_list(
+        self, space: str, batch: list[FireIn], margin: float
+    ) -> list[dict[str, Any]]:
+        return fires.claim_list(self.db, space, batch, self.clock(), margin)
+
+    async def fires_page(self, space: str, trigger: str | None, limit: int) -> list[dict[str, Any]]:
+        return fires.recent(self.db, space, trigger, limit)
+
     async def append_change(
         self, space: str, trigger_id: str, op: str, rev: int, body: str | None, at: str
     ) -> int:

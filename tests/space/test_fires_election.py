@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from datetime import datetime, timedelta
 
 import pytest
 import sqlite_utils
 from space_support import SPACE, Api, FakeClock
 
 from space import fires
+from space.servertime import iso
 
+BOTH_STORES = True  # the election and the claims answer from the store seam: SQLite and PostgreSQL
 E = f"/spaces/{SPACE}/election"
 F = f"/spaces/{SPACE}/fires"
 
@@ -20,6 +23,7 @@ async def claim(api: Api, peer: str, term: int) -> tuple[int, dict]:
     return await api.post(f"{E}/claim", {"peer": peer, "term": term})
 
 
+@pytest.mark.sqlite_only  # the fake clock's instant
 async def test_a_free_lease_is_acquired_with_the_next_term(api: Api) -> None:
     status, lease = await api.get(E)
     assert status == 200 and lease["active"] is None and lease["term"] == 0
@@ -28,6 +32,7 @@ async def test_a_free_lease_is_acquired_with_the_next_term(api: Api) -> None:
     assert lease["expiresAt"] == "2026-12-01T09:00:15.000Z" and lease["expiresInMs"] == 15000
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_the_holder_renews_and_others_get_409_with_the_lease(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -40,6 +45,7 @@ async def test_the_holder_renews_and_others_get_409_with_the_lease(
     assert body["active"] == "laptop" and body["term"] == 1
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_a_lapsed_lease_is_taken_with_a_current_term_only(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -86,29 +92,65 @@ async def test_lease_length_is_configurable(aiohttp_client, tmp_path) -> None:
     assert lease["expiresInMs"] == 3000 and lease["leaseSeconds"] == 3
 
 
-async def test_fire_claims_are_fenced_by_term_and_owner(api: Api, space_clock: FakeClock) -> None:
+async def test_fire_claims_are_fenced_by_term_and_owner(api: Api) -> None:
     floating = await api.create_trigger()
     pinned = await api.create_trigger(owner="box")
     await claim(api, "laptop", 0)
-    fire = {"triggerId": floating["id"], "key": "2026-12-01T09:00:05Z", "term": 1, "peer": "laptop"}
+    slot = floating["activeSince"]  # the record's first slot may fire (by either store's clock)
+    fire = {"triggerId": floating["id"], "key": slot, "term": 1, "peer": "laptop"}
     status, body = await api.post(F, {**fire, "term": 0})
     assert status == 409 and body["error"] == "stale_term"
     status, body = await api.post(F, {**fire, "peer": "phone"})
     assert status == 409 and body["error"] == "stale_term"
     status, body = await api.post(F, fire)
-    assert status == 201 and body["claimedAt"] == "2026-12-01T09:00:00.000Z"
-    status, body = await api.post(F, fire)
-    assert status == 409 and body["error"] == "already_claimed"
+    assert status == 201 and body["key"] == slot and body["claimedAt"] >= slot
+    status, again = await api.post(F, fire)
+    assert status == 409 and again["error"] == "already_claimed"
+    assert again["peer"] == "laptop" and again["claimedAt"] == body["claimedAt"]
     pin = {"triggerId": pinned["id"], "key": "k", "term": 0, "peer": "laptop"}
     status, body = await api.post(F, pin)
     assert status == 409 and body["error"] == "not_owner"
     status, _ = await api.post(F, {**pin, "peer": "box"})
     assert status == 201
+    status, listed = await api.get(F)
+    assert status == 200
+    assert [(f["triggerId"], f["key"], f["peer"]) for f in listed["fires"]] == [
+        (floating["id"], slot, "laptop"),
+        (pinned["id"], "k", "box"),
+    ]
+    status, listed = await api.get(f"{F}?trigger={pinned['id']}&limit=1")
+    assert [f["key"] for f in listed["fires"]] == ["k"]
+
+
+@pytest.mark.sqlite_only  # moves the fake clock
+async def test_a_lapsed_lease_fences_floating_claims_off(api: Api, space_clock: FakeClock) -> None:
+    floating = await api.create_trigger()
+    await claim(api, "laptop", 0)
+    fire = {"triggerId": floating["id"], "key": "2026-12-01T09:00:05Z", "term": 1, "peer": "laptop"}
+    status, body = await api.post(F, fire)
+    assert status == 201 and body["claimedAt"] == "2026-12-01T09:00:00.000Z"
     space_clock.advance(16)  # the lease lapsed: floating claims are fenced off
     status, body = await api.post(F, {**fire, "key": "later"})
     assert status == 409 and body["error"] == "stale_term"
 
 
+async def test_a_claim_asking_for_its_run_gets_its_token_for_the_run_s_timeout(api: Api) -> None:
+    trigger = await api.create_trigger(owner="box", limits={"timeoutSeconds": 60})
+    run = {"runId": "run_1", "ttlSeconds": 3600}
+    fire = {"triggerId": trigger["id"], "key": "k", "term": 0, "peer": "box", "run": run}
+    status, body = await api.post(F, fire)
+    assert status == 201 and body["token"].startswith("btr_"), body
+    claimed, expires = (datetime.fromisoformat(body[n]) for n in ("claimedAt", "expiresAt"))
+    assert expires - claimed == timedelta(seconds=60 + 30)  # its timeout and the margin
+    status, body = await api.post(F, [{**fire, "key": "k2", "run": {**run, "ttlSeconds": 5}}])
+    assert status == 200 and body["claims"][0]["token"].startswith("btr_")
+    claimed, expires = (
+        datetime.fromisoformat(body["claims"][0][n]) for n in ("claimedAt", "expiresAt")
+    )
+    assert expires - claimed == timedelta(seconds=5)  # the asked ttl, shorter
+
+
+@pytest.mark.sqlite_only  # writes the SQLite file
 async def test_a_key_an_older_build_wrote_names_the_same_fire(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -155,17 +197,24 @@ async def test_a_paused_trigger_or_an_instant_before_active_since_is_not_claimed
     record = await api.create_trigger(owner="box", spec={"expr": "* * * * * *"})
     path = f"/spaces/{SPACE}/triggers/{record['id']}"
     fire = {"triggerId": record["id"], "term": 0, "peer": "box"}
-    status, body = await api.post(F, {**fire, "key": "2026-12-01T08:59:59Z"})
+    since = record["activeSince"]
+    status, body = await api.post(F, {**fire, "key": _ms_before(since)})
     assert status == 409 and body["error"] == "before_active"  # before the record existed
-    assert (await api.post(F, {**fire, "key": "2026-12-01T09:00:00Z"}))[0] == 201  # at it
+    assert (await api.post(F, {**fire, "key": since}))[0] == 201  # at it
     await api.patch(path, {"enabled": False})
     space_clock.advance(5)
-    status, body = await api.post(F, {**fire, "key": "2026-12-01T09:00:03Z"})
+    status, body = await api.post(F, {**fire, "key": since})
     assert status == 409 and body["error"] == "paused"
-    await api.patch(path, {"enabled": True})  # activeSince 09:00:05
-    status, body = await api.post(F, {**fire, "key": "2026-12-01T09:00:04Z"})
+    _, resumed = await api.patch(path, {"enabled": True})  # activeSince: now
+    later = resumed["activeSince"]
+    assert later > since
+    status, body = await api.post(F, {**fire, "key": _ms_before(later)})
     assert status == 409 and body["error"] == "before_active"  # from the paused stretch
-    assert (await api.post(F, {**fire, "key": "2026-12-01T09:00:05Z"}))[0] == 201
+    assert (await api.post(F, {**fire, "key": later}))[0] == 201
+
+
+def _ms_before(instant: str) -> str:
+    return iso(datetime.fromisoformat(instant) - timedelta(milliseconds=1))
 
 
 async def test_an_event_fire_for_a_message_accepted_before_active_since_is_not_claimed(
@@ -201,7 +250,7 @@ async def test_a_list_of_claims_answers_one_result_each(api: Api) -> None:
 async def test_concurrent_claims_of_one_key_have_exactly_one_winner(api: Api, n: int) -> None:
     trigger = await api.create_trigger()
     await claim(api, "laptop", 0)
-    fire = {"triggerId": trigger["id"], "key": "2026-12-01T09:00:05Z", "term": 1, "peer": "laptop"}
+    fire = {"triggerId": trigger["id"], "key": trigger["activeSince"], "term": 1, "peer": "laptop"}
     results = await asyncio.gather(*(api.post(F, fire) for _ in range(n)))
     statuses = sorted(status for status, _ in results)
     assert statuses.count(201) == 1
@@ -209,6 +258,7 @@ async def test_concurrent_claims_of_one_key_have_exactly_one_winner(api: Api, n:
     assert {b["error"] for s, b in results if s == 409} == {"already_claimed"}
 
 
+@pytest.mark.sqlite_only  # writes the SQLite file
 async def test_an_odd_timeout_written_past_the_api_breaks_no_other_claim(api: Api) -> None:
     """`limits.timeoutSeconds` 1e300 written into the file (and a ttl of 1e300 asked): the
     list is claimed, each with its token, the odd one's held to the bound (was a 500)."""
