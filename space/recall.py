@@ -15,6 +15,7 @@ from typing import Any
 import sqlite_utils
 
 from triggers import facts as f
+from triggers import policies
 
 AROUND = 3600.0  # seconds of windows and terms read on either side of a slot
 SCAN = 3600.0  # a run record of the key is looked for up to this long after the slot
@@ -96,15 +97,30 @@ def applied(db: sqlite_utils.Database, space: str, slot: float) -> list[f.Applie
     return [f.Applied(peer=p, at=_at(a), seq=s) for p, a, s in [*rows, *after]]
 
 
+_CLAIM = (
+    "SELECT peer, term, claimed_at, run_id, status, reason, started_at, late_ms, key FROM fires"
+)
+
+
 def claim(db: sqlite_utils.Database, space: str, tid: str, key: str) -> f.Claim | None:
     row = db.execute(
-        "SELECT peer, term, claimed_at, run_id, status, reason, started_at, late_ms "
-        "FROM fires WHERE space = ? AND trigger_id = ? AND key = ?",
-        [space, tid, key],
+        f"{_CLAIM} WHERE space = ? AND trigger_id = ? AND key = ?", [space, tid, key]
     ).fetchone()
-    if row is None:
-        return None
-    peer, term, claimed, run_id, status, reason, started, late = row
+    return None if row is None else _claim(row)
+
+
+def retries(db: sqlite_utils.Database, space: str, tid: str, key: str) -> dict[str, f.Claim]:
+    """The claims of a fire's retries (`<key>#k`), by key, in attempt order."""
+    rows = db.execute(  # `#` sorts right before `$`: the keys that begin `<key>#`
+        f"{_CLAIM} WHERE space = ? AND trigger_id = ? AND key > ? AND key < ?",
+        [space, tid, key + "#", key + "$"],
+    ).fetchall()
+    found = {row[8]: _claim(row) for row in rows}
+    return dict(sorted(found.items(), key=lambda kv: policies.attempt_of(kv[0])))
+
+
+def _claim(row: tuple[Any, ...]) -> f.Claim:
+    peer, term, claimed, run_id, status, reason, started, late, _ = row
     return f.Claim(
         peer=peer,
         term=term,

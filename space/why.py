@@ -174,6 +174,7 @@ def _explain(request: web.Request, q: Question, at: datetime, where: Located) ->
             beat_seconds=settings.live_seconds / BEATS_PER_LIVE,
             bridge_seconds=BRIDGE_SECONDS,
             done_at=_done_at(db, q, where),
+            retries=recall.retries(db, q.space, q.trigger, where.key),
         )
     return why.explain(q.trigger, at, where, known)
 

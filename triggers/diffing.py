@@ -150,7 +150,8 @@ class _Collect:
 def _kept(old: Armed, record: Loaded, active: bool) -> bool:
     """Nothing to do: the armed write itself, and still ours (armed ⇒ enabled, floating or mine).
 
-    Runs once per record in the space, so `same_version` is inlined.
+    Runs once per record in the space, so `same_version` is inlined (its backfill test too:
+    a listing that carries a backfill request the feed has not brought must not keep it out).
     """
     prev = old.record
     if type(prev) is not type(record) or not (active or prev.owner):
@@ -164,6 +165,7 @@ def _kept(old: Armed, record: Loaded, active: bool) -> bool:
         and record.rev > 0
         and prev.rev == record.rev
         and prev.last_run_at == record.last_run_at
+        and prev.backfill == record.backfill  # stamped without a rev, yet the ticker's news
     )
 
 

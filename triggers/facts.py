@@ -113,6 +113,7 @@ class Facts(msgspec.Struct, frozen=True, kw_only=True):
     beat_seconds: float = 5.0  # a device beats this often: up this long past its last beat
     bridge_seconds: float = 120.0  # the bridge window W
     done_at: datetime | None = None  # when its `maxRuns`-th ok run ended, if it did
+    retries: dict[str, Claim] = {}  # the claims of the fire's retries (`<key>#k`), in order
 
 
 def in_force(revisions: list[Revision], t: datetime) -> Revision | None:

@@ -322,12 +322,20 @@ class Chain:
             detail = f"run {c.run_id} on {c.peer} ended {c.status}" + (
                 f": {error}" if error else ""
             )
-            raise Fail(Reason.RUN_FAILED, detail)
+            raise Fail(Reason.RUN_FAILED, detail + self._retried())
         else:
             detail = f"run {c.run_id} on {c.peer} was {c.status}: {c.reason}"
             if words := whypolicy.run_words(c.reason or "", self.record):
                 detail += f": {words}"
             raise Fail(reason_of_run(c.reason or ""), detail)
+
+    def _retried(self) -> str:
+        """What became of the failed fire's retries, each by its key (`<key>#k`)."""
+        said = []
+        for key, r in self.facts.retries.items():
+            ended = r.status or "claimed, no run recorded"
+            said.append(f"{key} by {r.peer}: {ended}" + (f" ({r.reason})" if r.reason else ""))
+        return "; retried as " + ", ".join(said) if said else ""
 
     def _unfinished(self, c: f.Claim) -> None:
         said = f"claimed by {c.peer} at term {c.term} at {iso(c.claimed_at)}"

@@ -88,14 +88,15 @@ class Retries:
 
     def adopt(self, records: Iterable[Trigger], start: datetime) -> int:
         """After a takeover: each floating event trigger's stamped retry that came due after
-        `start` is run here (the bridge rule), never one from before; how many. (A cron or
+        `start` is run here (the bridge rule), never one from before it nor from before the
+        record's `activeSince`; how many. (A cron or
         once trigger's retry comes with its ticker entry.)"""
         taken = 0
         for record in records:
             stamped = record.next_attempt
             if not isinstance(record, EventTrigger) or not record.floating or stamped is None:
                 continue
-            if stamped.event is None or stamped.due_at <= start:
+            if stamped.event is None or stamped.due_at <= start or _before_active(record):
                 continue
             key = FireKey(policies.base_key(stamped.key))
             failed = FireRequest(
@@ -110,6 +111,17 @@ class Retries:
 
     async def close(self) -> None:
         await self._tasks.close()
+
+
+def _before_active(record: Trigger) -> bool:
+    """Whether the stamped retry is from before the record's `activeSince` (SPEC "Active
+    since": nothing of the paused time fires): due before it, or its failed run ended
+    before it (a pause and resume, a move here since; the fence would refuse its claim)."""
+    since, stamped = record.fires_from, record.next_attempt
+    if since is None or stamped is None:
+        return False
+    ended = record.last_run_at
+    return stamped.due_at <= since or (ended is not None and ended <= since)
 
 
 def carrying(stamps: Stamps, event: Event) -> Stamps:

@@ -3,11 +3,12 @@
 Owns the entry math of the ticker (SPEC "When triggers fire", "Active since"), as
 functions of (entry, now) → fires, with no clock and no I/O: where a freshly armed
 entry's cursor starts (`start_cursor`), a re-arm that never goes back (`arm`), the
-slots a takeover bridges (`add_bridge`), the fires due at a wake (`take`), and a
-restart after a sleep (`restart`). Slots at or before an entry's cursor never fire;
-nothing fires before a record's `activeSince`, outside its `window` or after its
-`maxRuns`; a jittered slot is due at slot + jitter (triggers.policies). runtime.fire.ticker
-holds the entries, sleeps and dispatches; it must not compute any of this itself.
+slots a takeover bridges (`add_bridge`; a backfill asked again: `retake_backfill`),
+the fires due at a wake (`take`), a restart after a sleep (`restart`). Slots at or
+before an entry's cursor never fire; nothing fires before a record's `activeSince`,
+outside its `window` or after its `maxRuns`; a jittered slot is due at slot + jitter
+(triggers.policies). runtime.fire.ticker holds the entries, sleeps and dispatches; it
+must not compute any of this itself.
 """
 
 from __future__ import annotations
@@ -177,6 +178,14 @@ def add_backfill(entry: Entry, now: datetime) -> int:
     return added
 
 
+def retake_backfill(entry: Entry, now: datetime) -> int:
+    """Queue the record's backfill request again (a takeover, a wake from sleep): its
+    slots taken before may have been dropped unrun (the device was not acting, a sleep
+    cleared the bridge); claims drop the ones that ran. How many are queued."""
+    entry.backfilled = ""
+    return add_backfill(entry, now)
+
+
 def _key_slot(key: str) -> datetime | None:
     try:
         slot = datetime.fromisoformat(key)
@@ -275,4 +284,5 @@ def restart(entry: Entry, now: datetime, ahead: timedelta = timedelta(0)) -> Non
     if isinstance(rec, CronTrigger):
         fresh = start_cursor(rec, now, now)
         entry.cursor = max(entry.cursor, fresh) if entry.cursor <= now + ahead else fresh
+    retake_backfill(entry, now)  # a user's request is not a stale burst: it stays asked
     entry.refresh()

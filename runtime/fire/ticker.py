@@ -21,7 +21,16 @@ import msgspec
 from core.aio import MAX_SLEEP
 from core.clock import Clock, iso, sleep_or_wake
 from runtime.fire.ahead import CLAIM_AHEAD
-from runtime.fire.cursors import Entry, add_attempt, add_backfill, add_bridge, arm, restart, take
+from runtime.fire.cursors import (
+    Entry,
+    add_attempt,
+    add_backfill,
+    add_bridge,
+    arm,
+    restart,
+    retake_backfill,
+    take,
+)
 from runtime.fire.dispatch import Dispatcher, FireRequest, named
 from runtime.fire.nextfires import NextFires
 from runtime.health.touched import Touched
@@ -58,11 +67,14 @@ class TickerStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     next: NextFire | None
 
 
-def _bridged(entry: Entry, start: datetime) -> int:
-    """A takeover's bridge for one entry: its floating slots in `(start, cursor]`, and its
-    stamped retry if that came due after `start`; how many fires that adds."""
-    added = add_bridge(entry, start)
-    return added + (entry.record.floating and add_attempt(entry, start))
+def _bridged(entry: Entry, start: datetime, now: datetime) -> int:
+    """A takeover's bridge for one entry: its floating slots in `(start, cursor]`, its
+    stamped retry if that came due after `start`, and its backfill request again (its
+    slots taken while the device could not act were dropped); how many fires that adds."""
+    if not entry.record.floating:
+        return 0
+    added = add_bridge(entry, start) + add_attempt(entry, start)
+    return added + (entry.record.backfill is not None and retake_backfill(entry, now))
 
 
 class Ticker:
@@ -147,7 +159,7 @@ class Ticker:
         for tid in taken:
             armed, now = self._pending.pop(tid)
             entry = self._arm(armed, now, self._entries.get(tid))
-            if start is not None and entry is not None and _bridged(entry, start):
+            if start is not None and entry is not None and _bridged(entry, start, now):
                 self._push(entry)  # a takeover came before its arming
         if not self._pending:
             self._pending = {}  # a dict keeps its size when emptied: 100,000 slots
@@ -158,9 +170,9 @@ class Ticker:
     def bridge(self, start: datetime) -> int:
         """After a takeover: every floating cron entry fires its slots in `(start, cursor]`
         (not before its `activeSince`; claims drop what already ran); how many."""
-        added = 0
+        added, now = 0, self._clock.wall()
         for entry in self._entries.values():
-            if n := _bridged(entry, start):
+            if n := _bridged(entry, start, now):
                 added += n
                 self._push(entry)
         if self._pending:  # entries not armed yet bridge as they are armed

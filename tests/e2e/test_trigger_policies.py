@@ -78,6 +78,46 @@ async def test_a_retry_due_after_its_holder_died_is_run_once_by_the_next(house: 
     assert duplicates(claims) == [] and len(claims) == 2  # each attempt claimed once, no third
 
 
+async def test_an_event_retry_outlives_its_holder_and_runs_once_on_the_next(house: Household):
+    """A failed event fire's retry is stamped with its message; the holder is SIGKILLed in
+    the backoff; the device taking over runs it (due after its bridge start), once."""
+    await house.api.program_put(SPACE, "flaky@v1", {"source": FAILS_ONCE})
+    for peer in ("a", "b"):
+        await house.start(peer)
+    holder = await house.holder()
+    spec = {"dataset": "chat_messages", "objectId": house.chat}
+    body = {"kind": "event", "name": "flaky-event", "spec": spec, "program": "flaky@v1"}
+    record = await house.api.trigger_create(
+        SPACE, {**body, "retry": {"attempts": 3, "backoffSeconds": 8}}
+    )
+    await house.bridged(holder)
+    sent = await house.send(house.chat, "try me")
+    first = await until(house, record["id"], lambda r: len(r) == 1, "the first attempt")
+    assert (first[0]["key"], first[0]["status"], first[0]["attempt"]) == (
+        sent.message_id,
+        "error",
+        1,
+    )
+    stamped = (await house.api.trigger_get(SPACE, record["id"]))["nextAttempt"]
+    assert stamped["key"] == sent.message_id + "#2"
+    assert stamped["event"]["messageId"] == sent.message_id  # the takeover runs it with it
+    await house.devices[holder].kill()  # the holder dies during the backoff
+    found = await until(house, record["id"], lambda r: len(r) == 2, "the second attempt")
+    second = found[1]
+    assert (second["key"], second["attempt"], second["status"]) == (
+        sent.message_id + "#2",
+        2,
+        "ok",
+    )
+    assert second["peer"] != holder  # the device that took over ran it
+    assert at(second["startedAt"]) >= at(stamped["dueAt"])  # not before it was due
+    assert second["result"]["tries"] == 2  # the same fire, its message, tried again
+    claims = [f["key"] for f in await fires_of(house.api, SPACE, record["id"])]
+    assert duplicates(claims) == [] and sorted(claims) == sorted(
+        [sent.message_id, sent.message_id + "#2"]
+    )  # each attempt claimed once, no third
+
+
 async def test_a_budget_holds_an_every_second_trigger_to_three_runs_a_minute(house: Household):
     await house.start("a")
     await house.holder()

@@ -260,7 +260,9 @@ async def test_a_retry_is_asked_by_its_key_and_max_runs_reached_is_outside(
     want = "2026-12-01T09:05:00.000Z#2"  # the key in the one instant format
     assert (got["verdict"], got["reason"], got["key"]) == ("fired", "fired", want)
     assert "attempt 2, a retry of 2026-12-01T09:05:00.000Z" in got["checks"][0]["detail"]
-    assert (await story.why(key=slot))["reason"] == "run_failed"  # the first attempt
+    first = await story.why(key=slot)  # the first attempt failed; its retry is named
+    assert first["reason"] == "run_failed" and "ended error: boom" in first["detail"]
+    assert "retried as 2026-12-01T09:05:00.000Z#2 by box: ok" in first["detail"]
     await story.beat("box", 300, term=1)  # 09:05 … 09:10: done after one ok run
     got = await story.why(at="2026-12-01T09:10:00Z")
     assert (got["verdict"], got["reason"]) == ("not_fired", "outside_window")

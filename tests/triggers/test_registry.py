@@ -278,3 +278,28 @@ def test_absorb_changes_the_registry_in_place_and_restamp_keeps_stamps_current()
     assert restamp(registry, stamped) and registry[TriggerId("trg_c")].record is stamped
     assert not restamp(registry, rec(id="trg_absent"))
     assert reconcile(registry, [stamped, rec(id="trg_d")], ME, active=True) == Diff()
+
+
+BACKFILL = {
+    "id": "bf_1",
+    "keys": ["2026-11-01T09:55:00.000Z"],
+    "requestedAt": "2026-11-01T10:01:00Z",
+}
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_a_backfill_request_at_the_same_rev_reaches_the_diff_from_a_listing_or_the_feed(full):
+    """A backfill is stamped (rev and updatedAt unchanged): a full listing that carries it
+    before the feed brought it is an update too, else the ticker never fires its slots
+    (the takeover race: the listing's seq then drops the feed's change as old)."""
+    registry = armed_with(rec())
+    asked = rec(backfill=BACKFILL)
+    diff = (
+        reconcile(registry, [asked], ME, active=True)
+        if full
+        else reconcile_changes(registry, [asked], ME, active=True)
+    )
+    assert ids(diff.update) == ["trg_c"]
+    registry = apply(registry, diff)
+    assert registry[TriggerId("trg_c")].record.backfill is not None
+    assert reconcile(registry, [rec(backfill=BACKFILL)], ME, active=True) == Diff()

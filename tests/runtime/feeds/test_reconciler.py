@@ -467,6 +467,26 @@ async def test_a_backfill_request_is_the_one_stamp_that_reaches_the_diff(space, 
     assert held.backfill is not None and held.backfill.id == answer["id"]
 
 
+async def test_a_backfill_request_a_listing_brings_before_the_feed_is_not_missed(space, start):
+    """The takeover race: the full sync's listing carries a backfill request the feed has
+    not brought yet (its seq then drops the feed's change as old); same rev, same
+    updatedAt, yet it is an update, else the ticker never fires the asked slots."""
+    run = await start()
+    await ready(run)
+    made = await space.admin.trigger_create(SPACE, named(CRON) | {"owner": ME})
+    await run.until(lambda: run.ids("add") == [made["id"]])
+    asked = {"id": "bf_listed", "keys": [made["activeSince"]], "requestedAt": made["updatedAt"]}
+    store = open_db(space.db)  # stamped straight into the file: no stream is woken
+    try:
+        trigger_store.stamp(store, SPACE, made["id"], {"backfill": asked}, made["updatedAt"])
+    finally:
+        store.conn.close()
+    diff = await run.reconciler.sync()
+    assert [a.record.id for a in diff.update] == [made["id"]]
+    held = run.reconciler.registry[made["id"]].record
+    assert held.backfill is not None and held.backfill.id == "bf_listed"
+
+
 async def test_a_resync_keeps_the_record_objects_it_holds(space, start):
     run = await start()
     await ready(run)

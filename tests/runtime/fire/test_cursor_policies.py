@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runtime.fire.cursors import Entry, add_attempt, add_bridge, arm, take
+from runtime.fire.cursors import Entry, add_attempt, add_bridge, arm, restart, retake_backfill, take
 from triggers import policies, schedule
 from triggers.records import CronTrigger, OnceTrigger, load
 
@@ -98,6 +98,20 @@ def test_a_backfill_request_is_queued_once_and_an_old_one_not_at_all():
     assert take(again, T0 + MIN) == [(schedule.fire_key_cron(T0 + MIN), T0 + MIN, False)]
     old = record(backfill={**asked, "id": "bf_2", "requestedAt": "2026-12-01T07:00:00Z"})
     assert take(arm(old, T0, None, T0), T0) == []  # a device starting hours later
+
+
+def test_a_backfill_is_asked_again_at_a_takeover_and_after_a_sleep():
+    """Slots taken while the device could not act were dropped unrun, a sleep clears the
+    bridge: the request is queued again (claims drop the slots that ran)."""
+    asked = {"id": "bf_1", "keys": ["2026-12-01T08:30:00Z"], "requestedAt": "2026-12-01T08:59:00Z"}
+    entry = arm(record(backfill=asked), T0, None, T0)
+    assert [k for k, _, _ in take(entry, T0)] == ["2026-12-01T08:30:00.000Z"]
+    assert retake_backfill(entry, T0 + MIN) == 1  # the takeover's bridge
+    assert entry.next_at == datetime(2026, 12, 1, 8, 30, tzinfo=UTC)
+    restart(entry, T0 + 2 * MIN)  # a sleep: the bridge goes, the user's request stays
+    assert [k for k, _, c in take(entry, T0 + 2 * MIN) if c] == ["2026-12-01T08:30:00.000Z"]
+    late = T0 + 2 * timedelta(hours=1)
+    assert retake_backfill(entry, late) == 0  # older than an hour: not taken again
 
 
 def test_a_stamped_retry_due_after_the_bridge_start_is_run_and_one_from_before_is_not():

@@ -194,7 +194,11 @@ async def test_a_takeover_runs_an_event_retry_due_after_it_and_none_from_before(
     await w.publish("echo@v1", ECHO)
     spec = {"dataset": "chat_messages", "objectId": w.chat}
     start = w.clock.wall()
-    due = {"after": start + timedelta(seconds=5), "before": start - timedelta(seconds=1)}
+    due = {
+        "after": start + timedelta(seconds=5),
+        "before": start - timedelta(seconds=1),
+        "snoozed": start + timedelta(seconds=5),  # due inside a snooze: before `activeSince`
+    }
     records = {}
     for name, due_at in due.items():
         made = await w.trigger("echo@v1", kind="event", spec=spec, owner="", retry={"attempts": 3})
@@ -202,7 +206,11 @@ async def test_a_takeover_runs_an_event_retry_due_after_it_and_none_from_before(
         key = f"msg_{name}#2"
         next_attempt = {"key": key, "dueAt": iso(due_at), "event": event}
         await w.admin.trigger_status(SPACE, made.id, {"nextAttempt": next_attempt})
+        if name == "snoozed":
+            until = iso(start + timedelta(seconds=30))
+            await w.admin.trigger_patch(SPACE, made.id, {"pausedUntil": until})
         records[name] = load(await w.stamped(made))
+    assert records["snoozed"].fires_from > due["snoozed"]
     assert firing.retries.adopt(records.values(), start) == 1
     await backoff(w, 5)
     await eventually(lambda: firing.counts.get("ok") == 1)
@@ -212,4 +220,5 @@ async def test_a_takeover_runs_an_event_retry_due_after_it_and_none_from_before(
         ("msg_after#2", 2, {"text": "after"})
     ]
     assert await w.runs(records["before"]) == []  # due before the takeover: never run
+    assert await w.runs(records["snoozed"]) == []  # due before its `activeSince`: never run
     await firing.close()
