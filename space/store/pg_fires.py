@@ -31,9 +31,9 @@ _TOKEN = (
     "INSERT INTO tokens (hash, role, peer, space, trigger_id, run_id, created_at, expires_at) "
     "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING"
 )
-_PRUNE = (  # tokens past their expiry; rows another transaction holds are left to the next
+_PRUNE = (  # tokens past their expiry by the database's clock; rows another transaction holds wait
     "DELETE FROM tokens WHERE hash IN (SELECT hash FROM tokens WHERE expires_at IS NOT NULL "
-    "AND expires_at <= $1 LIMIT 1000 FOR UPDATE SKIP LOCKED)"
+    "AND expires_at <= extract(epoch FROM clock_timestamp()) LIMIT 1000 FOR UPDATE SKIP LOCKED)"
 )
 
 
@@ -51,14 +51,14 @@ async def claim_fire(pool: asyncpg.Pool, space: str, fire: FireIn, margin: float
         async with conn.transaction():
             try:
                 async with conn.transaction():  # a savepoint: the ledger's row outlives it
-                    claimed, now = await _claim_one(conn, space, fire, margin)
+                    claimed = await _claim_one(conn, space, fire, margin)
             except Refusal as exc:
                 refusal = exc
                 await _refused(conn, space, fire, exc)
         if refusal is not None:
             raise refusal
         if "token" in claimed:
-            await _prune(conn, now)
+            await conn.execute(_PRUNE)
     return claimed
 
 
@@ -71,7 +71,7 @@ async def claim_list(
             for fire in batch:
                 results.append(fires.listed(fire, await _attempt(conn, space, fire, margin)))
         if any("token" in r for r in results):
-            await _prune(conn, datetime.now(UTC))
+            await conn.execute(_PRUNE)
     return results
 
 
@@ -81,7 +81,7 @@ async def _attempt(
     """One claim of a list in a savepoint of its own: what it claimed or why not."""
     try:
         async with conn.transaction():
-            return (await _claim_one(conn, space, fire, margin))[0]
+            return await _claim_one(conn, space, fire, margin)
     except Refusal as exc:
         await _refused(conn, space, fire, exc)
         return exc
@@ -91,7 +91,7 @@ async def _attempt(
 
 async def _claim_one(
     conn: asyncpg.Connection, space: str, fire: FireIn, margin: float
-) -> tuple[dict[str, Any], datetime]:
+) -> dict[str, Any]:
     row = await conn.fetchrow(
         "SELECT rev, body FROM triggers WHERE space = $1 AND id = $2 FOR SHARE",
         space,
@@ -116,7 +116,7 @@ async def _claim_one(
     fence.check(record, fire, now, lease, message_at)
     claimed = fires.claimed_out(fire, await _insert(conn, space, fire, now))
     if fire.run is None:
-        return claimed, now
+        return claimed
     expires = fires.run_token_expiry(fire, record, now, margin)
     token = token_store.new_token(token_store.Role.RUN)
     await conn.execute(
@@ -130,7 +130,7 @@ async def _claim_one(
         now.timestamp(),
         expires.timestamp(),
     )
-    return {**claimed, "token": token, "expiresAt": iso(expires)}, now
+    return {**claimed, "token": token, "expiresAt": iso(expires)}
 
 
 async def _insert(conn: asyncpg.Connection, space: str, fire: FireIn, now: datetime) -> str:
@@ -162,10 +162,6 @@ async def _refused(conn: asyncpg.Connection, space: str, fire: FireIn, exc: Refu
         await conn.execute(
             "INSERT INTO history_refusals VALUES ($1, $2, $3, $4, $5, $6, $7, $8)", *row
         )
-
-
-async def _prune(conn: asyncpg.Connection, now: datetime) -> None:
-    await conn.execute(_PRUNE, now.timestamp())
 
 
 async def recent(
