@@ -24,6 +24,7 @@ COMMANDS = (
     "triggers",
     "why",
     "runs",
+    "turns",
     "chat",
     "devices",
     "up",
