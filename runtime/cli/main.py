@@ -29,6 +29,7 @@ COMMANDS = (
     "devices",
     "up",
     "status",
+    "completion",
 )
 MODULE_OF = {"device": "up"}  # subcommands registered by a module of another name
 
