@@ -6,11 +6,19 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from clikit import SPACE, Cli, World
 
 from core.clock import iso
 
-DUE = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+DUE = datetime.now(UTC)  # set again by the autouse fixture as each test starts
+
+
+@pytest.fixture(autouse=True)
+def due() -> None:
+    """Five minutes ago, whole seconds: the runs' due instant."""
+    global DUE
+    DUE = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
 
 
 def failed_run(trigger: str) -> dict[str, Any]:

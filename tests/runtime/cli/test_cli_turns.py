@@ -11,7 +11,16 @@ from clikit import SPACE, Cli, World
 
 from core.clock import iso
 
-BASE = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30, seconds=30)
+BASE = datetime.now(UTC)  # set again by the autouse fixture as each test starts
+
+
+@pytest.fixture(autouse=True)
+def base() -> None:
+    """Half past 30 minutes ago, whole seconds: the turns start a minute apart after it."""
+    global BASE
+    BASE = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30, seconds=30)
+
+
 BERLIN = timezone(timedelta(hours=1))
 
 
