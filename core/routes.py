@@ -128,6 +128,7 @@ ROUTES: dict[str, Route] = {
             path=_S + "/runs",
             query=("trigger", "status", "since", "limit"),
         ),
+        Route(name="run_get", method="GET", path=_S + "/runs/{runId}"),
         Route(name="runs_rollup", method="GET", path=_S + "/runs/rollup", query=("trigger",)),
         Route(name="turn_create", method="POST", path=_S + "/turns", body=True),
         Route(name="turns", method="GET", path=_S + "/turns", query=("chat", "since", "limit")),

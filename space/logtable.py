@@ -131,6 +131,17 @@ def query(
     return bodies if since is not None else bodies[::-1]
 
 
+def one(
+    db: sqlite_utils.Database, table: str, id_column: str, space: str, entry_id: str
+) -> dict[str, Any] | None:
+    """The body written under `entry_id`, or None (also for an odd row: it is left out)."""
+    row = db.execute(
+        f"SELECT seq, body FROM {table} WHERE space = ? AND {id_column} = ?", [space, entry_id]
+    ).fetchone()
+    bodies, _ = oddrows.each([row] if row else [], _body, lambda r: r[0], table)
+    return bodies[0] if bodies else None
+
+
 def _body(row: tuple[int, str]) -> dict[str, Any]:
     body = msgspec.json.decode(row[1])
     if not isinstance(body, dict):

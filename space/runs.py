@@ -201,6 +201,15 @@ async def get_runs(request: web.Request) -> web.Response:
     return answer({"runs": query_runs(request.app[DB], space, dict(request.query), limit)})
 
 
+async def get_run(request: web.Request) -> web.Response:
+    space = require_space(request)
+    run_id = request.match_info["runId"]
+    found = logtable.one(request.app[DB], "runs", "run_id", space, run_id)
+    if found is None:
+        raise Refusal(404, "unknown_run", f"no run {run_id!r} in space {space!r}")
+    return answer(found)
+
+
 async def get_rollups(request: web.Request) -> web.Response:
     space = require_space(request)
     return answer({"rollups": rollups(request.app[DB], space, request.query.get("trigger"))})
@@ -230,4 +239,7 @@ def setup(app: web.Application) -> None:
         get_rollups,
         "Per-trigger counts by status, never pruned: `?trigger=`",
         answer=RollupList,
+    )
+    add_route(  # after `runs/rollup`, which a run id would otherwise shadow
+        app, "run_get", get_run, "One run record by its `runId` (404 `unknown_run`)", answer=RunIn
     )

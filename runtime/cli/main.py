@@ -24,10 +24,12 @@ COMMANDS = (
     "triggers",
     "why",
     "runs",
+    "turns",
     "chat",
     "devices",
     "up",
     "status",
+    "completion",
 )
 MODULE_OF = {"device": "up"}  # subcommands registered by a module of another name
 

@@ -1,6 +1,7 @@
 """`baton runs`: the run history of the space, filtered, and followed as it grows.
 
     baton runs [--trigger ID] [--status S] [--since T] [--limit N] [--follow] [--json]
+    baton runs show RUN [--json]            (runtime.cli.run_show)
 
 Owns the listing (oldest first, the latest `--limit`, or the first from `--since`: an
 instant or a duration back) and `--follow`, which polls (the space has no run stream:
@@ -17,6 +18,7 @@ from typing import Any
 
 from core.clock import Clock, SystemClock, iso
 from core.vocab import RAN, RunStatus
+from runtime.cli import run_show
 from runtime.cli.common import Target, add_space_options, until_signalled
 from runtime.cli.main import UsageError
 from runtime.cli.next import instant
@@ -44,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new runs")
     add_space_options(p)
     p.set_defaults(func=cmd_runs)
+    run_show.register(p.add_subparsers(dest="runs_command", parser_class=type(p)))
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

@@ -357,6 +357,9 @@ class SpaceClient:
     async def runs(self, space: str, **query: object) -> JSON:
         return await self.call("runs", space=space, **query)
 
+    async def run_get(self, space: str, run_id: str) -> JSON:
+        return await self.call("run_get", space=space, runId=run_id)
+
     async def runs_rollup(self, space: str, trigger: str | None = None) -> JSON:
         return await self.call("runs_rollup", space=space, trigger=trigger)
 
