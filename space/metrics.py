@@ -1,9 +1,10 @@
 """`GET /healthz` and `GET /metrics`: is the server up, and how it fares, for Prometheus.
 
 Owns the in-process counters the claim and run routes feed (`claim_seen`, `run_seen`) and
-rendering them, with what the store counts, in the Prometheus text format 0.0.4. `/healthz`
-needs no token and answers 503 when the store fails; `/metrics` wants an admin or device
-token. Neither is a `/v1` route. Must not change any table.
+rendering them, with what the store counts, in the Prometheus text format 0.0.4; the
+families read from records and devices at each scrape are `alertables`'. `/healthz` needs
+no token and answers 503 when the store fails; `/metrics` wants an admin or device token.
+Neither is a `/v1` route. Must not change any table.
 """
 
 from __future__ import annotations
@@ -17,15 +18,15 @@ from datetime import datetime
 
 from aiohttp import web
 
-from space import auth, chat_store, storage
+from space import alertables, auth, chat_store, storage
 from space import leases as lease_store
 from space.appstate import CLOCK
 from space.db import DB
+from space.exposition import CONTENT_TYPE, family, labels, num
 from space.http import Refusal, answer
 from space.storage import STORAGE
 from space.streams import STREAMS
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
@@ -41,13 +42,13 @@ class Histogram:
         row[-1] += seconds
 
     def lines(self, name: str) -> Iterable[str]:
-        for labels, row in sorted(self.series.items()):
-            counts, total, seen = row[: len(BUCKETS) + 1], row[-1], 0.0
-            for bound, count in zip([*map(_num, BUCKETS), "+Inf"], counts, strict=True):
+        for key, row in sorted(self.series.items()):
+            counts, total, seen, pairs = row[: len(BUCKETS) + 1], row[-1], 0.0, dict(key)
+            for bound, count in zip([*map(num, BUCKETS), "+Inf"], counts, strict=True):
                 seen += count
-                yield f"{name}_bucket{_labels(dict(labels), le=bound)} {_num(seen)}"
-            yield f"{name}_sum{_labels(dict(labels))} {_num(total)}"
-            yield f"{name}_count{_labels(dict(labels))} {_num(seen)}"
+                yield f"{name}_bucket{labels(pairs, le=bound)} {num(seen)}"
+            yield f"{name}_sum{labels(pairs)} {num(total)}"
+            yield f"{name}_count{labels(pairs)} {num(seen)}"
 
 
 class Metrics:
@@ -91,26 +92,6 @@ def _due(app: web.Application, key: str) -> datetime | None:
 # ------------------------------------------------------------------ rendering
 
 
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
-def _labels(labels: dict[str, str], **more: str) -> str:
-    pairs = {**labels, **more}
-    if not pairs:
-        return ""
-    inner = ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(pairs.items()))
-    return "{" + inner + "}"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-
-
-def _family(name: str, kind: str, help_text: str, samples: Iterable[str]) -> list[str]:
-    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]
-
-
 # long: one table of every metric family, in exposition order
 def render(app: web.Application, now: datetime) -> str:
     db, m = app[DB], app[METRICS]
@@ -121,60 +102,60 @@ def render(app: web.Application, now: datetime) -> str:
     held = [(s, lease_store.load(db, s)) for (s,) in db.execute("SELECT space FROM leases")]
     streams = Counter(_feed(s.request.path) for s in app[STREAMS].streams())
     out = [
-        *_family(
+        *family(
             "baton_runs_total",
             "counter",
             "Run records by status (never pruned).",
-            (f"baton_runs_total{_labels({'space': s, 'status': st})} {n}" for s, st, n in runs),
+            (f"baton_runs_total{labels({'space': s, 'status': st})} {n}" for s, st, n in runs),
         ),
-        *_family(
+        *family(
             "baton_fires_total",
             "counter",
             "Fires claimed (exactly once each).",
-            (f"baton_fires_total{_labels({'space': s})} {n}" for s, n in fires),
+            (f"baton_fires_total{labels({'space': s})} {n}" for s, n in fires),
         ),
-        *_family(
+        *family(
             "baton_claims_total",
             "counter",
             "Fire claims answered since start, by result (claimed or the refusal).",
             (
-                f"baton_claims_total{_labels({'space': s, 'result': r})} {n}"
+                f"baton_claims_total{labels({'space': s, 'result': r})} {n}"
                 for (s, r), n in sorted(m.claims.items())
             ),
         ),
-        *_family(
+        *family(
             "baton_fire_latency_seconds",
             "histogram",
             "From the instant a fire was due (slot, message) to its accepted claim.",
             m.fire_latency.lines("baton_fire_latency_seconds"),
         ),
-        *_family(
+        *family(
             "baton_run_lateness_seconds",
             "histogram",
             "How late runs started (their lateMs), posted since start.",
             m.lateness.lines("baton_run_lateness_seconds"),
         ),
-        *_family(
+        *family(
             "baton_sse_subscribers",
             "gauge",
             "Open event streams, by feed.",
             (
-                f"baton_sse_subscribers{_labels({'feed': f})} {streams.get(f, 0)}"
+                f"baton_sse_subscribers{labels({'feed': f})} {streams.get(f, 0)}"
                 for f in ("chat", "changes")
             ),
         ),
-        *_family(
+        *family(
             "baton_election_term",
             "gauge",
             "The election term of each space.",
-            (f"baton_election_term{_labels({'space': s})} {lease.term}" for s, lease in held),
+            (f"baton_election_term{labels({'space': s})} {lease.term}" for s, lease in held),
         ),
-        *_family(
+        *family(
             "baton_election_active",
             "gauge",
             "1 for the device holding a live lease.",
             (
-                f"baton_election_active{_labels({'space': s, 'peer': lease.active})} 1"
+                f"baton_election_active{labels({'space': s, 'peer': lease.active})} 1"
                 for s, lease in held
                 if lease.active and not lease.lapsed(now)
             ),
@@ -186,18 +167,18 @@ def render(app: web.Application, now: datetime) -> str:
 
 def _storage_lines(app: web.Application) -> list[str]:
     state = app[STORAGE]
-    up = _family(
+    up = family(
         "baton_storage_up",
         "gauge",
         "1 while the store's writes commit, 0 since a storage fault (full, read-only, …).",
         [f"baton_storage_up {0 if state.fault else 1}"],
     )
-    faults = _family(
+    faults = family(
         "baton_storage_faults_total",
         "counter",
         "Requests answered 503 storage_unavailable since start, by fault.",
         (
-            f"baton_storage_faults_total{_labels({'fault': f})} {n}"
+            f"baton_storage_faults_total{labels({'fault': f})} {n}"
             for f, n in sorted(state.seen.items())
         ),
     )
@@ -228,7 +209,8 @@ async def get_metrics(request: web.Request) -> web.Response:
     who = auth.identify(request)
     if who.role is auth.Role.RUN:
         raise Refusal(403, "forbidden", "a run token may not read /metrics")
-    body = render(request.app, now).encode()
+    more = await alertables.lines(request.app, now)
+    body = (render(request.app, now) + "\n".join(more) + "\n").encode()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 

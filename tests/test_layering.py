@@ -176,6 +176,7 @@ SPACE_MAY_IMPORT = {
     "triggers.policies",  # the claim fence's window and retry keys
     "triggers.backfill",
     "triggers.schedule",  # a record's next fires (`GET …/next`), as `triggers show` lists them
+    "programs.breaker",  # `/metrics` reads a record's breaker stamp as a device does
 }
 
 
