@@ -52,7 +52,8 @@ class Clock:
 
 
 def key(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """A fire key as the space stores it (canonical: milliseconds, `core.vocab.key_instant`)."""
+    return iso(t)
 
 
 def iso(t: float) -> str:
@@ -76,6 +77,9 @@ def fill(db: Path, tid: str, days: int) -> dict[str, int]:
             )
             conn.execute(
                 "INSERT INTO history_applied VALUES (?, ?, ?, ?)", [SPACE, PEER, base, day + 2]
+            )
+            conn.execute(  # its clock's offset, noted at the window's first heartbeat
+                "INSERT INTO history_offsets VALUES (?, ?, ?, ?)", [SPACE, PEER, base, -40.0]
             )
             claims = [
                 (
@@ -113,7 +117,8 @@ def fill(db: Path, tid: str, days: int) -> dict[str, int]:
             conn.executemany(
                 "INSERT INTO history_refusals VALUES (?, ?, ?, ?, ?, ?, ?, ?)", refused
             )
-            rows.update(windows=1, terms=1, applied=1, fires=len(claims), refusals=len(refused))
+            rows.update(windows=1, terms=1, applied=1, offsets=1, fires=len(claims))
+            rows.update(refusals=len(refused))
         last = t0 + (days - 1) * DAY
         for m in range(200):
             s = last + m * MINUTE

@@ -59,6 +59,8 @@ class HeartbeatIn(Body, frozen=True, kw_only=True, omit_defaults=True):
     stopped: bool = False  # a clean stop: not live from now on, until the next heartbeat
     appliedSeq: Annotated[int, msgspec.Meta(ge=0)] | None = None  # the change feed applied so far
     sleptSeconds: Annotated[float, msgspec.Meta(ge=0, le=1e9)] | None = None  # a suspend just seen
+    # the space's clock minus the device's (ms), as the device measures it and fires by
+    offsetMs: Annotated[float, msgspec.Meta(ge=-1e12, le=1e12)] | None = None
 
 
 class DeviceOut(Answer, frozen=True, kw_only=True):

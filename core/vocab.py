@@ -92,6 +92,11 @@ class Overlap(enum.StrEnum):  # `limits.overlap`: a fire while an earlier one st
     RESTART = "restart"  # the new fire cancels the running run, then starts
 
 
+CLOCK_WARN_S = 2.0
+"""A device whose clock is further than this off the space's warns (SPEC "Sleep and clocks"):
+in its log, `baton status` and `why`."""
+
+
 # --- instants as text ------------------------------------------------------------------
 # One format for instants on the wire, in fire keys and in stamps' details alike (`iso`).
 # A fire key written by an older build (`2026-12-01T08:00:00Z`) names the same fire once

@@ -120,8 +120,6 @@ class Device:
         self.handover = _handover(self.seat, s.ledger_file)
         self._compose_chat(responder)
         self._compose_triggers()
-        reconciler = self.reconciler
-        self.elector.heartbeat.applied = lambda: reconciler.seq  # for `why` (history)
         self.supervisor = Supervisor(
             self.clock, on_down=self.elector.part_down, on_up=self.elector.part_up
         )
@@ -186,7 +184,10 @@ class Device:
 
     def _wire(self) -> None:
         """Who hears what, in this order (the elector hears `Slept` first: it subscribed
-        when it was made)."""
+        when it was made); what the heartbeat tells the space's history for `why`."""
+        beat, reconciler = self.elector.heartbeat, self.reconciler
+        beat.applied = lambda: reconciler.seq  # the change feed it applied
+        beat.offset = self.offset.known  # the clock it fires by
         self.bus.subscribe(DiffApplied, self._on_diff)
         self.bus.subscribe(RecordEdited, lambda _: self.health.kick())
         self.bus.subscribe(RoleChanged, self._on_role)

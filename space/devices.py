@@ -103,6 +103,7 @@ def heartbeat(
             stopped=body.stopped,
             slept=body.sleptSeconds,
             applied=body.appliedSeq,
+            offset_ms=body.offsetMs,
         )
 
 

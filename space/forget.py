@@ -30,7 +30,12 @@ BATCH = 500
 CLAIMS_FLOOR_DAYS = 8.0  # a cron `latest` grace or a once's grace is at most 7 days
 
 # table → (the column of its instant, unix seconds or the wire text)
-_BY_ROWID = {"history_refusals": "at", "history_applied": "at", "fires": "claimed_at"}
+_BY_ROWID = {
+    "history_refusals": "at",
+    "history_applied": "at",
+    "history_offsets": "at",
+    "fires": "claimed_at",
+}
 _SCANNED = {
     "history_terms": "ended",
     "history_windows": "last_seen",

@@ -3,11 +3,11 @@
 Owns the `history_*` tables and the outcome columns of the claim ledger (`fires`): record
 revisions (rev, instant, actor, changed fields old → new, note, the record as it then
 stood), lease terms (holder, began, ended, how), device windows (unbroken runs of
-heartbeats, the sleep a device reported, the feed position it had applied), each
-device's chat streams (when live, and whether it resumed), claim refusals, and each
-claimed fire's run outcome. Every write here happens inside the
-transaction of the fact it describes (a record write, a lease change, a heartbeat, a
-claim, a run), so there is no request of its own and nothing lives only in memory.
+heartbeats, the sleep a device reported, the feed position it had applied, its clock's
+offset to the space's when it moved by `OFFSET_STEP_MS`), each device's chat streams (when
+live, and whether it resumed), claim refusals, and each claimed fire's run outcome. Every
+write happens inside the transaction of the fact it describes (a record write, a lease
+change, a heartbeat, a claim, a run): no request of its own, nothing only in memory.
 Must not decide anything: the reasoning is `triggers.why`, the reading `space.recall`.
 """
 
@@ -36,6 +36,9 @@ CREATE TABLE IF NOT EXISTS history_windows (space TEXT NOT NULL, peer TEXT NOT N
 CREATE TABLE IF NOT EXISTS history_applied (space TEXT NOT NULL, peer TEXT NOT NULL,
   at REAL NOT NULL, seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS history_applied_by_peer ON history_applied (space, peer, at);
+CREATE TABLE IF NOT EXISTS history_offsets (space TEXT NOT NULL, peer TEXT NOT NULL,
+  at REAL NOT NULL, offset_ms REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS history_offsets_by_at ON history_offsets (space, at);
 CREATE TABLE IF NOT EXISTS history_refusals (space TEXT NOT NULL, trigger_id TEXT NOT NULL,
   key TEXT NOT NULL, at REAL NOT NULL, peer TEXT NOT NULL, term INTEGER NOT NULL,
   code TEXT NOT NULL, detail TEXT NOT NULL);
@@ -54,6 +57,7 @@ FIRE_OUTCOME = {  # the claim ledger's entry closes with its run's outcome
     "late_ms": "REAL",
 }
 NOTE_MAX = 500  # characters of a revision's note
+OFFSET_STEP_MS = 100.0  # a device's clock offset is noted when it moved this far (or anew)
 STAMP_FIELDS = frozenset(
     {"lastStatus", "lastStatusDetail", "lastRunAt", "nextFireAt", "breaker", "rollup"}
 )
@@ -188,6 +192,7 @@ def beat(
     stopped: bool,
     slept: float | None,
     applied: int | None,
+    offset_ms: float | None = None,
 ) -> None:
     """A heartbeat: the window `up_since` begins (or goes on) up to `now`."""
     if up_since == now:
@@ -203,6 +208,21 @@ def beat(
         )
     if applied is not None:
         _applied(db, space, peer, up_since, now, applied)
+    if offset_ms is not None:
+        _offset(db, space, peer, up_since, now, offset_ms)
+
+
+def _offset(
+    db: sqlite_utils.Database, space: str, peer: str, up_since: float, now: float, ms: float
+) -> None:
+    """Note the device's clock offset: the first of its window, then only when it moved."""
+    row = db.execute(
+        "SELECT offset_ms FROM history_offsets WHERE space = ? AND peer = ? AND at >= ? "
+        "ORDER BY at DESC LIMIT 1",
+        [space, peer, up_since],
+    ).fetchone()
+    if row is None or abs(ms - float(row[0])) >= OFFSET_STEP_MS:
+        db.execute("INSERT INTO history_offsets VALUES (?, ?, ?, ?)", [space, peer, now, ms])
 
 
 def _applied(

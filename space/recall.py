@@ -97,6 +97,22 @@ def applied(db: sqlite_utils.Database, space: str, slot: float) -> list[f.Applie
     return [f.Applied(peer=p, at=_at(a), seq=s) for p, a, s in [*rows, *after]]
 
 
+def offsets(db: sqlite_utils.Database, space: str, slot: float) -> list[f.Offset]:
+    """Each device's clock offset as last noted before the hour around `slot`, and those
+    noted within it (a claim or a refusal near the slot went by one of them), oldest first."""
+    before = db.execute(
+        "SELECT peer, MAX(at), offset_ms FROM history_offsets WHERE space = ? AND at < ? "
+        "GROUP BY peer",
+        [space, slot - AROUND],
+    ).fetchall()
+    near = db.execute(
+        "SELECT peer, at, offset_ms FROM history_offsets WHERE space = ? AND at >= ? "
+        "AND at <= ? ORDER BY at",
+        [space, slot - AROUND, slot + AROUND],
+    ).fetchall()
+    return [f.Offset(peer=p, at=_at(a), ms=ms) for p, a, ms in [*before, *near]]
+
+
 _CLAIM = (
     "SELECT peer, term, claimed_at, run_id, status, reason, started_at, late_ms, key FROM fires"
 )

@@ -166,6 +166,7 @@ def _explain(request: web.Request, q: Question, at: datetime, where: Located) ->
             terms=recall.terms(db, q.space, slot, BRIDGE_SECONDS),
             windows=recall.windows(db, q.space, slot),
             applied=recall.applied(db, q.space, slot),
+            offsets=recall.offsets(db, q.space, slot),
             claim=claim,
             refusals=recall.refusals(db, q.space, q.trigger, where.key),
             run=turn or recall.run(db, q.space, q.trigger, where.key, _run_id(claim), slot),

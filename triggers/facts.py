@@ -1,9 +1,9 @@
 """The history facts `why` reasons from, as values, and the questions asked of them.
 
 Owns the shapes of what the space keeps append-only (SPEC "History and `why`"): a
-record's revisions, lease terms, device windows and applied feed positions, the claim
-of a fire with its run outcome, refused claims, the message of an event fire, and
-`Facts` that gathers them for one slot; plus the look-ups `triggers.why` makes (the
+record's revisions, lease terms, device windows, applied feed positions and clock offsets,
+the claim of a fire with its run outcome, refused claims, the message of an event fire,
+and `Facts` that gathers them for one slot; plus the look-ups `triggers.why` makes (the
 revision in force, the term holding, the window covering an instant). The space reads
 the tables into these (`space.recall`). Must not read the clock or do I/O.
 """
@@ -71,6 +71,15 @@ class Applied(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
 
 
+class Offset(msgspec.Struct, frozen=True, kw_only=True):
+    """A device's clock offset as its heartbeat reported it: the space's clock minus the
+    device's, in ms (negative: the device's clock is ahead); it fires by the space's."""
+
+    peer: str
+    at: datetime
+    ms: float
+
+
 class Claim(msgspec.Struct, frozen=True, kw_only=True):
     peer: str
     term: int
@@ -105,6 +114,7 @@ class Facts(msgspec.Struct, frozen=True, kw_only=True):
     terms: list[Term] = []  # oldest first
     windows: list[Window] = []  # every peer's, oldest first
     applied: list[Applied] = []
+    offsets: list[Offset] = []  # oldest first
     claim: Claim | None = None
     refusals: list[Refused] = []
     run: dict[str, Any] | None = None  # the run record of the key, if still kept
@@ -192,6 +202,15 @@ def applied_at(applied: list[Applied], t: datetime, peer: str) -> Applied | None
     for a in applied:
         if a.peer == peer and a.at <= t and (found is None or a.at >= found.at):
             found = a
+    return found
+
+
+def offset_at(offsets: list[Offset], t: datetime, peer: str, since: datetime) -> Offset | None:
+    """The clock offset `peer` had last reported at `t`, if it did so since `since`."""
+    found = None
+    for o in offsets:
+        if o.peer == peer and since <= o.at <= t and (found is None or o.at >= found.at):
+            found = o
     return found
 
 

@@ -16,7 +16,7 @@ import msgspec
 
 from core.vocab import FAILED, RunStatus, iso
 from triggers import facts as f
-from triggers import whypolicy
+from triggers import whyclock, whypolicy
 from triggers.slots import Asked
 from triggers.whywords import Reason, Verdict, reason_of_code, reason_of_run
 
@@ -190,14 +190,21 @@ class Chain:
         slot, peer = self.slot_at, self.responsible
         tried = [r for r in self.facts.refusals if r.peer == peer]
         if tried:  # a refused claim proves its device was up and had the record
-            self.passed(f"{peer} was up: it claimed the slot at {iso(tried[-1].at)}")
+            at = tried[-1].at
+            clock = whyclock.said(self.facts, tried[-1].peer, at)
+            self.passed(f"{peer} was up: it claimed the slot at {iso(at)}{clock}")
             return
-        if self.facts.claim is not None or peer is None or self.bridged:
-            self.passed("the claim says so" if self.facts.claim else "see the bridge")
+        if (c := self.facts.claim) is not None:
+            self.passed("the claim says so" + whyclock.said(self.facts, c.peer, c.claimed_at))
+            return
+        if peer is None or self.bridged:
+            self.passed("see the bridge")
             return
         if f.covering(self.facts.windows, slot, self.facts.beat_seconds, peer) is not None:
             self._subscribed(peer)
-            self.passed(f"{peer} was up and awake at {iso(slot)}")
+            self.passed(
+                f"{peer} was up and awake at {iso(slot)}{whyclock.said(self.facts, peer, slot)}"
+            )
             return
         self._asleep(peer)
         gone = self._gone(peer)
@@ -296,7 +303,8 @@ class Chain:
         if self.facts.refusals:
             r = self.facts.refusals[-1]
             detail = f"{r.peer}'s claim at term {r.term} at {iso(r.at)} was refused: {r.detail}"
-            raise Fail(reason_of_code(r.code), detail)
+            clock = whyclock.said if r.code == "ahead_of_clock" else whyclock.skewed
+            raise Fail(reason_of_code(r.code), detail + clock(self.facts, r.peer, r.at))
         run = self.facts.run
         if run is not None and run.get("reason"):
             detail = f"{run.get('peer')} did not claim it: {run.get('status')} ({run['reason']})"
@@ -308,7 +316,7 @@ class Chain:
             raise Fail(Reason.CLAIMED_NOT_RUN, detail, Verdict.PENDING)
         who = self.responsible or "the device"
         detail = f"{who} was up, yet made no claim: its fire path did not reach the slot in time"
-        raise Fail(Reason.HOLDER_ASLEEP, detail)
+        raise Fail(Reason.HOLDER_ASLEEP, detail + whyclock.skewed(self.facts, who, self.slot_at))
 
     def ran(self) -> None:
         c = self.facts.claim
@@ -357,6 +365,8 @@ class Chain:
                 f"{k.removesuffix('Ms')} {v:.0f} ms" for k, v in phases.items() if f.is_number(v)
             ]
             detail += " (" + ", ".join(split) + ")"
+        if late > LATE_MS:
+            detail += whyclock.skewed(self.facts, c.peer, c.claimed_at)
         self.passed(detail)
         self.outcome = (Reason.FIRED_LATE if late > LATE_MS else Reason.FIRED, detail)
 

@@ -62,6 +62,7 @@ _CODES = {
     "before_active": Reason.BEFORE_ACTIVE,
     "already_claimed": Reason.CLAIMED_ELSEWHERE,
     "not_owner": Reason.CLAIMED_ELSEWHERE,
+    "ahead_of_clock": Reason.HOLDER_ASLEEP,  # and it never claimed again when the slot came
 }
 _RUN_REASONS = {
     **_CODES,

@@ -19,12 +19,13 @@ from datetime import datetime, timedelta
 import msgspec
 
 from core.clock import Clock
+from core.vocab import CLOCK_WARN_S
 
 log = logging.getLogger("baton.device")
 
 KEEP = 16
 STEP_S = 1.0  # a sample this far off the offset (beyond its round trip) is a step
-WARN_S = 2.0  # an offset past this is logged and shown as a warning
+WARN_S = CLOCK_WARN_S  # an offset past this is logged and shown as a warning
 DEAD_BAND_S = 0.005  # below the wire's millisecond and a loopback's noise: no offset
 Began = tuple[datetime, float]
 
@@ -72,6 +73,10 @@ class Offset:
             )
         elif abs(before) > WARN_S >= abs(self.seconds):
             log.warning("clock: within %.1f s of the space's clock again", WARN_S)
+
+    def known(self) -> float | None:
+        """The offset once an answer measured it (None before: not yet known)."""
+        return self.seconds if self.samples else None
 
     def status(self) -> ClockStatus:
         """What `baton status` shows: the offset, its round trip, whether it warns."""

@@ -32,6 +32,7 @@ class Heartbeat:
         self.due = float("-inf")  # monotonic: when the next beat is due
         self.instance = ""  # sent with each beat: a new one restarts the space's upSince
         self.applied: Callable[[], int] | None = None  # the change feed position applied
+        self.offset: Callable[[], float | None] | None = None  # s the space's clock is ahead
         self.slept: float | None = None  # a suspend seen since the last beat (seconds), sent once
         self.live: frozenset[str] = frozenset()
         self.priorities: dict[str, int] = {}
@@ -50,6 +51,7 @@ class Heartbeat:
             status=_status_report(self._report) if self._report is not None else None,
             appliedSeq=self.applied() if self.applied is not None else None,
             sleptSeconds=round(max(0.0, slept), 3) if slept is not None else None,
+            offsetMs=_ms(self.offset() if self.offset is not None else None),
         )
         try:
             await self._client.device_put(self._space, self._peer, body)
@@ -67,6 +69,10 @@ class Heartbeat:
             await self._client.device_put(self._space, self._peer, HeartbeatIn(stopped=True))
         except Exception as exc:
             log.warning("election: could not sign off: %s", exc)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
 
 
 def _status_report(report: Callable[[], object]) -> Report:

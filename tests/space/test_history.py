@@ -99,6 +99,28 @@ async def test_device_windows_follow_heartbeats_and_what_they_report(
     ]
 
 
+async def test_a_device_s_clock_offset_is_noted_per_window_and_when_it_moved(
+    api: Api, space_clock: FakeClock
+) -> None:
+    d = f"{S}/devices/laptop"
+    for ms in (None, -310.0, -350.0, -409.9, -420.0, 15.0):  # jitter under 100 ms: kept once
+        beat = {"instance": "a"} if ms is None else {"instance": "a", "offsetMs": ms}
+        assert (await api.put(d, beat))[0] == 200
+        space_clock.advance(5)
+    assert (await api.put(d, {"instance": "b", "offsetMs": 15.0}))[0] == 200  # a new window
+    space_clock.advance(31 * 86400)
+    assert (await api.put(d, {"instance": "c"}))[0] == 200
+    got = rows(api, "SELECT at - ?, offset_ms FROM history_offsets".replace("?", str(T0)))
+    assert got == [(5.0, -310.0), (20.0, -420.0), (25.0, 15.0), (30.0, 15.0)]
+    store = sqlite_utils.Database(api.db_path)
+    cutoff = space_clock.now.timestamp() - 30 * 86400
+    while forget.prune_batch(store, cutoff, cutoff):
+        pass
+    assert rows(api, "SELECT COUNT(*) FROM history_offsets") == [(0,)]
+    status, body = await api.put(d, {"offsetMs": 2e12})
+    assert (status, body["error"]) == (400, "invalid_body")
+
+
 async def test_refused_claims_and_run_outcomes_enter_the_claim_ledger(api: Api) -> None:
     tid = (await api.create_trigger(owner="box"))["id"]
     fire = {"triggerId": tid, "key": "2026-12-01T09:00:05Z", "term": 0, "peer": "box"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import Any
 from urllib.parse import urlencode
@@ -267,3 +268,42 @@ async def test_a_retry_is_asked_by_its_key_and_max_runs_reached_is_outside(
     got = await story.why(at="2026-12-01T09:10:00Z")
     assert (got["verdict"], got["reason"]) == ("not_fired", "outside_window")
     assert "maxRuns 1 reached" in got["detail"] and "09:05:10.000Z" in got["detail"]
+
+
+async def test_why_names_the_clock_offset_the_device_went_by(
+    api: Api, space_clock: FakeClock
+) -> None:
+    """The offset a device's heartbeats report is history, noted when it moves: `why` names
+    the one the device went by then, for a slot that fired, one it missed, and one whose
+    claim the space refused as ahead of its clock (a skew past the 2 s warning)."""
+    story = Story(api, space_clock)
+    await story.create(owner="box")
+    await story.beat("box", 300, offsetMs=-1250.0)  # 09:00 … 09:05, box 1.25 s ahead
+    await story.fire("box", 1, "2026-12-01T09:05:00Z")
+    space_clock.advance(1)
+    await story.beat("box", 600, offsetMs=40.0)  # 09:05:01 … 09:15:01, 40 ms behind
+    fired = await story.why(at="2026-12-01T09:05:00Z")
+    assert fired["reason"] == "fired"
+    up = next(c["detail"] for c in fired["checks"] if c["name"] == "up")
+    assert up == "the claim says so; box's clock was 1.2 s ahead of the space's"
+    missed = await story.why(at="2026-12-01T09:10:00Z")
+    assert missed["reason"] == "holder_asleep" and "clock" not in missed["detail"]
+    assert "box's clock was 40 ms behind the space's" in json.dumps(missed["checks"])
+
+    await story.beat("box", 285, offsetMs=-9000.0)  # to 09:19:46, its clock 9 s ahead
+    claim = {"triggerId": story.tid, "key": "2026-12-01T09:20:00Z", "term": 0, "peer": "box"}
+    status, refused = await api.post(f"{S}/fires", claim)
+    assert (status, refused["error"]) == (409, "ahead_of_clock")
+    await story.beat("box", 60, offsetMs=-9000.0)  # past the slot, and never claimed again
+    got = await story.why(at="2026-12-01T09:20:00Z")
+    assert (got["verdict"], got["reason"]) == ("not_fired", "holder_asleep")
+    assert "ahead of the space's clock" in got["detail"]
+    assert got["detail"].endswith(
+        "box's clock was 9.0 s ahead of the space's, past the 2 s warning "
+        "(it fires by the space's clock)"
+    )
+    assert rows(api, "SELECT offset_ms FROM history_offsets ORDER BY at") == [
+        (-1250.0,),
+        (40.0,),
+        (-9000.0,),
+    ]  # one row each time it moved, not one a heartbeat

@@ -33,6 +33,16 @@ def test_the_offset_is_read_at_the_midpoint_of_the_round_trip() -> None:
     assert SpaceTime(offset).wall() - clock.wall() == timedelta(seconds=offset.seconds)
 
 
+def test_the_offset_is_known_once_an_answer_measured_it() -> None:
+    clock = FakeClock(T0)
+    offset = Offset(clock)
+    assert offset.known() is None  # a heartbeat before any answer says nothing of it
+    answer(offset, clock, 0.0, 0.001, 0.001)
+    assert offset.known() == 0.0  # measured: in step
+    answer(offset, clock, -3.0, 0.001, 0.001)
+    assert offset.known() == pytest.approx(-3.0, abs=0.01)
+
+
 def test_the_shortest_round_trip_wins_so_a_lopsided_slow_answer_moves_it_least() -> None:
     clock = FakeClock(T0)
     offset = Offset(clock)

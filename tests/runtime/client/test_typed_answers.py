@@ -136,6 +136,18 @@ async def test_heartbeat_and_takeover_read_a_listing_without_priority_or_name(fo
     assert [d.peer for d in first] == [d.peer for d in last] == ["box", "lap"]
 
 
+async def test_a_heartbeat_carries_the_clock_offset_once_it_is_known(foreign):
+    foreign.answers["devices"] = {"devices": [DEVICE]}
+    beat = Heartbeat(foreign.seat(), "Box")
+    offset: list[float | None] = [None]
+    beat.offset = lambda: offset[0]
+    await beat.beat(priority=0, every=5.0)
+    assert "offsetMs" not in foreign.got["device_put"]  # not measured yet: nothing to say
+    offset[0] = -1.23456
+    await beat.beat(priority=0, every=5.0)
+    assert foreign.got["device_put"]["offsetMs"] == -1234.6
+
+
 @pytest.mark.parametrize(
     "listing",
     [

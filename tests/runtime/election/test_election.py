@@ -10,7 +10,8 @@ would, and is checked too.
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+import sqlite3
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,10 @@ from waiting import eventually
 from core.clock import FakeClock
 from core.peerwire import LeaseOut
 from runtime.client.api import SpaceClient
+from runtime.client.offset import Offset, SpaceTime
 from runtime.client.seat import Seat
 from runtime.election.decision import Config
+from runtime.election.heartbeat import Heartbeat
 from runtime.election.loop import Elector
 from runtime.events import RoleChanged
 from space.app import create_app, default_admin_token_file
@@ -330,3 +333,28 @@ async def test_heartbeats_follow_the_spaces_lease_length_from_the_first_interval
     finally:
         await world.close()
         await admin.close()
+
+
+async def test_heartbeats_tell_the_space_the_clock_offset_the_device_measured(
+    tmp_path: Path, aiohttp_server
+) -> None:
+    """A space whose clock is 3 s ahead: the device measures it from the answers and its
+    next heartbeat carries it, into the space's history (what `why` names)."""
+    clock = FakeClock(datetime(2026, 12, 1, 9, 0, tzinfo=UTC))
+    db = tmp_path / "space.db"
+    app = create_app(db, clock=lambda: clock.wall() + timedelta(seconds=3))
+    server = await aiohttp_server(app)
+    url, admin_token = str(server.make_url("/")), default_admin_token_file(db).read_text()
+    async with SpaceClient(url, admin_token.strip(), clock=clock) as admin:
+        await admin.space_create({"id": SPACE, "name": "Home"})
+        token = (await admin.token_device({"peer": "a", "space": SPACE}))["token"]
+    offset = Offset(clock)
+    async with SpaceClient(url, token, clock=SpaceTime(offset), offset=offset) as client:
+        beat = Heartbeat(Seat(client, SPACE, PeerId("a"), clock), "A")
+        beat.offset = offset.known
+        await beat.beat(priority=0, every=5.0)  # before any answer: no offset to tell
+        clock.advance(5)
+        await beat.beat(priority=0, every=5.0)
+    with sqlite3.connect(db) as conn:
+        got = conn.execute("SELECT peer, offset_ms FROM history_offsets").fetchall()
+    assert got == [("a", 3000.0)]
