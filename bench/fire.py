@@ -1,6 +1,6 @@
 """A real device firing: event latency, cron lateness, and the cost of 10,000 armed triggers.
 
-Run: .venv/bin/python bench/fire.py [--quick] [--fires]
+Run: .venv/bin/python bench/fire.py [--quick] [--fires]   (BENCH_BURST=N: only a burst of N)
 
 The space and the device (`python -m runtime.cli device`) in child processes; every fire runs
 `stamp@v1`, which returns the instant its `main()` is entered. Scenarios: event N/s, a cron
@@ -284,10 +284,65 @@ async def burst_fires(api: Api, count: int, lead: float, device: int, expr: str 
     return Burst(late, main, error, last, statuses, per_fire, took)
 
 
-async def cron_burst(api: Api, count: int, lead: float, device: int) -> tuple[list[str], float]:
+async def feed_seq(api: Api) -> int:
+    """The change feed's last `seq` (a listing page answers it)."""
+    return int((await api.call("GET", f"/spaces/{SPACE}/triggers?limit=1"))["seq"])
+
+
+async def feed_ops(api: Api, since: int) -> dict[str, int]:
+    """The changes on the feed after `since`, counted by op."""
+    ops: dict[str, int] = {}
+    while True:
+        page = await api.call("GET", f"/spaces/{SPACE}/changes?since={since}&limit=5000")
+        for change in page["changes"]:
+            ops[change["op"]] = ops.get(change["op"], 0) + 1
+        if not page["more"]:
+            return ops
+        since = page["next"]
+
+
+async def received(api: Api, after: datetime) -> int | None:
+    """The changes the device's feed brought, from its first heartbeat after `after`
+    (None: a build that does not say)."""
+    report: dict[str, Any] = {}
+
+    async def beat() -> bool:
+        nonlocal report
+        devices = (await api.call("GET", f"/spaces/{SPACE}/devices"))["devices"]
+        mine = next(d for d in devices if d["peer"] == PEER)
+        report = mine.get("status") or {}
+        return parse(mine["lastSeen"]) > after
+
+    await until(beat, 20, "a heartbeat")
+    got = report.get("changesReceived")
+    return got if isinstance(got, int) else None
+
+
+async def cron_burst(
+    api: Api, count: int, lead: float, device: int, server: int
+) -> tuple[list[str], float]:
     """`count` cron triggers due at one second `lead` s ahead; rows and the creation time."""
+    before = await received(api, datetime.now(UTC))
+    seq, cpu = await feed_seq(api), cpu_seconds(server)
     late, main, error, last, statuses, per_fire, took = await burst_fires(api, count, lead, device)
+    server_ms = (cpu_seconds(server) - cpu) / count * 1e3  # the creation's included
+    ops = await feed_ops(api, seq)
+    after = await received(api, datetime.now(UTC))
+    creates = ops.get("create", 0)  # the feed brings the records' creation too
+    got = "n/a" if before is None or after is None else f"{(after - before - creates) / count:.2f}"
+    changes = sum(ops.values()) - creates
     rows = [
+        [
+            f"cron, same: feed changes per fire {changes / count:.2f} (besides the creates: "
+            f"{ops}); brought to the device per fire {got}; server CPU {server_ms:.1f} ms per "
+            "fire (creation included)",
+            f"{count}",
+            "",
+            "",
+            "",
+            "",
+            "",
+        ],
         [
             f"cron, {count} due in one second: lateMs (device CPU {per_fire:.1f} ms per fire)",
             f"{count}",
@@ -359,10 +414,17 @@ async def bench(quick: bool, fires_only: bool) -> None:
             await armed(api, 1, 30)
             await quiet(device.pid, 20)
             print("idle, 1 trigger (chat-watch):", await idle(device.pid, server.pid, window / 2))
-            for rate, count in ((10, 50 if quick else 200), (100, 250 if quick else 1000)):
+            rates = (
+                ()
+                if os.environ.get("BENCH_BURST")
+                else ((10, 50 if quick else 200), (100, 250 if quick else 1000))
+            )
+            for rate, count in rates:
                 print(" | ".join(await event_rate(api, rate, count, device.pid)), flush=True)
-            burst = 200 if quick else 1000
-            rows, took = await cron_burst(api, burst, lead=8 + burst / 250, device=device.pid)
+            burst = int(os.environ.get("BENCH_BURST") or (200 if quick else 1000))
+            rows, took = await cron_burst(
+                api, burst, lead=8 + burst / 250, device=device.pid, server=server.pid
+            )
             print(f"created {burst} cron triggers in {took:.1f} s ({burst / took:.0f}/s)")
             print("\n".join(rows), flush=True)
             if fires_only:

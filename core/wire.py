@@ -146,6 +146,7 @@ class RunResult(ItemResult, frozen=True, kw_only=True):
     stamps: int | None = None
     stampsError: str | None = None
     stampsDetail: str | None = None
+    stampsSeq: int | None = None  # applied: the seq of their change on the feed (0: unchanged)
 
 
 class RunResults(Answer, frozen=True, kw_only=True):

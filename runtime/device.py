@@ -184,10 +184,12 @@ class Device:
 
     def _wire(self) -> None:
         """Who hears what, in this order (the elector hears `Slept` first: it subscribed
-        when it was made); what the heartbeat tells the space's history for `why`."""
+        when it was made); what the heartbeat tells the space's history for `why`; a fire's
+        stamps go to the reconciler (its feed only names them)."""
         beat, reconciler = self.elector.heartbeat, self.reconciler
         beat.applied = lambda: reconciler.seq  # the change feed it applied
         beat.offset = self.offset.known  # the clock it fires by
+        self.recorder.own = reconciler.own
         self.bus.subscribe(DiffApplied, self._on_diff)
         self.bus.subscribe(RecordEdited, lambda _: self.health.kick())
         self.bus.subscribe(RoleChanged, self._on_role)
@@ -353,6 +355,7 @@ class Device:
             up_since=iso(self.up_since),
             subscriptions=self.subscriptions.status(),
             armed=len(self.reconciler.registry),
+            changes_received=self.reconciler.received,
             chat_watch=self.chatwatch.status(),
             responder=_describe(self.responder),
             containment=self.executor.containment,
@@ -364,6 +367,7 @@ class DeviceReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     up_since: str
     subscriptions: list[FollowedStatus]
     armed: int
+    changes_received: int  # from the change feed since the start
     chat_watch: WatchStatus
     responder: str
     containment: Containment | None

@@ -1,14 +1,18 @@
 """The change feed of trigger records: a page by `seq`, and its SSE form.
 
-Owns the feed routes and the per-app fan-out that wakes open streams when a
-record write commits (`notify`). A stream re-reads the `changes` table from its
-cursor on every wake, so nothing is lost between a replay and live changes.
+Owns the feed routes, the per-app fan-out that wakes open streams when a record write
+commits (`notify`), and the writer mark: the stamps a device posts with `Baton-Writer:
+<tag>` are marked `<peer>/<tag>`, and its change stream with `?omit=<tag>` sends them as
+`event: own` with their seqs only (it takes them from its POST's answer; pages leave
+nothing out). A stream re-reads the `changes` table from its cursor on every wake, so
+nothing is lost between a replay and live changes.
 Must not write records.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from aiohttp import web
@@ -23,11 +27,34 @@ from space.store import STORE
 FANOUT = web.AppKey("change_fanout", streams.Fanout[str])
 PAGE_DEFAULT = 500
 PAGE_MAX = 5000
+WRITER_HEADER = "Baton-Writer"
+_TAG = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def notify(app: web.Application, space: str) -> None:
     """Wake every change stream of `space` (after a committed write)."""
     app[FANOUT].publish(space, None)
+
+
+def writer(request: web.Request) -> str:
+    """The mark of a device's stamps: `<peer>/<tag>` from `Baton-Writer` ('' if none given, or
+    not a device's token); 400 for a tag that is not 1-64 of `A-Za-z0-9_-`."""
+    return _writer(request, request.headers.get(WRITER_HEADER), f"header {WRITER_HEADER}")
+
+
+def omitted(request: web.Request) -> str:
+    """The writer whose stamps this change stream leaves out (`?omit=<tag>`; '' for none)."""
+    return _writer(request, request.query.get("omit"), "query parameter omit")
+
+
+def _writer(request: web.Request, tag: str | None, where: str) -> str:
+    if tag is None:
+        return ""
+    if not _TAG.fullmatch(tag):
+        detail = f"{where}: a writer tag is 1-64 of A-Za-z0-9_-, not {tag[:80]!r}"
+        raise Refusal(400, "invalid_writer", detail)
+    who = principal(request)
+    return f"{who.peer}/{tag}" if who.role is Role.DEVICE else ""
 
 
 def cursor(request: web.Request) -> int:
@@ -43,13 +70,16 @@ def cursor(request: web.Request) -> int:
     return seq
 
 
-async def _page(request: web.Request, space: str, since: int, limit: int) -> list[dict[str, Any]]:
-    """Changes after `since`; to a run token, each record without what it is told."""
-    page = await request.app[STORE].changes_since(space, since, limit)
+async def _page(
+    request: web.Request, space: str, since: int, limit: int, omit: str = ""
+) -> list[dict[str, Any]]:
+    """Changes after `since` (without `omit`'s stamps); to a run token, each record without
+    what it is told."""
+    page = await request.app[STORE].changes_since(space, since, limit, omit)
     if principal(request).role is not Role.RUN:
         return page
     for change in page:
-        if change["record"] is not None:
+        if change.get("record") is not None:
             change["record"] = record_view.for_run(change["record"])
     return page
 
@@ -69,31 +99,46 @@ async def get_changes(request: web.Request) -> web.StreamResponse:
 async def stream_changes(request: web.Request) -> web.StreamResponse:
     """SSE: `event: hello` with the cursor, then `id: <seq>`, `event: change` per change."""
     space = require_space(request)
-    since = cursor(request)
+    since, omit = cursor(request), omitted(request)
     fanout = request.app[FANOUT]
     async with streams.EventStream.open(request) as stream:
         fanout.add(space, stream)
         try:
             await stream.send(json.dumps({"cursor": since}), id=since, event="hello")
-            since = await _send_since(request, stream, space, since)
+            since = await _send_since(request, stream, space, since, omit)
             async for _ in stream:
-                since = await _send_since(request, stream, space, since)
+                since = await _send_since(request, stream, space, since, omit)
         finally:
             fanout.discard(space, stream)
     return stream.response
 
 
 async def _send_since(
-    request: web.Request, stream: streams.EventStream, space: str, since: int
+    request: web.Request, stream: streams.EventStream, space: str, since: int, omit: str
 ) -> int:
     while not stream.closed:
-        page = await _page(request, space, since, PAGE_DEFAULT)
+        page = await _page(request, space, since, PAGE_DEFAULT, omit)
+        own: list[int] = []  # omitted seqs, sent as one `own` event before the next change
         for change in page:
+            if "omitted" in change:
+                own.append(change["seq"])
+                continue
+            if own:
+                await _send_own(stream, own)
+                own = []
             await stream.send(json.dumps(change), id=change["seq"], event="change")
-            since = change["seq"]
+        if own:
+            await _send_own(stream, own)
+        since = page[-1]["seq"] if page else since
         if len(page) < PAGE_DEFAULT:
             break
     return since
+
+
+async def _send_own(stream: streams.EventStream, seqs: list[int]) -> None:
+    """The writer's own stamps at `seqs`, named but not carried: its cursor moves past them
+    (`id:` the last), and every seq reaches it, as a change or in an `own` event."""
+    await stream.send(json.dumps({"seqs": seqs}), id=seqs[-1], event="own")
 
 
 def setup(app: web.Application) -> None:
@@ -111,5 +156,6 @@ def setup(app: web.Application) -> None:
         app,
         "changes_stream",
         stream_changes,
-        "Change feed as SSE: `hello`, then `id: <seq>` `event: change`",
+        "Change feed as SSE: `hello`, then `id: <seq>` `event: change`; `?omit=<tag>` leaves "
+        "out the stamps this device posted with `Baton-Writer: <tag>`",
     )

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from core.vocab import KEPT_LONGER
 from core.wire import RunIn, RunResult, Stamps, to_wire
-from space import auth, duties, history, logtable, token_store, trigger_store
+from space import auth, changes, duties, history, logtable, token_store, trigger_store
 from space.appstate import SETTINGS, RunRetention
 from space.db import DB, transaction
 from space.http import Refusal
@@ -110,13 +110,13 @@ def write_list(
 ) -> list[RunResult]:
     """Each run of `posted` written or refused on its own, and each trigger's stamps, in one
     transaction; one result per run."""
-    db = request.app[DB]
+    db, writer = request.app[DB], changes.writer(request)  # a bad tag refuses all first
     with transaction(db):
         checked = _check(request, space, posted)
         taken = [c for c in checked if isinstance(c, Checked)]
         _insert(db, space, [(c.run, c.body) for c in taken if c.new], _retention(request), now)
         _end_runs(request, space, [c.run.runId for c in taken], now)
-        stamped = _stamp(request, space, posted, now)
+        stamped = _stamp(request, space, posted, now, writer)
     return [_result(run, check, stamped) for run, check in zip(posted, checked, strict=True)]
 
 
@@ -153,26 +153,28 @@ def _end_runs(request: web.Request, space: str, run_ids: list[str], now: datetim
 
 
 def _stamp(
-    request: web.Request, space: str, posted: Iterable[RunIn], now: datetime
-) -> dict[str, Refusal | None]:
+    request: web.Request, space: str, posted: Iterable[RunIn], now: datetime, writer: str
+) -> dict[str, Refusal | int]:
     """Each trigger's stamps, merged in the order posted, written once and fenced as
-    `POST …/status` is: None where applied, else the refusal."""
+    `POST …/status` is: the seq of their change where applied (0: they changed nothing),
+    else the refusal. A device's are marked with its writer (space.changes)."""
     merged: dict[str, dict[str, Any]] = {}
     for run in posted:
         if run.stamps is not None:
             merged.setdefault(run.triggerId, {}).update(stamp_fields(run.stamps))
-    out: dict[str, Refusal | None] = {}
+    out: dict[str, Refusal | int] = {}
     for tid, fields in merged.items():
         try:
             duties.require_stamper(request, space, tid)
-            trigger_store.stamp(request.app[DB], space, tid, fields, iso(now))
-            out[tid] = None
+            _, out[tid] = trigger_store.stamp(
+                request.app[DB], space, tid, fields, iso(now), writer=writer
+            )
         except Refusal as exc:
             out[tid] = exc
     return out
 
 
-def _result(run: RunIn, check: Checked | Refusal, stamped: dict[str, Refusal | None]) -> RunResult:
+def _result(run: RunIn, check: Checked | Refusal, stamped: dict[str, Refusal | int]) -> RunResult:
     status, error, detail = (
         (check.status, check.code, check.detail)
         if isinstance(check, Refusal)
@@ -180,13 +182,17 @@ def _result(run: RunIn, check: Checked | Refusal, stamped: dict[str, Refusal | N
     )
     if run.stamps is None:
         return RunResult(runId=run.runId, status=status, error=error, detail=detail)
-    refused = stamped[run.triggerId]
+    done = stamped[run.triggerId]
+    if isinstance(done, int):
+        return RunResult(
+            runId=run.runId, status=status, error=error, detail=detail, stamps=200, stampsSeq=done
+        )
     return RunResult(
         runId=run.runId,
         status=status,
         error=error,
         detail=detail,
-        stamps=200 if refused is None else refused.status,
-        stampsError=None if refused is None else refused.code,
-        stampsDetail=None if refused is None else refused.detail,
+        stamps=done.status,
+        stampsError=done.code,
+        stampsDetail=done.detail,
     )

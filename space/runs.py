@@ -182,8 +182,8 @@ def _stamp(request: web.Request, space: str, run: RunIn, stamps: Stamps, now: da
     """Apply a run's stamps to its trigger, fenced as `POST …/status`; whether they changed it."""
     duties.require_stamper(request, space, run.triggerId)
     fields = run_writes.stamp_fields(stamps)
-    _, written = trigger_store.stamp(request.app[DB], space, run.triggerId, fields, iso(now))
-    return written
+    _, seq = trigger_store.stamp(request.app[DB], space, run.triggerId, fields, iso(now))
+    return seq > 0
 
 
 def _written(request: web.Request, space: str, runs: list[RunIn], results: list[RunResult]) -> None:

@@ -18,7 +18,7 @@ import msgspec
 import sqlite_utils
 
 from space import history, record_input, record_view
-from space.db import transaction
+from space.db import add_columns, transaction
 from space.history import SPACE_AUTHOR, Author
 from space.http import Refusal
 from space.servertime import iso
@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS triggers (space TEXT NOT NULL, id TEXT NOT NULL,
   rev INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (space, id));
 CREATE TABLE IF NOT EXISTS changes (seq INTEGER PRIMARY KEY AUTOINCREMENT,
   space TEXT NOT NULL, trigger_id TEXT NOT NULL, op TEXT NOT NULL, rev INTEGER NOT NULL,
-  body TEXT, at TEXT NOT NULL);
+  body TEXT, at TEXT NOT NULL, writer TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS changes_by_space ON changes (space, seq);
 CREATE INDEX IF NOT EXISTS triggers_by_name ON triggers (space, NAME_OF_BODY);
 """.replace("NAME_OF_BODY", NAME_OF_BODY)
@@ -46,6 +46,7 @@ Record = dict[str, Any]
 
 def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
+    add_columns(db, "changes", {"writer": "TEXT NOT NULL DEFAULT ''"})  # an older build's store
 
 
 def _mint_id(db: sqlite_utils.Database, space: str) -> str:
@@ -104,23 +105,34 @@ def check_rev(rev: int, if_match: int | None) -> None:
         )
 
 
-def _write(db: sqlite_utils.Database, space: str, record: Record, op: str, now: str) -> int:
+def _write(
+    db: sqlite_utils.Database, space: str, record: Record, op: str, now: str, writer: str = ""
+) -> int:
     body = json.dumps(record, separators=(",", ":"))
     db.execute(
         "INSERT OR REPLACE INTO triggers VALUES (?, ?, ?, ?)",
         [space, record["id"], record["rev"], body],
     )
-    return append_change(db, space, record["id"], op, record["rev"], body, now)
+    return append_change(db, space, record["id"], op, record["rev"], body, now, writer)
 
 
 def append_change(
-    db: sqlite_utils.Database, space: str, tid: str, op: str, rev: int, body: str | None, at: str
+    db: sqlite_utils.Database,
+    space: str,
+    tid: str,
+    op: str,
+    rev: int,
+    body: str | None,
+    at: str,
+    writer: str = "",
 ) -> int:
     """One change into the feed, in the caller's transaction; its `seq` (AUTOINCREMENT under
-    `BEGIN IMMEDIATE`: gapless and in commit order)."""
+    `BEGIN IMMEDIATE`: gapless and in commit order). `writer`: a device's stamps, marked so
+    that its own change stream may leave them out (space.changes, "writer")."""
     cur = db.execute(
-        "INSERT INTO changes (space, trigger_id, op, rev, body, at) VALUES (?, ?, ?, ?, ?, ?)",
-        [space, tid, op, rev, body, at],
+        "INSERT INTO changes (space, trigger_id, op, rev, body, at, writer) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [space, tid, op, rev, body, at, writer],
     )
     return int(cur.lastrowid or 0)
 
@@ -264,8 +276,9 @@ def stamp(
     stamps: Record,
     now: str,
     if_match: int | None = None,
-) -> tuple[Record, bool]:
-    """Write runtime stamps only: the record and whether it was written.
+    writer: str = "",
+) -> tuple[Record, int]:
+    """Write runtime stamps only: the record and the `seq` of its change (0: not written).
 
     A stamp is a change on the feed but never bumps `rev` nor `updatedAt`: those say
     when a person or a program last wrote the record, so `If-Match` with the rev a user
@@ -276,9 +289,9 @@ def stamp(
         check_rev(rev, if_match)
         new = stamped(tid, rev, record, stamps)
         if new is None:
-            return record, False
-        _write(db, space, new, "stamp", now)
-    return new, True
+            return record, 0
+        seq = _write(db, space, new, "stamp", now, writer)
+    return new, seq
 
 
 def stamped(tid: str, rev: int, record: Record, stamps: Record) -> Record | None:
@@ -341,13 +354,21 @@ def latest_seq(db: sqlite_utils.Database, space: str) -> int:
     return int(row[0] or 0)
 
 
-def changes_since(db: sqlite_utils.Database, space: str, since: int, limit: int) -> list[Record]:
+def changes_since(
+    db: sqlite_utils.Database, space: str, since: int, limit: int, omit: str = ""
+) -> list[Record]:
+    """Up to `limit` changes after `since`, oldest first; a stamp `omit` wrote only as
+    `{"seq", "omitted": true}` (its body neither read nor parsed)."""
     rows = db.execute(
-        "SELECT seq, trigger_id, op, rev, body, at FROM changes "
+        "SELECT seq, trigger_id, op, rev, CASE WHEN writer = ? AND op = 'stamp' THEN NULL "
+        "ELSE body END, at, writer = ? AND op = 'stamp' FROM changes "
         "WHERE space = ? AND seq > ? ORDER BY seq LIMIT ?",
-        [space, since, limit],
+        [omit or "\n", omit or "\n", space, since, limit],  # no writer is "\n"
     )
-    return [change_view(*row) for row in rows.fetchall()]
+    return [
+        {"seq": row[0], "omitted": True} if row[6] else change_view(*row[:6])
+        for row in rows.fetchall()
+    ]
 
 
 def change_view(seq: int, tid: str, op: str, rev: int, body: str | None, at: str) -> Record:

@@ -163,7 +163,8 @@ class SpaceClient:
         route = ROUTES[name]
         if not route.stream:
             raise ValueError(f"{name}: not a stream route")
-        params = {k: options.pop(k) for k in path_params(route) if k in options}
+        names = (*path_params(route), *route.query)
+        params = {k: options.pop(k) for k in names if k in options}
         if self._streams is None:
             self._streams = sse_session()
         url = self.url + target(route, params)
@@ -255,9 +256,10 @@ class SpaceClient:
         return await self.typed("changes", wire.ChangePage, space=space, since=since, limit=limit)
 
     def changes_stream(
-        self, space: str, last_id: int | None = None, **options: Any
+        self, space: str, last_id: int | None = None, omit: str | None = None, **options: Any
     ) -> Subscription:
-        return self.subscribe("changes_stream", space=space, last_id=last_id, **options)
+        """`omit`: leave out the stamps this device posted with that writer tag."""
+        return self.subscribe("changes_stream", space=space, last_id=last_id, omit=omit, **options)
 
     # -- chats
     async def chat_create(self, space: str, body: JSON | None = None) -> JSON:
@@ -350,9 +352,12 @@ class SpaceClient:
     async def run_create(self, space: str, body: JSON) -> JSON:
         return await self.call("run_create", body, space=space)
 
-    async def run_create_list(self, space: str, runs: list[wire.RunIn]) -> wire.RunResults:
-        """Runs (with their stamps) in one request, each written or refused on its own."""
-        return await self.typed("run_create", wire.RunResults, runs, space=space)
+    async def run_create_list(
+        self, space: str, runs: list[wire.RunIn], writer: str | None = None
+    ) -> wire.RunResults:
+        """Runs (with their stamps) in one request, each written or refused on its own;
+        `writer`: the tag the stamps are marked with (`changes_stream(omit=…)`)."""
+        return await self.typed("run_create", wire.RunResults, runs, space=space, writer=writer)
 
     async def runs(self, space: str, **query: object) -> JSON:
         return await self.call("runs", space=space, **query)

@@ -3,9 +3,10 @@
 Owns `records` (every record, undecodable too) and `registry` (the armed ones), kept
 current by a full sync, the change feed (gaps filled from pages, nothing applied twice) and
 a slow resync (SPEC "Reconcile, registry, health pass"). A stamp-only change is applied in
-O(1) with no diff. Publishes `DiffApplied` and `RecordEdited`, feeds `touched`. Never dies
-of a record, a callback or the network. Must not write records or decide when anything
-fires.
+O(1) with no diff; so are this device's own stamps, which its stream names in `own` events
+and which are taken, in the feed's order, from the answers to its writes (runtime.feeds.own).
+Publishes `DiffApplied` and `RecordEdited`, feeds `touched`. Never dies of a record, a
+callback or the network. Must not write records or decide when anything fires.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import msgspec
 
 from core.aio import Backoff, sleep_until
 from core.clock import iso
-from core.wire import Change
+from core.wire import Change, Stamps
 from runtime.client.seat import Seat
 from runtime.client.sse import SseEvent
 from runtime.client.stream import StreamOptions, Subscription
 from runtime.events import Bus, DiffApplied, RecordEdited
 from runtime.feeds import pages as feed
+from runtime.feeds.own import OwnStamps, with_stamps
 from runtime.health.touched import Touched
 from triggers import diffing
 from triggers import registry as reg
@@ -34,6 +36,11 @@ log = logging.getLogger(__name__)
 
 RETRY = Backoff(base=1.0, cap=30.0, jitter=False)  # a failed sync; the feed retries at the cap
 RESYNC_SPACING = 1000.0  # the slow resync waits at least this many times its last sync's length
+OWN_WAIT = 10.0  # an `own` event waits at most this long for the answer of a write in flight
+
+
+class OwnEvent(msgspec.Struct, frozen=True):
+    seqs: list[int]  # changes of this device's stamps (space.changes, "own")
 
 
 class ReconcilerStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -42,6 +49,8 @@ class ReconcilerStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"
     armed: int
     undecodable: int
     seq: int
+    received: int  # changes the feed brought
+    own_taken: int  # own changes the feed named, taken from the writes' answers
     synced_at: str | None
     feed: str | None  # the change feed's stream state
     feed_connections: int
@@ -60,6 +69,7 @@ class Reconciler:
         resync_s: float = 300.0,
         stream_options: StreamOptions | None = None,
         touched: Touched | None = None,
+        own_stamps: bool = True,
     ) -> None:
         self._client, self._space, self._peer, self._clock = seat
         self._is_active = is_active
@@ -81,6 +91,9 @@ class Reconciler:
         self._synced_at: datetime | None = None
         self._sync_took = 0.0  # seconds the last full sync took
         self._sub: Subscription | None = None
+        self.received = 0
+        # the recorder's stamps, named by the feed; None: they come back through it in full
+        self.own = OwnStamps() if own_stamps else None
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -124,6 +137,8 @@ class Reconciler:
                     self.seq = seq
                 seq = folded
             self.seq = max(self.seq, seq)
+            if self.own is not None:
+                self.own.forget(self.seq)
             diff = self._reconcile(list(loaded.values()))
             self._synced_at, self._sync_took = self._clock.wall(), self._clock.monotonic() - began
             return diff
@@ -154,8 +169,9 @@ class Reconciler:
 
     async def _follow(self) -> None:
         while True:
+            omit = self.own.tag if self.own is not None else None
             self._sub = self._client.changes_stream(
-                self._space, last_id=self.seq, **self._stream_options
+                self._space, last_id=self.seq, omit=omit, **self._stream_options
             )
             try:
                 await self._sub.run(self._on_event)
@@ -168,6 +184,8 @@ class Reconciler:
         try:
             if event.event == "change":
                 self._apply_changes([msgspec.json.decode(event.data, type=Change)])
+            elif event.event == "own":
+                await self._apply_own(msgspec.json.decode(event.data, type=OwnEvent).seqs)
             elif event.event == "gap" or (event.event == "hello" and feed.cursor(event) > self.seq):
                 await self._fill_gap()
         except Exception as exc:  # a bad event must not end the stream
@@ -181,6 +199,8 @@ class Reconciler:
                 page = await self._client.changes(self._space, since=self.seq)
                 self._apply_changes(page.changes)
                 more = page.more and bool(page.changes)
+            if self.own is not None:
+                self.own.forget(self.seq)
 
     def _kept(self, record: Loaded) -> Loaded:
         """The record object already held when it equals `record` (nothing new is kept)."""
@@ -192,9 +212,37 @@ class Reconciler:
         if not fresh:
             return
         self.seq = fresh[-1].seq
+        self.received += len(fresh)
         items = [item for item in map(feed.item, fresh) if not self._restamped(item)]
         if items:
             self._apply_items(items)
+
+    async def _apply_own(self, seqs: list[int]) -> None:
+        """This device's stamps at `seqs`, taken from its writes' answers in the feed's order;
+        one whose answer is lost (or a stream not asked to leave them out) is read from the
+        pages instead."""
+        fresh = [seq for seq in seqs if seq > self.seq]
+        if not fresh:
+            return
+        own = self.own
+        taken = await own.answered(fresh, self._clock, OWN_WAIT) if own is not None else None
+        if taken is None or fresh[0] <= self.seq:  # the pages brought them meanwhile: none lost
+            await self._fill_gap()
+            return
+        self.seq = fresh[-1]
+        for tid, stamps in taken:
+            self._take_own(tid, stamps)
+
+    def _take_own(self, tid: TriggerId, stamps: Stamps) -> None:
+        """This device's stamps: the held record takes them as the feed would have brought
+        them (user fields, rev and backfill unchanged: no diff)."""
+        record = self.records.get(tid)
+        if record is None:
+            return
+        self.records[tid] = new = with_stamps(record, stamps)
+        self.touched.add(tid)
+        if not isinstance(new, Salvaged):
+            reg.restamp(self.registry, new)
 
     def _restamped(self, item: Loaded | reg.Deleted) -> bool:
         """A stamp-only write of a record held here, taken in O(1); False for anything else.
@@ -282,6 +330,8 @@ class Reconciler:
             armed=len(self.registry),
             undecodable=sum(isinstance(r, Salvaged) for r in self.records.values()),
             seq=self.seq,
+            received=self.received,
+            own_taken=self.own.taken if self.own is not None else 0,
             synced_at=iso(self._synced_at) if self._synced_at else None,
             feed=stream.state.value if stream is not None else None,
             feed_connections=stream.connections if stream is not None else 0,

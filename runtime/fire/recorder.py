@@ -4,7 +4,10 @@ Owns every write of what happened (SPEC "Runs", "chat-watch"): a fire's run with
 stamps in one `POST …/runs` (close ends batched, in order), the health pass's stamps, a run
 by hand, chat-watch's turns; then `RunFinished` on the bus. Transient refusals are retried;
 a run refused for its body is sent again as an `error` without its result, so a run's
-record is always written. What they say is runtime.fire.bodies' (pure). Must not decide
+record is always written. A fire's stamps are marked with the device's writer tag and their
+answers (the `seq` each was written at) given to `own`, the reconciler's, so its change
+stream only names them.
+What they say is runtime.fire.bodies' (pure). Must not decide
 whether a fire runs, nor how a program is run.
 """
 
@@ -14,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 from msgspec.structs import replace
@@ -33,6 +36,18 @@ log = logging.getLogger("baton.recorder")
 NextFire = Callable[[TriggerId], datetime | None]
 ChatWatchRecord = Callable[[], Loaded | None]
 BATCH_MAX = 500  # runs in one write at most
+
+
+class OwnStamps(Protocol):
+    """Where this device's stamps go as they are written (runtime.feeds.own.OwnStamps)."""
+
+    tag: str
+
+    def writing(self) -> None: ...
+
+    def done(self) -> None: ...
+
+    def written(self, tid: TriggerId, stamps: Stamps, seq: int) -> None: ...
 
 
 class Waiting(msgspec.Struct, kw_only=True):
@@ -62,6 +77,7 @@ class Recorder:
         self._writer: asyncio.Task[None] | None = None
         self._turns_rollup: Rollup | None = None  # chat-watch's, as this device last stamped it
         self.keep: Callable[[RunIn], bool] | None = None  # True: kept elsewhere (the ledger)
+        self.own: OwnStamps | None = None  # set by the device: the reconciler's
 
     def read_next_fires_from(self, next_fire: NextFire) -> None:
         """Where `nextFireAt` comes from, when it cannot be given at construction: the
@@ -122,22 +138,35 @@ class Recorder:
                         waiting.done.set_result(None)
 
     async def _write(self, batch: list[Waiting]) -> None:
-        sent = [waiting.body for waiting in batch]
-        post = self._client.run_create_list
+        own = self.own
+        if own is None:
+            return await self._post(batch, None)
+        own.writing()
         try:
-            answer = await retried(lambda: post(self._space, sent), self._clock)
+            await self._post(batch, own)
+        finally:
+            own.done()
+
+    async def _post(self, batch: list[Waiting], own: OwnStamps | None) -> None:
+        sent = [waiting.body for waiting in batch]
+        post, writer = self._client.run_create_list, own.tag if own is not None else None
+        try:
+            answer = await retried(lambda: post(self._space, sent, writer), self._clock)
         except ApiError as exc:
             if exc.status == 400 and len(batch) > 1:  # one bad run refuses the list: each alone
                 for waiting in batch:
-                    await self._write([waiting])
+                    await self._post([waiting], own)
                 return
             if exc.status == 400 and not batch[0].refused:  # its record, without what was refused
                 batch[0].body, batch[0].refused = bodies.refused(batch[0].body, exc.detail), True
-                await self._write(batch)
+                await self._post(batch, own)
                 return
             log.warning("%d runs not written: %s", len(batch), exc)
             return
         for waiting, result in zip(batch, answer.runs, strict=True):
+            stamps = waiting.body.stamps
+            if own is not None and stamps is not None and result.stampsSeq is not None:
+                own.written(waiting.tid, stamps, result.stampsSeq)
             self._written(waiting, result)
 
     def _written(self, waiting: Waiting, result: RunResult) -> None:

@@ -93,12 +93,25 @@ class Store(Protocol):
         ...
 
     async def append_change(
-        self, space: str, trigger_id: str, op: str, rev: int, body: str | None, at: str
+        self,
+        space: str,
+        trigger_id: str,
+        op: str,
+        rev: int,
+        body: str | None,
+        at: str,
+        writer: str = "",
     ) -> int:
-        """Append to the change feed in a transaction of its own; its `seq`."""
+        """Append to the change feed in a transaction of its own; its `seq` (`writer`: the
+        mark of a device's stamps, space.changes)."""
         ...
 
-    async def changes_since(self, space: str, since: int, limit: int) -> list[dict[str, Any]]: ...
+    async def changes_since(
+        self, space: str, since: int, limit: int, omit: str = ""
+    ) -> list[dict[str, Any]]:
+        """Up to `limit` changes after `since`; a stamp marked with writer `omit` only as
+        `{"seq", "omitted": True}` (a stream steps over it)."""
+        ...
 
     async def record_row(self, space: str, tid: str) -> tuple[int, str] | None:
         """The stored `(rev, body)`, None if none (`trigger_store.parsed`/`flagged` read it)."""

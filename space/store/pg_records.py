@@ -28,8 +28,8 @@ from space.trigger_store import Record
 _APPEND = """
 WITH counter AS (INSERT INTO feeds AS f (space, seq) VALUES ($1, 1)
   ON CONFLICT (space) DO UPDATE SET seq = f.seq + 1 RETURNING seq),
-appended AS (INSERT INTO changes (space, seq, trigger_id, op, rev, body, at)
-  SELECT $1, seq, $2, $3, $4, $5, $6 FROM counter RETURNING seq)
+appended AS (INSERT INTO changes (space, seq, trigger_id, op, rev, body, at, writer)
+  SELECT $1, seq, $2, $3, $4, $5, $6, $7 FROM counter RETURNING seq)
 SELECT seq, pg_notify('CHANNEL', 'feed:' || $1) FROM appended
 """.replace("CHANNEL", CHANNEL)
 _CREATE_IF_ABSENT = (
@@ -50,11 +50,19 @@ class Instant(msgspec.Struct, frozen=True):
 
 
 async def append_change(
-    conn: asyncpg.Connection, space: str, tid: str, op: str, rev: int, body: str | None, at: str
+    conn: asyncpg.Connection,
+    space: str,
+    tid: str,
+    op: str,
+    rev: int,
+    body: str | None,
+    at: str,
+    writer: str = "",
 ) -> int:
     """One change into the feed, in the caller's transaction; its `seq` (the space's counter
-    row, locked until the commit: gapless and in commit order). NOTIFYs the hint."""
-    return int(await conn.fetchval(_APPEND, space, tid, op, rev, body, at))
+    row, locked until the commit: gapless and in commit order). NOTIFYs the hint. `writer`:
+    a device's stamps (space.changes, "writer")."""
+    return int(await conn.fetchval(_APPEND, space, tid, op, rev, body, at, writer))
 
 
 async def create(pool: asyncpg.Pool, space: str, body: Record, by: Author) -> Record:

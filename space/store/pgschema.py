@@ -54,7 +54,8 @@ CREATE TABLE tokens (hash text PRIMARY KEY, role text NOT NULL, peer text, space
 CREATE INDEX tokens_by_run ON tokens (space, run_id);
 CREATE INDEX tokens_by_expiry ON tokens (expires_at);
 """
-MIGRATIONS = (_V1, _V2, _V3)  # version n is MIGRATIONS[n - 1]; append, never edit
+_V4 = "ALTER TABLE changes ADD COLUMN writer text NOT NULL DEFAULT '';"  # a device's stamps
+MIGRATIONS = (_V1, _V2, _V3, _V4)  # version n is MIGRATIONS[n - 1]; append, never edit
 
 
 class NewerStore(Exception):

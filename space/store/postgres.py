@@ -136,10 +136,19 @@ class PostgresStore:
         return await pg_fires.recent(self.pool, space, trigger, limit)
 
     async def append_change(
-        self, space: str, trigger_id: str, op: str, rev: int, body: str | None, at: str
+        self,
+        space: str,
+        trigger_id: str,
+        op: str,
+        rev: int,
+        body: str | None,
+        at: str,
+        writer: str = "",
     ) -> int:
         async with self.pool.acquire() as conn, conn.transaction():
-            return await pg_records.append_change(conn, space, trigger_id, op, rev, body, at)
+            return await pg_records.append_change(
+                conn, space, trigger_id, op, rev, body, at, writer
+            )
 
     async def record_row(self, space: str, tid: str) -> tuple[int, str] | None:
         return await pg_records.stored_row(self.pool, space, tid)
@@ -224,15 +233,24 @@ class PostgresStore:
         )
         return [(row["seq"], row["body"]) for row in rows]
 
-    async def changes_since(self, space: str, since: int, limit: int) -> list[dict[str, Any]]:
+    async def changes_since(
+        self, space: str, since: int, limit: int, omit: str = ""
+    ) -> list[dict[str, Any]]:
         rows = await self.pool.fetch(
-            "SELECT seq, trigger_id, op, rev, body, at FROM changes "
+            "SELECT seq, trigger_id, op, rev, CASE WHEN writer = $4 AND op = 'stamp' THEN NULL "
+            "ELSE body END, at, writer = $4 AND op = 'stamp' FROM changes "
             "WHERE space = $1 AND seq > $2 ORDER BY seq LIMIT $3",
             space,
             since,
             limit,
+            omit or "\n",  # no writer is "\n"
         )
-        return [trigger_store.change_view(*row) for row in rows]
+        return [
+            {"seq": row[0], "omitted": True}
+            if row[6]
+            else trigger_store.change_view(*tuple(row)[:6])
+            for row in rows
+        ]
 
 
 async def _remember(

@@ -75,13 +75,24 @@ class SqliteStore:
         return fires.recent(self.db, space, trigger, limit)
 
     async def append_change(
-        self, space: str, trigger_id: str, op: str, rev: int, body: str | None, at: str
+        self,
+        space: str,
+        trigger_id: str,
+        op: str,
+        rev: int,
+        body: str | None,
+        at: str,
+        writer: str = "",
     ) -> int:
         with transaction(self.db):
-            return trigger_store.append_change(self.db, space, trigger_id, op, rev, body, at)
+            return trigger_store.append_change(
+                self.db, space, trigger_id, op, rev, body, at, writer
+            )
 
-    async def changes_since(self, space: str, since: int, limit: int) -> list[dict[str, Any]]:
-        return trigger_store.changes_since(self.db, space, since, limit)
+    async def changes_since(
+        self, space: str, since: int, limit: int, omit: str = ""
+    ) -> list[dict[str, Any]]:
+        return trigger_store.changes_since(self.db, space, since, limit, omit)
 
     async def record_row(self, space: str, tid: str) -> tuple[int, str] | None:
         return trigger_store.stored_row(self.db, space, tid)
@@ -110,7 +121,8 @@ class SqliteStore:
     async def stamp_record(
         self, space: str, tid: str, stamps: Record, if_match: int | None
     ) -> tuple[Record, bool]:
-        return trigger_store.stamp(self.db, space, tid, stamps, self._now(), if_match)
+        record, seq = trigger_store.stamp(self.db, space, tid, stamps, self._now(), if_match)
+        return record, seq > 0
 
     async def delete_record(self, space: str, tid: str, if_match: int | None, by: Author) -> None:
         trigger_store.delete(self.db, space, tid, self._now(), if_match, by)

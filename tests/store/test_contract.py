@@ -193,6 +193,24 @@ async def test_the_feed_answers_its_rows_as_the_api_shows_them(store: Store) -> 
     assert await store.changes_since("elsewhere", 0, 10) == []
 
 
+async def test_a_writers_own_stamps_are_named_only_to_that_writer(store: Store) -> None:
+    at = "2026-12-01T08:00:00.000Z"
+    body = '{"id":"t1","rev":1}'
+    seqs = [
+        await store.append_change(SPACE, "t1", "create", 1, body, at, "box/a"),  # not a stamp
+        await store.append_change(SPACE, "t1", "stamp", 1, body, at, "box/a"),
+        await store.append_change(SPACE, "t1", "stamp", 1, body, at, "cart/a"),
+        await store.append_change(SPACE, "t1", "stamp", 1, body, at),
+    ]
+    mine = await store.changes_since(SPACE, 0, 10, "box/a")
+    assert [c["seq"] for c in mine] == seqs  # every seq, gapless
+    assert mine[1] == {"seq": seqs[1], "omitted": True}
+    assert [c["record"] for c in mine if "omitted" not in c] == [{"id": "t1", "rev": 1}] * 3
+    everyone = await store.changes_since(SPACE, 0, 10)
+    assert all(c["op"] and c["record"] == {"id": "t1", "rev": 1} for c in everyone)
+    assert await store.changes_since(SPACE, seqs[0], 1, "box/a") == [mine[1]]
+
+
 async def test_a_message_to_a_chat_that_does_not_exist_is_refused(store: Store) -> None:
     with pytest.raises(UnknownChat):
         await store.add_message(SPACE, "chat_nope", MessageIn(text="hi"))
