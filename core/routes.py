@@ -96,6 +96,12 @@ ROUTES: dict[str, Route] = {
         ),
         Route(name="trigger_next", method="GET", path=_T + "/next", query=("count",)),
         Route(name="trigger_backfill", method="POST", path=_T + "/backfill", body=True),
+        Route(
+            name="trigger_run",
+            method="POST",
+            path=_T + "/run",
+            headers={"rev": "If-Match", "note": "Baton-Note"},
+        ),
         Route(name="changes", method="GET", path=_S + "/changes", query=("since", "limit")),
         Route(
             name="changes_stream",

@@ -119,6 +119,9 @@ def key_instant(when: datetime) -> str:
     return iso(when)
 
 
+MANUAL_PREFIX = (
+    "manual:"  # a run by hand's key: `manual:<instant>` (`triggers run`), `manual:<ref>`
+)
 _KEY = re.compile(r"(manual:)?(\d{4}-\d{2}-\d{2}T[^#]+)(#\d+)?")
 
 

@@ -42,6 +42,7 @@ from runtime.events import Bus, DiffApplied, RecordEdited, RoleChanged, Slept
 from runtime.feeds.chats import Subscriptions
 from runtime.feeds.followed import FollowedStatus
 from runtime.feeds.reconciler import Reconciler
+from runtime.fire.asked import Asked
 from runtime.fire.execute import Execute, program_fetch
 from runtime.fire.firing import Firing
 from runtime.fire.handover import HandOver
@@ -141,8 +142,8 @@ class Device:
         self.readiness = Readiness(self.responder, self.chatwatch, clock=self.clock)
 
     def _compose_triggers(self) -> None:
-        """The firing pipeline, what feeds it (ticker, subscriptions), what arms them
-        (reconciler) and what judges them (health pass)."""
+        """The firing pipeline, what feeds it (ticker, subscriptions, asks), what arms them
+        (reconciler); then what judges them (health pass)."""
         s, elector = self.settings, self.elector
         execute = Execute(
             self.seat,
@@ -160,6 +161,7 @@ class Device:
             offer=self.chatwatch.offer,
             handover=self.handover,
         )
+        self.asked = Asked()  # runs asked by hand (`baton triggers run`): fires of the diffs
         self.touched = Touched()  # records and fires changed: what the health pass judges
         self.ticker = Ticker(
             self.firing, clock=self.clock, touched=self.touched, awake=self.sleepwatch.check
@@ -169,6 +171,11 @@ class Device:
         self.reconciler = Reconciler(
             self.seat, is_active=elector.holds, bus=self.bus, touched=self.touched
         )
+        self._compose_health()
+
+    def _compose_health(self) -> None:
+        """What judges the triggers: the health pass, over what the parts above hold."""
+        s, elector = self.settings, self.elector
         reconciler, ticker, subscriptions = self.reconciler, self.ticker, self.subscriptions
         self.health = HealthPass(
             self.seat,
@@ -279,6 +286,8 @@ class Device:
         self.ticker.apply(diff, self.clock.wall())
         self.subscriptions.apply(diff)
         self.firing.apply(diff)
+        if asked := self.asked.take(diff, self.clock.wall()):
+            self._background.spawn(self.firing.fire(*asked), name="asked")
         self.health.kick()
         if (
             RESERVED_CHAT_WATCH in diff.remove

@@ -107,6 +107,20 @@ def heartbeat(
         )
 
 
+def last_seen(
+    db: sqlite_utils.Database, space: str, peer: str, now: datetime, window: float
+) -> tuple[bool, str | None]:
+    """Whether `peer` is live now (seen within `window` seconds, not stopped), and when it
+    was last seen (None: never)."""
+    row = db.execute(
+        "SELECT last_seen, stopped FROM devices WHERE space = ? AND peer = ?", [space, peer]
+    ).fetchone()
+    if row is None or not isinstance(row[0], int | float):
+        return False, None
+    seen = datetime.fromtimestamp(row[0], UTC)
+    return now - seen <= timedelta(seconds=window) and not row[1], iso(seen)
+
+
 async def put_device(request: web.Request) -> web.Response:
     space = require_space(request)
     peer = request.match_info["peer"]

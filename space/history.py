@@ -146,7 +146,7 @@ def _changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[Any]]:
 def operation(
     old: dict[str, Any] | None, new: dict[str, Any] | None, changed: dict[str, list[Any]]
 ) -> str:
-    """create, delete, pause, resume, repin, float or edit (the first that applies)."""
+    """create, delete, pause, resume, repin, float, run or edit (the first that applies)."""
     if old is None:
         return "create"
     if new is None:
@@ -155,6 +155,8 @@ def operation(
         return "resume" if new.get("enabled", True) is not False else "pause"
     if "owner" in changed:
         return "repin" if new.get("owner") else "float"
+    if "runAsked" in changed:  # a `triggers run` (space.run_asks)
+        return "run"
     return "edit"
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import sqlite_utils
 
+from core.vocab import MANUAL_PREFIX
 from space import history, record_input, record_view
 from space.db import add_columns, transaction
 from space.history import SPACE_AUTHOR, Author
@@ -263,6 +264,31 @@ def patched(tid: str, rev: int, record: Record, changes: Record, now: str) -> Re
     merged = {**record, **changes, "id": tid, "rev": rev + 1, "updatedAt": now}
     since = _active_since(record, merged, now)
     return merged if since is None else {**merged, "activeSince": since}
+
+
+def asked(tid: str, rev: int, record: Record, now: str) -> Record:
+    """`record` with a run asked at `now` (`runAsked`, SPEC "CLI conventions", `triggers
+    run`), at the next rev: a person's write, kept in its history as op `run`."""
+    ask = {"key": MANUAL_PREFIX + now, "requestedAt": now}
+    return {**record, "runAsked": ask, "id": tid, "rev": rev + 1, "updatedAt": now}
+
+
+def ask_run(
+    db: sqlite_utils.Database,
+    space: str,
+    tid: str,
+    now: str,
+    if_match: int | None = None,
+    by: Author = SPACE_AUTHOR,
+) -> Record:
+    """Record a run asked of `tid` (compare-and-set on `if_match`); the record written."""
+    with transaction(db):
+        rev, old = current(db, space, tid)
+        check_rev(rev, if_match)
+        record = asked(tid, rev, old, now)
+        seq = _write(db, space, record, "update", now)
+        history.revision(db, space, old, record, seq, _unix(now), by)
+    return record
 
 
 def renames(record: Record, changes: Record) -> bool:

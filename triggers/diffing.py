@@ -65,6 +65,8 @@ def _moved(old: Armed, record: Trigger) -> Edit:
         return Edit.UPDATE
     if prev.backfill != record.backfill:  # a user's backfill request: the ticker takes it
         return Edit.UPDATE
+    if prev.run_asked != record.run_asked:  # a user's `triggers run`: runtime.fire.asked takes it
+        return Edit.UPDATE
     if args_json.encode(record.args) != old.args_json:
         return Edit.UPDATE
     return Edit.NONE

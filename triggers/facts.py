@@ -24,7 +24,7 @@ class Revision(msgspec.Struct, frozen=True, kw_only=True):
     rev: int
     seq: int  # its position in the change feed (what `appliedSeq` is compared with)
     at: datetime
-    op: str  # create, edit, pause, resume, repin, float, delete
+    op: str  # create, edit, pause, resume, repin, float, run, delete
     actor: str  # admin, device:<peer>, run:<runId>, space
     note: str = ""
     changes: dict[str, list[Any]] = {}
@@ -32,7 +32,13 @@ class Revision(msgspec.Struct, frozen=True, kw_only=True):
 
     def said(self) -> str:
         """`paused at 09:58:00.000Z by device:phone: "vacation"`."""
-        words = {"create": "created", "delete": "deleted", "edit": "edited", "float": "floated"}
+        words = {
+            "create": "created",
+            "delete": "deleted",
+            "edit": "edited",
+            "float": "floated",
+            "run": "run asked",
+        }
         verb = words.get(self.op, self.op + "d" if self.op.endswith("e") else self.op + "ed")
         text = f"{verb} at {iso(self.at)} by {self.actor} (rev {self.rev})"
         return text + (f': "{self.note}"' if self.note else "")

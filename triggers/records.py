@@ -155,6 +155,14 @@ class BackfillStamp(Base, frozen=True, kw_only=True):
     requested_at: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
 
 
+class RunAsked(Base, frozen=True, kw_only=True):
+    """A user's `triggers run` as the space recorded it: the responsible device fires `key`
+    (`manual:<requestedAt>`) once, claimed like any fire (space.run_asks)."""
+
+    key: str
+    requested_at: Annotated[datetime, msgspec.Meta(tz=True)]
+
+
 class Attempt(Base, frozen=True, kw_only=True):
     """A failed fire's next attempt as stamped: whichever device holds the trigger runs it."""
 
@@ -179,6 +187,7 @@ class _Stored(_Fields, frozen=True, kw_only=True):
     rollup: dict[str, Any] | None = None
     backfill: BackfillStamp | None = None
     next_attempt: Attempt | None = None
+    run_asked: RunAsked | None = None
 
     def __post_init__(self) -> None:  # `_Fields`'s, and the instants (one call: 100,000 a sync)
         if self.args:

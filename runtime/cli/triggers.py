@@ -7,7 +7,7 @@
 
 Owns the verbs: flags checked before anything is sent (`trigger_flags`, with the limits and
 the policies), `edit` a compare-and-set on the rev it read, `--note` on the verbs that change
-a record (`add` too), `run` a manual run (runtime.fire.manual); details in
+a record (`add` too), `run` asked of the device that runs it (`trigger_run`); details in
 docs/architecture.md and docs/cli.md. A shell: parse, call, print.
 """
 
@@ -18,20 +18,17 @@ import json
 from typing import Any
 
 from core.clock import SystemClock, iso
-from core.vocab import RunStatus
 from runtime.cli import apply as declared
 from runtime.cli import trigger_flags as flags
+from runtime.cli import trigger_run, watch
 from runtime.cli import trigger_views as views
-from runtime.cli import watch
 from runtime.cli.common import Target, add_space_options
 from runtime.cli.main import UsageError
 from runtime.cli.next import instant
-from runtime.cli.programs import render_run
 from runtime.cli.talk import Failure, emit, talk, warn
 from runtime.cli.trigger_names import resolve
 from runtime.client.api import ApiError, SpaceClient
-from runtime.fire.manual import Manual, run_by_hand
-from triggers.records import INTERNAL_PREFIX, RESERVED_CHAT_WATCH, Salvaged, load
+from triggers.records import RESERVED_CHAT_WATCH
 
 Record = dict[str, Any]
 
@@ -58,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--until", metavar="TIME", help="a snooze: it resumes by itself then"
     )
     _backfill_parser(sub)
+    trigger_run.add_flags(sub.choices["run"])
     for name, parser in sub.choices.items():
         add_space_options(parser)
         if name in NOTED:
@@ -130,10 +128,6 @@ def cmd_rm(args: argparse.Namespace) -> int:
     return talk(args, lambda c, w: remove(c, w, args.id, args.json, args.note or ""))
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    return talk(args, lambda c, w: run_now(c, w, args.id, args.json))
-
-
 NOTED = (
     "add",
     "edit",
@@ -143,14 +137,14 @@ NOTED = (
     "repin",
     "rm",
     "apply",
-)  # verbs that change a record
+)  # verbs that change a record (`run` takes its own, trigger_run)
 VERBS = (
     ("list", cmd_list, "the space's triggers"),
     ("show", cmd_show, "a record, its next 10 fires and last 10 runs"),
     ("pause", cmd_pause, "stop it firing (what passes meanwhile never fires)"),
     ("resume", cmd_resume, "let it fire again, from now on"),
     ("float", cmd_float, "unpin: the active device runs it"),
-    ("run", cmd_run, "run it now with its own args and state; prints the run"),
+    ("run", trigger_run.cmd_run, "its device runs it now (a claimed manual: fire); prints the run"),
     ("rm", cmd_rm, "delete it"),
 )
 
@@ -258,25 +252,6 @@ async def remove(
     gone = await client.trigger_delete(where.space, tid, note=note)
     _done(gone, f"deleted {tid}", as_json)
     return 0
-
-
-async def run_now(client: SpaceClient, where: Target, tid: str, as_json: bool) -> int:
-    tid = await resolve(client, where, tid)
-    record = load(await client.trigger_get(where.space, tid))
-    if isinstance(record, Salvaged):
-        raise Failure("undecodable_record", f"trigger {tid} does not decode: {record.error}")
-    if record.program.startswith(INTERNAL_PREFIX):
-        raise UsageError(f"ID: {tid} runs {record.program}, which only the runtime runs")
-    manual = Manual(
-        trigger_id=record.id,
-        program=record.program,
-        args=dict(record.args),
-        timeout_seconds=record.limits.timeout_seconds,
-        memory_mb=record.limits.memory_mb,
-    )
-    stored, outcome = await run_by_hand(client, where.space, where.url, manual)
-    print(json.dumps(stored) if as_json else render_run(stored, outcome.stdout_tail))
-    return 0 if outcome.status is RunStatus.OK else 1
 
 
 # --- checks ----------------------------------------------------------------------------------

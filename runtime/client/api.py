@@ -232,6 +232,10 @@ class SpaceClient:
     async def trigger_backfill(self, space: str, id: str, body: JSON) -> JSON:
         return await self.call("trigger_backfill", body, space=space, id=id)
 
+    async def trigger_run(self, space: str, id: str, note: str = "") -> JSON:
+        """Ask the device that runs the trigger to run it now; `{key, peer, …}` (202)."""
+        return await self.call("trigger_run", space=space, id=id, note=quote(note) or None)
+
     async def trigger_delete(
         self, space: str, id: str, rev: int | None = None, note: str = ""
     ) -> JSON:

@@ -15,7 +15,16 @@ from datetime import datetime
 import msgspec
 from msgspec.structs import replace
 
-from core.vocab import FAILED, NOT_RAN, RAN, HealthReason, RunReason, RunStatus, TurnOutcome
+from core.vocab import (
+    FAILED,
+    MANUAL_PREFIX,
+    NOT_RAN,
+    RAN,
+    HealthReason,
+    RunReason,
+    RunStatus,
+    TurnOutcome,
+)
 from core.wire import NextAttempt, Phases, RunIn, Stamps, TurnIn
 from programs import breaker, rollup
 from programs.breaker import BreakerState
@@ -203,7 +212,7 @@ def _attempt(
 def stamps(
     book: Book, record: Trigger, fire: RunIdentity, outcome: Outcome, *, reason: str, now: datetime
 ) -> Stamps:
-    status, detail = last_status(book, record, outcome, reason=reason, now=now)
+    status, detail = last_status(book, record, fire, outcome, reason=reason, now=now)
     return Stamps(
         lastStatus=status,
         lastStatusDetail=detail,
@@ -214,13 +223,21 @@ def stamps(
 
 
 def last_status(
-    book: Book, record: Trigger, outcome: Outcome, *, reason: str, now: datetime
+    book: Book,
+    record: Trigger,
+    fire: RunIdentity,
+    outcome: Outcome,
+    *,
+    reason: str,
+    now: datetime,
 ) -> tuple[str, str]:
     """`lastStatus`/`lastStatusDetail`, worded as the health pass words them: `done` for a
-    once whose run succeeded (a failed one shows its failure), `unknown_program` for a
+    once whose run succeeded (a failed one shows its failure; a run by hand, `manual:`, is
+    not its `at`), `unknown_program` for a
     fire skipped because its program is not published, `breaker_open` while the breaker
     is open, else the run's status."""
-    if isinstance(record, OnceTrigger) and outcome.status is RunStatus.OK:
+    manual = fire.key.startswith(MANUAL_PREFIX)
+    if isinstance(record, OnceTrigger) and outcome.status is RunStatus.OK and not manual:
         return HealthReason.DONE.value, done_detail(record.spec.at_utc)
     if record.max_runs is not None and policies.runs_done(record.max_runs, book.rollup.ok):
         return HealthReason.DONE.value, runs_done_detail(record.max_runs)

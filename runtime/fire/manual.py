@@ -1,4 +1,4 @@
-"""Runs made by hand: `baton programs run` and `baton triggers run`.
+"""Runs made by hand: `baton programs run` (`triggers run` is a claimed fire: fire.asked).
 
 Owns running one program now, outside the fire pipeline: no claim, no admission, no
 breaker and no stamps on a record. It runs the program as a fire does

@@ -143,6 +143,10 @@ class Store(Protocol):
         """Compare-and-set: `if_match` not the stored rev is `Refusal` 409 `rev_mismatch`."""
         ...
 
+    async def ask_run(self, space: str, tid: str, if_match: int | None, by: Author) -> Record:
+        """A run asked by hand (`runAsked`, key `manual:<now>`): a write with its revision."""
+        ...
+
     async def stamp_record(
         self, space: str, tid: str, stamps: Record, if_match: int | None
     ) -> tuple[Record, bool]: ...

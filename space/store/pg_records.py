@@ -117,6 +117,20 @@ async def patch(
     return record
 
 
+async def ask_run(
+    pool: asyncpg.Pool, space: str, tid: str, if_match: int | None, by: Author
+) -> Record:
+    """A run asked of `tid` (`trigger_store.ask_run`), at the database's clock."""
+    async with pool.acquire() as conn, conn.transaction():
+        rev, old = trigger_store.parsed(space, tid, await _locked(conn, space, tid))
+        trigger_store.check_rev(rev, if_match)
+        now = await _now(conn)
+        record = trigger_store.asked(tid, rev, old, now.text)
+        seq = await _write(conn, space, record, "update", now)
+        await _revision(conn, space, old, record, seq, now, by)
+    return record
+
+
 async def stamp(
     pool: asyncpg.Pool, space: str, tid: str, stamps: Record, if_match: int | None
 ) -> tuple[Record, bool]:

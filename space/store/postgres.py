@@ -174,6 +174,9 @@ class PostgresStore:
     ) -> Record:
         return await pg_records.patch(self.pool, space, tid, changes, if_match, by)
 
+    async def ask_run(self, space: str, tid: str, if_match: int | None, by: Author) -> Record:
+        return await pg_records.ask_run(self.pool, space, tid, if_match, by)
+
     async def stamp_record(
         self, space: str, tid: str, stamps: Record, if_match: int | None
     ) -> tuple[Record, bool]:

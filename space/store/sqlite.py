@@ -118,6 +118,9 @@ class SqliteStore:
     ) -> Record:
         return trigger_store.patch(self.db, space, tid, changes, self._now(), if_match, by)
 
+    async def ask_run(self, space: str, tid: str, if_match: int | None, by: Author) -> Record:
+        return trigger_store.ask_run(self.db, space, tid, self._now(), if_match, by)
+
     async def stamp_record(
         self, space: str, tid: str, stamps: Record, if_match: int | None
     ) -> tuple[Record, bool]:

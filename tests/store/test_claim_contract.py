@@ -112,3 +112,26 @@ async def test_no_route_claim_commits_under_a_term_after_it_was_replaced(
     await asyncio.wait_for(claiming, 10)
     assert claimed, "no claim was made before the takeover"
     assert max(claimed) <= began
+
+
+async def test_a_run_asked_is_a_write_at_the_next_rev_and_its_key_is_claimed_once_by_the_owner(
+    store: Store,
+) -> None:
+    body = {"name": "lamp", "kind": "cron", "spec": {"expr": "0 0 1 1 *"}, "program": "p@v1"}
+    record = await store.create_record(SPACE, {**body, "owner": "box"}, ADMIN)
+    stale = await _outcome(store.ask_run(SPACE, record["id"], 7, ADMIN))
+    assert isinstance(stale, Refusal) and stale.code == "rev_mismatch"
+    asked = await store.ask_run(SPACE, record["id"], 1, ADMIN)
+    ask = asked["runAsked"]
+    assert asked["rev"] == 2 and ask["key"] == "manual:" + ask["requestedAt"]
+    assert ask["requestedAt"] == asked["updatedAt"] >= record["updatedAt"]
+    feed = await store.changes_since(SPACE, 0, 10)
+    assert [(c["op"], c["rev"]) for c in feed] == [("create", 1), ("update", 2)]
+    fire = FireIn(triggerId=record["id"], key=ask["key"], term=0, peer="box")
+    outcomes = await asyncio.gather(
+        *(_outcome(store.claim_fire(SPACE, fire, MARGIN)) for _ in range(10)),
+        _outcome(store.claim_fire(SPACE, FireIn(**{**_fields(fire), "peer": "laptop"}), MARGIN)),
+    )
+    assert sum(isinstance(o, dict) for o in outcomes) == 1
+    refused = sorted(o.code for o in outcomes if isinstance(o, Refusal))
+    assert refused == ["already_claimed"] * 9 + ["not_owner"]

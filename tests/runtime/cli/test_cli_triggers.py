@@ -1,8 +1,7 @@
 """`baton triggers` against a real space server: every verb, in text and `--json`, and refusals.
 
 Bad input is exit 2 with one line naming the flag and nothing written; an unknown
-id is exit 1; `run` is a real run of the trigger in a worker process, with the
-trigger's args and its own state, listed by `baton runs --trigger`.
+id is exit 1. `run` has its own file (test_cli_trigger_run.py): it needs a device.
 """
 
 from __future__ import annotations
@@ -16,16 +15,6 @@ from typing import Any
 import pytest
 from clikit import SPACE, Cli, World
 
-COUNTER = '''"""Count the runs of this trigger in its own state; echo the args."""
-
-
-def main(args):
-    c = use("any@v1")
-    count = c.cursor_get("count", 0) + 1
-    c.cursor_set("count", count)
-    return {"ok": True, "count": count, "args": args}
-'''
-FAILING = "def main(args):\n    raise ValueError('no luck')\n"
 BERLIN_MARCH_SUNDAYS = ["--cron", "30 2 * 3 0", "--tz", "Europe/Berlin"]
 
 
@@ -218,54 +207,6 @@ async def test_an_unknown_id_is_exit_1_with_a_clear_line(cli: Cli, verb: list[st
     code, out, err = await cli("triggers", *argv, "--json")
     assert (code, out) == (1, "")
     assert json.loads(err)["error"] == "unknown_trigger"
-
-
-async def test_run_is_a_real_run_of_the_trigger_with_its_args_and_state(cli: Cli, world: World):
-    await world.admin.program_put(SPACE, "counter@v1", {"source": COUNTER})
-    t = await add(cli, "--name", "count", "--cron", "0 0 1 1 *", "--args", '{"who": "me"}')
-    first = await cli.json("triggers", "run", t["id"])
-    assert (first["status"], first["triggerId"], first["program"]) == ("ok", t["id"], "counter@v1")
-    assert first["result"] == {"ok": True, "count": 1, "args": {"who": "me"}}
-    assert first["key"].startswith("manual:") and first["reason"] == ""
-    code, out, _ = await cli("triggers", "run", t["id"])
-    assert code == 0 and "status    ok\n" in out and '"count": 2' in out
-    state = await world.admin.state_get(SPACE, t["id"], "count")
-    assert state["value"] == 2  # the trigger's own state
-    runs = (await cli.json("runs", "--trigger", t["id"]))["runs"]
-    assert len(runs) == 2 and runs[0]["runId"] == first["runId"]
-    code, out, _ = await cli("runs", "--trigger", t["id"])
-    assert code == 0 and out.count(t["id"]) == 2 and out.count(" ok ") == 2
-    shown = await cli.json("triggers", "show", t["id"])
-    assert [r["runId"] for r in shown["runs"]] == [r["runId"] for r in runs]
-    code, out, _ = await cli("triggers", "show", t["id"])
-    assert out.count(" ok ") == 2 and "last runs:\n  STARTED" in out
-
-
-async def test_a_failing_or_unpublished_run_exits_1_with_its_reason(cli: Cli, world: World):
-    t = await add(cli, "--name", "ghost", "--cron", "0 0 1 1 *")
-    code, out, _ = await cli("triggers", "run", t["id"], "--json")
-    record = json.loads(out)
-    assert code == 1 and (record["status"], record["reason"]) == ("error", "unknown_program")
-    await world.admin.program_put(SPACE, "failing@v1", {"source": FAILING})
-    await cli("triggers", "edit", t["id"], "--program", "failing@v1")
-    code, out, _ = await cli("triggers", "run", t["id"])
-    assert code == 1 and "status    error\n" in out and "ValueError: no luck" in out
-    code, out, _ = await cli("runs", "--trigger", t["id"], "--status", "error")
-    assert code == 0 and "unknown_program" in out and "ValueError: no luck" in out
-
-
-async def test_chat_watch_is_not_run_by_hand(cli: Cli, world: World):
-    body = {
-        "name": "Chat responder",
-        "kind": "event",
-        "program": "internal:chat-watch",
-        "spec": {"dataset": "chat_messages", "objectId": world.chat},
-    }
-    await world.admin.trigger_put(SPACE, "chat-watch", body)
-    err = await cli.fails(2, "triggers", "run", "chat-watch")
-    assert err.startswith("baton: ID: chat-watch runs internal:chat-watch")
-    err = await cli.fails(2, "triggers", "edit", "chat-watch", "--cron", "* * * * *")
-    assert "kind" in err
 
 
 async def test_an_undecodable_record_is_shown_but_not_run_nor_edited(

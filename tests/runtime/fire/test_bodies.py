@@ -286,6 +286,15 @@ def test_last_status_stamps(
     assert to_wire(stamps)["lastRunAt"] == "2026-12-01T09:00:01.250Z"
 
 
+def test_a_once_run_by_hand_is_not_its_at_done() -> None:
+    manual = replace(FIRE, key="manual:2026-12-01T09:00:00.000Z")
+    ok = Outcome(status=RunStatus.OK)
+    _, stamps = bodies.settle(
+        Book(), record(ONCE), manual, ok, finished_at=FINISHED, reason="", admitted=True
+    )
+    assert to_wire(stamps)["lastStatus"] == "ok"
+
+
 def test_settle_counts_the_run_in_the_rollup_and_moves_the_breaker() -> None:
     book, stamps = bodies.settle(
         failing(2),
