@@ -46,7 +46,6 @@ from runtime.fire.asked import Asked
 from runtime.fire.execute import Execute, program_fetch
 from runtime.fire.firing import Firing
 from runtime.fire.handover import HandOver
-from runtime.fire.ledger import Ledger
 from runtime.fire.recorder import Recorder
 from runtime.fire.secrets import Secrets
 from runtime.fire.ticker import Ticker
@@ -118,7 +117,7 @@ class Device:
             bus=self.bus,
             chat_watch=lambda: self.reconciler.records.get(RESERVED_CHAT_WATCH),
         )  # the reconciler is made next; read when a run ends
-        self.handover = _handover(self.seat, s.ledger_file)
+        self.handover = HandOver.kept_in(self.seat, s.ledger_file)
         self._compose_chat(responder)
         self._compose_triggers()
         self.supervisor = Supervisor(
@@ -392,11 +391,3 @@ def _describe(responder: Responder) -> str:
 def _instance() -> str:
     """A new id for this run of the device (and for each wake from sleep)."""
     return secrets.token_hex(8)
-
-
-def _handover(seat: Seat, ledger_file: Path | None) -> HandOver | None:
-    """The owner's ledger, if the device keeps one: pinned fires run on while the space is
-    away (SPEC "Who runs what")."""
-    if ledger_file is None:
-        return None
-    return HandOver(seat, Ledger(ledger_file, seat.space, seat.peer, seat.clock))

@@ -1,10 +1,11 @@
 """Trigger records in SQLite: ids never reused, raw JSON kept, every write a change.
 
-Owns the `triggers`, `trigger_ids` and `changes` tables (a `seq` over create, update, stamp
-and delete); records stored as raw JSON, so unknown fields survive; `activeSince`, the
-instant a record's firing regime began (moved to the end of a snooze, `pausedUntil`).
-Input is checked by `record_input`, reads shaped by `record_view`. Callers hold no
-transaction. Must not know HTTP beyond raising `Refusal`.
+Owns the `triggers` and `trigger_ids` tables, each write appended to the change feed
+(`change_log`: a `seq` over create, update, stamp and delete); records stored as raw
+JSON, so unknown fields survive; `activeSince`, the instant a record's firing regime
+began (moved to the end of a snooze, `pausedUntil`). Input is checked by `record_input`,
+reads shaped by `record_view`. Callers hold no transaction. Must not know HTTP beyond
+raising `Refusal`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import msgspec
 import sqlite_utils
 
 from core.vocab import MANUAL_PREFIX
-from space import history, record_input, record_view
-from space.db import add_columns, transaction
+from space import change_log, history, record_input, record_view
+from space.db import transaction
 from space.history import SPACE_AUTHOR, Author
 from space.http import Refusal
 from space.servertime import iso
@@ -35,10 +36,6 @@ CREATE TABLE IF NOT EXISTS trigger_ids (space TEXT NOT NULL, id TEXT NOT NULL,
   PRIMARY KEY (space, id));
 CREATE TABLE IF NOT EXISTS triggers (space TEXT NOT NULL, id TEXT NOT NULL,
   rev INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (space, id));
-CREATE TABLE IF NOT EXISTS changes (seq INTEGER PRIMARY KEY AUTOINCREMENT,
-  space TEXT NOT NULL, trigger_id TEXT NOT NULL, op TEXT NOT NULL, rev INTEGER NOT NULL,
-  body TEXT, at TEXT NOT NULL, writer TEXT NOT NULL DEFAULT '');
-CREATE INDEX IF NOT EXISTS changes_by_space ON changes (space, seq);
 CREATE INDEX IF NOT EXISTS triggers_by_name ON triggers (space, NAME_OF_BODY);
 """.replace("NAME_OF_BODY", NAME_OF_BODY)
 
@@ -47,7 +44,7 @@ Record = dict[str, Any]
 
 def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
-    add_columns(db, "changes", {"writer": "TEXT NOT NULL DEFAULT ''"})  # an older build's store
+    change_log.ensure_schema(db)
 
 
 def _mint_id(db: sqlite_utils.Database, space: str) -> str:
@@ -114,28 +111,7 @@ def _write(
         "INSERT OR REPLACE INTO triggers VALUES (?, ?, ?, ?)",
         [space, record["id"], record["rev"], body],
     )
-    return append_change(db, space, record["id"], op, record["rev"], body, now, writer)
-
-
-def append_change(
-    db: sqlite_utils.Database,
-    space: str,
-    tid: str,
-    op: str,
-    rev: int,
-    body: str | None,
-    at: str,
-    writer: str = "",
-) -> int:
-    """One change into the feed, in the caller's transaction; its `seq` (AUTOINCREMENT under
-    `BEGIN IMMEDIATE`: gapless and in commit order). `writer`: a device's stamps, marked so
-    that its own change stream may leave them out (space.changes, "writer")."""
-    cur = db.execute(
-        "INSERT INTO changes (space, trigger_id, op, rev, body, at, writer) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [space, tid, op, rev, body, at, writer],
-    )
-    return int(cur.lastrowid or 0)
+    return change_log.append(db, space, record["id"], op, record["rev"], body, now, writer)
 
 
 def _name_free(db: sqlite_utils.Database, space: str, name: object, tid: str = "") -> None:
@@ -342,7 +318,7 @@ def delete(
         rev = row[0]
         check_rev(rev, if_match)
         db.execute("DELETE FROM triggers WHERE space = ? AND id = ?", [space, tid])
-        seq = append_change(db, space, tid, "delete", rev + 1, None, now)
+        seq = change_log.append(db, space, tid, "delete", rev + 1, None, now)
         old = record_view.parse(row[1]) or {"id": tid}
         old = {**old, "id": tid, "rev": rev}
         history.revision(db, space, old, None, seq, _unix(now), by)
@@ -373,31 +349,3 @@ def _rows(db: sqlite_utils.Database, space: str, after: str, limit: int) -> list
         [space, after, limit],
     )
     return rows.fetchall()
-
-
-def latest_seq(db: sqlite_utils.Database, space: str) -> int:
-    row = db.execute("SELECT MAX(seq) FROM changes WHERE space = ?", [space]).fetchone()
-    return int(row[0] or 0)
-
-
-def changes_since(
-    db: sqlite_utils.Database, space: str, since: int, limit: int, omit: str = ""
-) -> list[Record]:
-    """Up to `limit` changes after `since`, oldest first; a stamp `omit` wrote only as
-    `{"seq", "omitted": true}` (its body neither read nor parsed)."""
-    rows = db.execute(
-        "SELECT seq, trigger_id, op, rev, CASE WHEN writer = ? AND op = 'stamp' THEN NULL "
-        "ELSE body END, at, writer = ? AND op = 'stamp' FROM changes "
-        "WHERE space = ? AND seq > ? ORDER BY seq LIMIT ?",
-        [omit or "\n", omit or "\n", space, since, limit],  # no writer is "\n"
-    )
-    return [
-        {"seq": row[0], "omitted": True} if row[6] else change_view(*row[:6])
-        for row in rows.fetchall()
-    ]
-
-
-def change_view(seq: int, tid: str, op: str, rev: int, body: str | None, at: str) -> Record:
-    """A row of the feed as the API shows it."""
-    record = None if body is None else record_view.parse(body) or {"id": tid, "raw": body}
-    return {"seq": seq, "triggerId": tid, "op": op, "rev": rev, "at": at, "record": record}

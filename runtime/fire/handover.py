@@ -16,6 +16,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 
 import msgspec
 
@@ -48,6 +49,14 @@ class HandOver:
         self.route: Callable[[Queued, Queued], None] = lambda _, __: None  # the firing's
         self.count: Callable[[str], None] = lambda _: None
         self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def kept_in(cls, seat: Seat, ledger_file: Path | None) -> HandOver | None:
+        """The owner's ledger in `ledger_file`, if the device keeps one: pinned fires run on
+        while the space is away (SPEC "Who runs what")."""
+        if ledger_file is None:
+            return None
+        return cls(seat, Ledger(ledger_file, seat.space, seat.peer, seat.clock))
 
     def sift(self, waiting: list[Queued], woke: datetime) -> list[Queued]:
         """The fires to claim in the space: not a pinned one whose key the ledger holds

@@ -19,7 +19,7 @@ import msgspec
 
 from core.chatwire import Message, MessageIn
 from core.wire import FireIn
-from space import chat_store, leases, trigger_store
+from space import change_log, chat_store, leases
 from space.chat_store import Chat
 from space.history import Author
 from space.servertime import iso
@@ -249,9 +249,7 @@ class PostgresStore:
             omit or "\n",  # no writer is "\n"
         )
         return [
-            {"seq": row[0], "omitted": True}
-            if row[6]
-            else trigger_store.change_view(*tuple(row)[:6])
+            {"seq": row[0], "omitted": True} if row[6] else change_log.view(*tuple(row)[:6])
             for row in rows
         ]
 

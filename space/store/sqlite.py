@@ -17,7 +17,7 @@ import sqlite_utils
 
 from core.chatwire import Message, MessageIn
 from core.wire import FireIn
-from space import chat_store, fires, leases, trigger_store
+from space import change_log, chat_store, fires, leases, trigger_store
 from space.chat_store import Chat
 from space.db import transaction
 from space.history import Author
@@ -85,20 +85,18 @@ class SqliteStore:
         writer: str = "",
     ) -> int:
         with transaction(self.db):
-            return trigger_store.append_change(
-                self.db, space, trigger_id, op, rev, body, at, writer
-            )
+            return change_log.append(self.db, space, trigger_id, op, rev, body, at, writer)
 
     async def changes_since(
         self, space: str, since: int, limit: int, omit: str = ""
     ) -> list[dict[str, Any]]:
-        return trigger_store.changes_since(self.db, space, since, limit, omit)
+        return change_log.since(self.db, space, since, limit, omit)
 
     async def record_row(self, space: str, tid: str) -> tuple[int, str] | None:
         return trigger_store.stored_row(self.db, space, tid)
 
     async def latest_seq(self, space: str) -> int:
-        return trigger_store.latest_seq(self.db, space)
+        return change_log.latest(self.db, space)
 
     async def records_page(
         self, space: str, after: str, limit: int, *, stored: bool

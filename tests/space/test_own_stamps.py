@@ -13,7 +13,7 @@ import sqlite_utils
 from space_support import SPACE, Api
 from test_change_stream import next_event
 
-from space import trigger_store
+from space import change_log, trigger_store
 
 S = f"/spaces/{SPACE}"
 
@@ -169,6 +169,6 @@ def test_an_older_builds_feed_gains_the_writer_column_and_keeps_its_rows(tmp_pat
     trigger_store.ensure_schema(db)  # as the server does at its start
     trigger_store.ensure_schema(db)  # and again: nothing to add
     assert "writer" in {c.name for c in db["changes"].columns}
-    old = trigger_store.changes_since(db, SPACE, 0, 10, "box/t1")
+    old = change_log.since(db, SPACE, 0, 10, "box/t1")
     assert [(c["seq"], c["op"], c["record"]) for c in old] == [(1, "stamp", {"id": "t1", "rev": 1})]
     db.close()

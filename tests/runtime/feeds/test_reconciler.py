@@ -28,7 +28,7 @@ from runtime.client.api import SpaceClient
 from runtime.client.seat import Seat
 from runtime.events import Bus, DiffApplied, RecordEdited
 from runtime.feeds.reconciler import Reconciler
-from space import trigger_store
+from space import change_log, trigger_store
 from space.app import create_app, default_admin_token_file
 from space.db import DB, open_db
 from triggers.records import CronTrigger, PeerId, Salvaged
@@ -71,7 +71,7 @@ class Space:
 @web.middleware
 async def no_replay(request: web.Request, handler: Any) -> web.StreamResponse:
     if "Last-Event-ID" in request.headers and "/changes" in request.path:
-        latest = trigger_store.latest_seq(request.app[DB], SPACE)
+        latest = change_log.latest(request.app[DB], SPACE)
         headers = CIMultiDict(request.headers)
         headers["Last-Event-ID"] = str(latest)
         request = request.clone(headers=headers)
