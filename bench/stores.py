@@ -24,7 +24,7 @@ from pgcluster import Cluster, binaries  # noqa: E402
 
 from space import leases  # noqa: E402
 from space.app import create_app  # noqa: E402
-from space.db import DB  # noqa: E402
+from space.dbthread import DB_THREAD  # noqa: E402
 from space.store import STORE, ClaimIn, Store  # noqa: E402
 from space.store.postgres import PostgresStore  # noqa: E402
 
@@ -68,7 +68,7 @@ async def main(count: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         app = create_app(Path(tmp) / "space.db")
         show("sqlite", await rates([app[STORE]], count))
-        app[DB].conn.close()
+        app[DB_THREAD].close_blocking()
     bin_dir = binaries()
     if bin_dir is None:
         print("postgresql: not installed")

@@ -19,12 +19,13 @@ from importlib import metadata
 from typing import Any, NamedTuple
 
 import msgspec
+import sqlite_utils
 from aiohttp import web
 
 from core.vocab import FAILED, HealthReason, RunStatus
 from programs import breaker
 from space.appstate import SETTINGS
-from space.db import DB
+from space.dbthread import db_call
 from space.exposition import family, line
 from space.store import STORE
 
@@ -57,15 +58,31 @@ def version() -> str:
         return "unknown"
 
 
+class Read(NamedTuple):  # what a scrape reads from SQLite, in one unit of work
+    spaces: list[str]
+    failed: Values
+    late: Values
+    devices: list[tuple[Any, ...]]
+
+
+def _read(db: sqlite_utils.Database) -> Read:
+    spaces = [space for (space,) in db.execute("SELECT id FROM spaces ORDER BY id").fetchall()]
+    rows = db.execute(
+        "SELECT space, peer, last_seen, stopped, status FROM devices ORDER BY space, peer"
+    ).fetchall()
+    return Read(spaces, _failures(db), _lateness(db), rows)
+
+
 async def lines(app: web.Application, now: datetime) -> list[str]:
-    triggers = await _triggers(app)
-    devices = _devices(app, now)
+    read = await db_call(app, _read)
+    triggers = await _triggers(app, read.spaces)
+    devices = _devices(app, now, read.devices)
     build = {"version": version(), "python": platform.python_version()}
     return [
         *family(
             "baton_build_info", "gauge", "The build serving.", [line("baton_build_info", build, 1)]
         ),
-        *_trigger_families(app, triggers),
+        *_trigger_families(read, triggers),
         *_device_families(devices),
     ]
 
@@ -73,10 +90,10 @@ async def lines(app: web.Application, now: datetime) -> list[str]:
 # ------------------------------------------------------------------ triggers
 
 
-async def _triggers(app: web.Application) -> list[Listed]:
+async def _triggers(app: web.Application, spaces: list[str]) -> list[Listed]:
     """Every record of every space, each with the label its series go by."""
     found: list[Listed] = []
-    for (space,) in app[DB].execute("SELECT id FROM spaces ORDER BY id").fetchall():
+    for space in spaces:
         listed, _ = await app[STORE].records_page(space, "", -1, stored=False)
         records = sorted((r for r in listed if isinstance(r, dict)), key=_age)
         for i, r in enumerate(records):
@@ -111,9 +128,9 @@ def _phase(record: dict[str, Any]) -> breaker.Phase:
     return breaker.from_dict(record.get("breaker")).phase  # garbled: closed, as a device reads it
 
 
-def _failures(app: web.Application) -> dict[tuple[str, str], float]:
+def _failures(db: sqlite_utils.Database) -> dict[tuple[str, str], float]:
     marks = ", ".join("?" for _ in FAILED)
-    rows = app[DB].execute(
+    rows = db.execute(
         "SELECT space, trigger_id, SUM(count) FROM run_rollups "
         f"WHERE status IN ({marks}) GROUP BY space, trigger_id",
         sorted(FAILED),
@@ -121,9 +138,9 @@ def _failures(app: web.Application) -> dict[tuple[str, str], float]:
     return {(s, t): float(n) for s, t, n in rows}
 
 
-def _lateness(app: web.Application) -> dict[tuple[str, str], float]:
+def _lateness(db: sqlite_utils.Database) -> dict[tuple[str, str], float]:
     """Each trigger's last run's `lateMs` in seconds (SQLite: the bare column is MAX's row)."""
-    rows = app[DB].execute(
+    rows = db.execute(
         "SELECT space, trigger_id, CASE WHEN json_valid(body) THEN json_extract(body, '$.lateMs') "
         "END, MAX(seq) FROM runs GROUP BY space, trigger_id"
     )
@@ -134,8 +151,8 @@ def _lateness(app: web.Application) -> dict[tuple[str, str], float]:
     }
 
 
-def _trigger_families(app: web.Application, seen: list[Listed]) -> list[str]:
-    failed, late = _failures(app), _lateness(app)
+def _trigger_families(read: Read, seen: list[Listed]) -> list[str]:
+    failed, late = read.failed, read.late
     failures = _merged(((t.space, t.label, failed.get((t.space, t.id), 0.0)) for t in seen), sum)
     lateness = _merged(
         ((t.space, t.label, late[(t.space, t.id)]) for t in seen if (t.space, t.id) in late), max
@@ -180,13 +197,10 @@ def _trigger_families(app: web.Application, seen: list[Listed]) -> list[str]:
 # ------------------------------------------------------------------ devices
 
 
-def _devices(app: web.Application, now: datetime) -> list[Device]:
+def _devices(app: web.Application, now: datetime, rows: list[tuple[Any, ...]]) -> list[Device]:
     """Each device, `live` by the server's window as `GET …/devices` judges it."""
     window, found, rank = app[SETTINGS].live_seconds, [], dict[str, int]()
-    rows = app[DB].execute(
-        "SELECT space, peer, last_seen, stopped, status FROM devices ORDER BY space, peer"
-    )
-    for space, peer, seen, stopped, raw in rows.fetchall():
+    for space, peer, seen, stopped, raw in rows:
         if not isinstance(seen, int | float) or not isinstance(peer, str):
             continue  # an odd row: `GET …/devices` lists it apart, here it has no series
         rank[space] = rank.get(space, -1) + 1

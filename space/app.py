@@ -49,7 +49,8 @@ from space.appstate import (
     RunRetention,
     SpaceSettings,
 )
-from space.db import DB, open_db
+from space.db import DB
+from space.dbthread import DB_THREAD, start
 from space.http import refusals
 from space.servertime import ServerClock, iso, system_clock
 from space.store import STORE
@@ -127,7 +128,8 @@ def create_app(
     idempotency.setup(app)
     for area in _AREAS:
         area.setup(app)
-    history.ensure_schema(app[DB], clock().timestamp())  # after `fires`: its outcome columns
+    # after `fires`: its outcome columns
+    app[DB_THREAD].blocking(history.ensure_schema, clock().timestamp())
     forget.setup(app)
     why.setup(app)
     upcoming.setup(app)
@@ -143,14 +145,10 @@ async def _server_time(request: web.Request, response: web.StreamResponse) -> No
 
 
 def _open_store(app: web.Application, db_path: str | Path, token_file: Path) -> None:
-    """The database, closed at cleanup, and the admin token in `token_file`."""
-    app[DB] = open_db(db_path)
-    app[STORE] = SqliteStore(app[DB], app[CLOCK])
-    app.on_cleanup.append(_close_db)
-    token_store.ensure_schema(app[DB])
-    token_store.ensure_admin_token(app[DB], token_file, app[CLOCK]().timestamp())
+    """The database (its thread, closed at cleanup) and the admin token in `token_file`."""
+    thread = start(app, db_path)  # the connection lives in the database thread
+    app[DB] = thread.db
+    app[STORE] = SqliteStore(thread, app[CLOCK])
+    thread.blocking(token_store.ensure_schema)
+    thread.blocking(token_store.ensure_admin_token, token_file, app[CLOCK]().timestamp())
     app[ADMIN_TOKEN_PATH] = token_file
-
-
-async def _close_db(app: web.Application) -> None:
-    app[DB].conn.close()

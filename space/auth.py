@@ -14,11 +14,12 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
+import sqlite_utils
 from aiohttp import web
 
 from space import token_store
 from space.appstate import CLOCK
-from space.db import DB
+from space.dbthread import db_call
 from space.history import NOTE_MAX, Author
 from space.http import Handler, Refusal
 from space.streams import STREAMS, EventStream
@@ -27,6 +28,9 @@ from space.token_store import Principal, Role, mint_token, token_hash
 __all__ = ["PRINCIPAL", "Principal", "Role", "mint_token", "principal", "token_hash"]
 
 PRINCIPAL = web.RequestKey("principal", Principal)
+SPACE_FOUND = web.RequestKey("space_found", bool)  # the route's `{space}` exists (`spaces`)
+SpaceLookup = Callable[[sqlite_utils.Database, str], bool]
+SPACE_LOOKUP: web.AppKey[SpaceLookup] = web.AppKey("space_lookup")  # set by `spaces.setup`
 
 ADMIN_ONLY = {
     ("POST", "/v1/spaces"),
@@ -171,21 +175,33 @@ def end_streams(app: web.Application, which: Callable[[Principal], bool]) -> int
     return registry.close_where(picked, "token_revoked")
 
 
-def identify(request: web.Request) -> Principal:
+async def identify(request: web.Request) -> Principal:
     """Whose bearer token this request carries; 401 for none, an unknown, a revoked or an
-    expired one."""
-    now = request.app[CLOCK]().timestamp()
+    expired one. One unit of work on the database thread, which also tells (`SPACE_FOUND`)
+    whether the route's `{space}` exists."""
+    now, token = request.app[CLOCK]().timestamp(), bearer(request)
+    space, lookup = request.match_info.get("space"), request.app.get(SPACE_LOOKUP)
     try:
-        return token_store.lookup(request.app[DB], bearer(request), now)
+        who, found = await db_call(request.app, _identify, token, now, space, lookup)
     except token_store.TokenError as exc:
         raise Refusal(401, exc.code, exc.detail) from None
+    if space is not None:
+        request[SPACE_FOUND] = found
+    return who
+
+
+def _identify(
+    db: sqlite_utils.Database, token: str, now: float, space: str | None, lookup: SpaceLookup | None
+) -> tuple[Principal, bool]:
+    who = token_store.lookup(db, token, now)
+    return who, space is not None and lookup is not None and lookup(db, space)
 
 
 @web.middleware
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
     if not request.path.startswith("/v1/") or request.match_info.http_exception is not None:
         return await handler(request)
-    who = identify(request)
+    who = await identify(request)
     authorize(request, who)
     request[PRINCIPAL] = who
     return await handler(request)

@@ -16,13 +16,14 @@ from datetime import datetime, timedelta
 from typing import Annotated
 
 import msgspec
+import sqlite_utils
 from aiohttp import web
 
 from core.vocab import key_instant
 from core.wire import Answer, Body
 from space import fires, forget, trigger_store
 from space.changes import notify
-from space.db import DB
+from space.dbthread import db_call
 from space.http import Refusal, add_route, answer, now_of, read_body
 from space.servertime import iso
 from space.spaces import require_space
@@ -48,11 +49,20 @@ class BackfillOut(Answer, frozen=True, kw_only=True, rename="camel"):
 async def post_backfill(request: web.Request) -> web.Response:
     space = require_space(request)
     asked = await read_body(request, BackfillIn, code="invalid_backfill")
-    db, tid = request.app[DB], request.match_info["id"]
+    tid, now = request.match_info["id"], now_of(request)
+    out = await db_call(request.app, _backfill, space, tid, asked, now)
+    if out.id is not None:
+        notify(request.app, space)
+    return answer(out)
+
+
+def _backfill(
+    db: sqlite_utils.Database, space: str, tid: str, asked: BackfillIn, now: datetime
+) -> BackfillOut:
+    """The slots to run, stamped on the record: one unit of work on the database thread."""
     record = load(trigger_store.current(db, space, tid)[1])
     if isinstance(record, Salvaged):
         raise Refusal(409, "undecodable_record", f"trigger {tid!r} does not decode: {record.error}")
-    now = now_of(request)
     kept = now - timedelta(days=forget.CLAIMS_FLOOR_DAYS)
     if asked.from_ < kept:  # older claims may be forgotten: a fired slot would look missed
         detail = f"`from`: before {iso(kept)}, where the claim ledger's memory ends"
@@ -68,9 +78,7 @@ async def post_backfill(request: web.Request) -> web.Response:
         bid = "bf_" + secrets.token_hex(6)
         stamp = {"id": bid, "keys": fresh, "requestedAt": iso(now)}
         trigger_store.stamp(db, space, tid, {"backfill": stamp}, iso(now))
-        notify(request.app, space)
-    out = BackfillOut(id=bid, keys=fresh, skipped=len(keys) - len(fresh), dry_run=asked.dry_run)
-    return answer(out)
+    return BackfillOut(id=bid, keys=fresh, skipped=len(keys) - len(fresh), dry_run=asked.dry_run)
 
 
 def setup(app: web.Application) -> None:

@@ -4,15 +4,16 @@ Owns the order of events on `GET …/chats/{objectId}/stream`: registered before
 `hello` with the chat's cursor, a `gap` for what is older than W or an unknown cursor, the
 backlog oldest first, then live messages and `update` edits (no `id`). The order in full is
 in docs/architecture.md, "Module notes". Must not write messages nor know the HTTP routes'
-shapes; time comes from the app's `now`.
+shapes; time comes from the app's `now`. Reads go to the database thread (`db_call`).
 """
 
 from __future__ import annotations
 
 import msgspec
-import sqlite_utils
+from aiohttp import web
 
 from space import chat_store
+from space.dbthread import db_call
 from space.http import int64
 from space.streams import EventStream, Fanout, last_event_id
 
@@ -25,7 +26,7 @@ Topics = Fanout[str]  # items: (seq, message JSON, MESSAGE or UPDATE)
 async def run(
     stream: EventStream,
     topics: Topics,
-    db: sqlite_utils.Database,
+    app: web.Application,
     space: str,
     object_id: str,
     *,
@@ -35,8 +36,8 @@ async def run(
     """Serve one subscriber until it leaves, overflows or the server shuts down."""
     topics.add(object_id, stream)
     try:
-        cursor = chat_store.last_seq(db, space, object_id)
-        sent = await _open(stream, db, object_id, cursor, now=now, window=window)
+        cursor = await db_call(app, chat_store.last_seq, space, object_id)
+        sent = await _open(stream, app, object_id, cursor, now=now, window=window)
         async for seq, body, kind in stream:
             if kind == UPDATE:
                 await stream.send(body, event=UPDATE)
@@ -49,7 +50,7 @@ async def run(
 
 async def _open(
     stream: EventStream,
-    db: sqlite_utils.Database,
+    app: web.Application,
     object_id: str,
     cursor: int,
     *,
@@ -66,12 +67,12 @@ async def _open(
         await stream.send(_json(gap), id=cursor, event="gap")
     if resume is None:
         return cursor
-    return await _catch_up(stream, db, object_id, resume, cursor, since=now - window)
+    return await _catch_up(stream, app, object_id, resume, cursor, since=now - window)
 
 
 async def _catch_up(
     stream: EventStream,
-    db: sqlite_utils.Database,
+    app: web.Application,
     object_id: str,
     after: int,
     upto: int,
@@ -79,13 +80,13 @@ async def _catch_up(
     since: float,
 ) -> int:
     """The gap of `(after, upto]` older than `since`, then the rest; the last seq sent."""
-    skipped = chat_store.too_old(db, object_id, after, upto, since)
+    skipped = await db_call(app, chat_store.too_old, object_id, after, upto, since)
     if skipped is not None:
         first, last, count = skipped
         gap = {"from": first, "to": last, "skipped": count, "reason": "window"}
         await stream.send(_json(gap), id=last, event="gap")
     sent = after
-    while rows := chat_store.recent(db, object_id, sent, upto, since, REPLAY_PAGE):
+    while rows := await db_call(app, chat_store.recent, object_id, sent, upto, since, REPLAY_PAGE):
         for seq, body in rows:
             if not await stream.send(body, id=seq, event="message"):
                 return sent

@@ -13,6 +13,7 @@ import logging
 import sqlite3
 
 import msgspec
+import sqlite_utils
 from aiohttp import web
 
 from core.chatwire import (
@@ -35,10 +36,12 @@ from space import (
 )
 from space.auth import Role, principal
 from space.chat_store import Chat, ChatIn, NotEditable, UnknownChat
-from space.db import DB, transaction
+from space.db import transaction
+from space.dbthread import DB_THREAD, db_call
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.servertime import epoch
 from space.spaces import require_space
+from space.storage import Stalled
 from space.store import STORE
 from space.streams import EventStream, install, last_event_id
 
@@ -67,7 +70,7 @@ def setup(app: web.Application) -> None:
     """Add the chat routes, their tables and the shutdown that ends their streams."""
     install(app)
     app[TOPICS] = chat_stream.Topics()
-    chat_store.ensure_schema(app[DB])
+    app[DB_THREAD].blocking(chat_store.ensure_schema)
     add_route(app, "chat_create", post_chat, "Create a chat", body=ChatIn, answer=Chat)
     add_route(app, "chats", get_chats, "List the space's chats", answer=ChatList)
     add_route(
@@ -107,11 +110,11 @@ def settings(app: web.Application) -> ChatSettings:
     return app.get(CHAT_SETTINGS) or ChatSettings()
 
 
-def _chat_cursor(request: web.Request) -> tuple[str, str, int]:
+async def _chat_cursor(request: web.Request) -> tuple[str, str, int]:
     """`(space, objectId, latest seq)` of the route's chat; 404 if either is unknown."""
     space, object_id = require_space(request), request.match_info["objectId"]
     try:
-        return space, object_id, chat_store.last_seq(request.app[DB], space, object_id)
+        return space, object_id, await db_call(request.app, chat_store.last_seq, space, object_id)
     except UnknownChat:
         detail = f"no chat with objectId {object_id!r} in space {space!r}"
         raise Refusal(404, "unknown_chat", detail) from None
@@ -125,12 +128,13 @@ async def post_chat(request: web.Request) -> web.Response:
 
 
 async def get_chats(request: web.Request) -> web.Response:
-    return answer({"chats": chat_store.list_chats(request.app[DB], require_space(request))})
+    space = require_space(request)
+    return answer({"chats": await db_call(request.app, chat_store.list_chats, space)})
 
 
 async def post_message(request: web.Request) -> web.Response:
     space, object_id = require_space(request), request.match_info["objectId"]
-    msg = _signed(request, decode(await raw_body(request), MessageIn))
+    msg = await _signed(request, decode(await raw_body(request), MessageIn))
     _check_text(msg.text, settings(request.app).text_limit)
     try:
         message, body = await request.app[STORE].add_message(space, object_id, msg)
@@ -144,13 +148,15 @@ async def post_message(request: web.Request) -> web.Response:
 async def patch_message(request: web.Request) -> web.Response:
     """An agent message grows in place: its new `text` and/or `done`, seen by streams as
     `event: update`. A person's message, or one that is done, is 409 `not_editable`."""
-    _, object_id, _ = _chat_cursor(request)
+    _, object_id, _ = await _chat_cursor(request)
     message_id = request.match_info["messageId"]
     edit = decode(await raw_body(request), MessageEdit)
     if edit.text is not None:
         _check_text(edit.text, settings(request.app).text_limit)
     try:
-        message, body = chat_store.edit_message(request.app[DB], object_id, message_id, edit)
+        message, body = await db_call(
+            request.app, chat_store.edit_message, object_id, message_id, edit
+        )
     except UnknownChat:
         detail = f"no message {message_id!r} in chat {object_id!r}"
         raise Refusal(404, "unknown_message", detail) from None
@@ -160,7 +166,7 @@ async def patch_message(request: web.Request) -> web.Response:
     return web.Response(body=body, content_type="application/json")
 
 
-def _signed(request: web.Request, msg: MessageIn) -> MessageIn:
+async def _signed(request: web.Request, msg: MessageIn) -> MessageIn:
     """A message sent with a run token is the agent's: `agent.name` defaults to the program's
     ref, so a program posting into a chat its own event trigger watches never re-fires it;
     a nudge it sends (`trigger:…`) is always `trigger:<its own trigger's name>`."""
@@ -170,7 +176,7 @@ def _signed(request: web.Request, msg: MessageIn) -> MessageIn:
         return msg
     tid = str(who.trigger_id or "run")
     try:
-        _, record = trigger_store.current(request.app[DB], str(who.space), tid)
+        _, record = await db_call(request.app, trigger_store.current, str(who.space), tid)
     except Refusal:
         record = {}  # the trigger was deleted meanwhile: its id still says who wrote
     if nudge:
@@ -188,15 +194,15 @@ def _check_text(text: str, limit: int) -> None:
 
 
 async def get_messages(request: web.Request) -> web.Response:
-    _, object_id, _ = _chat_cursor(request)
+    _, object_id, _ = await _chat_cursor(request)
     conf = settings(request.app)
     after = int_query(request, "after", 0, clamp=False)
     limit = int_query(request, "limit", conf.page_default, low=1, high=conf.page_max, clamp=False)
     if request.query.get("latest", "") in ("1", "true"):  # the newest `limit`, oldest first
-        rows = chat_store.latest(request.app[DB], object_id, after, limit + 1)
+        rows = await db_call(request.app, chat_store.latest, object_id, after, limit + 1)
         more, rows = len(rows) > limit, rows[-limit:]
     else:
-        rows = chat_store.page(request.app[DB], object_id, after, limit + 1)
+        rows = await db_call(request.app, chat_store.page, object_id, after, limit + 1)
         more, rows = len(rows) > limit, rows[:limit]
     nxt = rows[-1][0] if rows else after
     good, _ = oddrows.each(rows, _checked, lambda r: r[0], "chat_messages")
@@ -225,40 +231,50 @@ def _checked(row: tuple[int, str]) -> str:
 
 
 async def get_stream(request: web.Request) -> web.StreamResponse:
-    space, object_id, _ = _chat_cursor(request)
+    space, object_id, _ = await _chat_cursor(request)
     app, conf = request.app, settings(request.app)
     options = {"heartbeat": conf.heartbeat, "queue_size": conf.queue_size}
     async with EventStream.open(request, send_timeout=conf.send_timeout, **options) as stream:
         now = epoch(now_of(request))
-        live = _subscribed(request, space, object_id, now)
+        live = await _subscribed(request, space, object_id, now)
         try:
             await chat_stream.run(
-                stream, app[TOPICS], app[DB], space, object_id, now=now, window=conf.window
+                stream, app[TOPICS], app, space, object_id, now=now, window=conf.window
             )
         finally:
-            _unsubscribed(request, live)
+            await _unsubscribed(request, live)
     return stream.response
 
 
-def _subscribed(request: web.Request, space: str, object_id: str, now: float) -> int | None:
+async def _subscribed(request: web.Request, space: str, object_id: str, now: float) -> int | None:
     """A device's stream goes into its history (`why`: who was subscribed when)."""
     who = principal(request)
     if who.role is not Role.DEVICE or who.peer is None:
         return None
     resumed = last_event_id(request) is not None
     try:
-        with transaction(request.app[DB]):
-            return history.subscribed(request.app[DB], space, who.peer, object_id, now, resumed)
-    except sqlite3.Error as exc:  # a storage fault costs the history, never the stream
+        return await db_call(request.app, _noted, space, who.peer, object_id, now, resumed)
+    except (sqlite3.Error, Stalled) as exc:  # a storage fault costs the history, never the stream
         log.warning("history: stream of %s not noted: %s", object_id, exc)
         return None
 
 
-def _unsubscribed(request: web.Request, row: int | None) -> None:
+def _noted(
+    db: sqlite_utils.Database, space: str, peer: str, object_id: str, now: float, resumed: bool
+) -> int:
+    with transaction(db):
+        return history.subscribed(db, space, peer, object_id, now, resumed)
+
+
+def _ended(db: sqlite_utils.Database, row: int, now: float) -> None:
+    with transaction(db):
+        history.unsubscribed(db, row, now)
+
+
+async def _unsubscribed(request: web.Request, row: int | None) -> None:
     if row is None:
         return
     try:
-        with transaction(request.app[DB]):
-            history.unsubscribed(request.app[DB], row, epoch(now_of(request)))
-    except sqlite3.Error as exc:
+        await db_call(request.app, _ended, row, epoch(now_of(request)))
+    except (sqlite3.Error, Stalled) as exc:
         log.warning("history: end of a stream not noted: %s", exc)

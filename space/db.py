@@ -27,9 +27,10 @@ def open_db(path: str | Path) -> sqlite_utils.Database:
     """Open (creating) the store at `path`: WAL, so a killed server loses no acknowledged write.
 
     A new store is created owner-only (0600, its missing directories 0700); SQLite gives
-    its `-wal` and `-shm` files the mode of the database."""
+    its `-wal` and `-shm` files the mode of the database. The connection is the opening
+    thread's alone (the server's: `space.dbthread`)."""
     _create_private(Path(path))
-    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=True)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")

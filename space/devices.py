@@ -24,7 +24,8 @@ from core.peerwire import DeviceList, DeviceOut, HeartbeatIn
 from space import history, oddrows
 from space.appstate import SETTINGS
 from space.auth import require_peer
-from space.db import DB, add_columns, transaction
+from space.db import add_columns, transaction
+from space.dbthread import DB_THREAD, db_call
 from space.http import Refusal, add_route, answer, decode, now_of, raw_body
 from space.servertime import iso
 from space.spaces import require_space
@@ -130,23 +131,32 @@ async def put_device(request: web.Request) -> web.Response:
     data = await raw_body(request)
     body = decode(data, HeartbeatIn) if data.strip() else HeartbeatIn()  # empty: a bare beat
     now, window = now_of(request), request.app[SETTINGS].live_seconds
-    heartbeat(request.app[DB], space, peer, body, now.timestamp(), window)
-    row = next(
-        request.app[DB].query("SELECT * FROM devices WHERE space = ? AND peer = ?", [space, peer])
-    )
+    row = await db_call(request.app, _beat, space, peer, body, now.timestamp(), window)
     return answer(_out(row, now, timedelta(seconds=window)))
+
+
+def _beat(
+    db: sqlite_utils.Database, space: str, peer: str, body: HeartbeatIn, now: float, window: float
+) -> dict[str, Any]:
+    """The heartbeat and the device's row after it: one unit of work."""
+    heartbeat(db, space, peer, body, now, window)
+    return next(db.query("SELECT * FROM devices WHERE space = ? AND peer = ?", [space, peer]))
 
 
 async def list_devices(request: web.Request) -> web.Response:
     space = require_space(request)
     now, window = now_of(request), timedelta(seconds=request.app[SETTINGS].live_seconds)
-    rows = request.app[DB].query("SELECT * FROM devices WHERE space = ? ORDER BY peer", [space])
+    rows = await db_call(request.app, _listing, space)
     found, odd = oddrows.each(rows, lambda r: _out(r, now, window), lambda r: r["peer"], "devices")
     return answer({"devices": found, **({"odd": odd} if odd else {})})
 
 
+def _listing(db: sqlite_utils.Database, space: str) -> list[dict[str, Any]]:
+    return list(db.query("SELECT * FROM devices WHERE space = ? ORDER BY peer", [space]))
+
+
 def setup(app: web.Application) -> None:
-    ensure_schema(app[DB])
+    app[DB_THREAD].blocking(ensure_schema)
     add_route(
         app,
         "device_put",

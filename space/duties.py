@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import sqlite_utils
 from aiohttp import web
 
 from core.vocab import RAN
 from space import fires, leases, trigger_store
 from space.auth import Principal, Role, principal
-from space.db import DB
 from space.http import Refusal, now_of
 
 
@@ -40,13 +40,20 @@ def own_peer(request: web.Request, written: str, field: str = "peer") -> str:
 
 
 def require_claimed(
-    request: web.Request, space: str, fire: tuple[str, str], peer: str, term: int, status: str
+    db: sqlite_utils.Database,
+    request: web.Request,
+    space: str,
+    fire: tuple[str, str],
+    peer: str,
+    term: int,
+    status: str,
 ) -> None:
-    """A run that ran is of a fire (`(triggerId, key)`) its peer claimed at its term."""
+    """A run that ran is of a fire (`(triggerId, key)`) its peer claimed at its term. On the
+    database thread, in its caller's unit of work."""
     if device(request) is None or status not in RAN:
         return
     tid, key = fire
-    if fires.claim_of(request.app[DB], space, tid, key) != (peer, term):
+    if fires.claim_of(db, space, tid, key) != (peer, term):
         detail = (
             f"{tid}@{key} was not claimed by {peer!r} at term {term}; a device "
             "records runs of its own fires - at `$.key`"
@@ -84,12 +91,12 @@ def require_own_programming(
     raise Refusal(403, "forbidden", detail)
 
 
-def require_stamper(request: web.Request, space: str, tid: str) -> None:
-    """Refuse stamps on a record this device does not answer for."""
+def require_stamper(db: sqlite_utils.Database, request: web.Request, space: str, tid: str) -> None:
+    """Refuse stamps on a record this device does not answer for. On the database thread,
+    in its caller's unit of work."""
     who = device(request)
     if who is None:
         return
-    db = request.app[DB]
     _, record = trigger_store.current(db, space, tid)
     if record.get("owner") == who.peer:
         return

@@ -21,7 +21,8 @@ from core.wire import FireIn, FireList, FireOut
 from space import fence, history, metrics, token_store
 from space.appstate import SETTINGS
 from space.auth import require_peer
-from space.db import DB, transaction
+from space.db import transaction
+from space.dbthread import DB_THREAD
 from space.http import Refusal, add_route, answer, int_query, now_of, read_body
 from space.servertime import iso
 from space.spaces import require_space
@@ -263,15 +264,15 @@ async def post_fires(request: web.Request) -> web.Response:
     margin = request.app[SETTINGS].run_token_margin_seconds
     if isinstance(body, list):
         results = await store.claim_list(space, body, margin)
-        for r in results:
-            metrics.claim_seen(request.app, space, r["key"], r.get("error") or "claimed", now)
+        seen = [(r["key"], r.get("error") or "claimed") for r in results]
+        await metrics.claim_seen(request.app, space, seen, now)
         return answer({"claims": results})
     try:
         claimed = await store.claim_fire(space, body, margin)
     except Refusal as refusal:
-        metrics.claim_seen(request.app, space, body.key, refusal.code, now)
+        await metrics.claim_seen(request.app, space, [(body.key, refusal.code)], now)
         raise
-    metrics.claim_seen(request.app, space, body.key, "claimed", now)
+    await metrics.claim_seen(request.app, space, [(body.key, "claimed")], now)
     return answer(claimed, status=201)
 
 
@@ -299,7 +300,7 @@ FIRE_KEYS = ("triggerId", "key", "term", "peer", "claimedAt")
 
 
 def setup(app: web.Application) -> None:
-    ensure_schema(app[DB])
+    app[DB_THREAD].blocking(ensure_schema)
     add_route(
         app,
         "fires_claim",

@@ -2,8 +2,8 @@
 
 Owns the pruning of the `history_*` tables, of the claim ledger (`fires`) and of
 `Idempotency-Key`s past a day: every `every` seconds, rows older than the retention go in
-batches of `BATCH` rows, each its own short transaction with the event loop free between
-them, so a prune never holds up a claim. A revision stays while it is the latest of its
+batches of `BATCH` rows, each its own short transaction and unit of work on the database
+thread, so a claim goes between two batches. A revision stays while it is the latest of its
 record before the cutoff (it says how the record stood at the start of the kept history).
 Claims stay at least `CLAIMS_FLOOR_DAYS` (past the longest grace a slot may still be fired
 in), so the guard against double fires never forgets a key that could come again. Must not
@@ -22,7 +22,8 @@ from aiohttp import web
 
 from space import idempotency
 from space.appstate import CLOCK, SETTINGS
-from space.db import DB, transaction
+from space.db import transaction
+from space.dbthread import db_call
 from space.servertime import iso
 
 log = logging.getLogger("baton.space")
@@ -89,9 +90,8 @@ async def prune(app: web.Application) -> int:
     cutoff = (now - timedelta(days=days)).timestamp()
     claims = (now - timedelta(days=max(days, CLAIMS_FLOOR_DAYS))).timestamp()
     total = 0
-    while (gone := prune_batch(app[DB], cutoff, claims, now.timestamp())) > 0:
+    while (gone := await db_call(app, prune_batch, cutoff, claims, now.timestamp())) > 0:
         total += gone
-        await asyncio.sleep(0)  # a fire's claim goes between two batches
     return total
 
 

@@ -23,8 +23,9 @@ from aiohttp import web
 
 from space.appstate import CLOCK
 from space.auth import PRINCIPAL
-from space.db import DB
+from space.dbthread import DB_THREAD, db_call
 from space.http import Handler, Refusal, raw_body
+from space.storage import Stalled
 
 HEADER = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"
@@ -92,32 +93,21 @@ def _stored(db: sqlite_utils.Database, owner: str, key: str, digest: str) -> web
     return web.Response(status=row[1], body=row[4], content_type=row[2], headers=headers)
 
 
-def _store(request: web.Request, owner: str, key: str, digest: str, answer: web.Response) -> None:
+async def _store(
+    request: web.Request, owner: str, key: str, digest: str, answer: web.Response
+) -> None:
     if answer.status >= 500 or not isinstance(answer.body, bytes):
         return
     kept = {h: answer.headers[h] for h in _KEPT_HEADERS if h in answer.headers}
+    row = [owner, key, digest, answer.status, answer.content_type, json.dumps(kept), answer.body]
     try:
-        _insert(request, owner, key, digest, answer, kept)
-    except sqlite3.Error as exc:  # the write itself committed: answer it, a retry may repeat it
+        await db_call(request.app, _insert, [*row, request.app[CLOCK]().timestamp()])
+    except (sqlite3.Error, Stalled) as exc:  # the write committed: answer it, a retry may repeat
         log.warning("idempotency key %r not stored: %s", key, exc)
 
 
-def _insert(
-    request: web.Request, owner: str, key: str, digest: str, answer: web.Response, kept: object
-) -> None:
-    request.app[DB].execute(
-        "INSERT OR REPLACE INTO idempotency VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            owner,
-            key,
-            digest,
-            answer.status,
-            answer.content_type,
-            json.dumps(kept),
-            answer.body,
-            request.app[CLOCK]().timestamp(),
-        ],
-    )
+def _insert(db: sqlite_utils.Database, row: list[object]) -> None:
+    db.execute("INSERT OR REPLACE INTO idempotency VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
 
 
 @web.middleware
@@ -130,7 +120,7 @@ async def replay(request: web.Request, handler: Handler) -> web.StreamResponse:
     in_flight = request.app[IN_FLIGHT]
     while (busy := in_flight.get((owner, key))) is not None:
         await busy.wait()  # the first is still being answered: its answer is the retry's
-    first = _stored(request.app[DB], owner, key, digest)
+    first = await db_call(request.app, _stored, owner, key, digest)
     if first is not None:
         return first
     in_flight[(owner, key)] = done = asyncio.Event()
@@ -140,7 +130,7 @@ async def replay(request: web.Request, handler: Handler) -> web.StreamResponse:
         except Refusal as exc:
             answer = exc.response()
         if isinstance(answer, web.Response):
-            _store(request, owner, key, digest, answer)
+            await _store(request, owner, key, digest, answer)
         return answer
     finally:
         del in_flight[(owner, key)]
@@ -148,5 +138,5 @@ async def replay(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def setup(app: web.Application) -> None:
-    ensure_schema(app[DB])
+    app[DB_THREAD].blocking(ensure_schema)
     app[IN_FLIGHT] = {}

@@ -27,6 +27,7 @@ from space import history, oddrows
 from space.appstate import CLOCK, SETTINGS
 from space.auth import require_peer
 from space.db import DB, watch_stalls
+from space.dbthread import DB_THREAD
 from space.http import Refusal, add_route, answer, read_body
 from space.servertime import iso
 from space.spaces import require_space
@@ -301,7 +302,7 @@ async def post_want(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    ensure_schema(app[DB])
+    app[DB_THREAD].blocking(ensure_schema)
     watch_stalls(app[DB], app[CLOCK], credit_stall)
     app[STORAGE].recovered.append(lambda began, seconds: credit_stall(app[DB], began, seconds))
     add_route(app, "election", get_election, "The lease: who is active", answer=LeaseOut)

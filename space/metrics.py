@@ -14,17 +14,21 @@ import math
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import NamedTuple
 
+import sqlite_utils
 from aiohttp import web
 
 from space import alertables, auth, chat_store, storage
 from space import leases as lease_store
 from space.appstate import CLOCK
-from space.db import DB
+from space.db import STALL_S
+from space.dbthread import DB_THREAD, db_call
 from space.exposition import CONTENT_TYPE, family, labels, num
 from space.http import Refusal, answer
-from space.storage import STORAGE
+from space.servertime import iso
+from space.storage import STORAGE, Stalled
 from space.streams import STREAMS
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -64,12 +68,26 @@ class Metrics:
 METRICS = web.AppKey("metrics", Metrics)
 
 
-def claim_seen(app: web.Application, space: str, key: str, result: str, now: datetime) -> None:
-    """A fire claim was answered: `result` is `claimed` or the refusal's code."""
+async def claim_seen(
+    app: web.Application, space: str, seen: list[tuple[str, str]], now: datetime
+) -> None:
+    """Fire claims were answered: `(key, result)` each, `result` `claimed` or the refusal's
+    code. A message's acceptance is read in one unit of work; failing, latency is not seen."""
     metrics = app[METRICS]
-    metrics.claims[(space, result)] += 1
-    if result == "claimed" and (due := _due(app, key)) is not None:
-        metrics.fire_latency.observe({"space": space}, max(0.0, (now - due).total_seconds()))
+    keys = [k for k, result in seen if result == "claimed" and not k[:1].isdigit()]
+    try:
+        accepted = await db_call(app, _accepted, keys) if keys else {}
+    except (sqlite3.Error, Stalled):  # the claims committed: their answers stand
+        accepted = {}
+    for key, result in seen:
+        metrics.claims[(space, result)] += 1
+        due = _due(key if key[:1].isdigit() else accepted.get(key))
+        if result == "claimed" and due is not None:
+            metrics.fire_latency.observe({"space": space}, max(0.0, (now - due).total_seconds()))
+
+
+def _accepted(db: sqlite_utils.Database, keys: list[str]) -> dict[str, str | None]:
+    return {key: chat_store.created_at(db, key) for key in keys}
 
 
 def run_seen(app: web.Application, space: str, status: str, late_ms: float | None) -> None:
@@ -79,9 +97,8 @@ def run_seen(app: web.Application, space: str, status: str, late_ms: float | Non
         metrics.lateness.observe({"space": space, "status": status}, max(0.0, late_ms / 1000))
 
 
-def _due(app: web.Application, key: str) -> datetime | None:
+def _due(text: str | None) -> datetime | None:
     """When the fire was due: a slot's instant (cron, once), or the message's acceptance."""
-    text = key if key[:1].isdigit() else chat_store.created_at(app[DB], key)
     try:
         when = datetime.fromisoformat(text) if text else None
     except ValueError:
@@ -92,14 +109,24 @@ def _due(app: web.Application, key: str) -> datetime | None:
 # ------------------------------------------------------------------ rendering
 
 
-# long: one table of every metric family, in exposition order
-def render(app: web.Application, now: datetime) -> str:
-    db, m = app[DB], app[METRICS]
+class Counted(NamedTuple):  # what a scrape reads from the store, in one unit of work
+    runs: list[tuple[str, str, int]]
+    fires: list[tuple[str, int]]
+    held: list[tuple[str, lease_store.Lease]]
+
+
+def counted(db: sqlite_utils.Database) -> Counted:
     runs = db.execute(
         "SELECT space, status, SUM(count) FROM run_rollups GROUP BY space, status"
     ).fetchall()
     fires = db.execute("SELECT space, COUNT(*) FROM fires GROUP BY space").fetchall()
     held = [(s, lease_store.load(db, s)) for (s,) in db.execute("SELECT space FROM leases")]
+    return Counted(runs, fires, held)
+
+
+# long: one table of every metric family, in exposition order
+def render(app: web.Application, now: datetime, read: Counted) -> str:
+    m, (runs, fires, held) = app[METRICS], read
     streams = Counter(_feed(s.request.path) for s in app[STREAMS].streams())
     out = [
         *family(
@@ -166,23 +193,38 @@ def render(app: web.Application, now: datetime) -> str:
 
 
 def _storage_lines(app: web.Application) -> list[str]:
-    state = app[STORAGE]
+    state, thread = app[STORAGE], app[DB_THREAD]
     up = family(
         "baton_storage_up",
         "gauge",
         "1 while the store's writes commit, 0 since a storage fault (full, read-only, …).",
-        [f"baton_storage_up {0 if state.fault else 1}"],
+        [f"baton_storage_up {0 if state.fault or thread.stalled_for() else 1}"],
     )
+    stalls = [
+        *family(
+            "baton_storage_stalls_total",
+            "counter",
+            f"Units of database work that ran over {STALL_S:g} s (a hung disk), since start.",
+            [f"baton_storage_stalls_total {thread.stalls}"],
+        ),
+        *family(
+            "baton_storage_stalled_seconds_total",
+            "counter",
+            f"Seconds units of database work ran past their first {STALL_S:g} s, since start.",
+            [f"baton_storage_stalled_seconds_total {num(round(thread.stalled_total(), 3))}"],
+        ),
+    ]
     faults = family(
         "baton_storage_faults_total",
         "counter",
-        "Requests answered 503 storage_unavailable since start, by fault.",
+        "Requests answered 503 storage_unavailable since start, by fault (`stalled`: not begun "
+        "in time behind a hung unit of database work).",
         (
             f"baton_storage_faults_total{labels({'fault': f})} {n}"
             for f, n in sorted(state.seen.items())
         ),
     )
-    return [*up, *faults]
+    return [*up, *faults, *stalls]
 
 
 def _feed(path: str) -> str:
@@ -193,24 +235,46 @@ def _feed(path: str) -> str:
 
 
 async def get_healthz(request: web.Request) -> web.Response:
+    """From the loop alone while the database thread is stalled; else one `SELECT 1` on it."""
+    app, retry = request.app, {"Retry-After": str(storage.RETRY_AFTER_S)}
+    if stalled := app[DB_THREAD].stalled_for():
+        return answer(_stall_view(stalled, app[CLOCK]()), 503, retry)
     try:
-        request.app[DB].execute("SELECT 1").fetchone()
+        await db_call(app, _ping)
+    except Stalled:
+        return answer(_stall_view(app[DB_THREAD].stalled_for(), app[CLOCK]()), 503, retry)
     except sqlite3.Error as exc:
         return answer({"status": "down", "detail": f"the store does not answer: {exc}"}, 503)
-    fault = request.app[STORAGE].view()
+    fault = app[STORAGE].view()
     if fault:
-        headers = {"Retry-After": str(storage.RETRY_AFTER_S)}
-        return answer({"status": "storage_unavailable", **fault}, 503, headers)
+        return answer({"status": "storage_unavailable", **fault}, 503, retry)
     return answer({"status": "ok"})
+
+
+def _ping(db: sqlite_utils.Database) -> None:
+    db.execute("SELECT 1").fetchone()
+
+
+def _stall_view(seconds: float, now: datetime) -> dict[str, object]:
+    detail = f"a unit of database work has run {seconds:.1f} s (a hung disk?)"
+    since = iso(now - timedelta(seconds=seconds))
+    return {
+        "status": "storage_unavailable",
+        "storage": "stalled",
+        "detail": detail,
+        "since": since,
+        "stalledFor": round(seconds, 3),
+    }
 
 
 async def get_metrics(request: web.Request) -> web.Response:
     now = request.app[CLOCK]()
-    who = auth.identify(request)
+    who = await auth.identify(request)
     if who.role is auth.Role.RUN:
         raise Refusal(403, "forbidden", "a run token may not read /metrics")
     more = await alertables.lines(request.app, now)
-    body = (render(request.app, now) + "\n".join(more) + "\n").encode()
+    read = await db_call(request.app, counted)
+    body = (render(request.app, now, read) + "\n".join(more) + "\n").encode()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 

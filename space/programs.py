@@ -24,7 +24,8 @@ from programs.source import ProgramMeta
 from space import trigger_store
 from space.appstate import SETTINGS
 from space.auth import Role, author, principal
-from space.db import DB, add_columns, transaction
+from space.db import add_columns, transaction
+from space.dbthread import DB_THREAD, db_call
 from space.http import Refusal, add_route, answer, now_of, read_body
 from space.servertime import iso
 from space.spaces import require_space
@@ -91,13 +92,13 @@ def _find(db: sqlite_utils.Database, space: str, name: str, version: int) -> dic
     return rows[0] if rows else None
 
 
-def _not_for_others(request: web.Request, space: str, ref: str) -> None:
+def _not_for_others(db: sqlite_utils.Database, request: web.Request, space: str, ref: str) -> None:
     """A device may not be the first to publish a ref that a record pinned to another
     device runs: that device would run its code (the admin token may)."""
     who = principal(request)
     if who.role is not Role.DEVICE:
         return
-    for record in trigger_store.listing(request.app[DB], space):
+    for record in trigger_store.listing(db, space):
         owner = record.get("owner") or ""
         if record.get("program") == ref and owner not in ("", who.peer):
             detail = (
@@ -116,25 +117,8 @@ async def put_program(request: web.Request) -> web.Response:
         raise Refusal(413, "program_too_large", f"source over {limit} bytes - at `$.source`")
     meta = inspect_source(body.source)
     any_tool, digest = meta.any_tool, meta.sha256
-    db, publisher = request.app[DB], author(request).actor
-    with transaction(db):
-        existing = _find(db, space, name, version)
-        if existing is None:
-            _not_for_others(request, space, f"{name}@v{version}")
-            db.execute(
-                "INSERT INTO programs (space, name, version, source, sha256, any_tool, "
-                "created_at, publisher) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    space,
-                    name,
-                    version,
-                    body.source,
-                    digest,
-                    any_tool,
-                    iso(now_of(request)),
-                    publisher,
-                ],
-            )
+    row = [space, name, version, body.source, digest, any_tool, iso(now_of(request))]
+    existing, found = await db_call(request.app, _publish, request, [*row, author(request).actor])
     if existing is not None and existing["sha256"] != digest:
         raise Refusal(
             409,
@@ -142,14 +126,31 @@ async def put_program(request: web.Request) -> web.Response:
             f"{name}@v{version} exists with other source; publish a new version",
             sha256=existing["sha256"],
         )
-    row = _find(db, space, name, version)
-    return answer(_out(row or {}, False), status=200 if existing else 201)
+    return answer(_out(found or {}, False), status=200 if existing else 201)
+
+
+Row = dict[str, Any] | None
+
+
+def _publish(db: sqlite_utils.Database, request: web.Request, row: list[Any]) -> tuple[Row, Row]:
+    """The program as it was (None: new) and as it is, in one unit of work."""
+    space, name, version = row[:3]
+    with transaction(db):
+        existing = _find(db, space, name, version)
+        if existing is None:
+            _not_for_others(db, request, space, f"{name}@v{version}")
+            db.execute(
+                "INSERT INTO programs (space, name, version, source, sha256, any_tool, "
+                "created_at, publisher) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+    return existing, _find(db, space, name, version)
 
 
 async def get_program(request: web.Request) -> web.Response:
     space = require_space(request)
     name, version = parse_ref(request.match_info["ref"])
-    row = _find(request.app[DB], space, name, version)
+    row = await db_call(request.app, _find, space, name, version)
     if row is None:
         raise Refusal(404, "unknown_program", f"no program {name}@v{version} in space {space!r}")
     return answer(_out(row, True))
@@ -157,14 +158,16 @@ async def get_program(request: web.Request) -> web.Response:
 
 async def list_programs(request: web.Request) -> web.Response:
     space = require_space(request)
-    rows = request.app[DB].query(
-        "SELECT * FROM programs WHERE space = ? ORDER BY name, version", [space]
-    )
+    rows = await db_call(request.app, _listing, space)
     return answer({"programs": [_out(r, False) for r in rows]})
 
 
+def _listing(db: sqlite_utils.Database, space: str) -> list[dict[str, Any]]:
+    return list(db.query("SELECT * FROM programs WHERE space = ? ORDER BY name, version", [space]))
+
+
 def setup(app: web.Application) -> None:
-    ensure_schema(app[DB])
+    app[DB_THREAD].blocking(ensure_schema)
     add_route(
         app,
         "program_put",

@@ -19,7 +19,7 @@ from space import devices, trigger_store
 from space.appstate import SETTINGS
 from space.auth import author
 from space.changes import notify
-from space.db import DB
+from space.dbthread import db_call
 from space.http import Refusal, add_route, answer, now_of
 from space.spaces import require_space
 from space.store import STORE
@@ -74,7 +74,7 @@ async def _runner(request: web.Request, space: str, record: Trigger) -> str:
             raise Refusal(409, "device_offline", detail)
         peer, whose = lease.active, f"trigger {tid!r} floats, run by {lease.active!r}"
     window = request.app[SETTINGS].live_seconds
-    live, seen = devices.last_seen(request.app[DB], space, peer, now, window)
+    live, seen = await db_call(request.app, devices.last_seen, space, peer, now, window)
     if not live:
         when = f"last seen {seen}" if seen else "never seen"
         detail = f"{whose}, which is offline ({when}): nothing runs it until it is back"

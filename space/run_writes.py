@@ -22,9 +22,9 @@ from aiohttp import web
 
 from core.vocab import KEPT_LONGER
 from core.wire import RunIn, RunResult, Stamps, to_wire
-from space import auth, changes, duties, history, logtable, token_store, trigger_store
+from space import changes, duties, history, logtable, token_store, trigger_store
 from space.appstate import SETTINGS, RunRetention
-from space.db import DB, transaction
+from space.db import transaction
 from space.http import Refusal
 from space.servertime import iso
 
@@ -106,17 +106,19 @@ class Checked(NamedTuple):
 
 
 def write_list(
-    request: web.Request, space: str, posted: list[RunIn], now: datetime
+    db: sqlite_utils.Database, request: web.Request, space: str, posted: list[RunIn], now: datetime
 ) -> list[RunResult]:
     """Each run of `posted` written or refused on its own, and each trigger's stamps, in one
-    transaction; one result per run."""
-    db, writer = request.app[DB], changes.writer(request)  # a bad tag refuses all first
+    transaction (a unit of work on the database thread); one result per run. The tokens of
+    the runs taken end here, their streams are the caller's to end."""
+    writer = changes.writer(request)  # a bad tag refuses all first
     with transaction(db):
-        checked = _check(request, space, posted)
+        checked = _check(db, request, space, posted)
         taken = [c for c in checked if isinstance(c, Checked)]
         _insert(db, space, [(c.run, c.body) for c in taken if c.new], _retention(request), now)
-        _end_runs(request, space, [c.run.runId for c in taken], now)
-        stamped = _stamp(request, space, posted, now, writer)
+        ended = sorted({c.run.runId for c in taken})
+        token_store.revoke_runs(db, space, ended, now.timestamp())
+        stamped = _stamp(db, request, space, posted, now, writer)
     return [_result(run, check, stamped) for run, check in zip(posted, checked, strict=True)]
 
 
@@ -124,9 +126,11 @@ def _retention(request: web.Request) -> RunRetention:
     return request.app[SETTINGS].retention
 
 
-def _check(request: web.Request, space: str, posted: list[RunIn]) -> list[Checked | Refusal]:
+def _check(
+    db: sqlite_utils.Database, request: web.Request, space: str, posted: list[RunIn]
+) -> list[Checked | Refusal]:
     """Each run as it would be stored, or why it is refused; nothing is written."""
-    stored = logtable.stored(request.app[DB], "runs", "run_id", space, [r.runId for r in posted])
+    stored = logtable.stored(db, "runs", "run_id", space, [r.runId for r in posted])
     out: list[Checked | Refusal] = []
     for given in posted:
         try:
@@ -134,7 +138,7 @@ def _check(request: web.Request, space: str, posted: list[RunIn]) -> list[Checke
                 given, peer=duties.own_peer(request, given.peer), stamps=None
             )
             fire = (run.triggerId, run.key)
-            duties.require_claimed(request, space, fire, run.peer, run.term, run.status.value)
+            duties.require_claimed(db, request, space, fire, run.peer, run.term, run.status.value)
             body, there = body_of(run), stored.get(run.runId)
             if there is not None and there != body:
                 raise logtable.conflict("run_id", run.runId)
@@ -145,15 +149,13 @@ def _check(request: web.Request, space: str, posted: list[RunIn]) -> list[Checke
     return out
 
 
-def _end_runs(request: web.Request, space: str, run_ids: list[str], now: datetime) -> None:
-    """The runs are over: their tokens end, and the tokens' open event streams."""
-    ended = set(run_ids)
-    token_store.revoke_runs(request.app[DB], space, sorted(ended), now.timestamp())
-    auth.end_streams(request.app, lambda who: who.space == space and who.run_id in ended)
-
-
 def _stamp(
-    request: web.Request, space: str, posted: Iterable[RunIn], now: datetime, writer: str
+    db: sqlite_utils.Database,
+    request: web.Request,
+    space: str,
+    posted: Iterable[RunIn],
+    now: datetime,
+    writer: str,
 ) -> dict[str, Refusal | int]:
     """Each trigger's stamps, merged in the order posted, written once and fenced as
     `POST …/status` is: the seq of their change where applied (0: they changed nothing),
@@ -165,10 +167,8 @@ def _stamp(
     out: dict[str, Refusal | int] = {}
     for tid, fields in merged.items():
         try:
-            duties.require_stamper(request, space, tid)
-            _, out[tid] = trigger_store.stamp(
-                request.app[DB], space, tid, fields, iso(now), writer=writer
-            )
+            duties.require_stamper(db, request, space, tid)
+            _, out[tid] = trigger_store.stamp(db, space, tid, fields, iso(now), writer=writer)
         except Refusal as exc:
             out[tid] = exc
     return out

@@ -35,7 +35,8 @@ from space import (
 )
 from space.appstate import SETTINGS
 from space.changes import notify
-from space.db import DB, transaction
+from space.db import transaction
+from space.dbthread import DB_THREAD, db_call
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.servertime import iso
 from space.spaces import require_space
@@ -127,22 +128,21 @@ async def post_run(request: web.Request) -> web.Response:
     body: RunIn | list[RunIn] = decode(
         await raw_body(request), RUN_BODY, code="invalid_run", free=free_parts
     )
-    db, now = request.app[DB], now_of(request)
+    app, now = request.app, now_of(request)
     if isinstance(body, list):
-        results = run_writes.write_list(request, space, body, now)
-        for run, result in zip(body, results, strict=True):
-            if result.error is not None:
-                _end_token(request, space, run, now)
+        results = await db_call(app, run_writes.write_list, request, space, body, now)
+        _end_streams(app, space, {r.runId for r in results if r.error is None})
+        refused = [run for run, r in zip(body, results, strict=True) if r.error is not None]
+        if refused:
+            _end_streams(app, space, await db_call(app, _end_tokens, request, space, refused, now))
         _written(request, space, body, results)
         return answer({"runs": [msgspec.to_builtins(r) for r in results]})
     try:
-        with transaction(db):
-            run, added = _one(request, space, body, now)
-            if body.stamps is not None:
-                _stamp(request, space, run, body.stamps, now)
+        run, added = await db_call(app, _post_one, request, space, body, now)
     except Refusal:
-        _end_token(request, space, body, now)
+        _end_streams(app, space, await db_call(app, _end_tokens, request, space, [body], now))
         raise
+    _end_streams(app, space, {run.runId})
     _written(
         request,
         space,
@@ -156,33 +156,63 @@ async def post_run(request: web.Request) -> web.Response:
     return answer(run_writes.wire(run), status=201 if added else 200)
 
 
-def _one(request: web.Request, space: str, posted: RunIn, now: datetime) -> tuple[RunIn, bool]:
+def _post_one(
+    db: sqlite_utils.Database, request: web.Request, space: str, body: RunIn, now: datetime
+) -> tuple[RunIn, bool]:
+    """One posted run and its stamps in one transaction: a unit of work."""
+    with transaction(db):
+        run, added = _one(db, request, space, body, now)
+        if body.stamps is not None:
+            _stamp(db, request, space, run, body.stamps, now)
+    return run, added
+
+
+def _one(
+    db: sqlite_utils.Database, request: web.Request, space: str, posted: RunIn, now: datetime
+) -> tuple[RunIn, bool]:
     """Check and write one run (its token ends with it): the run as stored, and whether
     it was new. Raises `Refusal`."""
     run = msgspec.structs.replace(posted, peer=duties.own_peer(request, posted.peer), stamps=None)
     fire = (run.triggerId, run.key)
-    duties.require_claimed(request, space, fire, run.peer, run.term, run.status.value)
-    token_store.revoke_run(request.app[DB], space, run.runId, now.timestamp())  # its run is over
-    auth.end_streams(request.app, lambda who: (who.space, who.run_id) == (space, run.runId))
+    duties.require_claimed(db, request, space, fire, run.peer, run.term, run.status.value)
+    token_store.revoke_run(db, space, run.runId, now.timestamp())  # its run is over
     keep = request.app[SETTINGS].retention
-    return run, run_writes.add_run(request.app[DB], space, run, keep, now)
+    return run, run_writes.add_run(db, space, run, keep, now)
 
 
-def _end_token(request: web.Request, space: str, posted: RunIn, now: datetime) -> None:
-    """A run whose record is refused is over all the same: its token ends (a device's
-    only of its own fires, so no device ends another's run this way)."""
+def _end_tokens(
+    db: sqlite_utils.Database, request: web.Request, space: str, posted: list[RunIn], now: datetime
+) -> set[str]:
+    """Runs whose records are refused are over all the same: their tokens end (a device's
+    only of its own fires, so no device ends another's run this way). The runs ended."""
     who = auth.principal(request)
     peer = None if who.role is auth.Role.ADMIN else who.peer
-    with transaction(request.app[DB]):
-        if token_store.revoke_run(request.app[DB], space, posted.runId, now.timestamp(), peer):
-            auth.end_streams(request.app, lambda w: (w.space, w.run_id) == (space, posted.runId))
+    ended = set()
+    with transaction(db):
+        for run in posted:
+            if token_store.revoke_run(db, space, run.runId, now.timestamp(), peer):
+                ended.add(run.runId)
+    return ended
 
 
-def _stamp(request: web.Request, space: str, run: RunIn, stamps: Stamps, now: datetime) -> bool:
+def _end_streams(app: web.Application, space: str, run_ids: set[str]) -> None:
+    """The open event streams of the tokens of runs just ended (on the loop)."""
+    if run_ids:
+        auth.end_streams(app, lambda who: who.space == space and who.run_id in run_ids)
+
+
+def _stamp(
+    db: sqlite_utils.Database,
+    request: web.Request,
+    space: str,
+    run: RunIn,
+    stamps: Stamps,
+    now: datetime,
+) -> bool:
     """Apply a run's stamps to its trigger, fenced as `POST …/status`; whether they changed it."""
-    duties.require_stamper(request, space, run.triggerId)
+    duties.require_stamper(db, request, space, run.triggerId)
     fields = run_writes.stamp_fields(stamps)
-    _, seq = trigger_store.stamp(request.app[DB], space, run.triggerId, fields, iso(now))
+    _, seq = trigger_store.stamp(db, space, run.triggerId, fields, iso(now))
     return seq > 0
 
 
@@ -198,13 +228,14 @@ def _written(request: web.Request, space: str, runs: list[RunIn], results: list[
 async def get_runs(request: web.Request) -> web.Response:
     space = require_space(request)
     limit = int_query(request, "limit", 100, low=1, high=1000)
-    return answer({"runs": query_runs(request.app[DB], space, dict(request.query), limit)})
+    found = await db_call(request.app, query_runs, space, dict(request.query), limit)
+    return answer({"runs": found})
 
 
 async def get_run(request: web.Request) -> web.Response:
     space = require_space(request)
     run_id = request.match_info["runId"]
-    found = logtable.one(request.app[DB], "runs", "run_id", space, run_id)
+    found = await db_call(request.app, logtable.one, "runs", "run_id", space, run_id)
     if found is None:
         raise Refusal(404, "unknown_run", f"no run {run_id!r} in space {space!r}")
     return answer(found)
@@ -212,11 +243,12 @@ async def get_run(request: web.Request) -> web.Response:
 
 async def get_rollups(request: web.Request) -> web.Response:
     space = require_space(request)
-    return answer({"rollups": rollups(request.app[DB], space, request.query.get("trigger"))})
+    found = await db_call(request.app, rollups, space, request.query.get("trigger"))
+    return answer({"rollups": found})
 
 
 def setup(app: web.Application) -> None:
-    ensure_schema(app[DB])
+    app[DB_THREAD].blocking(ensure_schema)
     add_route(
         app,
         "run_create",

@@ -16,7 +16,8 @@ from aiohttp import web
 
 from core.wire import Body, Space, SpaceList
 from space import auth, chat_store
-from space.db import DB, transaction
+from space.db import transaction
+from space.dbthread import DB_THREAD, db_call
 from space.http import Refusal, add_route, answer, now_of, read_body
 from space.servertime import epoch, iso
 
@@ -53,9 +54,10 @@ def space_exists(db: sqlite_utils.Database, space: str) -> bool:
 
 
 def require_space(request: web.Request) -> str:
-    """The `{space}` of the route; 404 `unknown_space` if there is no such space."""
+    """The `{space}` of the route; 404 `unknown_space` if there is no such space (looked up
+    with the token, `auth.identify`, in one unit of work)."""
     space = request.match_info["space"]
-    if not space_exists(request.app[DB], space):
+    if not request[auth.SPACE_FOUND]:
         raise Refusal(404, "unknown_space", f"no space {space!r}")
     return space
 
@@ -80,12 +82,18 @@ def create_space(db: sqlite_utils.Database, body: SpaceIn, now: datetime) -> dic
 
 async def post_space(request: web.Request) -> web.Response:
     body = await read_body(request, SpaceIn)
-    return answer(create_space(request.app[DB], body, now_of(request)), status=201)
+    return answer(await db_call(request.app, create_space, body, now_of(request)), status=201)
+
+
+def _rows(db: sqlite_utils.Database, space: str | None = None) -> list[dict[str, Any]]:
+    if space is None:
+        return list(db.query("SELECT * FROM spaces ORDER BY id"))
+    return list(db.query("SELECT * FROM spaces WHERE id = ?", [space]))
 
 
 async def list_spaces(request: web.Request) -> web.Response:
     """Every space for the admin; a device's own space alone for a device token."""
-    rows = request.app[DB].query("SELECT * FROM spaces ORDER BY id")
+    rows = await db_call(request.app, _rows)
     who = auth.principal(request)
     every = who.role is auth.Role.ADMIN
     return answer({"spaces": [_space(r) for r in rows if every or r["id"] == who.space]})
@@ -93,11 +101,12 @@ async def list_spaces(request: web.Request) -> web.Response:
 
 async def get_space(request: web.Request) -> web.Response:
     space = require_space(request)
-    return answer(_space(next(request.app[DB].query("SELECT * FROM spaces WHERE id = ?", [space]))))
+    return answer(_space((await db_call(request.app, _rows, space))[0]))
 
 
 def setup(app: web.Application) -> None:
-    ensure_schema(app[DB])
+    app[DB_THREAD].blocking(ensure_schema)
+    app[auth.SPACE_LOOKUP] = space_exists
     add_route(
         app,
         "space_create",

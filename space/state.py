@@ -12,7 +12,8 @@ import sqlite_utils
 from aiohttp import web
 
 from core.wire import StateIn, StateOut
-from space.db import DB, transaction
+from space.db import transaction
+from space.dbthread import DB_THREAD, db_call
 from space.http import Refusal, add_route, answer, now_of, read_body
 from space.servertime import iso
 from space.spaces import require_space
@@ -40,14 +41,7 @@ def _names(request: web.Request) -> tuple[str, str]:
 async def get_state(request: web.Request) -> web.Response:
     space = require_space(request)
     tid, key = _names(request)
-    row = (
-        request.app[DB]
-        .execute(
-            "SELECT value, updated_at FROM state WHERE space = ? AND trigger_id = ? AND key = ?",
-            [space, tid, key],
-        )
-        .fetchone()
-    )
+    row = await db_call(request.app, _row, space, tid, key)
     if row is None:
         raise Refusal(404, "unknown_state", f"no state {key!r} for trigger {tid!r}")
     try:
@@ -62,17 +56,26 @@ async def put_state(request: web.Request) -> web.Response:
     space = require_space(request)
     tid, key = _names(request)
     body = await read_body(request, StateIn)
-    at, db = iso(now_of(request)), request.app[DB]
-    with transaction(db):
-        db.execute(
-            "INSERT OR REPLACE INTO state VALUES (?, ?, ?, ?, ?)",
-            [space, tid, key, json.dumps(body.value), at],
-        )
+    at = iso(now_of(request))
+    await db_call(request.app, _put, [space, tid, key, json.dumps(body.value), at])
     return answer({"triggerId": tid, "key": key, "value": body.value, "updatedAt": at})
 
 
+def _row(db: sqlite_utils.Database, space: str, tid: str, key: str) -> tuple[str, str] | None:
+    row: tuple[str, str] | None = db.execute(
+        "SELECT value, updated_at FROM state WHERE space = ? AND trigger_id = ? AND key = ?",
+        [space, tid, key],
+    ).fetchone()
+    return row
+
+
+def _put(db: sqlite_utils.Database, row: list[str]) -> None:
+    with transaction(db):
+        db.execute("INSERT OR REPLACE INTO state VALUES (?, ?, ?, ?, ?)", row)
+
+
 def setup(app: web.Application) -> None:
-    ensure_schema(app[DB])
+    app[DB_THREAD].blocking(ensure_schema)
     add_route(app, "state_get", get_state, "A trigger's state value", answer=StateOut)
     add_route(
         app,

@@ -3,9 +3,10 @@
 Owns telling a storage fault (SQLite's FULL, READONLY, IOERR, BUSY, LOCKED, CANTOPEN,
 CORRUPT, NOTADB, PROTOCOL, NOMEM) from a bug, the middleware that answers it
 `503 {"error": "storage_unavailable", "detail"}` with `Retry-After`, and the app's
-`StorageState`: the fault seen last and since when, cleared by the next request whose
-writes commit (its `recovered` hooks then hear how long writes failed). `/healthz` and
-`/metrics` read that state. Must not know any table.
+`StorageState`: the fault seen last and since when, cleared by the next unit of work whose
+writes commit (its `recovered` hooks then hear how long writes failed); the database thread
+(`space.dbthread`) tells it. A stall (`Stalled`) is a 503 too. `/healthz` and `/metrics` read
+that state. Must not know any table.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from datetime import datetime
 
 from aiohttp import web
 
-from space.appstate import CLOCK
-from space.db import DB
 from space.errors import error_response
 from space.http import Handler
 from space.servertime import iso
@@ -87,6 +86,10 @@ class StorageState:
 STORAGE = web.AppKey("storage", StorageState)
 
 
+class Stalled(Exception):
+    """The database thread did not take up a unit of work in time (`dbthread.WAIT_S`)."""
+
+
 def refusal(fault: str, detail: str) -> web.Response:
     text = f"the store cannot be used now ({fault}: {detail}); retry later"
     response = error_response(503, "storage_unavailable", text, fault=fault)
@@ -96,23 +99,17 @@ def refusal(fault: str, detail: str) -> web.Response:
 
 @web.middleware
 async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """A storage fault of the handler is a 503; a request whose writes committed clears it."""
-    app = request.app
-    conn = app[DB].conn
-    before = conn.total_changes
+    """A storage fault or a stall of the handler's database work is a 503 (the database
+    thread, `space.dbthread`, has told `StorageState` already)."""
     try:
-        response = await handler(request)
+        return await handler(request)
+    except Stalled as exc:
+        return refusal("stalled", str(exc))
     except sqlite3.Error as exc:
         fault = fault_of(exc)
         if fault is None:
             raise
-        if conn.in_transaction:  # a failed COMMIT may leave it open
-            conn.rollback()
-        app[STORAGE].failed(fault, str(exc), app[CLOCK]())
         return refusal(fault, str(exc))
-    if conn.total_changes != before and not conn.in_transaction:
-        app[STORAGE].committed(app[CLOCK]())
-    return response
 
 
 def setup(app: web.Application) -> None:

@@ -14,15 +14,18 @@ route scopes itself.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import sqlite_utils
 from aiohttp import web
 
 from core.wire import Answer, Body, Name, RunTokenIn, TokenOut
 from space import fires, token_store, trigger_store
 from space.appstate import ADMIN_TOKEN_PATH, SETTINGS
 from space.auth import Principal, Role, end_streams, principal
-from space.db import DB, transaction
+from space.db import transaction
+from space.dbthread import db_call
 from space.http import Refusal, add_route, answer, now_of, read_body
 from space.servertime import iso
 from space.spaces import SPACE_ID, require_space, space_exists
@@ -53,37 +56,49 @@ class TokenList(Answer, frozen=True, kw_only=True):
 
 async def post_device_token(request: web.Request) -> web.Response:
     body = await read_body(request, DeviceTokenIn)
-    db = request.app[DB]
     if not SPACE_ID.fullmatch(body.space):
         raise Refusal(
             400,
             "invalid_body",
             f"space id {body.space!r} must match [a-z0-9][a-z0-9_-]{{0,63}} - at `$.space`",
         )
+    token = await db_call(request.app, _mint_device, body, now_of(request).timestamp())
+    out = {"token": token, "id": token_store.token_id(token), "peer": body.peer}
+    return answer({**out, "space": body.space}, status=201)
+
+
+def _mint_device(db: sqlite_utils.Database, body: DeviceTokenIn, now: float) -> str:
     if not space_exists(db, body.space):  # a token for no space: create the space first
         raise Refusal(404, "unknown_space", f"no space {body.space!r} - at `$.space`")
     who = Principal(role=Role.DEVICE, peer=body.peer, space=body.space)
-    token = token_store.mint_token(db, who, now_of(request).timestamp())
-    out = {"token": token, "id": token_store.token_id(token), "peer": body.peer}
-    return answer({**out, "space": body.space}, status=201)
+    return token_store.mint_token(db, who, now)
 
 
 async def post_run_token(request: web.Request) -> web.Response:
     space = require_space(request)
     body = await read_body(request, RunTokenIn)
-    db, now = request.app[DB], now_of(request)
-    ttl = min(body.ttlSeconds, _allowed_ttl(request, space, body))
+    now = now_of(request)
+    token, expires = await db_call(request.app, _mint_run, request, space, body, now)
+    out = {"token": token, "id": token_store.token_id(token), "expiresAt": iso(expires)}
+    return answer(out, status=201)
+
+
+def _mint_run(
+    db: sqlite_utils.Database, request: web.Request, space: str, body: RunTokenIn, now: datetime
+) -> tuple[str, datetime]:
+    ttl = min(body.ttlSeconds, _allowed_ttl(db, request, space, body))
     expires = now + timedelta(seconds=ttl)
     minter = principal(request).peer  # a device's; None for the admin
     with transaction(db):
         token = token_store.mint_run(
             db, space, body.triggerId, body.runId, now.timestamp(), expires.timestamp(), minter
         )
-    out = {"token": token, "id": token_store.token_id(token), "expiresAt": iso(expires)}
-    return answer(out, status=201)
+    return token, expires
 
 
-def _allowed_ttl(request: web.Request, space: str, body: RunTokenIn) -> float:
+def _allowed_ttl(
+    db: sqlite_utils.Database, request: web.Request, space: str, body: RunTokenIn
+) -> float:
     """The longest life this caller may give the token; for a device, only for a fire it
     claimed, and no longer than the record's timeout plus the margin."""
     settings, who = request.app[SETTINGS], principal(request)
@@ -95,7 +110,6 @@ def _allowed_ttl(request: web.Request, space: str, body: RunTokenIn) -> float:
             "invalid_body",
             "a device mints a run token for a fire: `key` is required - at `$.key`",
         )
-    db = request.app[DB]
     claim = fires.claim_of(db, space, body.triggerId, body.key)
     if claim is None or claim[0] != who.peer:
         detail = (
@@ -110,7 +124,7 @@ def _allowed_ttl(request: web.Request, space: str, body: RunTokenIn) -> float:
 async def list_tokens(request: web.Request) -> web.Response:
     everything = request.query.get("all", "") in ("1", "true")
     now = now_of(request).timestamp()
-    found = token_store.listing(request.app[DB], now, everything=everything)
+    found = await db_call(request.app, token_store.listing, now, everything=everything)
     return answer({"tokens": [_wire(t) for t in found]})
 
 
@@ -125,8 +139,15 @@ def _wire(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 async def delete_token(request: web.Request) -> web.Response:
-    tid, db = request.match_info["id"], request.app[DB]
-    now = now_of(request).timestamp()
+    tid, now = request.match_info["id"], now_of(request).timestamp()
+    revoked = await db_call(request.app, _revoke, tid, now)
+    if revoked is None:
+        raise Refusal(404, "unknown_token", f"no token with id {tid!r}")
+    end_streams(request.app, lambda who: who.id == tid)
+    return answer(_wire({**revoked, "state": "revoked", "revokedAt": revoked["revokedAt"] or now}))
+
+
+def _revoke(db: sqlite_utils.Database, tid: str, now: float) -> dict[str, Any] | None:
     with transaction(db):
         found = token_store.listing(db, now, everything=True, id_=tid)
         last = found and found[0]["state"] == "live" and token_store.live_admins(db) <= 1
@@ -136,22 +157,21 @@ async def delete_token(request: web.Request) -> web.Response:
                 "last_admin_token",
                 "this is the only admin token; rotate it instead (POST /v1/tokens/admin/rotate)",
             )
-        revoked = token_store.revoke(db, tid, now)
-    if revoked is None:
-        raise Refusal(404, "unknown_token", f"no token with id {tid!r}")
-    end_streams(request.app, lambda who: who.id == tid)
-    return answer(_wire({**revoked, "state": "revoked", "revokedAt": revoked["revokedAt"] or now}))
+        return token_store.revoke(db, tid, now)
 
 
 async def post_rotate_admin(request: web.Request) -> web.Response:
-    db, now = request.app[DB], now_of(request).timestamp()
-    path = request.app.get(ADMIN_TOKEN_PATH)
-    with transaction(db):  # the file is rewritten before the commit: both or neither
-        token = token_store.rotate_admin(db, path, now)
+    now, path = now_of(request).timestamp(), request.app.get(ADMIN_TOKEN_PATH)
+    token = await db_call(request.app, _rotate, path, now)
     new = token_store.token_id(token)
     end_streams(request.app, lambda who: who.role is Role.ADMIN and who.id != new)
     out = {"token": token, "id": new, "file": str(path or "")}
     return answer(out, status=201)
+
+
+def _rotate(db: sqlite_utils.Database, path: Path | None, now: float) -> str:
+    with transaction(db):  # the file is rewritten before the commit: both or neither
+        return token_store.rotate_admin(db, path, now)
 
 
 def setup(app: web.Application) -> None:

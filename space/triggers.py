@@ -18,7 +18,7 @@ from core.wire import Answer, Body, Stamps
 from space import duties, record_view, trigger_store
 from space.auth import Role, author, limit_patch, principal
 from space.changes import notify
-from space.db import DB
+from space.dbthread import DB_THREAD, db_call
 from space.http import Refusal, add_route, answer, decode, int64, int_query, raw_body
 from space.spaces import require_space
 from space.store import STORE
@@ -157,7 +157,7 @@ async def post_status(request: web.Request) -> web.Response:
     data = await raw_body(request)
     decode(data, Stamps, code="invalid_status")
     stamps = decode(data, dict[str, Any], code="invalid_status")
-    duties.require_stamper(request, space, request.match_info["id"])
+    await db_call(request.app, duties.require_stamper, request, space, request.match_info["id"])
     tid = request.match_info["id"]
     record, written = await request.app[STORE].stamp_record(space, tid, stamps, if_match(request))
     if written:
@@ -166,7 +166,7 @@ async def post_status(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    trigger_store.ensure_schema(app[DB])
+    app[DB_THREAD].blocking(trigger_store.ensure_schema)
     add_route(
         app,
         "triggers",

@@ -22,7 +22,8 @@ from core.vocab import TurnOutcome
 from core.wire import TurnIn, TurnList, wire_builtins
 from space import duties, logtable
 from space.appstate import SETTINGS, RunRetention
-from space.db import DB, transaction
+from space.db import transaction
+from space.dbthread import DB_THREAD, db_call
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.spaces import require_space
 
@@ -83,18 +84,19 @@ async def post_turn(request: web.Request) -> web.Response:
     check_space(space, turn)
     turn = msgspec.structs.replace(turn, peer=duties.own_peer(request, turn.peer))
     keep = request.app[SETTINGS].retention
-    added = add_turn(request.app[DB], space, turn, keep, now_of(request))
+    added = await db_call(request.app, add_turn, space, turn, keep, now_of(request))
     return answer(wire_builtins(turn), status=201 if added else 200)
 
 
 async def get_turns(request: web.Request) -> web.Response:
     space = require_space(request)
     limit = int_query(request, "limit", 100, low=1, high=1000)
-    return answer({"turns": query_turns(request.app[DB], space, dict(request.query), limit)})
+    found = await db_call(request.app, query_turns, space, dict(request.query), limit)
+    return answer({"turns": found})
 
 
 def setup(app: web.Application) -> None:
-    ensure_schema(app[DB])
+    app[DB_THREAD].blocking(ensure_schema)
     add_route(
         app,
         "turn_create",

@@ -22,7 +22,7 @@ from core.vocab import canonical_key, iso
 from space import history, recall, trigger_store
 from space.appstate import SETTINGS
 from space.auth import Role, principal
-from space.db import DB
+from space.dbthread import db_call
 from space.http import Refusal, add_route, answer, int_query, now_of
 from space.spaces import require_space
 from triggers import facts as f
@@ -59,8 +59,8 @@ def _instant(name: str, text: str) -> datetime:
     raise Refusal(400, "invalid_query", detail)
 
 
-def _question(request: web.Request) -> Question:
-    space, tid, db = require_space(request), request.match_info["id"], request.app[DB]
+def _question(db: sqlite_utils.Database, request: web.Request) -> Question:
+    space, tid = require_space(request), request.match_info["id"]
     began = datetime.fromtimestamp(history.began(db), UTC)
     revisions = recall.revisions(db, space, tid) or _as_it_stands(db, space, tid, began)
     now = now_of(request)
@@ -95,21 +95,25 @@ def _kept(q: Question, name: str, at: datetime) -> None:
 
 
 async def get_why(request: web.Request) -> web.Response:
-    q = _question(request)
+    """The whole answer is one unit of work on the database thread (reads and reasoning)."""
+    return await db_call(request.app, _why, request)
+
+
+def _why(db: sqlite_utils.Database, request: web.Request) -> web.Response:
+    q = _question(db, request)
     query = request.query
     given = [n for n in ("at", "key", "since") if n in query]
     if len(given) > 1:
         raise Refusal(400, "invalid_query", f"give one of `at`, `key`, `since`, not {given}")
     if "since" in query:
-        return _range(request, q)
-    db = request.app[DB]
+        return _range(db, request, q)
     if "key" in query:
         where, at = _by_key(db, q, query["key"])
     else:
         at = _instant("at", query["at"]) if "at" in query else q.now
         _kept(q, "at", at)
         where = _located(db, q, at, exact="at" in query)
-    return _answer(request, _explain(request, q, at, where))
+    return _answer(request, _explain(db, request, q, at, where))
 
 
 def _located(db: sqlite_utils.Database, q: Question, at: datetime, *, exact: bool) -> Located:
@@ -150,8 +154,10 @@ def _by_base_key(db: sqlite_utils.Database, q: Question, key: str) -> tuple[Loca
     return why.locate(q.revisions, at, exact=True), at
 
 
-def _explain(request: web.Request, q: Question, at: datetime, where: Located) -> why.Answer:
-    db, settings = request.app[DB], request.app[SETTINGS]
+def _explain(
+    db: sqlite_utils.Database, request: web.Request, q: Question, at: datetime, where: Located
+) -> why.Answer:
+    settings = request.app[SETTINGS]
     known = f.Facts(now=q.now, kept_since=q.kept_since, revisions=q.revisions)
     if where.slot is not None and where.key is not None:
         slot = where.slot.timestamp()
@@ -236,7 +242,7 @@ def _streams(db: sqlite_utils.Database, space: str, where: Located) -> list[f.Su
     return recall.subscriptions(db, space, chat, where.slot.timestamp())
 
 
-def _range(request: web.Request, q: Question) -> web.Response:
+def _range(db: sqlite_utils.Database, request: web.Request, q: Question) -> web.Response:
     """Every slot of `[since, until]` (until: default now), each answered, oldest first; the
     part of the range older than the history kept is left out."""
     since = _instant("since", request.query["since"])
@@ -248,7 +254,7 @@ def _range(request: web.Request, q: Question) -> web.Response:
     if not isinstance(record, CronTrigger | OnceTrigger):
         raise Refusal(400, "invalid_query", "`since` lists the slots of a cron or once trigger")
     found = slots.slots_between(record.spec, since, min(until, q.now), limit)
-    answers = [_explain(request, q, s, why.locate(q.revisions, s, exact=True)) for s in found]
+    answers = [_explain(db, request, q, s, why.locate(q.revisions, s, exact=True)) for s in found]
     return answer(
         {
             "trigger": q.trigger,

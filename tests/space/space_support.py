@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import io
 import sqlite3
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import sqlite_utils
 from aiohttp.test_utils import TestClient
+
+from space.dbthread import db_call
+
+T = TypeVar("T")
 
 SPACE = "home"
 CRON = {"name": "tick", "kind": "cron", "spec": {"expr": "*/5 * * * *"}, "program": "tick@v1"}
+
+
+async def on_db(api: Api, fn: Callable[[sqlite_utils.Database], T]) -> T:
+    """`fn(db)` on the server's database thread, the only one that may use its connection."""
+    app = api.client.server.app
+    assert app is not None
+    return await db_call(app, fn)
 
 
 class FakeClock:

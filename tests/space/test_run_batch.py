@@ -4,28 +4,29 @@ with few statements per run, and each run still taken or refused on its own."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
-from space_support import SPACE, Api
-
-from space.db import DB
+from space_support import SPACE, Api, on_db
 
 S = f"/spaces/{SPACE}"
 PEER = "box"
 
 
-@contextmanager
-def statements(api: Api) -> Iterator[Counter[str]]:
+@asynccontextmanager
+async def statements(api: Api) -> AsyncIterator[Counter[str]]:
     """The SQL statements the space runs meanwhile, by their first word."""
     seen: Counter[str] = Counter()
-    conn = api.client.app[DB].conn
-    conn.set_trace_callback(lambda sql: seen.update([sql.split(None, 1)[0].upper()]))
+
+    def trace(sql: str) -> None:
+        seen.update([sql.split(None, 1)[0].upper()])
+
+    await on_db(api, lambda db: db.conn.set_trace_callback(trace))
     try:
         yield seen
     finally:
-        conn.set_trace_callback(None)
+        await on_db(api, lambda db: db.conn.set_trace_callback(None))
 
 
 def run(tid: str, n: int, **extra: Any) -> dict[str, Any]:
@@ -61,7 +62,7 @@ async def test_a_batch_of_runs_is_one_transaction_of_few_statements_per_run(api:
     tids = [(await api.create_trigger(owner=PEER))["id"] for _ in range(4)]
     await claimed(api, box, tids, 5)
     batch = [run(t, i) for i in range(5) for t in tids]  # 20 runs of 4 triggers
-    with statements(api) as seen:
+    async with statements(api) as seen:
         status, answer = await box.post(f"{S}/runs", batch)
     assert (
         status == 200 and [(r["status"], r["stamps"]) for r in answer["runs"]] == [(201, 200)] * 20

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-from space_support import SPACE, Api, FakeClock
-
-from space.db import DB
+from space_support import SPACE, Api, FakeClock, on_db
 
 E = f"/spaces/{SPACE}/election"
 
 
-def stall_next_commit(api: Api, clock: FakeClock, seconds: float) -> None:
+async def stall_next_commit(api: Api, clock: FakeClock, seconds: float) -> None:
     """The next COMMIT takes `seconds` of the server's clock (the disk hung meanwhile)."""
-    app = api.client.server.app
-    assert app is not None
-    conn = app[DB].conn
     left = [seconds]
 
     def trace(sql: str) -> None:
         if sql == "COMMIT" and left:
             clock.advance(left.pop())
 
-    conn.set_trace_callback(trace)
+    await on_db(api, lambda db: db.conn.set_trace_callback(trace))
 
 
 async def test_a_stall_of_the_store_does_not_expire_the_lease(
@@ -29,7 +24,7 @@ async def test_a_stall_of_the_store_does_not_expire_the_lease(
     status, lease = await api.post(f"{E}/claim", {"peer": "laptop", "term": 0})
     assert status == 200 and lease["expiresAt"] == "2026-12-01T09:00:15.000Z"
     space_clock.advance(5)
-    stall_next_commit(api, space_clock, 28.0)  # 09:00:05 → 09:00:33, past the lease's end
+    await stall_next_commit(api, space_clock, 28.0)  # 09:00:05 → 09:00:33, past the lease's end
     assert (await api.put(f"/spaces/{SPACE}/devices/phone", {"name": "Phone"}))[0] == 200
     status, lease = await api.get(E)
     assert lease["active"] == "laptop" and lease["expiresAt"] == "2026-12-01T09:00:43.000Z"
@@ -44,7 +39,7 @@ async def test_a_lease_that_had_lapsed_before_the_stall_is_not_revived(
 ) -> None:
     await api.post(f"{E}/claim", {"peer": "laptop", "term": 0})
     space_clock.advance(20)  # lapsed at 09:00:15
-    stall_next_commit(api, space_clock, 28.0)
+    await stall_next_commit(api, space_clock, 28.0)
     assert (await api.put(f"/spaces/{SPACE}/devices/phone", {"name": "Phone"}))[0] == 200
     status, lease = await api.get(E)
     assert lease["active"] is None, lease
@@ -52,17 +47,13 @@ async def test_a_lease_that_had_lapsed_before_the_stall_is_not_revived(
     assert status == 200 and lease["active"] == "phone" and lease["term"] == 2
 
 
-def fail_writes(api: Api) -> None:
+async def fail_writes(api: Api) -> None:
     """The store's writes fail as on a read-only disk, until `heal_writes`."""
-    app = api.client.server.app
-    assert app is not None
-    app[DB].execute("PRAGMA query_only = ON")
+    await on_db(api, lambda db: db.execute("PRAGMA query_only = ON"))
 
 
-def heal_writes(api: Api) -> None:
-    app = api.client.server.app
-    assert app is not None
-    app[DB].execute("PRAGMA query_only = OFF")
+async def heal_writes(api: Api) -> None:
+    await on_db(api, lambda db: db.execute("PRAGMA query_only = OFF"))
 
 
 async def test_time_the_store_could_not_write_does_not_hand_the_lease_on(
@@ -70,11 +61,11 @@ async def test_time_the_store_could_not_write_does_not_hand_the_lease_on(
 ) -> None:
     await api.post(f"{E}/claim", {"peer": "laptop", "term": 0})  # until 09:00:15
     space_clock.advance(5)
-    fail_writes(api)
+    await fail_writes(api)
     status, body = await api.post(f"{E}/claim", {"peer": "laptop", "term": 1})
     assert status == 503 and body["error"] == "storage_unavailable", body  # the fault begins
     space_clock.advance(25)  # 09:00:30: lapsed by the clock, but its holder could not renew
-    heal_writes(api)  # the first write that could commit is another peer's claim
+    await heal_writes(api)  # the first write that could commit is another peer's claim
     status, body = await api.post(f"{E}/claim", {"peer": "phone", "term": 1})
     assert status == 409 and body["active"] == "laptop", body  # not handed on for the fault
     assert (await api.put(f"/spaces/{SPACE}/devices/phone", {"name": "Phone"}))[0] == 200

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import sqlite3
 
+import sqlite_utils
 from aiohttp import web
-from space_support import CRON, SPACE, Api
-
-from space.db import DB
+from space_support import CRON, SPACE, Api, on_db
 
 S = f"/spaces/{SPACE}"
 BIG = "x" * 3000  # a message that needs a new page
@@ -24,10 +23,12 @@ def app_of(api: Api) -> web.Application:
     return app
 
 
-def fill_disk(api: Api) -> None:
-    db = app_of(api)[DB]
-    pages = db.execute("PRAGMA page_count").fetchone()[0]
-    db.execute(f"PRAGMA max_page_count = {pages}")
+async def fill_disk(api: Api) -> None:
+    def fill(db: sqlite_utils.Database) -> None:
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+        db.execute(f"PRAGMA max_page_count = {pages}")
+
+    await on_db(api, fill)
 
 
 async def general_chat(api: Api) -> str:
@@ -50,7 +51,7 @@ async def metrics_text(api: Api) -> str:
 
 async def test_a_full_disk_is_503_with_retry_after_and_healthz_says_so(api: Api) -> None:
     chat = await general_chat(api)
-    fill_disk(api)
+    await fill_disk(api)
     for _ in range(3):  # the first messages may still fit in the last page
         async with api.client.post(
             f"/v1{S}/chats/{chat}/messages",
@@ -70,8 +71,7 @@ async def test_a_full_disk_is_503_with_retry_after_and_healthz_says_so(api: Api)
 
 
 async def test_a_read_only_database_is_503_and_a_commit_clears_it(api: Api) -> None:
-    db = app_of(api)[DB]
-    db.execute("PRAGMA query_only = ON")
+    await on_db(api, lambda db: db.execute("PRAGMA query_only = ON"))
     status, body = await api.post(f"{S}/triggers", CRON)
     assert status == 503 and body["error"] == "storage_unavailable", body
     assert body["fault"] == "read_only"
@@ -80,7 +80,7 @@ async def test_a_read_only_database_is_503_and_a_commit_clears_it(api: Api) -> N
     assert (await healthz(api))[1]["storage"] == "read_only"
     status, listing = await api.get(f"{S}/triggers")  # reads still answer
     assert status == 200 and listing["triggers"] == []
-    db.execute("PRAGMA query_only = OFF")
+    await on_db(api, lambda db: db.execute("PRAGMA query_only = OFF"))
     await api.create_trigger()
     assert await healthz(api) == (200, {"status": "ok"}, None)
     assert "baton_storage_up 1" in await metrics_text(api)
@@ -88,11 +88,10 @@ async def test_a_read_only_database_is_503_and_a_commit_clears_it(api: Api) -> N
 
 async def test_a_failed_commit_leaves_no_transaction_open(api: Api) -> None:
     """The next request after a storage fault starts a transaction of its own."""
-    db = app_of(api)[DB]
-    db.execute("PRAGMA query_only = ON")
+    await on_db(api, lambda db: db.execute("PRAGMA query_only = ON"))
     assert (await api.post(f"{S}/triggers", CRON))[0] == 503
-    assert not db.conn.in_transaction
-    db.execute("PRAGMA query_only = OFF")
+    assert not await on_db(api, lambda db: db.conn.in_transaction)
+    await on_db(api, lambda db: db.execute("PRAGMA query_only = OFF"))
     await api.create_trigger()
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from space.app import create_app
-from space.db import DB
+from space.dbthread import DB_THREAD
 from space.store import STORE, Store
 from space.store.postgres import PostgresStore
 
@@ -31,4 +31,4 @@ async def store(store_target: str) -> AsyncIterator[Store]:
         return
     app = create_app(store_target)  # the server's own SQLite store, with every table
     yield app[STORE]
-    app[DB].conn.close()
+    app[DB_THREAD].close_blocking()

@@ -15,7 +15,7 @@ from clikit import SPACE, Cli, World
 
 from runtime.cli.main import build_parser, main
 from runtime.client.api import ApiError
-from space.db import DB
+from space.dbthread import db_call
 
 
 def closed_port() -> int:
@@ -155,7 +155,7 @@ async def cli_main(argv: list[str]) -> int:
 async def test_status_says_when_the_space_cannot_write(cli: Cli, world: World):
     code, out, _ = await cli("status")
     assert code == 0 and "storage" not in out
-    world.app[DB].execute("PRAGMA query_only = ON")
+    await db_call(world.app, lambda db: db.execute("PRAGMA query_only = ON"))
     with contextlib.suppress(ApiError):
         await world.admin.device_put(SPACE, "box", {"name": "Box"})
     code, out, _ = await cli("status")
@@ -164,7 +164,7 @@ async def test_status_says_when_the_space_cannot_write(cli: Cli, world: World):
     assert line.startswith("space storage unavailable (read_only since ") and "Z)" in line
     found = await cli.json("status")
     assert found["health"]["status"] == "storage_unavailable"
-    world.app[DB].execute("PRAGMA query_only = OFF")
+    await db_call(world.app, lambda db: db.execute("PRAGMA query_only = OFF"))
     await world.admin.device_put(SPACE, "box", {"name": "Box"})
     assert (await cli.json("status"))["health"] == {"status": "ok"}
 

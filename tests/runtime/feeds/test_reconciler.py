@@ -30,7 +30,8 @@ from runtime.events import Bus, DiffApplied, RecordEdited
 from runtime.feeds.reconciler import Reconciler
 from space import change_log, trigger_store
 from space.app import create_app, default_admin_token_file
-from space.db import DB, open_db
+from space.db import open_db
+from space.dbthread import db_call
 from triggers.records import CronTrigger, PeerId, Salvaged
 from triggers.registry import Diff
 
@@ -71,7 +72,7 @@ class Space:
 @web.middleware
 async def no_replay(request: web.Request, handler: Any) -> web.StreamResponse:
     if "Last-Event-ID" in request.headers and "/changes" in request.path:
-        latest = change_log.latest(request.app[DB], SPACE)
+        latest = await db_call(request.app, change_log.latest, SPACE)
         headers = CIMultiDict(request.headers)
         headers["Last-Event-ID"] = str(latest)
         request = request.clone(headers=headers)

@@ -1,0 +1,181 @@
+"""The database thread: one per app, owning its SQLite connection, one unit of work at a time.
+
+Owns running the store's sync work off the event loop (`db_call`): the connection is opened
+in the thread (sqlite3's `check_same_thread`, so a use from the loop raises at once), each
+unit (one call: its whole transaction) runs there whole, in the order asked. A unit running
+over `STALL_S` is a stall (`stalled_for`; `/healthz` and `/metrics` read it without touching
+the database); a unit that waited `WAIT_S` without starting is dropped and raises `Stalled`
+(503 `storage_unavailable`). Storage faults and commits are told to the app's `StorageState`
+from the thread, in the order they happen. Must not know any table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import sqlite_utils
+from aiohttp import web
+
+from space.appstate import CLOCK
+from space.db import STALL_S, open_db
+from space.servertime import ServerClock
+from space.storage import STORAGE, Stalled, StorageState, fault_of
+
+log = logging.getLogger("baton.space")
+P = ParamSpec("P")
+T = TypeVar("T")
+WAIT_S = 5.0  # a unit not begun this long after it was asked is dropped: 503, not a hang
+CLOSE_WAIT_S = 5.0  # what closing waits for the unit in hand (a hung disk: not for ever)
+_Unit = tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+
+
+class DbThread:
+    """The thread owning the connection to the SQLite file at `path`."""
+
+    def __init__(self, path: str | Path, storage: StorageState, clock: ServerClock) -> None:
+        self.storage, self.clock = storage, clock
+        self.began: float | None = None  # monotonic start of the unit in hand
+        self.stalls = 0  # units that ran over STALL_S
+        self.dropped = 0  # units answered `Stalled` before they began
+        self.stalled_s = 0.0  # seconds units that ended ran past their first STALL_S
+        self._queue: queue.SimpleQueue[_Unit | None] = queue.SimpleQueue()
+        opened: concurrent.futures.Future[sqlite_utils.Database] = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=self._serve, args=(path, opened), name="baton-db", daemon=True
+        )
+        self._thread.start()
+        self.db = opened.result()  # the file could not be opened: raised here
+
+    def stalled_for(self) -> float:
+        """How long the unit in hand has run, when over `STALL_S`; else 0."""
+        began = self.began
+        took = 0.0 if began is None else time.monotonic() - began
+        return took if took > STALL_S else 0.0
+
+    def stalled_total(self) -> float:
+        """Seconds units ran past their first `STALL_S`, the one in hand included."""
+        now = self.stalled_for()
+        return self.stalled_s + (now - STALL_S if now else 0.0)
+
+    def _serve(self, path: str | Path, opened: concurrent.futures.Future[Any]) -> None:
+        try:
+            db = open_db(path)
+        except BaseException as exc:
+            opened.set_exception(exc)
+            return
+        opened.set_result(db)
+        while (unit := self._queue.get()) is not None:
+            done, fn, args, kwargs = unit
+            if not done.set_running_or_notify_cancel():
+                continue  # its asker gave up (`WAIT_S`): it never runs
+            self.began = began = time.monotonic()
+            try:
+                done.set_result(self._run(db, fn, args, kwargs))
+            except BaseException as exc:
+                done.set_exception(exc)
+            finally:
+                took, self.began = time.monotonic() - began, None
+                if took > STALL_S:
+                    self.stalls, self.stalled_s = self.stalls + 1, self.stalled_s + took - STALL_S
+
+    def _run(
+        self, db: sqlite_utils.Database, fn: Callable[..., T], args: tuple[Any, ...], kw: Any
+    ) -> T:
+        conn = db.conn
+        if fn is _close:
+            return fn(db)
+        before = conn.total_changes
+        try:
+            result = fn(db, *args, **kw)
+        except sqlite3.Error as exc:
+            if conn.in_transaction:  # a failed COMMIT may leave it open
+                conn.rollback()
+            if (fault := fault_of(exc)) is not None:
+                self.storage.failed(fault, str(exc), self.clock())
+            raise
+        if conn.total_changes != before and not conn.in_transaction:
+            self.storage.committed(self.clock())
+        return result
+
+    def _ask(self, fn: Callable[..., T], args: Any, kwargs: Any) -> concurrent.futures.Future[T]:
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._queue.put((done, fn, args, kwargs))
+        return done
+
+    async def call(
+        self,
+        fn: Callable[Concatenate[sqlite_utils.Database, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """`fn(db, *args, **kwargs)` on the thread; `Stalled` if it could not begin in `WAIT_S`."""
+        done = self._ask(fn, args, kwargs)
+        waiting = asyncio.wrap_future(done)
+        finished, _ = await asyncio.wait({waiting}, timeout=WAIT_S)
+        if not finished and done.cancel():
+            self.dropped += 1
+            self.storage.seen["stalled"] += 1
+            took = self.stalled_for()
+            raise Stalled(f"the database has not answered for {took:.1f} s (a hung disk?)")
+        return await waiting  # begun: its answer is the truth, however late
+
+    def blocking(
+        self,
+        fn: Callable[Concatenate[sqlite_utils.Database, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """`fn(db, …)` on the thread, waiting here: for startup and tools, never a handler."""
+        assert threading.current_thread() is not self._thread
+        return self._ask(fn, args, kwargs).result()
+
+    async def close(self) -> None:
+        """Close the connection on the thread after the work asked before; then it ends."""
+        done = self._ask(_close, (), {})
+        self._queue.put(None)
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(done), CLOSE_WAIT_S)
+        except TimeoutError:
+            log.warning("the database did not close within %.0f s (a hung disk?)", CLOSE_WAIT_S)
+
+    def close_blocking(self) -> None:
+        done = self._ask(_close, (), {})
+        self._queue.put(None)
+        done.result(timeout=CLOSE_WAIT_S)
+
+
+def _close(db: sqlite_utils.Database) -> None:
+    db.conn.close()
+
+
+DB_THREAD = web.AppKey("db_thread", DbThread)
+
+
+def start(app: web.Application, path: str | Path) -> DbThread:
+    """The app's database thread on the file at `path`, closed at the app's cleanup."""
+    thread = app[DB_THREAD] = DbThread(path, app[STORAGE], app[CLOCK])
+
+    async def close(_: web.Application) -> None:
+        await thread.close()
+
+    app.on_cleanup.append(close)
+    return thread
+
+
+async def db_call(
+    app: web.Application,
+    fn: Callable[Concatenate[sqlite_utils.Database, P], T],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T:
+    """Run `fn(db, *args, **kwargs)` on the app's database thread: one hop, one unit."""
+    return await app[DB_THREAD].call(fn, *args, **kwargs)
