@@ -1,9 +1,9 @@
 """The space store: one SQLite file (WAL) opened through sqlite-utils.
 
-Owns opening the database (created owner-only) and the app key under which handlers find
-it, the one transaction helper, and timing transactions for stalls (`watch_stalls`: a hung
-disk holds the whole server). Each area of the API (records, chats, …) creates its own
-tables with its own `ensure_schema(db)`; this module must not know their shapes.
+Owns opening the database (created owner-only), the app key under which the database
+thread's work finds it (`space.dbthread` owns the connection), and the one transaction
+helper. Each area of the API (records, chats, …) creates its own tables with its own
+`ensure_schema(db)`; this module must not know their shapes.
 """
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 
 import sqlite_utils
@@ -52,25 +50,6 @@ def add_columns(db: sqlite_utils.Database, table: str, columns: dict[str, str]) 
             db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
 
 
-StallHook = Callable[[sqlite_utils.Database, float, float], None]
-STALL_S = 2.0  # a transaction that held the server this long was a stall of the disk
-
-
-class _Watch:
-    def __init__(self, clock: Callable[[], datetime], hook: StallHook) -> None:
-        self.clock, self.hook = clock, hook
-
-
-_WATCHED: weakref.WeakKeyDictionary[sqlite_utils.Database, _Watch] = weakref.WeakKeyDictionary()
-
-
-def watch_stalls(db: sqlite_utils.Database, clock: Callable[[], datetime], hook: StallHook) -> None:
-    """Time each transaction of `db` by `clock`; one that took over `STALL_S` (the disk
-    hung: the server could not run meanwhile) is told to `hook(db, began, seconds)` right
-    after it ends, before any other request runs."""
-    _WATCHED[db] = _Watch(clock, hook)
-
-
 @contextmanager
 def transaction(db: sqlite_utils.Database) -> Iterator[None]:
     """All or nothing: `BEGIN IMMEDIATE` … `COMMIT`, rolled back on any exception.
@@ -81,16 +60,8 @@ def transaction(db: sqlite_utils.Database) -> Iterator[None]:
         with _savepoint(db):
             yield
         return
-    watch = _WATCHED.get(db)
-    began = watch.clock() if watch is not None else None
-    try:
-        with _outermost(db):
-            yield
-    finally:
-        if watch is not None and began is not None:
-            took = (watch.clock() - began).total_seconds()
-            if took > STALL_S:
-                watch.hook(db, began.timestamp(), took)
+    with _outermost(db):
+        yield
 
 
 @contextmanager

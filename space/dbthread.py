@@ -3,10 +3,11 @@
 Owns running the store's sync work off the event loop (`db_call`): the connection is opened
 in the thread (sqlite3's `check_same_thread`, so a use from the loop raises at once), each
 unit (one call: its whole transaction) runs there whole, in the order asked. A unit running
-over `STALL_S` is a stall (`stalled_for`; `/healthz` and `/metrics` read it without touching
-the database); a unit that waited `WAIT_S` without starting is dropped and raises `Stalled`
-(503 `storage_unavailable`). Storage faults and commits are told to the app's `StorageState`
-from the thread, in the order they happen. Must not know any table.
+over `STALL_S` is a stall (`stalled_for`, read by `/healthz` without touching the database;
+`on_stall` hears of it as it ends, before the next unit runs); a unit not begun `WAIT_S`
+after it was asked is dropped and raises `Stalled` (503 `storage_unavailable`). Storage
+faults and commits are told to the app's `StorageState` from the thread, in the order they
+happen. Must not know any table.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -26,15 +28,17 @@ import sqlite_utils
 from aiohttp import web
 
 from space.appstate import CLOCK
-from space.db import STALL_S, open_db
+from space.db import open_db
 from space.servertime import ServerClock
 from space.storage import STORAGE, Stalled, StorageState, fault_of
 
 log = logging.getLogger("baton.space")
 P = ParamSpec("P")
 T = TypeVar("T")
+STALL_S = 2.0  # a unit that ran this long was a stall of the disk
 WAIT_S = 5.0  # a unit not begun this long after it was asked is dropped: 503, not a hang
 CLOSE_WAIT_S = 5.0  # what closing waits for the unit in hand (a hung disk: not for ever)
+StallHook = Callable[[sqlite_utils.Database, float, float], None]  # (db, began, seconds)
 _Unit = tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 
@@ -45,8 +49,8 @@ class DbThread:
         self.storage, self.clock = storage, clock
         self.began: float | None = None  # monotonic start of the unit in hand
         self.stalls = 0  # units that ran over STALL_S
-        self.dropped = 0  # units answered `Stalled` before they began
         self.stalled_s = 0.0  # seconds units that ended ran past their first STALL_S
+        self.on_stall: list[StallHook] = []  # told on the thread, before the next unit runs
         self._queue: queue.SimpleQueue[_Unit | None] = queue.SimpleQueue()
         opened: concurrent.futures.Future[sqlite_utils.Database] = concurrent.futures.Future()
         self._thread = threading.Thread(
@@ -77,15 +81,28 @@ class DbThread:
             done, fn, args, kwargs = unit
             if not done.set_running_or_notify_cancel():
                 continue  # its asker gave up (`WAIT_S`): it never runs
-            self.began = began = time.monotonic()
+            self.began, at = time.monotonic(), self.clock()
             try:
                 done.set_result(self._run(db, fn, args, kwargs))
             except BaseException as exc:
                 done.set_exception(exc)
             finally:
-                took, self.began = time.monotonic() - began, None
-                if took > STALL_S:
-                    self.stalls, self.stalled_s = self.stalls + 1, self.stalled_s + took - STALL_S
+                self._ended(db, fn, at)
+
+    def _ended(self, db: sqlite_utils.Database, fn: object, at: datetime) -> None:
+        """Count a unit that stalled; one that held the store over `STALL_S` by the server's
+        clock is told to `on_stall` (it credits leases) before any other unit runs."""
+        took, self.began = time.monotonic() - (self.began or 0.0), None
+        if took > STALL_S:
+            self.stalls, self.stalled_s = self.stalls + 1, self.stalled_s + took - STALL_S
+        held = (self.clock() - at).total_seconds()
+        if held <= STALL_S or fn is _close:
+            return
+        for hook in self.on_stall:
+            try:
+                hook(db, at.timestamp(), held)
+            except Exception:
+                log.exception("a stall of the store was not told to %r", hook)
 
     def _run(
         self, db: sqlite_utils.Database, fn: Callable[..., T], args: tuple[Any, ...], kw: Any
@@ -118,12 +135,20 @@ class DbThread:
         **kwargs: P.kwargs,
     ) -> T:
         """`fn(db, *args, **kwargs)` on the thread; `Stalled` if it could not begin in `WAIT_S`."""
+        return await self.call_within(WAIT_S, fn, *args, **kwargs)
+
+    async def call_within(
+        self,
+        wait: float,
+        fn: Callable[Concatenate[sqlite_utils.Database, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """`fn(db, …)` on the thread; `Stalled` if it could not begin within `wait` seconds."""
         done = self._ask(fn, args, kwargs)
         waiting = asyncio.wrap_future(done)
-        finished, _ = await asyncio.wait({waiting}, timeout=WAIT_S)
+        finished, _ = await asyncio.wait({waiting}, timeout=wait)
         if not finished and done.cancel():
-            self.dropped += 1
-            self.storage.seen["stalled"] += 1
             took = self.stalled_for()
             raise Stalled(f"the database has not answered for {took:.1f} s (a hung disk?)")
         return await waiting  # begun: its answer is the truth, however late

@@ -5,8 +5,8 @@ path `…/election/claim`) renews when the peer holds the lease at `term`; acqui
 `term + 1` when it is free or lapsed by the server's clock and `term` is current; anything
 else is a 409 with the current lease. `term` grows by one at every change of holder.
 `want` carries a higher-priority device's request; the holder hands over with `handover`.
-Decisions are pure functions of (lease, request, now). Time the server could not run (a
-transaction stalled on a hung disk, `db.watch_stalls`) does not expire a lease:
+Decisions are pure functions of (lease, request, now). Time the store could not run (a
+unit of work stalled on a hung disk, `dbthread.DbThread.on_stall`) does not expire a lease:
 `credit_stall`. Must not know fires or devices.
 """
 
@@ -24,9 +24,9 @@ from aiohttp import web
 
 from core.peerwire import HandoverIn, LeaseIn, LeaseOut, WantIn
 from space import history, oddrows
-from space.appstate import CLOCK, SETTINGS
+from space.appstate import SETTINGS
 from space.auth import require_peer
-from space.db import DB, watch_stalls
+from space.db import DB
 from space.dbthread import DB_THREAD
 from space.http import Refusal, add_route, answer, read_body
 from space.servertime import iso
@@ -90,9 +90,9 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
 
 
 def credit_stall(db: sqlite_utils.Database, began: float, seconds: float) -> None:
-    """The server could not run for `seconds` from `began` (a hung disk): every lease
+    """The store could not run for `seconds` from `began` (a hung disk): every lease
     still held then lapses that much later, so its holder, which could not renew through
-    the server either, keeps it."""
+    the store either, keeps it. On the database thread, before any other unit of work."""
     try:
         moved = db.execute(
             "UPDATE leases SET expires_at = expires_at + ? "
@@ -303,7 +303,7 @@ async def post_want(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     app[DB_THREAD].blocking(ensure_schema)
-    watch_stalls(app[DB], app[CLOCK], credit_stall)
+    app[DB_THREAD].on_stall.append(credit_stall)
     app[STORAGE].recovered.append(lambda began, seconds: credit_stall(app[DB], began, seconds))
     add_route(app, "election", get_election, "The lease: who is active", answer=LeaseOut)
     add_route(

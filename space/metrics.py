@@ -23,14 +23,14 @@ from aiohttp import web
 from space import alertables, auth, chat_store, storage
 from space import leases as lease_store
 from space.appstate import CLOCK
-from space.db import STALL_S
-from space.dbthread import DB_THREAD, db_call
+from space.dbthread import DB_THREAD, STALL_S, db_call
 from space.exposition import CONTENT_TYPE, family, labels, num
 from space.http import Refusal, answer
 from space.servertime import iso
 from space.storage import STORAGE, Stalled
 from space.streams import STREAMS
 
+HEALTH_SLACK_S = 0.5  # /healthz waits for its ping at most STALL_S + this
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
@@ -235,12 +235,13 @@ def _feed(path: str) -> str:
 
 
 async def get_healthz(request: web.Request) -> web.Response:
-    """From the loop alone while the database thread is stalled; else one `SELECT 1` on it."""
+    """From the loop alone while the database thread is stalled; else one `SELECT 1` on it,
+    waited for no longer than a unit in hand takes to become a stall."""
     app, retry = request.app, {"Retry-After": str(storage.RETRY_AFTER_S)}
     if stalled := app[DB_THREAD].stalled_for():
         return answer(_stall_view(stalled, app[CLOCK]()), 503, retry)
     try:
-        await db_call(app, _ping)
+        await app[DB_THREAD].call_within(STALL_S + HEALTH_SLACK_S, _ping)
     except Stalled:
         return answer(_stall_view(app[DB_THREAD].stalled_for(), app[CLOCK]()), 503, retry)
     except sqlite3.Error as exc:

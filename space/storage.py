@@ -104,6 +104,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except Stalled as exc:
+        request.app[STORAGE].seen["stalled"] += 1
         return refusal("stalled", str(exc))
     except sqlite3.Error as exc:
         fault = fault_of(exc)
