@@ -18,7 +18,6 @@ import logging
 import queue
 import sqlite3
 import threading
-import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import sqlite_utils
 from aiohttp import web
 
+from core.clock import Clock, SystemClock
 from space.appstate import CLOCK
 from space.db import open_db
 from space.servertime import ServerClock
@@ -45,8 +45,14 @@ _Unit = tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...
 class DbThread:
     """The thread owning the connection to the SQLite file at `path`."""
 
-    def __init__(self, path: str | Path, storage: StorageState, clock: ServerClock) -> None:
-        self.storage, self.clock = storage, clock
+    def __init__(
+        self,
+        path: str | Path,
+        storage: StorageState,
+        clock: ServerClock,
+        ticks: Clock | None = None,
+    ) -> None:
+        self.storage, self.clock, self.ticks = storage, clock, ticks or SystemClock()
         self.began: float | None = None  # monotonic start of the unit in hand
         self.stalls = 0  # units that ran over STALL_S
         self.stalled_s = 0.0  # seconds units that ended ran past their first STALL_S
@@ -62,7 +68,7 @@ class DbThread:
     def stalled_for(self) -> float:
         """How long the unit in hand has run, when over `STALL_S`; else 0."""
         began = self.began
-        took = 0.0 if began is None else time.monotonic() - began
+        took = 0.0 if began is None else self.ticks.monotonic() - began
         return took if took > STALL_S else 0.0
 
     def stalled_total(self) -> float:
@@ -81,7 +87,7 @@ class DbThread:
             done, fn, args, kwargs = unit
             if not done.set_running_or_notify_cancel():
                 continue  # its asker gave up (`WAIT_S`): it never runs
-            self.began, at = time.monotonic(), self.clock()
+            self.began, at = self.ticks.monotonic(), self.clock()
             try:
                 done.set_result(self._run(db, fn, args, kwargs))
             except BaseException as exc:
@@ -92,7 +98,7 @@ class DbThread:
     def _ended(self, db: sqlite_utils.Database, fn: object, at: datetime) -> None:
         """Count a unit that stalled; one that held the store over `STALL_S` by the server's
         clock is told to `on_stall` (it credits leases) before any other unit runs."""
-        took, self.began = time.monotonic() - (self.began or 0.0), None
+        took, self.began = self.ticks.monotonic() - (self.began or 0.0), None
         if took > STALL_S:
             self.stalls, self.stalled_s = self.stalls + 1, self.stalled_s + took - STALL_S
         held = (self.clock() - at).total_seconds()

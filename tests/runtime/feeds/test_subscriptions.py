@@ -364,10 +364,13 @@ async def test_nothing_accepted_before_a_triggers_active_since_fires_it(world):
         event_record("trg_new", w.general, activeSince=resumed.isoformat()),
         bridge_from=bridge_from,
     )
-    await w.recorder.until(lambda r: len(r.texts("trg_new")) == 1)
+    await w.recorder.until(lambda r: "after resume" in r.texts("trg_new"))
     await w.send(w.general, "live")
-    await w.recorder.until(lambda r: len(r.texts("trg_new")) == 2)
-    assert w.recorder.texts("trg_new") == ["after resume", "live"]
+    await w.recorder.until(lambda r: "live" in r.texts("trg_new"))
+    # When the stream is already past "after resume" as trg_new is armed, both the new
+    # trigger's bridge and `bridge_from`'s hand it over: the claim takes one (this Recorder
+    # stands before the claims), so the fires are the distinct texts.
+    assert list(dict.fromkeys(w.recorder.texts("trg_new"))) == ["after resume", "live"]
 
 
 async def test_a_long_history_bridges_from_the_right_place(world):
