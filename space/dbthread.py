@@ -150,14 +150,25 @@ class DbThread:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        """`fn(db, …)` on the thread; `Stalled` if it could not begin within `wait` seconds."""
-        done = self._ask(fn, args, kwargs)
-        waiting = asyncio.wrap_future(done)
-        finished, _ = await asyncio.wait({waiting}, timeout=wait)
-        if not finished and done.cancel():
+        """`fn(db, …)` on the thread; `Stalled` if it could not begin within `wait` seconds.
+        The answer comes back by one `call_soon_threadsafe` (no `wrap_future`: half the cost)."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[T] = loop.create_future()
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+        done.add_done_callback(lambda d: loop.call_soon_threadsafe(_settle, answer, d))
+        self._queue.put((done, fn, args, kwargs))
+        timer = loop.call_later(wait, self._give_up, done, answer)
+        try:
+            return await answer  # begun: its answer is the truth, however late
+        finally:
+            timer.cancel()
+
+    def _give_up(self, done: concurrent.futures.Future[T], answer: asyncio.Future[T]) -> None:
+        if done.cancel() and not answer.done():  # not begun: it never runs
             took = self.stalled_for()
-            raise Stalled(f"the database has not answered for {took:.1f} s (a hung disk?)")
-        return await waiting  # begun: its answer is the truth, however late
+            answer.set_exception(
+                Stalled(f"the database has not answered for {took:.1f} s (a hung disk?)")
+            )
 
     def blocking(
         self,
@@ -182,6 +193,17 @@ class DbThread:
         done = self._ask(_close, (), {})
         self._queue.put(None)
         done.result(timeout=CLOSE_WAIT_S)
+
+
+def _settle(answer: asyncio.Future[T], done: concurrent.futures.Future[T]) -> None:
+    """On the loop: the unit's outcome into its asker's future (unless it gave up)."""
+    if answer.done() or done.cancelled():
+        return
+    exc = done.exception()
+    if exc is not None:
+        answer.set_exception(exc)
+    else:
+        answer.set_result(done.result())
 
 
 def _close(db: sqlite_utils.Database) -> None:
