@@ -3,11 +3,11 @@
 Owns running the store's sync work off the event loop (`db_call`): the connection is opened
 in the thread (sqlite3's `check_same_thread`, so a use from the loop raises at once), each
 unit (one call: its whole transaction) runs there whole, in the order asked. A unit running
-over `STALL_S` is a stall (`stalled_for`, read by `/healthz` without touching the database;
-`on_stall` hears of it as it ends, before the next unit runs); a unit not begun `WAIT_S`
-after it was asked is dropped and raises `Stalled` (503 `storage_unavailable`). Storage
-faults and commits are told to the app's `StorageState` from the thread, in the order they
-happen. Must not know any table.
+over `STALL_S` (monotonic) is a stall: `stalled_for` tells `/healthz` without touching the
+database, `on_stall` hears of it as it ends, before the next unit runs. A unit not begun
+`WAIT_S` after it was asked is dropped and raises `Stalled` (503 `storage_unavailable`).
+Storage faults and commits are told to the app's `StorageState` from the thread, in the
+order they happen. Must not know any table.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ class DbThread:
         self.stalls = 0  # units that ran over STALL_S
         self.stalled_s = 0.0  # seconds units that ended ran past their first STALL_S
         self.on_stall: list[StallHook] = []  # told on the thread, before the next unit runs
+        self.asked = 0  # units asked (counted by the askers)
+        self.finished = 0  # units ended or dropped (counted by the thread)
         self._queue: queue.SimpleQueue[_Unit | None] = queue.SimpleQueue()
         opened: concurrent.futures.Future[sqlite_utils.Database] = concurrent.futures.Future()
         self._thread = threading.Thread(
@@ -70,6 +72,10 @@ class DbThread:
         began = self.began
         took = 0.0 if began is None else self.ticks.monotonic() - began
         return took if took > STALL_S else 0.0
+
+    def idle(self) -> bool:
+        """Whether every unit asked has ended (tests in fake time wait for it)."""
+        return self.finished >= self.asked
 
     def stalled_total(self) -> float:
         """Seconds units ran past their first `STALL_S`, the one in hand included."""
@@ -86,6 +92,7 @@ class DbThread:
         while (unit := self._queue.get()) is not None:
             done, fn, args, kwargs = unit
             if not done.set_running_or_notify_cancel():
+                self.finished += 1
                 continue  # its asker gave up (`WAIT_S`): it never runs
             self.began, at = self.ticks.monotonic(), self.clock()
             try:
@@ -94,19 +101,19 @@ class DbThread:
                 done.set_exception(exc)
             finally:
                 self._ended(db, fn, at)
+                self.finished += 1
 
     def _ended(self, db: sqlite_utils.Database, fn: object, at: datetime) -> None:
-        """Count a unit that stalled; one that held the store over `STALL_S` by the server's
-        clock is told to `on_stall` (it credits leases) before any other unit runs."""
+        """Count a unit that stalled, and tell `on_stall` (it credits leases) before any
+        other unit runs. Its length is the monotonic one: a step of the wall clock while a
+        unit runs is no stall."""
         took, self.began = self.ticks.monotonic() - (self.began or 0.0), None
-        if took > STALL_S:
-            self.stalls, self.stalled_s = self.stalls + 1, self.stalled_s + took - STALL_S
-        held = (self.clock() - at).total_seconds()
-        if held <= STALL_S or fn is _close:
+        if took <= STALL_S or fn is _close:
             return
+        self.stalls, self.stalled_s = self.stalls + 1, self.stalled_s + took - STALL_S
         for hook in self.on_stall:
             try:
-                hook(db, at.timestamp(), held)
+                hook(db, at.timestamp(), took)
             except Exception:
                 log.exception("a stall of the store was not told to %r", hook)
 
@@ -131,6 +138,7 @@ class DbThread:
 
     def _ask(self, fn: Callable[..., T], args: Any, kwargs: Any) -> concurrent.futures.Future[T]:
         done: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self.asked += 1
         self._queue.put((done, fn, args, kwargs))
         return done
 
@@ -156,6 +164,7 @@ class DbThread:
         answer: asyncio.Future[T] = loop.create_future()
         done: concurrent.futures.Future[T] = concurrent.futures.Future()
         done.add_done_callback(lambda d: loop.call_soon_threadsafe(_settle, answer, d))
+        self.asked += 1
         self._queue.put((done, fn, args, kwargs))
         timer = loop.call_later(wait, self._give_up, done, answer)
         try:

@@ -29,6 +29,7 @@ from runtime.client.api import SpaceClient
 from runtime.device import Device, DeviceSettings
 from runtime.events import RoleChanged
 from space.app import create_app, default_admin_token_file
+from space.dbthread import DB_THREAD, DbThread
 from space.servertime import system_clock
 from space.serving import HEADER_TIMEOUT_S, SpaceRunner
 from space.streams import STREAMS
@@ -66,6 +67,7 @@ class Space:
     async def start(self) -> None:
         server_clock = self.clock.wall if self.clock is not None else system_clock
         app = create_app(self.db, clock=server_clock)
+        SERVING.append(app[DB_THREAD])
         self.runner = SpaceRunner(app, handle_signals=False, header_timeout=self.header_timeout)
         await self.runner.setup()
         await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
@@ -77,6 +79,7 @@ class Space:
 
     async def stop(self) -> None:
         if self.runner is not None:
+            SERVING.remove(self.runner.app[DB_THREAD])
             await self.runner.cleanup()
             self.runner = None
 
@@ -153,6 +156,26 @@ class Space:
             return record if record.get("lastStatus") == status else None
 
         return await eventually(stamped)
+
+
+SERVING: list[DbThread] = []  # the database threads of the spaces running in this test
+
+
+QUIET_TURNS = 20  # loop turns with no database work in hand that count as quiet
+
+
+async def parked(clock: FakeClock, count: int) -> None:
+    """Wait until `count` sleeps are pending on `clock` and no space has had database work
+    in hand for `QUIET_TURNS` turns of the loop, both at once: what may move fake time on.
+    In fake time, time must not move while a request waits on a space's database thread
+    (or its answer is on its way back)."""
+    async with asyncio.timeout(DEADLINE):
+        quiet = 0
+        while quiet < QUIET_TURNS:
+            await clock.wait_for_sleepers(count)
+            busy = not all(thread.idle() for thread in SERVING)
+            quiet = 0 if busy or clock.sleepers < count else quiet + 1
+            await asyncio.sleep(0.001 if busy else 0)
 
 
 class Spaces:

@@ -32,6 +32,7 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
     space,
     spaces,
 )
+from device_support import parked as wait_parked
 from pages import read_all
 
 from core.chatwire import Message
@@ -240,8 +241,7 @@ async def pass_time(clock: FakeClock, seconds: int, parked: int = PARKED) -> Non
     """Move time a second at a time, each step once every part has gone back to sleep."""
     for _ in range(seconds):
         clock.advance(1.0)
-        async with asyncio.timeout(DEADLINE):
-            await clock.wait_for_sleepers(parked)
+        await wait_parked(clock, parked)
 
 
 def keys(runs: list[dict[str, Any]]) -> list[str]:

@@ -25,6 +25,7 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
     Spaces,
     eventually,
     make_device,
+    parked,
     space,
     spaces,
 )
@@ -110,8 +111,7 @@ PARKED = 6  # an idle holder's parts asleep on its clock (tests/e2e/test_events_
 async def pass_time(clock: FakeClock, seconds: int) -> None:
     for _ in range(seconds):
         clock.advance(1.0)
-        async with asyncio.timeout(DEADLINE):
-            await clock.wait_for_sleepers(PARKED)
+        await parked(clock, PARKED)
 
 
 def slots(runs: list[dict[str, Any]]) -> list[datetime]:

@@ -4,11 +4,28 @@ from __future__ import annotations
 
 from space_support import SPACE, Api, FakeClock, on_db
 
+from core.clock import SystemClock
+from space.dbthread import DB_THREAD
+
 E = f"/spaces/{SPACE}/election"
 
 
+class Ticks(SystemClock):
+    """The database thread's monotonic clock, moved with the server's fake one."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+
+    def monotonic(self) -> float:
+        return self.clock().timestamp()
+
+
 async def stall_next_commit(api: Api, clock: FakeClock, seconds: float) -> None:
-    """The next COMMIT takes `seconds` of the server's clock (the disk hung meanwhile)."""
+    """The next COMMIT takes `seconds` of the server's clock and of the database thread's
+    monotonic one (the disk hung meanwhile)."""
+    app = api.client.server.app
+    assert app is not None
+    app[DB_THREAD].ticks = Ticks(clock)
     left = [seconds]
 
     def trace(sql: str) -> None:
