@@ -120,11 +120,11 @@ async def replay(request: web.Request, handler: Handler) -> web.StreamResponse:
     in_flight = request.app[IN_FLIGHT]
     while (busy := in_flight.get((owner, key))) is not None:
         await busy.wait()  # the first is still being answered: its answer is the retry's
-    first = await db_call(request.app, _stored, owner, key, digest)
-    if first is not None:
-        return first
-    in_flight[(owner, key)] = done = asyncio.Event()
+    in_flight[(owner, key)] = done = asyncio.Event()  # before the lookup: a retry waits
     try:
+        first = await db_call(request.app, _stored, owner, key, digest)
+        if first is not None:
+            return first
         try:
             answer = await handler(request)
         except Refusal as exc:
