@@ -41,6 +41,7 @@ REAP_S = 0.1  # how often waiting units are looked at (WAIT_S holds to this)
 CLOSE_WAIT_S = 5.0  # what closing waits for the unit in hand (a hung disk: not for ever)
 StallHook = Callable[[sqlite_utils.Database, float, float], None]  # (db, began, seconds)
 _Unit = tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+_Answer = tuple[asyncio.Future[Any], concurrent.futures.Future[Any]]
 
 
 class DbThread:
@@ -60,6 +61,10 @@ class DbThread:
         self.on_stall: list[StallHook] = []  # told on the thread, before the next unit runs
         self._waiting: list[tuple[float, concurrent.futures.Future[Any], asyncio.Future[Any]]] = []
         self._reaper: asyncio.Task[None] | None = None
+        self._answers: list[_Answer] = []  # ended units whose askers are not told yet
+        self._telling = False  # a `_tell` is scheduled on the loop
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the askers' loop
         self.asked = 0  # units asked (counted by the askers)
         self.finished = 0  # units ended or dropped (counted by the thread)
         self._queue: queue.SimpleQueue[_Unit | None] = queue.SimpleQueue()
@@ -162,19 +167,42 @@ class DbThread:
         **kwargs: P.kwargs,
     ) -> T:
         """`fn(db, …)` on the thread; `Stalled` if it could not begin within `wait` seconds.
-        The answer comes back by one `call_soon_threadsafe` into a loop future, and one task
-        watches the deadlines (`_reap`): no `wrap_future`, no timer per unit (a third of the
-        cost of a hop)."""
+        The answer comes back into a loop future, one loop wake for the answers that end
+        together (`_tell`), and one task watches the deadlines (`_reap`): no `wrap_future`,
+        no timer per unit (a third of the cost of a hop)."""
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[T] = loop.create_future()
         done: concurrent.futures.Future[T] = concurrent.futures.Future()
-        done.add_done_callback(lambda d: loop.call_soon_threadsafe(_settle, answer, d))
+        if self._loop is None:
+            self._loop = loop
+        if loop is self._loop:
+            done.add_done_callback(lambda d: self._answered(loop, answer, d))
+        else:  # an asker on another loop than the first (tests): told on its own
+            done.add_done_callback(lambda d: loop.call_soon_threadsafe(_settle, answer, d))
         self.asked += 1
         self._queue.put((done, fn, args, kwargs))
         self._waiting.append((self.ticks.monotonic() + wait, done, answer))
         if self._reaper is None or self._reaper.done():
             self._reaper = loop.create_task(self._reap(), name="database waits")
         return await answer  # begun: its answer is the truth, however late
+
+    def _answered(
+        self, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[Any], done: Any
+    ) -> None:
+        """A unit ended (on the thread) or was dropped (on the loop): its asker is told by
+        one `_tell` for all the answers that end meanwhile (one wake of the loop, not one each)."""
+        with self._lock:
+            self._answers.append((answer, done))
+            if self._telling:
+                return
+            self._telling = True
+        loop.call_soon_threadsafe(self._tell)
+
+    def _tell(self) -> None:
+        with self._lock:
+            answers, self._answers, self._telling = self._answers, [], False
+        for answer, done in answers:
+            _settle(answer, done)
 
     async def _reap(self) -> None:
         """While units wait, every `REAP_S` drop those not begun by their deadline: their
