@@ -37,11 +37,9 @@ P = ParamSpec("P")
 T = TypeVar("T")
 STALL_S = 2.0  # a unit that ran this long was a stall of the disk
 WAIT_S = 5.0  # a unit not begun this long after it was asked is dropped: 503, not a hang
-REAP_S = 0.1  # how often waiting units are looked at (WAIT_S holds to this)
 CLOSE_WAIT_S = 5.0  # what closing waits for the unit in hand (a hung disk: not for ever)
 StallHook = Callable[[sqlite_utils.Database, float, float], None]  # (db, began, seconds)
 _Unit = tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]
-_Answer = tuple[asyncio.Future[Any], concurrent.futures.Future[Any]]
 
 
 class DbThread:
@@ -59,12 +57,6 @@ class DbThread:
         self.stalls = 0  # units that ran over STALL_S
         self.stalled_s = 0.0  # seconds units that ended ran past their first STALL_S
         self.on_stall: list[StallHook] = []  # told on the thread, before the next unit runs
-        self._waiting: list[tuple[float, concurrent.futures.Future[Any], asyncio.Future[Any]]] = []
-        self._reaper: asyncio.Task[None] | None = None
-        self._answers: list[_Answer] = []  # ended units whose askers are not told yet
-        self._telling = False  # a `_tell` is scheduled on the loop
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None  # the askers' loop
         self.asked = 0  # units asked (counted by the askers)
         self.finished = 0  # units ended or dropped (counted by the thread)
         self._queue: queue.SimpleQueue[_Unit | None] = queue.SimpleQueue()
@@ -167,60 +159,23 @@ class DbThread:
         **kwargs: P.kwargs,
     ) -> T:
         """`fn(db, …)` on the thread; `Stalled` if it could not begin within `wait` seconds.
-        The answer comes back into a loop future, one loop wake for the answers that end
-        together (`_tell`), and one task watches the deadlines (`_reap`): no `wrap_future`,
-        no timer per unit (a third of the cost of a hop)."""
+        The answer comes back by one `call_soon_threadsafe` into a loop future (no
+        `wrap_future`), waited for under the clock's `timeout`."""
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[T] = loop.create_future()
         done: concurrent.futures.Future[T] = concurrent.futures.Future()
-        if self._loop is None:
-            self._loop = loop
-        if loop is self._loop:
-            done.add_done_callback(lambda d: self._answered(loop, answer, d))
-        else:  # an asker on another loop than the first (tests): told on its own
-            done.add_done_callback(lambda d: loop.call_soon_threadsafe(_settle, answer, d))
+        done.add_done_callback(lambda d: loop.call_soon_threadsafe(_settle, answer, d))
         self.asked += 1
+        asked = self.ticks.monotonic()
         self._queue.put((done, fn, args, kwargs))
-        self._waiting.append((self.ticks.monotonic() + wait, done, answer))
-        if self._reaper is None or self._reaper.done():
-            self._reaper = loop.create_task(self._reap(), name="database waits")
-        return await answer  # begun: its answer is the truth, however late
-
-    def _answered(
-        self, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[Any], done: Any
-    ) -> None:
-        """A unit ended (on the thread) or was dropped (on the loop): its asker is told by
-        one `_tell` for all the answers that end meanwhile (one wake of the loop, not one each)."""
-        with self._lock:
-            self._answers.append((answer, done))
-            if self._telling:
-                return
-            self._telling = True
-        loop.call_soon_threadsafe(self._tell)
-
-    def _tell(self) -> None:
-        with self._lock:
-            answers, self._answers, self._telling = self._answers, [], False
-        for answer, done in answers:
-            _settle(answer, done)
-
-    async def _reap(self) -> None:
-        """While units wait, every `REAP_S` drop those not begun by their deadline: their
-        askers hear `Stalled` and the units never run (one task, no timer per unit)."""
-        while self._waiting:
-            await self.ticks.sleep(REAP_S)
-            now, waiting = self.ticks.monotonic(), self._waiting
-            self._waiting = []
-            for deadline, done, answer in waiting:
-                if done.running() or done.done() or answer.done():
-                    continue  # begun, ended, or its asker went away
-                if now < deadline or not done.cancel():
-                    self._waiting.append((deadline, done, answer))
-                    continue
-                took = self.stalled_for()
-                answer.set_exception(
-                    Stalled(f"the database has not answered for {took:.1f} s (a hung disk?)")
-                )
+        try:
+            async with self.ticks.timeout(wait):
+                return await asyncio.shield(answer)
+        except TimeoutError:
+            if not done.cancel():  # begun: its answer is the truth, however late
+                return await answer
+        took = self.ticks.monotonic() - asked  # not begun: it never runs
+        raise Stalled(f"the database has not taken this work up in {took:.1f} s (a hung disk?)")
 
     def blocking(
         self,
@@ -232,13 +187,8 @@ class DbThread:
         assert threading.current_thread() is not self._thread
         return self._ask(fn, args, kwargs).result()
 
-    def _stop_reaper(self) -> None:
-        if self._reaper is not None:
-            self._reaper.cancel()
-
     async def close(self) -> None:
         """Close the connection on the thread after the work asked before; then it ends."""
-        self._stop_reaper()
         done = self._ask(_close, (), {})
         self._queue.put(None)
         try:
@@ -247,7 +197,6 @@ class DbThread:
             log.warning("the database did not close within %.0f s (a hung disk?)", CLOSE_WAIT_S)
 
     def close_blocking(self) -> None:
-        self._stop_reaper()
         done = self._ask(_close, (), {})
         self._queue.put(None)
         done.result(timeout=CLOSE_WAIT_S)
