@@ -14,10 +14,10 @@ class Ticks(SystemClock):
     """The database thread's monotonic clock, moved with the server's fake one."""
 
     def __init__(self, clock: FakeClock) -> None:
-        self.clock = clock
+        self.clock, self.start = clock, clock()  # real time plus the fake time moved since
 
     def monotonic(self) -> float:
-        return self.clock().timestamp()
+        return super().monotonic() + (self.clock() - self.start).total_seconds()
 
 
 async def stall_next_commit(api: Api, clock: FakeClock, seconds: float) -> None:
