@@ -15,18 +15,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
-from runtime.cli.common import Target
+from runtime.cli.common import Record, Target
 from runtime.cli.main import UsageError
 from runtime.cli.record_plan import Step, plan, shown, writable
 from runtime.cli.talk import BAD_INPUT, Failure, emit, talk, warn
 from runtime.cli.trigger_names import resolve
 from runtime.client.api import ApiError, SpaceClient
 
-Record = dict[str, Any]
 VERB = {"create": "created", "edit": "edited", "unchanged": "unchanged"}
 WOULD = {"create": "would create", "edit": "would edit", "unchanged": "unchanged"}
 

@@ -17,12 +17,12 @@ from typing import Any
 import msgspec
 
 from core.vocab import iso
+from runtime.cli.common import Record
 from runtime.cli.main import UsageError
 from space import record_input, record_view
 from space.http import Refusal
 from triggers import records
 
-Record = dict[str, Any]
 FIRST = ("name", "kind", "spec", "program", "args", "owner", "enabled", "limits")
 WRITABLE = (
     *FIRST,

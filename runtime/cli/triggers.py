@@ -15,22 +15,20 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
+from core.answers import RunOut, WhyOut
 from core.clock import SystemClock, iso
 from runtime.cli import apply as declared
 from runtime.cli import trigger_flags as flags
 from runtime.cli import trigger_run, watch
 from runtime.cli import trigger_views as views
-from runtime.cli.common import Target, add_space_options
+from runtime.cli.common import Record, Target, add_space_options
 from runtime.cli.main import UsageError
 from runtime.cli.next import instant
-from runtime.cli.talk import Failure, emit, talk, warn
+from runtime.cli.talk import Failure, emit, read, talk, warn
 from runtime.cli.trigger_names import resolve
 from runtime.client.api import ApiError, SpaceClient
 from triggers.records import RESERVED_CHAT_WATCH
-
-Record = dict[str, Any]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -176,15 +174,16 @@ async def show(client: SpaceClient, where: Target, tid: str, as_json: bool) -> i
     tid = await resolve(client, where, tid)
     record = await client.trigger_get(where.space, tid)
     runs = (await client.runs(where.space, trigger=tid, limit=views.NEXT_FIRES))["runs"]
-    doc = {"record": record, "next": views.next_fires(record, SystemClock().wall()), "runs": runs}
+    fires = views.next_fires(record, SystemClock().wall())
     try:  # the verdict of its last due slot (a space without `why` answers none)
-        doc["why"] = await client.trigger_why(where.space, tid)
+        why = await client.trigger_why(where.space, tid)
     except ApiError:
-        doc["why"] = None
+        why = None
     if as_json:
-        emit(doc)
-    else:
-        print(views.show_text(doc))
+        emit({"record": record, "next": fires, "runs": runs, "why": why})
+        return 0
+    shown_why = None if why is None else read(why, WhyOut, "why")
+    print(views.show_text(record, fires, read(runs, list[RunOut], "runs"), shown_why))
     return 0
 
 

@@ -29,6 +29,7 @@ from runtime.client.seat import Seat
 from runtime.fire import bodies
 from runtime.fire.execute import Execute, Work, new_run_id, program_fetch
 from runtime.fire.recorder import Recorder
+from runtime.fire.secrets import Args
 from triggers.records import PeerId
 
 KEY_PREFIX = "manual:"
@@ -39,7 +40,7 @@ class Manual(msgspec.Struct, frozen=True, kw_only=True):
 
     trigger_id: str
     program: str
-    args: dict[str, Any] = {}
+    args: Args = {}
     timeout_seconds: float = 60.0
     memory_mb: int = 512
 
