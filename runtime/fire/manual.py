@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import socket
 from datetime import datetime
-from typing import Any
 
 import msgspec
 
@@ -28,7 +27,7 @@ from runtime.client.api import SpaceClient
 from runtime.client.seat import Seat
 from runtime.fire import bodies
 from runtime.fire.execute import Execute, Work, new_run_id, program_fetch
-from runtime.fire.recorder import Recorder
+from runtime.fire.recorder import Recorder, StoredRun
 from runtime.fire.secrets import Args
 from triggers.records import PeerId
 
@@ -47,7 +46,7 @@ class Manual(msgspec.Struct, frozen=True, kw_only=True):
 
 async def run_by_hand(
     client: SpaceClient, space: str, url: str, manual: Manual, clock: Clock | None = None
-) -> tuple[dict[str, Any], Outcome]:
+) -> tuple[StoredRun, Outcome]:
     """Run `manual` now in a worker process; the run record as stored, and the ending."""
     clock = clock or SystemClock()
     fire = _fire(manual, clock.wall())

@@ -36,6 +36,7 @@ log = logging.getLogger("baton.recorder")
 NextFire = Callable[[TriggerId], datetime | None]
 ChatWatchRecord = Callable[[], Loaded | None]
 BATCH_MAX = 500  # runs in one write at most
+StoredRun = dict[str, Any]  # a run record as the space stored it, its JSON whole (printed as is)
 
 
 class OwnStamps(Protocol):
@@ -197,7 +198,7 @@ class Recorder:
         is raised, for the pass to judge (it tries again on its next pass)."""
         await self._client.trigger_status(self._space, tid, body)
 
-    async def post_run(self, run: RunIn) -> dict[str, Any]:
+    async def post_run(self, run: RunIn) -> StoredRun:
         """Post a run record; the record as stored, as JSON. Raises the last `ApiError`."""
         return await retried(lambda: self._client.run_create(self._space, run), self._clock)
 
