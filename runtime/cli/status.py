@@ -33,7 +33,7 @@ Doc = dict[str, Any]
 device's subscriptions with its peer, and the rows below; `human` reads it as a `Status`."""
 
 
-class Subscription(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+class FollowedRow(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """A chat a device follows (its report's `subscriptions`), with the device's peer."""
 
     peer: str
@@ -43,7 +43,7 @@ class Subscription(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     last_id: int | str | None = None
 
 
-class Responder(msgspec.Struct, frozen=True, kw_only=True):
+class ResponderRow(msgspec.Struct, frozen=True, kw_only=True):
     """What a device said of its chat responder: ready or why not, and what waits."""
 
     peer: str
@@ -72,8 +72,8 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
     health: Health
     election: LeaseOut
     devices: list[DeviceOut]
-    subscriptions: list[Subscription]
-    responders: list[Responder]
+    subscriptions: list[FollowedRow]
+    responders: list[ResponderRow]
     triggers: list[TriggerRow]
 
 
@@ -128,10 +128,10 @@ def report_of(device: DeviceOut) -> ReportOut:
         return ReportOut()
 
 
-def _responder(device: DeviceOut, report: ReportOut) -> Responder:
+def _responder(device: DeviceOut, report: ReportOut) -> ResponderRow:
     """An offline device answers nothing, whatever it said last."""
     watch, live = report.chat_watch or WatchOut(), device.live
-    return Responder(
+    return ResponderRow(
         peer=device.peer,
         responder=report.responder,
         ready=live and watch.ready,
