@@ -23,6 +23,7 @@ from runtime.cli.common import Record
 from runtime.cli.relative import relative
 from runtime.cli.runs import HEADERS, line, run_row
 from runtime.cli.table import align, render
+from runtime.cli.talk import read
 from triggers.records import Salvaged, load
 from triggers.schedule import LEGEND, DstNote, upcoming_of
 
@@ -107,6 +108,16 @@ def show_text(raw: Record, fires: list[Fire], runs: list[RunOut], why: WhyOut | 
     out += ["", "next fires:", *(_fire_lines(fires, raw) or ["  (none)"])]
     out += ["", "last runs:", *_run_lines(runs)]
     return "\n".join(out)
+
+
+def runs_of(sent: Any) -> list[RunOut]:
+    """Its last runs, as the space sent them, read for the rows."""
+    return read(sent, list[RunOut], "runs")
+
+
+def why_of(sent: Any) -> WhyOut | None:
+    """The verdict of its last due slot, as the space sent it (None: none), read."""
+    return None if sent is None else read(sent, WhyOut, "why")
 
 
 def last_slot(why: WhyOut) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from core.answers import RunOut, WhyOut
 from core.clock import SystemClock, iso
 from runtime.cli import apply as declared
 from runtime.cli import trigger_flags as flags
@@ -28,6 +27,8 @@ from runtime.cli.next import instant
 from runtime.cli.talk import Failure, emit, read, talk, warn
 from runtime.cli.trigger_names import resolve
 from runtime.client.api import ApiError, SpaceClient
+from space.backfills import BackfillOut
+from space.chats import ChatList
 from triggers.records import RESERVED_CHAT_WATCH
 
 
@@ -181,9 +182,8 @@ async def show(client: SpaceClient, where: Target, tid: str, as_json: bool) -> i
         why = None
     if as_json:
         emit({"record": record, "next": fires, "runs": runs, "why": why})
-        return 0
-    shown_why = None if why is None else read(why, WhyOut, "why")
-    print(views.show_text(record, fires, read(runs, list[RunOut], "runs"), shown_why))
+    else:
+        print(views.show_text(record, fires, views.runs_of(runs), views.why_of(why)))
     return 0
 
 
@@ -224,10 +224,10 @@ async def backfill(
     if as_json:
         emit(answer)
         return 0
-    keys, skipped = answer["keys"], answer["skipped"]
+    planned = read(answer, BackfillOut, "trigger_backfill")
     verb = "would run" if body["dryRun"] else "runs"
-    print(f"{tid} {verb} {len(keys)} slot(s); {skipped} already fired")
-    print("\n".join(f"  {k}" for k in keys))
+    print(f"{tid} {verb} {len(planned.keys)} slot(s); {planned.skipped} already fired")
+    print("\n".join(f"  {k}" for k in planned.keys))
     return 0
 
 
@@ -287,7 +287,7 @@ async def warn_unpublished(client: SpaceClient, where: Target, ref: str) -> None
 
 
 async def require_chat(client: SpaceClient, where: Target, object_id: str) -> None:
-    chats = [c["objectId"] for c in (await client.chats(where.space))["chats"]]
+    chats = [c.objectId for c in read(await client.chats(where.space), ChatList, "chats").chats]
     if object_id not in chats:
         raise UsageError(f"--chat: space {where.space} has no chat {object_id!r}")
 
