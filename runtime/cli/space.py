@@ -21,7 +21,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from core.wire import Space
+from core.wire import Space, TokenOut
 from runtime.cli import tokens
 from runtime.cli.common import (
     DEFAULT_PORT,
@@ -183,7 +183,7 @@ def _mint_in_store(path: Path, peer: str, space: str) -> str:
 async def _mint_over_api(where: Target, peer: str, space: str) -> str:
     async with SpaceClient(where.url, where.token) as client:
         minted = await client.token_device({"peer": peer, "space": space})
-    return str(minted["token"])
+    return read(minted, TokenOut, "token_device").token
 
 
 # --- spaces over the API: create, list -----------------------------------------------------

@@ -82,8 +82,9 @@ def emit(data: Any) -> None:
 
 def read(found: Any, type: type[T], what: str) -> T:
     """The space's answer `found` (its JSON, as `--json` prints it) read as `type` (a
-    lenient `core.wire.Answer`) for a table; one that does not fit is the space's fault."""
+    lenient `core.wire.Answer`) for a table; one that does not fit is the space's fault, an
+    `ApiError` as `SpaceClient.typed` raises it (exit 1, `malformed_answer`)."""
     try:
         return msgspec.convert(found, type)
     except msgspec.ValidationError as exc:
-        raise Failure("malformed_answer", f"{what}: {exc}") from None
+        raise ApiError(200, "malformed_answer", f"{what}: {exc}") from None

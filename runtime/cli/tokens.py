@@ -18,6 +18,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from core.wire import TokenOut
 from runtime.cli.common import add_space_options, target, token_file
 from runtime.cli.table import render
 from runtime.cli.talk import read
@@ -62,9 +63,9 @@ def run_rotate(args: argparse.Namespace) -> int:
     path = token_file(args)
 
     async def work(client: SpaceClient) -> Any:
-        rotated = await client.token_rotate_admin()
-        write_private(path, rotated["token"] + "\n")  # the server rewrote its own file
-        return {"id": rotated["id"], "file": str(path)}
+        rotated = read(await client.token_rotate_admin(), TokenOut, "token_rotate_admin")
+        write_private(path, rotated.token + "\n")  # the server rewrote its own file
+        return {"id": rotated.id, "file": str(path)}
 
     return _talk(args, work, human=lambda r: f"new admin token {r['id']} written to {r['file']}")
 

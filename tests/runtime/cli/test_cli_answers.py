@@ -8,7 +8,8 @@ from clikit import SPACE, Cli, World
 
 from core.answers import RunOut
 from runtime.cli.runs import run_row
-from runtime.cli.talk import Failure, read
+from runtime.cli.talk import read
+from runtime.client.api import ApiError
 
 NEWER = {  # a newer device's report: parts and fields this build does not know
     "responder": "builtin",
@@ -66,7 +67,7 @@ def test_an_answer_is_read_leniently_and_a_misfit_is_the_spaces_fault():
     }
     run = read(sent, RunOut, "runs")
     assert run_row(run)[:5] == ("2026-12-01T09:00:00.000Z", "run_1", "trg_a", "deferred", "-")
-    with pytest.raises(Failure) as refused:
+    with pytest.raises(ApiError) as refused:
         read({**sent, "startedAt": 5}, RunOut, "runs")
-    assert refused.value.error == "malformed_answer"
+    assert refused.value.code == "malformed_answer"
     assert refused.value.detail.startswith("runs: Expected `str`, got `int` - at `$.startedAt`")
