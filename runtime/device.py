@@ -31,7 +31,7 @@ from runtime.chat.readiness import Readiness
 from runtime.chat.responders import BuiltinResponder, Responder
 from runtime.chat.watch import ChatWatch, WatchStatus
 from runtime.client.api import ApiError, SpaceClient
-from runtime.client.offset import ClockStatus, Offset, SpaceTime
+from runtime.client.offset import ClockOffset, ClockStatus, SpaceTime
 from runtime.client.retry import retried_for
 from runtime.client.seat import Seat
 from runtime.election.decision import Config as LeaseConfig
@@ -42,7 +42,7 @@ from runtime.events import Bus, DiffApplied, RecordEdited, RoleChanged, Slept
 from runtime.feeds.chats import Subscriptions
 from runtime.feeds.followed import FollowedStatus
 from runtime.feeds.reconciler import Reconciler
-from runtime.fire.asked import Asked
+from runtime.fire.asked import RunAsks
 from runtime.fire.execute import Execute, program_fetch
 from runtime.fire.firing import Firing
 from runtime.fire.handover import HandOver
@@ -88,7 +88,7 @@ class Device:
     ) -> None:
         self.settings = s = settings
         self.space, self.peer = s.space, PeerId(s.peer)
-        self.offset = Offset(clock or SystemClock())  # the space's clock: fires go by it
+        self.offset = ClockOffset(clock or SystemClock())  # the space's clock: fires go by it
         self.clock = SpaceTime(self.offset)
         self.bus = Bus()
         self.client = SpaceClient(s.url, s.token, clock=self.clock, offset=self.offset)
@@ -160,7 +160,7 @@ class Device:
             offer=self.chatwatch.offer,
             handover=self.handover,
         )
-        self.asked = Asked()  # runs asked by hand (`baton triggers run`): fires of the diffs
+        self.asked = RunAsks()  # runs asked by hand (`baton triggers run`): fires of the diffs
         self.touched = Touched()  # records and fires changed: what the health pass judges
         self.ticker = Ticker(
             self.firing, clock=self.clock, touched=self.touched, awake=self.sleepwatch.check

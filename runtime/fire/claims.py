@@ -21,7 +21,7 @@ from runtime.client.retry import retried, transient
 from runtime.client.seat import Seat
 from runtime.fire.dispatch import named
 from runtime.fire.execute import TOKEN_MARGIN_S
-from runtime.fire.lanes import Claimed, Queued
+from runtime.fire.lanes import ClaimedFire, Queued
 
 log = logging.getLogger("baton.firing")
 CLAIM_MAX = 200  # fires claimed in one request at most (the space mints a token for each)
@@ -80,5 +80,5 @@ def _claimed(queued: Queued, result: FireResult, at: float) -> Queued | ApiError
     """One claim's answer in a list: the fire as claimed (with its token), or the refusal."""
     if result.status >= 400:
         return ApiError(result.status, result.error or "", result.detail or "")
-    claimed = Claimed(run_id=queued.claimed.run_id, token=result.token, at=at)
+    claimed = ClaimedFire(run_id=queued.claimed.run_id, token=result.token, at=at)
     return msgspec.structs.replace(queued, claimed=claimed)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import msgspec
 
@@ -31,7 +30,7 @@ from runtime.client.seat import Seat
 from runtime.fire import bodies
 from runtime.fire.bodies import RunIdentity
 from runtime.fire.dispatch import FireRequest
-from runtime.fire.secrets import SecretMissing, Secrets
+from runtime.fire.secrets import Args, SecretMissing, Secrets
 
 TOKEN_MARGIN_S = 30.0  # a run token outlives the run's timeout by this much at most
 TOKEN_FRESH_S = TOKEN_MARGIN_S / 2  # a claim's token is used by a run starting this soon
@@ -42,7 +41,7 @@ Ending = tuple[Outcome, str]  # how a fire ended, and why (the run record's `rea
 class Work(msgspec.Struct, frozen=True, kw_only=True):
     """What a run hands its program besides the fire: main's args and the limits."""
 
-    args: dict[str, Any]
+    args: Args
     timeout_seconds: float
     memory_mb: int
     network: str = "space"

@@ -38,7 +38,7 @@ from runtime.fire.dispatch import Event, FireRequest, named
 from runtime.fire.execute import TOKEN_FRESH_S, Ending, Execute, new_run_id, work_of
 from runtime.fire.handover import HandOver
 from runtime.fire.holds import Holds
-from runtime.fire.lanes import Claimed, Lanes, Queued
+from runtime.fire.lanes import ClaimedFire, Lanes, Queued
 from runtime.fire.recorder import Recorder
 from triggers import policies
 from triggers.health import ok_runs
@@ -168,7 +168,7 @@ class Firing:
     ) -> None:
         term = self._term()
         waiting = [
-            Queued(request=r, term=term, claimed=Claimed(run_id=new_run_id()), retaken=retaken)
+            Queued(request=r, term=term, claimed=ClaimedFire(run_id=new_run_id()), retaken=retaken)
             for r in requests
         ]
         if self._handover is not None:
@@ -322,7 +322,7 @@ class Firing:
         )
         self._finish(request, fire, outcome, reason, admitted=True)
 
-    def _fresh_token(self, claimed: Claimed) -> str | None:
+    def _fresh_token(self, claimed: ClaimedFire) -> str | None:
         """The claim's token, if the run starts soon enough for it to outlive the run."""
         if claimed.local:  # claimed in the ledger: the space is away, no token to be had
             return ""

@@ -28,7 +28,7 @@ from runtime.fire import bodies
 from runtime.fire.bodies import CLAIM, WAKE
 from runtime.fire.claims import CLAIM_MAX, body
 from runtime.fire.dispatch import named
-from runtime.fire.lanes import Claimed, Queued
+from runtime.fire.lanes import ClaimedFire, Queued
 from runtime.fire.ledger import CLAIMED, DONE, REFUSED, Ledger
 from runtime.fire.recorder import BATCH_MAX
 
@@ -89,7 +89,7 @@ class HandOver:
         self.away = True
         self.count("ledgered")
         log.info("fire %s@%s claimed in the ledger: the space is away", fire.triggerId, fire.key)
-        claimed = Claimed(run_id=queued.claimed.run_id, local=True, at=self._clock.monotonic())
+        claimed = ClaimedFire(run_id=queued.claimed.run_id, local=True, at=self._clock.monotonic())
         self.route(queued, msgspec.structs.replace(queued, claimed=claimed))
 
     def keep(self, run: RunIn) -> bool:

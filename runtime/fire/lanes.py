@@ -27,7 +27,7 @@ from runtime.fire.dispatch import FireRequest
 from triggers.records import Trigger, TriggerId
 
 
-class Claimed(msgspec.Struct, frozen=True, kw_only=True):
+class ClaimedFire(msgspec.Struct, frozen=True, kw_only=True):
     """A fire this device claimed: the run id chosen before the claim, the run's token
     the claim answered (None if it asked for none) and when the answer came (monotonic)."""
 
@@ -42,7 +42,7 @@ class Queued(msgspec.Struct, frozen=True, kw_only=True):
 
     request: FireRequest
     term: int
-    claimed: Claimed
+    claimed: ClaimedFire
     retaken: bool = False  # claimed again at its slot after an `ahead_of_clock` refusal
     steps: tuple[bodies.Step, ...] = ()  # its way so far, for the run's `phases`
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import socket
 from datetime import datetime
-from typing import Any
 
 import msgspec
 
@@ -28,7 +27,8 @@ from runtime.client.api import SpaceClient
 from runtime.client.seat import Seat
 from runtime.fire import bodies
 from runtime.fire.execute import Execute, Work, new_run_id, program_fetch
-from runtime.fire.recorder import Recorder
+from runtime.fire.recorder import Recorder, StoredRun
+from runtime.fire.secrets import Args
 from triggers.records import PeerId
 
 KEY_PREFIX = "manual:"
@@ -39,14 +39,14 @@ class Manual(msgspec.Struct, frozen=True, kw_only=True):
 
     trigger_id: str
     program: str
-    args: dict[str, Any] = {}
+    args: Args = {}
     timeout_seconds: float = 60.0
     memory_mb: int = 512
 
 
 async def run_by_hand(
     client: SpaceClient, space: str, url: str, manual: Manual, clock: Clock | None = None
-) -> tuple[dict[str, Any], Outcome]:
+) -> tuple[StoredRun, Outcome]:
     """Run `manual` now in a worker process; the run record as stored, and the ending."""
     clock = clock or SystemClock()
     fire = _fire(manual, clock.wall())

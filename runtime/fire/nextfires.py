@@ -17,7 +17,7 @@ from runtime.fire.cursors import Entry
 from triggers.records import TriggerId
 
 
-class NextFires:
+class FireHeap:
     """The heap over `entries` (the ticker's dict of armed entries, read, never written)."""
 
     def __init__(self, entries: Mapping[TriggerId, Entry]) -> None:

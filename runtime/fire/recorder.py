@@ -33,12 +33,13 @@ from triggers.records import RESERVED_CHAT_WATCH, Loaded, Trigger, TriggerId
 
 log = logging.getLogger("baton.recorder")
 
-NextFire = Callable[[TriggerId], datetime | None]
+NextFireAt = Callable[[TriggerId], datetime | None]
 ChatWatchRecord = Callable[[], Loaded | None]
 BATCH_MAX = 500  # runs in one write at most
+StoredRun = dict[str, Any]  # a run record as the space stored it, its JSON whole (printed as is)
 
 
-class OwnStamps(Protocol):
+class StampSink(Protocol):
     """Where this device's stamps go as they are written (runtime.feeds.own.OwnStamps)."""
 
     tag: str
@@ -66,7 +67,7 @@ class Recorder:
         self,
         seat: Seat,
         *,
-        next_fire: NextFire | None = None,
+        next_fire: NextFireAt | None = None,
         chat_watch: ChatWatchRecord | None = None,
         bus: Bus | None = None,
     ) -> None:
@@ -77,9 +78,9 @@ class Recorder:
         self._writer: asyncio.Task[None] | None = None
         self._turns_rollup: Rollup | None = None  # chat-watch's, as this device last stamped it
         self.keep: Callable[[RunIn], bool] | None = None  # True: kept elsewhere (the ledger)
-        self.own: OwnStamps | None = None  # set by the device: the reconciler's
+        self.own: StampSink | None = None  # set by the device: the reconciler's
 
-    def read_next_fires_from(self, next_fire: NextFire) -> None:
+    def read_next_fires_from(self, next_fire: NextFireAt) -> None:
         """Where `nextFireAt` comes from, when it cannot be given at construction: the
         device's ticker is built after the recorder (Ticker → Firing → Recorder)."""
         self._next_fire = next_fire
@@ -147,7 +148,7 @@ class Recorder:
         finally:
             own.done()
 
-    async def _post(self, batch: list[Waiting], own: OwnStamps | None) -> None:
+    async def _post(self, batch: list[Waiting], own: StampSink | None) -> None:
         sent = [waiting.body for waiting in batch]
         post, writer = self._client.run_create_list, own.tag if own is not None else None
         try:
@@ -197,7 +198,7 @@ class Recorder:
         is raised, for the pass to judge (it tries again on its next pass)."""
         await self._client.trigger_status(self._space, tid, body)
 
-    async def post_run(self, run: RunIn) -> dict[str, Any]:
+    async def post_run(self, run: RunIn) -> StoredRun:
         """Post a run record; the record as stored, as JSON. Raises the last `ApiError`."""
         return await retried(lambda: self._client.run_create(self._space, run), self._clock)
 

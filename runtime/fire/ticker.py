@@ -32,7 +32,7 @@ from runtime.fire.cursors import (
     take,
 )
 from runtime.fire.dispatch import Dispatcher, FireRequest, named
-from runtime.fire.nextfires import NextFires
+from runtime.fire.nextfires import FireHeap
 from runtime.health.touched import Touched
 from triggers.records import CronTrigger, OnceTrigger, TriggerId
 from triggers.registry import Armed, Diff
@@ -51,7 +51,7 @@ def _expression(armed: Armed) -> str:
     return record.spec.expr if isinstance(record, CronTrigger) else ""
 
 
-class NextFire(msgspec.Struct, frozen=True, kw_only=True):
+class DueFire(msgspec.Struct, frozen=True, kw_only=True):
     trigger: str
     at: str
 
@@ -64,7 +64,7 @@ class TickerStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     dispatched: int
     failed: dict[TriggerId, str]  # why its entry was dropped
     last_wake: str | None
-    next: NextFire | None
+    next: DueFire | None
 
 
 def _bridged(entry: Entry, start: datetime, now: datetime) -> int:
@@ -101,7 +101,7 @@ class Ticker:
         self._wake = asyncio.Event()
         self.dispatched = 0  # fires handed to the dispatcher so far
         self.last_wake: datetime | None = None
-        self._heap = NextFires(self._entries)
+        self._heap = FireHeap(self._entries)
         self._pending: dict[TriggerId, tuple[Armed, datetime]] = {}  # to arm, with its `now`
         self.chunk = ARM_CHUNK
         self._pending_bridge: datetime | None = None  # a takeover's start, for pending entries
@@ -313,5 +313,5 @@ class Ticker:
             dispatched=self.dispatched,
             failed=dict(self.failed),
             last_wake=iso(self.last_wake) if self.last_wake else None,
-            next=NextFire(trigger=first[0], at=iso(first[1])) if first else None,
+            next=DueFire(trigger=first[0], at=iso(first[1])) if first else None,
         )
