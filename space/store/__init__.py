@@ -21,6 +21,7 @@ from aiohttp import web
 
 if TYPE_CHECKING:  # `leases` and `chats` serve their routes through this seam
     from core.chatwire import Message, MessageIn
+    from core.peerwire import HeartbeatIn
     from core.wire import FireIn
     from space.chat_store import Chat
     from space.history import Author
@@ -206,6 +207,22 @@ class Store(Protocol):
 
     async def fire_claim(self, space: str, trigger_id: str, key: str) -> tuple[str, int] | None:
         """Who claimed `(trigger_id, key)` and at which term (None: nobody)."""
+        ...
+
+    async def heartbeat(
+        self, space: str, peer: str, beat: HeartbeatIn, window: float
+    ) -> tuple[dict[str, Any], datetime]:
+        """A heartbeat at the store's clock (`devices.beaten`) with the history it writes
+        (its window, the feed it applied, its clock's offset); the device's row, and that
+        instant."""
+        ...
+
+    async def devices(self, space: str) -> tuple[list[dict[str, Any]], datetime]:
+        """The devices' rows by peer, and the store's `now` that judges them live."""
+        ...
+
+    async def last_seen(self, space: str, peer: str, window: float) -> tuple[bool, str | None]:
+        """Whether `peer` is live by the store's clock, and when it was last seen."""
         ...
 
     async def close(self) -> None: ...

@@ -34,6 +34,7 @@ from space.store import (
     pg_records,
     pgschema,
 )
+from space.store.pg_devices import PgDevices
 from space.store.pg_tokens import PgTokens
 from space.store.pgwake import CHANNEL
 from space.trigger_store import Record
@@ -47,9 +48,9 @@ ON CONFLICT DO NOTHING RETURNING claimed_at
 """
 
 
-class PostgresStore(PgTokens):
+class PostgresStore(PgTokens, PgDevices):
     """A pool of connections for the operations; `open` migrates the schema first. The
-    operations of one area each are its bases (`PgTokens`)."""
+    operations of one area each are its bases (`PgTokens`, `PgDevices`)."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool

@@ -17,8 +17,9 @@ import msgspec
 import sqlite_utils
 
 from core.chatwire import Message, MessageIn
+from core.peerwire import HeartbeatIn
 from core.wire import FireIn
-from space import change_log, chat_store, fires, leases, token_store, trigger_store
+from space import change_log, chat_store, devices, fires, leases, token_store, trigger_store
 from space.chat_store import Chat
 from space.db import transaction
 from space.history import Author
@@ -185,6 +186,19 @@ class SqliteStore:
 
     async def fire_claim(self, space: str, trigger_id: str, key: str) -> tuple[str, int] | None:
         return fires.claim_of(self.db, space, trigger_id, key)
+
+    async def heartbeat(
+        self, space: str, peer: str, beat: HeartbeatIn, window: float
+    ) -> tuple[dict[str, Any], datetime]:
+        now = self.clock()
+        devices.heartbeat(self.db, space, peer, beat, now.timestamp(), window)
+        return devices.row(self.db, space, peer) or {}, now
+
+    async def devices(self, space: str) -> tuple[list[dict[str, Any]], datetime]:
+        return devices.rows(self.db, space), self.clock()
+
+    async def last_seen(self, space: str, peer: str, window: float) -> tuple[bool, str | None]:
+        return devices.last_seen(self.db, space, peer, self.clock(), window)
 
     async def close(self) -> None:
         """The database is the app's: closed at its cleanup."""
