@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # `leases` and `chats` serve their routes through this seam
     from space.chat_store import Chat
     from space.history import Author
     from space.leases import Lease
+    from space.programs import Publication
     from space.token_store import Principal
 
 Record: TypeAlias = "dict[str, Any]"  # a trigger record as stored (`trigger_store.Record`)
@@ -223,6 +224,20 @@ class Store(Protocol):
 
     async def last_seen(self, space: str, peer: str, window: float) -> tuple[bool, str | None]:
         """Whether `peer` is live by the store's clock, and when it was last seen."""
+        ...
+
+    async def publish_program(self, pub: Publication) -> tuple[dict[str, Any], bool]:
+        """The program as stored (created at the store's clock), and whether this call
+        published it: an existing `name@vN` is answered untouched; `programs.not_for_others`
+        refuses (403) a device's first publication of another device's pinned program."""
+        ...
+
+    async def program(self, space: str, name: str, version: int) -> dict[str, Any] | None:
+        """The stored row of `name@v{version}` (with its source), None if none."""
+        ...
+
+    async def programs(self, space: str) -> list[dict[str, Any]]:
+        """The stored rows by name and version."""
         ...
 
     async def close(self) -> None: ...

@@ -72,7 +72,12 @@ CREATE TABLE history_offsets (space text NOT NULL, peer text NOT NULL,
   at double precision NOT NULL, offset_ms double precision NOT NULL);
 CREATE INDEX history_offsets_by_at ON history_offsets (space, at);
 """  # devices and what a heartbeat writes into history
-MIGRATIONS = (_V1, _V2, _V3, _V4, _V5)  # version n is MIGRATIONS[n - 1]; append, never edit
+_V6 = """
+CREATE TABLE programs (space text NOT NULL, name text NOT NULL, version bigint NOT NULL,
+  source text NOT NULL, sha256 text NOT NULL, any_tool boolean NOT NULL,
+  created_at text NOT NULL, publisher text, PRIMARY KEY (space, name, version));
+"""
+MIGRATIONS = (_V1, _V2, _V3, _V4, _V5, _V6)  # version n is MIGRATIONS[n - 1]; append, never edit
 
 
 class NewerStore(Exception):

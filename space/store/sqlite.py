@@ -19,10 +19,20 @@ import sqlite_utils
 from core.chatwire import Message, MessageIn
 from core.peerwire import HeartbeatIn
 from core.wire import FireIn
-from space import change_log, chat_store, devices, fires, leases, token_store, trigger_store
+from space import (
+    change_log,
+    chat_store,
+    devices,
+    fires,
+    leases,
+    programs,
+    token_store,
+    trigger_store,
+)
 from space.chat_store import Chat
 from space.db import transaction
 from space.history import Author
+from space.programs import Publication
 from space.servertime import ServerClock, iso
 from space.store import Claimed, ClaimIn, LeaseChange, LeaseStep, Stale, Taken
 from space.token_store import Principal
@@ -199,6 +209,15 @@ class SqliteStore:
 
     async def last_seen(self, space: str, peer: str, window: float) -> tuple[bool, str | None]:
         return devices.last_seen(self.db, space, peer, self.clock(), window)
+
+    async def publish_program(self, pub: Publication) -> tuple[dict[str, Any], bool]:
+        return programs.publish(self.db, pub, self._now())
+
+    async def program(self, space: str, name: str, version: int) -> dict[str, Any] | None:
+        return programs.find(self.db, space, name, version)
+
+    async def programs(self, space: str) -> list[dict[str, Any]]:
+        return programs.rows(self.db, space)
 
     async def close(self) -> None:
         """The database is the app's: closed at its cleanup."""
