@@ -1,10 +1,10 @@
 """Who is calling, and what each role may do: the middleware and the scope rules.
 
-Owns authenticating every `/v1` request (the bearer token, looked up in `token_store`) and
+Owns authenticating every `/v1` request (the bearer token, looked up through the store seam) and
 the route scopes of each role: `Role.ADMIN` everything, `Role.DEVICE` its own space acting
 as its peer, `Role.RUN` one run's narrow reach (see docs/architecture.md, "Module notes").
 Handlers refine with `require_peer` and `limit_patch`; `end_streams` ends a revoked token's
-streams. Must not know any table but through `token_store`.
+streams. Must not know any table: tokens are the store's.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from space import token_store
-from space.appstate import CLOCK
-from space.db import DB
 from space.history import NOTE_MAX, Author
 from space.http import Handler, Refusal
+from space.store import STORE
 from space.streams import STREAMS, EventStream
 from space.token_store import Principal, Role, mint_token, token_hash
 
@@ -171,12 +170,11 @@ def end_streams(app: web.Application, which: Callable[[Principal], bool]) -> int
     return registry.close_where(picked, "token_revoked")
 
 
-def identify(request: web.Request) -> Principal:
-    """Whose bearer token this request carries; 401 for none, an unknown, a revoked or an
-    expired one."""
-    now = request.app[CLOCK]().timestamp()
+async def identify(request: web.Request) -> Principal:
+    """Whose bearer token this request carries (by the store's clock); 401 for none, an
+    unknown, a revoked or an expired one."""
     try:
-        return token_store.lookup(request.app[DB], bearer(request), now)
+        return await request.app[STORE].lookup_token(bearer(request))
     except token_store.TokenError as exc:
         raise Refusal(401, exc.code, exc.detail) from None
 
@@ -185,7 +183,7 @@ def identify(request: web.Request) -> Principal:
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
     if not request.path.startswith("/v1/") or request.match_info.http_exception is not None:
         return await handler(request)
-    who = identify(request)
+    who = await identify(request)
     authorize(request, who)
     request[PRINCIPAL] = who
     return await handler(request)

@@ -206,7 +206,7 @@ async def get_healthz(request: web.Request) -> web.Response:
 
 async def get_metrics(request: web.Request) -> web.Response:
     now = request.app[CLOCK]()
-    who = auth.identify(request)
+    who = await auth.identify(request)
     if who.role is auth.Role.RUN:
         raise Refusal(403, "forbidden", "a run token may not read /metrics")
     more = await alertables.lines(request.app, now)

@@ -7,13 +7,13 @@ token dies at the run's timeout plus `run_token_margin_seconds` at the latest
 (and when its run is recorded, see `runs`). The fire path gets its token with the
 claim instead (`fires`, `run`); this route stays for manual runs and other callers.
 The answer is the only time a token is shown; listings show ids, never secrets.
-Storage lives in `token_store`, scope rules in `auth`; this module must not check
-route scopes itself.
+Storage goes through the store seam (`app[STORE]`, `token_store` on SQLite), scope rules
+are `auth`'s; this module must not check route scopes itself.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
@@ -22,10 +22,11 @@ from core.wire import Answer, Body, Name, RunTokenIn, TokenOut
 from space import fires, token_store, trigger_store
 from space.appstate import ADMIN_TOKEN_PATH, SETTINGS
 from space.auth import Principal, Role, end_streams, principal
-from space.db import DB, transaction
-from space.http import Refusal, add_route, answer, now_of, read_body
+from space.db import DB
+from space.http import Refusal, add_route, answer, read_body
 from space.servertime import iso
 from space.spaces import SPACE_ID, require_space, space_exists
+from space.store import STORE
 
 
 class DeviceTokenIn(Body, frozen=True, kw_only=True):
@@ -63,7 +64,7 @@ async def post_device_token(request: web.Request) -> web.Response:
     if not space_exists(db, body.space):  # a token for no space: create the space first
         raise Refusal(404, "unknown_space", f"no space {body.space!r} - at `$.space`")
     who = Principal(role=Role.DEVICE, peer=body.peer, space=body.space)
-    token = token_store.mint_token(db, who, now_of(request).timestamp())
+    token = await request.app[STORE].mint_token(who)
     out = {"token": token, "id": token_store.token_id(token), "peer": body.peer}
     return answer({**out, "space": body.space}, status=201)
 
@@ -71,19 +72,15 @@ async def post_device_token(request: web.Request) -> web.Response:
 async def post_run_token(request: web.Request) -> web.Response:
     space = require_space(request)
     body = await read_body(request, RunTokenIn)
-    db, now = request.app[DB], now_of(request)
-    ttl = min(body.ttlSeconds, _allowed_ttl(request, space, body))
-    expires = now + timedelta(seconds=ttl)
+    ttl = min(body.ttlSeconds, await _allowed_ttl(request, space, body))
     minter = principal(request).peer  # a device's; None for the admin
-    with transaction(db):
-        token = token_store.mint_run(
-            db, space, body.triggerId, body.runId, now.timestamp(), expires.timestamp(), minter
-        )
+    store = request.app[STORE]
+    token, expires = await store.mint_run_token(space, body.triggerId, body.runId, ttl, minter)
     out = {"token": token, "id": token_store.token_id(token), "expiresAt": iso(expires)}
     return answer(out, status=201)
 
 
-def _allowed_ttl(request: web.Request, space: str, body: RunTokenIn) -> float:
+async def _allowed_ttl(request: web.Request, space: str, body: RunTokenIn) -> float:
     """The longest life this caller may give the token; for a device, only for a fire it
     claimed, and no longer than the record's timeout plus the margin."""
     settings, who = request.app[SETTINGS], principal(request)
@@ -95,22 +92,22 @@ def _allowed_ttl(request: web.Request, space: str, body: RunTokenIn) -> float:
             "invalid_body",
             "a device mints a run token for a fire: `key` is required - at `$.key`",
         )
-    db = request.app[DB]
-    claim = fires.claim_of(db, space, body.triggerId, body.key)
+    store = request.app[STORE]
+    claim = await store.fire_claim(space, body.triggerId, body.key)
     if claim is None or claim[0] != who.peer:
         detail = (
             f"{body.triggerId}@{body.key} was not claimed by {who.peer!r}; a device "
             "mints run tokens only for its own fires - at `$.key`"
         )
         raise Refusal(403, "not_claimed", detail)
-    _, record = trigger_store.current(db, space, body.triggerId)
+    row = await store.record_row(space, body.triggerId)
+    _, record = trigger_store.parsed(space, body.triggerId, row)
     return fires.run_timeout(record) + settings.run_token_margin_seconds
 
 
 async def list_tokens(request: web.Request) -> web.Response:
     everything = request.query.get("all", "") in ("1", "true")
-    now = now_of(request).timestamp()
-    found = token_store.listing(request.app[DB], now, everything=everything)
+    found = await request.app[STORE].list_tokens(everything=everything)
     return answer({"tokens": [_wire(t) for t in found]})
 
 
@@ -125,29 +122,24 @@ def _wire(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 async def delete_token(request: web.Request) -> web.Response:
-    tid, db = request.match_info["id"], request.app[DB]
-    now = now_of(request).timestamp()
-    with transaction(db):
-        found = token_store.listing(db, now, everything=True, id_=tid)
-        last = found and found[0]["state"] == "live" and token_store.live_admins(db) <= 1
-        if last and found[0]["role"] == Role.ADMIN:
-            raise Refusal(
-                409,
-                "last_admin_token",
-                "this is the only admin token; rotate it instead (POST /v1/tokens/admin/rotate)",
-            )
-        revoked = token_store.revoke(db, tid, now)
+    tid = request.match_info["id"]
+    try:
+        revoked = await request.app[STORE].revoke_token(tid)
+    except token_store.LastAdminToken:
+        raise Refusal(
+            409,
+            "last_admin_token",
+            "this is the only admin token; rotate it instead (POST /v1/tokens/admin/rotate)",
+        ) from None
     if revoked is None:
         raise Refusal(404, "unknown_token", f"no token with id {tid!r}")
     end_streams(request.app, lambda who: who.id == tid)
-    return answer(_wire({**revoked, "state": "revoked", "revokedAt": revoked["revokedAt"] or now}))
+    return answer(_wire(revoked))
 
 
 async def post_rotate_admin(request: web.Request) -> web.Response:
-    db, now = request.app[DB], now_of(request).timestamp()
     path = request.app.get(ADMIN_TOKEN_PATH)
-    with transaction(db):  # the file is rewritten before the commit: both or neither
-        token = token_store.rotate_admin(db, path, now)
+    token = await request.app[STORE].rotate_admin(path)
     new = token_store.token_id(token)
     end_streams(request.app, lambda who: who.role is Role.ADMIN and who.id != new)
     out = {"token": token, "id": new, "file": str(path or "")}

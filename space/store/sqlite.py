@@ -9,20 +9,33 @@ not hold SQL of its own.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import sqlite_utils
 
 from core.chatwire import Message, MessageIn
+from core.peerwire import HeartbeatIn
 from core.wire import FireIn
-from space import change_log, chat_store, fires, leases, trigger_store
+from space import (
+    change_log,
+    chat_store,
+    devices,
+    fires,
+    leases,
+    programs,
+    token_store,
+    trigger_store,
+)
 from space.chat_store import Chat
 from space.db import transaction
 from space.history import Author
+from space.programs import Publication
 from space.servertime import ServerClock, iso
 from space.store import Claimed, ClaimIn, LeaseChange, LeaseStep, Stale, Taken
+from space.token_store import Principal
 from space.trigger_store import Record
 
 
@@ -142,6 +155,69 @@ class SqliteStore:
 
     async def messages_since(self, object_id: str, after: int, limit: int) -> list[tuple[int, str]]:
         return chat_store.page(self.db, object_id, after, limit)
+
+    async def mint_token(self, who: Principal) -> str:
+        return token_store.mint_token(self.db, who, self.clock().timestamp())
+
+    async def lookup_token(self, token: str) -> Principal:
+        return token_store.lookup(self.db, token, self.clock().timestamp())
+
+    async def list_tokens(self, *, everything: bool = False) -> list[dict[str, Any]]:
+        return token_store.listing(self.db, self.clock().timestamp(), everything=everything)
+
+    async def revoke_token(self, tid: str) -> dict[str, Any] | None:
+        now = self.clock().timestamp()
+        with transaction(self.db):
+            return token_store.revoke(self.db, tid, now)
+
+    async def rotate_admin(self, path: Path | None) -> str:
+        now = self.clock().timestamp()
+        with transaction(self.db):  # the file is rewritten before the commit: both or neither
+            return token_store.rotate_admin(self.db, path, now)
+
+    async def ensure_admin_token(self, path: Path) -> None:
+        token_store.ensure_admin_token(self.db, path, self.clock().timestamp())
+
+    async def mint_run_token(
+        self, space: str, trigger_id: str, run_id: str, ttl: float, peer: str | None
+    ) -> tuple[str, datetime]:
+        now = self.clock()
+        expires = now + timedelta(seconds=ttl)
+        with transaction(self.db):
+            token = token_store.mint_run(
+                self.db, space, trigger_id, run_id, now.timestamp(), expires.timestamp(), peer
+            )
+        return token, expires
+
+    async def end_run_tokens(self, space: str, run_ids: list[str], peer: str | None = None) -> int:
+        now = self.clock().timestamp()
+        with transaction(self.db):
+            return token_store.revoke_runs(self.db, space, run_ids, now, peer)
+
+    async def fire_claim(self, space: str, trigger_id: str, key: str) -> tuple[str, int] | None:
+        return fires.claim_of(self.db, space, trigger_id, key)
+
+    async def heartbeat(
+        self, space: str, peer: str, beat: HeartbeatIn, window: float
+    ) -> tuple[dict[str, Any], datetime]:
+        now = self.clock()
+        devices.heartbeat(self.db, space, peer, beat, now.timestamp(), window)
+        return devices.row(self.db, space, peer) or {}, now
+
+    async def devices(self, space: str) -> tuple[list[dict[str, Any]], datetime]:
+        return devices.rows(self.db, space), self.clock()
+
+    async def last_seen(self, space: str, peer: str, window: float) -> tuple[bool, str | None]:
+        return devices.last_seen(self.db, space, peer, self.clock(), window)
+
+    async def publish_program(self, pub: Publication) -> tuple[dict[str, Any], bool]:
+        return programs.publish(self.db, pub, self._now())
+
+    async def program(self, space: str, name: str, version: int) -> dict[str, Any] | None:
+        return programs.find(self.db, space, name, version)
+
+    async def programs(self, space: str) -> list[dict[str, Any]]:
+        return programs.rows(self.db, space)
 
     async def close(self) -> None:
         """The database is the app's: closed at its cleanup."""
