@@ -3,7 +3,7 @@
 Owns the lenient read of what `baton` shows in its tables (on `core.wire.Answer`: unknown
 fields ignored, optional ones defaulted), so a newer space breaks no table. A run is
 written as `core.wire.RunIn` and read back as `RunOut`; a turn `TurnIn`/`TurnOut`; `why`
-is `triggers.why.Answer` read with its words as strings (`WhyOut`). Instants stay the
+is `triggers.why.Explanation` read with its words as strings (`WhyOut`). Instants stay the
 strings the space sent (shown as sent). Imports nothing of ours but `core.wire`.
 """
 
@@ -85,7 +85,7 @@ class CheckOut(Answer, frozen=True, kw_only=True):
 
 
 class WhyOut(Answer, frozen=True, kw_only=True):
-    """`GET …/triggers/{id}/why?at=|key=`: `triggers.why.Answer`, its verdict and reason
+    """`GET …/triggers/{id}/why?at=|key=`: `triggers.why.Explanation`, its verdict and reason
     as strings (a newer space's new reason is shown, not refused)."""
 
     slot: str | None = None

@@ -52,8 +52,8 @@ PEER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
 NOT_SERVED_YET = (
-    "a PostgreSQL URL is not served yet (issue 22: the PostgreSQL store has the election, "
-    "claims and feeds only); give a SQLite file"
+    "a PostgreSQL URL is not served yet (the PostgreSQL store holds records, feeds, claims, "
+    "the lease, chats, tokens, devices and programs, not yet runs and history); give a SQLite file"
 )
 
 

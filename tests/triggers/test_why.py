@@ -74,13 +74,13 @@ def facts(**given: Any) -> Facts:
     return Facts(**{**base, **given})
 
 
-def ask(when: datetime = SLOT, *, exact: bool = True, **given: Any) -> why.Answer:
+def ask(when: datetime = SLOT, *, exact: bool = True, **given: Any) -> why.Explanation:
     known = facts(**given)
     where = why.locate(known.revisions, when, exact=exact)
     return why.explain(TID, when, where, known)
 
 
-def reason(answer: why.Answer) -> tuple[Verdict, Reason]:
+def reason(answer: why.Explanation) -> tuple[Verdict, Reason]:
     return answer.verdict, answer.reason
 
 
