@@ -18,7 +18,7 @@ from programs.context import RunContext
 
 MAX_FRAME = 1 << 20
 HEADER = 4
-SPARES = 64  # spares a worker may keep: a 32 MB budget at ≈ 0.5 MB each (docs/decisions.md)
+SPARES = 18  # spares a worker may keep: a 32 MB budget at ≈ 1.75 MB each (docs/decisions.md)
 
 
 class ProtocolError(ValueError):
