@@ -2,16 +2,18 @@
 and a burst of runs through an `Executor` with spares prepared ahead or not.
 
 Run: .venv/bin/python bench/spares.py [spares] [rounds]   (default 64 spares, 3 rounds)
-     .venv/bin/python bench/spares.py --burst N [rounds]   (N runs at once, ABBA rounds)
+     .venv/bin/python bench/spares.py --burst N [rounds] [spares]   (N runs at once, ABBA
+     rounds; `spares` per worker, default `channel.SPARES`)
 
 This process plays a worker (`programs.worker`'s preload, its `Place`: subreaper, pids cgroup,
 Landlock rules) and readies `spares` spares the way a `Prepare` does
 (`worker.Processes.prepare`), waits until each is confined and waiting, and reads /proc: the
 memory of this process and of every spare (smaps_rollup) before and after, its own CPU for
 the forks (getrusage) and each spare's (schedstat, ns). Then it ends them, and again.
-`--burst`: an `Executor(size=2)` gets N distinct runs at once (each its own fresh process),
-after `prepare(N)` and its spares ready, or not; main() − the burst's start (the executor's
-`main_latency_ms`), runs/s, the workers' and run processes' CPU per run (/proc).
+`--burst`: two `Executor(size=2)` pools get N distinct runs at once in turn (each run its
+own fresh process), one after `prepare(N)` and its spares ready, the other never told;
+main() − the burst's start (`main_latency_ms`), runs/s, the workers' and run processes'
+CPU per run (/proc).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 from programs import runproc, worker  # noqa: E402
+from programs.channel import SPARES  # noqa: E402
 from programs.executor import Executor, Job  # noqa: E402
 
 TICK = 100  # os.sysconf("SC_CLK_TCK") on Linux
@@ -108,7 +111,7 @@ async def one_burst(executor: Executor, n: int, prepared: bool) -> tuple[float, 
         for pid in workers:
             while len(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()) < want:
                 await asyncio.sleep(0.01)
-        await asyncio.sleep(0.5)  # confined: each spare ≈ 2–4 ms of CPU
+        await asyncio.sleep(0.5 + want * 0.004)  # confined: each spare ≈ 2–4 ms of CPU
     start = time.monotonic()
     jobs = [Job(source=STAMP, ref="stamp@v1", timeout_seconds=30.0) for _ in range(n)]
     outcomes = await asyncio.gather(*(executor.run(job) for job in jobs))
@@ -120,13 +123,21 @@ async def one_burst(executor: Executor, n: int, prepared: bool) -> tuple[float, 
     return pct(mains, 50), pct(mains, 99), n / took, per_run
 
 
-async def bursts(n: int, rounds: int) -> None:
+async def bursts(n: int, rounds: int, spares: int) -> None:
+    """Two pools side by side, one never told (so no spare of a prepared burst is left in
+    it), bursts alternating between them."""
     found: dict[bool, list[tuple[float, ...]]] = {False: [], True: []}
-    async with Executor(size=2) as executor:
-        await one_burst(executor, 20, False)  # warm-up
+    pools = {prepared: Executor(size=2, spares=spares) for prepared in found}
+    try:
+        for executor in pools.values():
+            await executor.start()
+            await one_burst(executor, 20, False)  # warm-up
         for i in range(rounds):
             for prepared in (False, True) if i % 2 == 0 else (True, False):
-                found[prepared].append(await one_burst(executor, n, prepared))
+                found[prepared].append(await one_burst(pools[prepared], n, prepared))
+    finally:
+        for executor in pools.values():
+            await executor.close()
     print(f"{n} runs at once, {rounds} rounds each way (ABBA); median (min–max)")
     print("| spares | main() p50 ms | main() p99 ms | runs/s | workers + runs CPU ms/run |")
     print("|---|---|---|---|---|")
@@ -134,14 +145,14 @@ async def bursts(n: int, rounds: int) -> None:
         cells = []
         for col in zip(*rows, strict=True):
             cells.append(f"{statistics.median(col):.3g} ({min(col):.3g}–{max(col):.3g})")
-        name = f"prepared ({executor.spares} per worker)" if prepared else "one per worker"
+        name = f"prepared ({spares} per worker)" if prepared else "one per worker"
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
     if sys.argv[1:2] == ["--burst"]:
         n, rounds = int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 4
-        asyncio.run(bursts(n, rounds))
+        asyncio.run(bursts(n, rounds, int(sys.argv[4]) if len(sys.argv) > 4 else SPARES))
         return
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 64
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
