@@ -145,6 +145,44 @@ def test_spares_a_burst_did_not_use_end_after_a_while() -> None:
     assert found["alive"] == [True, False, False, False, False], found  # and the rest reaped
 
 
+PENDING_SCRIPT = """
+import json, socket, sys
+from programs import runproc, worker
+worker._preload()
+place = runproc.Place()
+ours, theirs = socket.socketpair()
+procs = worker.Processes(place, theirs.fileno(), cap=5)
+asked = []
+def waits():
+    asked.append(len(procs.spares))
+    return len(procs.spares) >= 3  # a request came in while the third was forked
+procs.prepare(5, waits)
+while_waiting = len(procs.spares)
+while procs.spares:  # as runs take them
+    procs.spares.popleft().discard(place, keep=procs.idle())
+procs.top_up(lambda: True)  # all taken, a request waits: one comes all the same
+after_taken = len(procs.spares)
+json.dump({"while": while_waiting, "asked": asked, "after": after_taken}, sys.stdout)
+procs.close()
+place.close()
+"""
+
+
+def test_a_waiting_request_stops_the_top_up_but_for_a_first_spare() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PENDING_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=worker_env(),
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["while"] == 3, found  # not the 5 asked: a request waits
+    assert found["asked"] == [1, 2, 3], found  # asked before each fork but the first
+    assert found["after"] == 1, found  # none left: one forked, no more while it waits
+
+
 @pytest.mark.parametrize("spares", [0, -1])
 def test_an_executor_needs_a_spare(spares: int) -> None:
     with pytest.raises(ValueError, match="spares: must be at least 1"):
