@@ -162,8 +162,9 @@ class Device:
         )
         self.asked = RunAsks()  # runs asked by hand (`baton triggers run`): fires of the diffs
         self.touched = Touched()  # records and fires changed: what the health pass judges
+        awake, expect = self.sleepwatch.check, self.executor.prepare  # spares ahead of a slot
         self.ticker = Ticker(
-            self.firing, clock=self.clock, touched=self.touched, awake=self.sleepwatch.check
+            self.firing, clock=self.clock, touched=self.touched, awake=awake, expect=expect
         )
         self.recorder.read_next_fires_from(self.ticker.next_fire)  # closes Ticker → Recorder
         self.subscriptions = Subscriptions(self.seat, self.firing)

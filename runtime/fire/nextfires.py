@@ -56,6 +56,17 @@ class FireHeap:
         at = self.earliest()
         return (self._heap[0][1], at) if at is not None else None
 
+    def count_until(self, at: datetime, limit: int) -> int:
+        """How many entries fire by `at` (at most `limit` are counted): the heap's items
+        up to `at` only are looked at."""
+        heap, count, todo = self._heap, 0, [0]
+        while todo and count < limit:
+            i = todo.pop()
+            if i < len(heap) and heap[i][0] <= at:
+                count += self._current(heap[i])
+                todo += (2 * i + 1, 2 * i + 2)
+        return count
+
     def pop_due(self, now: datetime) -> list[Entry]:
         """Every entry due at `now`, earliest first, each once; taken off the heap."""
         due: list[Entry] = []
