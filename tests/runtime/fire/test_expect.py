@@ -14,7 +14,7 @@ import pytest
 from core.clock import FakeClock
 from runtime.fire.cursors import arm
 from runtime.fire.dispatch import FireRequest
-from runtime.fire.nextfires import NextFires
+from runtime.fire.nextfires import FireHeap
 from runtime.fire.ticker import EXPECT_AHEAD, Ticker
 from triggers.records import CronTrigger, load
 from triggers.registry import Armed, Diff
@@ -106,7 +106,7 @@ def ticker_lead(ticker: Ticker) -> float:
 
 def test_count_until_counts_current_entries_up_to_an_instant_and_a_limit() -> None:
     entries = {}
-    heap = NextFires(entries)
+    heap = FireHeap(entries)
     for i in range(40):
         record = cron("* * * * *" if i < 30 else "5 9 * * *", f"trg_{i}").record
         entry = arm(record, T0, None, T0)
