@@ -46,6 +46,7 @@ from runtime.fire.asked import RunAsks
 from runtime.fire.execute import Execute, program_fetch
 from runtime.fire.firing import Firing
 from runtime.fire.handover import HandOver
+from runtime.fire.nextfires import Entries
 from runtime.fire.recorder import Recorder
 from runtime.fire.secrets import Secrets
 from runtime.fire.ticker import Ticker
@@ -151,10 +152,12 @@ class Device:
             programs=self.programs,
             secrets=Secrets(s.secrets_file),
         )
+        self.entries = Entries()  # the ticker's armed entries: where `nextFireAt` is read
         self.firing = Firing(
             self.seat,
             execute=execute,
             recorder=self.recorder,
+            next_fire=self.entries.next_fire,
             term=lambda: elector.term,
             may_fire_floating=elector.may_fire,
             offer=self.chatwatch.offer,
@@ -163,9 +166,12 @@ class Device:
         self.asked = RunAsks()  # runs asked by hand (`baton triggers run`): fires of the diffs
         self.touched = Touched()  # records and fires changed: what the health pass judges
         self.ticker = Ticker(
-            self.firing, clock=self.clock, touched=self.touched, awake=self.sleepwatch.check
+            self.firing,
+            clock=self.clock,
+            touched=self.touched,
+            awake=self.sleepwatch.check,
+            entries=self.entries,
         )
-        self.recorder.read_next_fires_from(self.ticker.next_fire)  # closes Ticker → Recorder
         self.subscriptions = Subscriptions(self.seat, self.firing)
         self.reconciler = Reconciler(
             self.seat, is_active=elector.holds, bus=self.bus, touched=self.touched
@@ -182,7 +188,7 @@ class Device:
             records=lambda: reconciler.records,
             elector=elector,
             missing_chats=lambda: subscriptions.missing,
-            next_fire=ticker.next_fire,
+            next_fire=self.entries.next_fire,
             interval=s.health_interval,
             touched=self.touched,
             settled=ticker.settled.wait,
