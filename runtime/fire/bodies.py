@@ -159,6 +159,7 @@ def settle(
     admitted: bool,
     reason: str = "",
     next_attempt: tuple[str, datetime] | None = None,
+    next_fire_at: datetime | msgspec.UnsetType | None = msgspec.UNSET,
 ) -> tuple[Book, Stamps]:
     """The book after this fire and the stamps to write on its trigger.
 
@@ -183,7 +184,8 @@ def settle(
     )
     after = Book(breaker=state, rollup=roll)
     stamped = stamps(after, record, fire, outcome, reason=reason, now=finished_at)
-    return after, msgspec.structs.replace(stamped, nextAttempt=_attempt(record, fire, next_attempt))
+    attempt = _attempt(record, fire, next_attempt)
+    return after, replace(stamped, nextAttempt=attempt, nextFireAt=next_fire_at)
 
 
 def _attempt(
@@ -191,8 +193,9 @@ def _attempt(
 ) -> NextAttempt | msgspec.UnsetType | None:
     """The `nextAttempt` stamp: the one scheduled now, cleared when this fire ended the
     chain the stamped one belongs to, else left as it is."""
-    if next_attempt is not None:
-        return NextAttempt(key=next_attempt[0], dueAt=next_attempt[1])
+    if next_attempt is not None:  # an event fire's carries its message: a takeover runs it
+        event = fire.request.event if isinstance(fire, Fire) else None
+        return NextAttempt(key=next_attempt[0], dueAt=next_attempt[1], event=event)
     stamped, base = record.next_attempt, policies.base_key(fire.key)
     if policies.attempt_of(fire.key) > 1 or (stamped and policies.base_key(stamped.key) == base):
         return None  # a retry ended its chain (the record it came with may predate the stamp)

@@ -69,6 +69,13 @@ class Fire(msgspec.Struct, kw_only=True):
     def limits(self) -> Limits:
         return self.request.trigger.limits
 
+    def token_for(self, now: float, fresh_s: float) -> str | None:
+        """The claim's token for a run starting at `now` (monotonic), if fresh enough to
+        outlive the run; "" if claimed in the ledger (none to be had); None: mint one."""
+        if self.local:
+            return ""
+        return self.token if now - self.claimed_at <= fresh_s else None
+
     def decided(self, now: datetime) -> None:
         """As decided at `now`: when a non-run's record says it started, and a run's until
         its program is handed over (`entered` finishes it)."""

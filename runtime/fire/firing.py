@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any
@@ -22,14 +23,13 @@ import msgspec
 
 from core.aio import TaskSet
 from core.vocab import FAILED, RunReason, RunStatus
-from core.wire import RunIn, Stamps
 from programs import admission
 from runtime.client.api import ApiError
 from runtime.client.retry import transient
 from runtime.client.seat import Seat
 from runtime.fire import bodies
 from runtime.fire.ahead import Ahead
-from runtime.fire.attempts import Retries, Running, carrying
+from runtime.fire.attempts import Retries, Running
 from runtime.fire.claimed import CLAIM, WAKE, Fire
 from runtime.fire.claims import CLAIM_MAX, claim, claimed_when_back
 from runtime.fire.dispatch import Event, FireRequest, named
@@ -46,6 +46,7 @@ from triggers.registry import Diff
 Offer = Callable[[Event], Coroutine[Any, Any, None]]  # chat-watch's intake of one fire
 NextFireAt = Callable[[TriggerId], datetime | None]  # the armed entries' (`nextfires.Entries`)
 
+NOT_ARMED: datetime | msgspec.UnsetType | None = msgspec.UNSET  # `nextFireAt` left as it is
 log = logging.getLogger("baton.firing")
 
 
@@ -85,7 +86,7 @@ class Firing:
         if handover is not None:
             handover.route, handover.count, recorder.keep = self._start, self._count, handover.keep
         self._closed = False
-        self.counts: dict[str, int] = {}
+        self.counts: Counter[str] = Counter()
 
     async def fire(self, *requests: FireRequest) -> None:
         """Take fires due together: claimed in one request (`CLAIM_MAX` at most), then each
@@ -139,7 +140,7 @@ class Firing:
         self._tasks.spawn(work, name=f"{named(request.trigger)}@{request.key}")
 
     def _count(self, what: str) -> None:
-        self.counts[what] = self.counts.get(what, 0) + 1
+        self.counts[what] += 1
 
     # --- the gate and the claim ------------------------------------------------------------
 
@@ -187,10 +188,10 @@ class Firing:
             log.debug("fire %s@%s already claimed", tid, key)
         elif exc.code == RunReason.STALE_TERM:
             log.warning("fire %s@%s refused: stale term %d", tid, key, term)
-            await self._unstamped(fire, RunStatus.REJECTED, RunReason.STALE_TERM)
+            await asyncio.shield(self._settle(fire, RunStatus.REJECTED, exc.code, stamp=False))
         elif exc.code in (RunReason.PAUSED, RunReason.BEFORE_ACTIVE):  # news not here yet
             log.info("fire %s@%s refused: %s", tid, key, exc.code)
-            await self._unstamped(fire, RunStatus.SKIPPED, exc.code)
+            await asyncio.shield(self._settle(fire, RunStatus.SKIPPED, exc.code, stamp=False))
         elif exc.code == RunReason.AHEAD_OF_CLOCK and not fire.retaken:
             log.warning("fire %s@%s refused: this device's clock is ahead; at its slot", tid, key)
             # claimed again when the slot comes by the space's clock (the refusal's answer
@@ -231,117 +232,91 @@ class Firing:
         await self._offer_to_chat(request.event)
 
     async def _walk(self, fire: Fire) -> None:
-        request = fire.request
+        """Every ending is recorded; stamped unless the trigger is not, or no longer, this
+        device's (withdrawn, slept through). The lane's next fire starts as this one ends."""
+        request, tid = fire.request, fire.request.trigger.id
+        status, why, stamp, lane = RunStatus.SKIPPED, "", True, None
         if request.event is None and request.due_at > self._clock.wall():  # claimed ahead
-            try:  # its slot; withdrawn meanwhile, or the device stopping, it is not run
+            try:
                 why = await self._ahead.until_due(request)
-            except asyncio.CancelledError:
-                self._recorder.enqueue(
-                    request.trigger,
-                    self._unstamped_run(fire, RunStatus.REJECTED, RunReason.SHUTDOWN),
-                    None,
-                )
+            except asyncio.CancelledError:  # the device stops first: recorded, not run
+                now, why = self._clock.wall(), RunReason.SHUTDOWN
+                fire.decided(now)
+                ended = bodies.not_run(RunStatus.REJECTED, why)
+                run = bodies.run_record(fire, ended, finished_at=now, reason=why)
+                self._recorder.enqueue(request.trigger, run, None)
+                self.counts[RunStatus.REJECTED.value] += 1
                 raise
-            if why:
-                log.info("fire %s@%s withdrawn: %s", named(request.trigger), fire.key, why)
-                return await self._unstamped(fire, RunStatus.SKIPPED, why)
-            fire.steps.append((WAKE, self._clock.wall()))
-        decision, turn = self._lanes.admit(fire)
-        verdict = decision.verdict
-        if verdict is admission.Ruling.RESTART:  # this one starts when the running one ended
-            self._running.supersede(request.trigger.id)
-        if verdict in (admission.Ruling.SKIPPED, admission.Ruling.REJECTED):
-            status = (
-                RunStatus.SKIPPED if verdict is admission.Ruling.SKIPPED else RunStatus.REJECTED
-            )
-            self._not_run(fire, status, decision.reason)
-            return await _recorded(self._settle(fire))
-        if turn is not None and (why := await turn):  # superseded or withdrawn while waiting
-            if why == RunReason.WITHDRAWN:
-                return await self._unstamped(fire, RunStatus.SKIPPED, why)
-            self._not_run(fire, RunStatus.SKIPPED, why)
-            return await _recorded(self._settle(fire))
-        lane = self._lanes.get(request.trigger.id)
-        if lane is None:  # withdrawn between its admission and its start
-            return await self._unstamped(fire, RunStatus.SKIPPED, RunReason.WITHDRAWN)
+            if not why:
+                fire.steps.append((WAKE, self._clock.wall()))
+            stamp = not why
+        if not why:
+            decision, turn = self._lanes.admit(fire)
+            verdict = decision.verdict
+            if verdict is admission.Ruling.RESTART:  # it starts when the running one ended
+                self._running.supersede(tid)
+            if verdict in (admission.Ruling.SKIPPED, admission.Ruling.REJECTED):
+                why = decision.reason
+                status = (
+                    RunStatus.SKIPPED if verdict is admission.Ruling.SKIPPED else RunStatus.REJECTED
+                )
+            elif turn is not None and (why := await turn):  # superseded or withdrawn meanwhile
+                stamp = why != RunReason.WITHDRAWN
+            elif (lane := self._lanes.get(tid)) is None:  # withdrawn before it started
+                why, stamp = RunReason.WITHDRAWN, False
         try:
-            await self._run(fire, lane)
-            written = self._settle(fire)
+            if lane is not None:
+                why = await self._run(fire, lane)
+            written = self._settle(fire, status, why, stamp=stamp)
         finally:  # the next waiting fire starts, in its own task, whatever became of this one
-            self._lanes.finished(lane, request.catchup)
-        await _recorded(written)
+            if lane is not None:
+                self._lanes.finished(lane, request.catchup)
+        await asyncio.shield(written)
 
-    async def _run(self, fire: Fire, lane: Lane) -> None:
-        """Run an admitted fire's program, unless its program, holds or breaker say no."""
+    async def _run(self, fire: Fire, lane: Lane) -> str:
+        """Run an admitted fire's program, unless its program, holds or breaker say no: why."""
         record = fire.request.trigger
         program = await self._execute.load(record.program)
         if isinstance(program, tuple) and program[1] == RunReason.UNKNOWN_PROGRAM:
-            return self._not_run(fire, RunStatus.SKIPPED, RunReason.UNKNOWN_PROGRAM)
+            return RunReason.UNKNOWN_PROGRAM
         if held := await self._holds.reason(record, lane.book, self._clock.wall()):
-            return self._not_run(fire, RunStatus.SKIPPED, held)
+            return held
         if not self._lanes.breaker_admits(lane, self._clock.wall()):
-            return self._not_run(fire, RunStatus.SKIPPED, RunReason.BREAKER_OPEN)
+            return RunReason.BREAKER_OPEN
         log.debug("fire %s@%s → %s", named(record), fire.key, record.program)
         fire.decided(self._clock.wall())  # until its main() is entered
-        run = self._execute.run(fire, program, fire.args, fire.limits, self._fresh_token(fire))
+        token = fire.token_for(self._clock.monotonic(), TOKEN_FRESH_S)
+        run = self._execute.run(fire, program, fire.args, fire.limits, token)
         outcome, fire.reason = await self._running.run(record.id, run)
         fire.entered(outcome)
         fire.admitted = True
-        reason = f": {fire.reason}" if fire.reason else ""
-        ms = outcome.duration_ms
-        status = outcome.status.value
-        log.info("fire %s@%s ← %s %.0f ms%s", named(record), fire.key, status, ms, reason)
+        said, ms = f": {fire.reason}" if fire.reason else "", outcome.duration_ms
+        log.info("fire %s@%s ← %s %.0f ms%s", named(record), fire.key, outcome.status, ms, said)
+        return ""
 
-    def _fresh_token(self, fire: Fire) -> str | None:
-        """The claim's token, if the run starts soon enough for it to outlive the run."""
-        if fire.local:  # claimed in the ledger: the space is away, no token to be had
-            return ""
-        fresh = self._clock.monotonic() - fire.claimed_at <= TOKEN_FRESH_S
-        return fire.token if fresh else None
-
-    def _not_run(self, fire: Fire, status: RunStatus, why: str) -> None:
-        log.info("fire %s@%s ← %s: %s", named(fire.request.trigger), fire.key, status.value, why)
-        fire.decided(self._clock.wall())
-        fire.outcome, fire.reason = bodies.not_run(status, why), why
-
-    def _settle(self, fire: Fire) -> asyncio.Future[None]:
-        """Settle the book now (the breaker sees this ending before the next fire starts)
-        and queue the run with its stamps for the next write (written even past close)."""
-        request, outcome, now = fire.request, fire.outcome, self._clock.wall()
-        assert outcome is not None  # every walk sets it before it settles
-        self._count(outcome.status.value)
-        run = bodies.run_record(fire, outcome, finished_at=now, reason=fire.reason)
+    def _settle(
+        self, fire: Fire, status: RunStatus, why: str, *, stamp: bool = True
+    ) -> asyncio.Future[None]:
+        """The ending settled now: the book moved (the breaker sees it before the next fire
+        starts), a failed fire's retry scheduled, its run queued for the next write (written
+        even past close) with its stamps, unless `stamp` is False."""
+        request, now = fire.request, self._clock.wall()
+        if fire.outcome is None:  # it did not run (`status`, `why`): decided now
+            log.info("fire %s@%s ← %s: %s", named(request.trigger), fire.key, status.value, why)
+            fire.decided(now)
+            fire.outcome, fire.reason = bodies.not_run(status, why), why
+        self.counts[fire.outcome.status.value] += 1
         again = None
-        if fire.admitted and outcome.status in FAILED and not self._closed:
+        if fire.admitted and fire.outcome.status in FAILED and not self._closed:
             again = policies.next_attempt(request.trigger.retry, request.key, now)
-        stamps = self._lanes.settle(fire, now=now, next_attempt=again)
-        if stamps is not None:
-            stamps = self._stamped_with(request, stamps, again is not None)
+        stamps = None
+        if stamp:
+            next_fire, at = self._next_fire, NOT_ARMED
+            if next_fire is not None and request.trigger.kind != "event":
+                at = next_fire(request.trigger.id)
+            stamps = self._lanes.settle(fire, now=now, next_attempt=again, next_fire_at=at)
+        run = bodies.run_record(fire, fire.outcome, finished_at=now, reason=fire.reason)
         written = self._recorder.enqueue(request.trigger, run, stamps)
         if again is not None:
             self._retries.schedule(request, *again)
         return written
-
-    def _stamped_with(self, request: FireRequest, stamps: Stamps, retried: bool) -> Stamps:
-        """The stamps with the retry's message (a takeover runs it with it) and the armed
-        entry's next fire (an event trigger has none)."""
-        if retried and request.event is not None:
-            stamps = carrying(stamps, request.event)
-        if self._next_fire is None or request.trigger.kind == "event":
-            return stamps
-        return msgspec.structs.replace(stamps, nextFireAt=self._next_fire(request.trigger.id))
-
-    async def _unstamped(self, fire: Fire, status: RunStatus, why: str) -> None:
-        """A non-run of a trigger this device does not (or no longer) hold: no stamps."""
-        run = self._unstamped_run(fire, status, why)
-        await self._recorder.ended(fire.request.trigger, run, None)
-
-    def _unstamped_run(self, fire: Fire, status: RunStatus, why: str) -> RunIn:
-        now = self._clock.wall()
-        fire.decided(now)
-        self._count(status.value)
-        return bodies.run_record(fire, bodies.not_run(status, why), finished_at=now, reason=why)
-
-
-async def _recorded(written: asyncio.Future[None]) -> None:
-    await asyncio.shield(written)

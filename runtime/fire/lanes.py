@@ -16,6 +16,8 @@ import asyncio
 from collections import deque
 from datetime import datetime
 
+import msgspec
+
 from core.vocab import Overlap
 from core.wire import Stamps
 from programs import admission, breaker
@@ -125,7 +127,14 @@ class Lanes:
             if not turn.done():
                 turn.set_result(why)
 
-    def settle(self, fire: Fire, *, now: datetime, next_attempt: NextAt) -> Stamps | None:
+    def settle(
+        self,
+        fire: Fire,
+        *,
+        now: datetime,
+        next_attempt: NextAt,
+        next_fire_at: datetime | msgspec.UnsetType | None = msgspec.UNSET,
+    ) -> Stamps | None:
         """Move the trigger's book on by this fire's ending; the stamps to write (None when
         the lane is gone: withdrawn meanwhile, no longer this device's to stamp)."""
         record, outcome = fire.request.trigger, fire.outcome
@@ -141,6 +150,7 @@ class Lanes:
             reason=fire.reason,
             admitted=fire.admitted,
             next_attempt=next_attempt,
+            next_fire_at=next_fire_at,
         )
         lane.runs_seen = lane.book.rollup.runs
         return stamps
