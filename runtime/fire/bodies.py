@@ -92,6 +92,13 @@ def not_run(status: RunStatus, reason: str) -> Outcome:
     return Outcome(status=status)
 
 
+def shut_down(fire: Fire, now: datetime) -> RunIn:
+    """The record of a fire claimed ahead whose slot the device did not live to see."""
+    fire.decided(now)
+    why = RunReason.SHUTDOWN
+    return run_record(fire, not_run(RunStatus.REJECTED, why), finished_at=now, reason=why)
+
+
 def cancelled(duration_ms: float) -> Outcome:
     """A run stopped by a newer fire of its trigger (`overlap: restart`)."""
     return Outcome(

@@ -39,13 +39,11 @@ from runtime.fire.holds import Holds
 from runtime.fire.lanes import Lane, Lanes
 from runtime.fire.recorder import Recorder
 from triggers import policies
-from triggers.health import ok_runs
-from triggers.records import Trigger, TriggerId
+from triggers.records import TriggerId
 from triggers.registry import Diff
 
 Offer = Callable[[Event], Coroutine[Any, Any, None]]  # chat-watch's intake of one fire
 NextFireAt = Callable[[TriggerId], datetime | None]  # the armed entries' (`nextfires.Entries`)
-
 NOT_ARMED: datetime | msgspec.UnsetType | None = msgspec.UNSET  # `nextFireAt` left as it is
 log = logging.getLogger("baton.firing")
 
@@ -72,8 +70,7 @@ class Firing:
         handover: HandOver | None = None,
         next_fire: NextFireAt | None = None,
     ) -> None:
-        self._seat = seat
-        self._client, self._space, self._peer, self._clock = seat
+        self._seat, self._peer, self._clock = seat, seat.peer, seat.clock
         self._execute, self._recorder, self._next_fire = execute, recorder, next_fire
         self._term, self._may_fire_floating, self._offer_to_chat = term, may_fire_floating, offer
         self._lanes = Lanes(execute.size)
@@ -84,7 +81,8 @@ class Firing:
         self._tasks = TaskSet("fire")
         self._handover = handover  # the owner's ledger (pinned fires while the space is away)
         if handover is not None:
-            handover.route, handover.count, recorder.keep = self._start, self._count, handover.keep
+            handover.count, recorder.keep = lambda what: self.counts.update([what]), handover.keep
+            handover.route = lambda fire: self._spawn(self._go(fire), fire.request)
         self._closed = False
         self.counts: Counter[str] = Counter()
 
@@ -112,13 +110,10 @@ class Firing:
         """The machine slept: fires claimed ahead of a slot it slept through never run."""
         self._ahead.withdraw_all(RunReason.SLEPT)
 
-    def status(self) -> FiringStatus:
-        busy = self._lanes.status()  # in flight: one task per fire (claiming, waiting, running)
+    def status(self) -> FiringStatus:  # in flight: a task per fire (claiming, waiting, running)
+        tasks, retrying, busy = len(self._tasks), len(self._retries), self._lanes.status()
         return FiringStatus(
-            in_flight=len(self._tasks),
-            retrying=len(self._retries),
-            triggers=busy,
-            counts=dict(self.counts),
+            in_flight=tasks, retrying=retrying, triggers=busy, counts=dict(self.counts)
         )
 
     async def settled(self) -> None:
@@ -139,27 +134,18 @@ class Firing:
             return
         self._tasks.spawn(work, name=f"{named(request.trigger)}@{request.key}")
 
-    def _count(self, what: str) -> None:
-        self.counts[what] += 1
-
     # --- the gate and the claim ------------------------------------------------------------
 
     def _may_take(self, request: FireRequest) -> bool:
-        record = request.trigger
-        if not record.floating or self._may_fire_floating():
-            if record.max_runs is None or not policies.runs_done(record.max_runs, self._ok(record)):
-                return True
-            log.info("fire %s@%s dropped: maxRuns done", named(record), request.key)
-            self._count("done")
-            return False
-        log.info("fire %s@%s dropped: not the active device", named(record), request.key)
-        self._count("dropped")
-        return False
-
-    def _ok(self, record: Trigger) -> int:
-        """Runs of `record` that ended ok: this device's count, or the record's if newer."""
-        lane = self._lanes.get(record.id)
-        return max(ok_runs(record), lane.book.rollup.ok if lane is not None else 0)
+        record, why, count = request.trigger, "", ""
+        if record.floating and not self._may_fire_floating():
+            why, count = "not the active device", "dropped"
+        elif record.max_runs and policies.runs_done(record.max_runs, self._lanes.ok(record)):
+            why, count = "maxRuns done", "done"
+        if why:
+            log.info("fire %s@%s dropped: %s", named(record), request.key, why)
+            self.counts[count] += 1
+        return not why
 
     async def _claim(
         self, requests: list[FireRequest], woke: datetime, retaken: bool = False
@@ -176,14 +162,14 @@ class Firing:
         for fire, refusal in zip(fires, answers, strict=True):
             fire.steps += [(WAKE, woke), (CLAIM, now)]
             if refusal is None:
-                self._start(fire)
+                self._spawn(self._go(fire), fire.request)
             else:
                 self._spawn(self._refused(fire, refusal), fire.request)
 
     async def _refused(self, fire: Fire, exc: ApiError) -> None:
         """A claim the space refused: a stale term or news not here yet is recorded."""
         tid, key, term = named(fire.request.trigger), fire.key, fire.term
-        self._count(exc.code)
+        self.counts[exc.code] += 1
         if exc.code == "already_claimed":
             log.debug("fire %s@%s already claimed", tid, key)
         elif exc.code == RunReason.STALE_TERM:
@@ -207,7 +193,7 @@ class Firing:
     async def _claim_when_back(self, fire: Fire) -> None:
         """A pinned fire (only this device may claim it) whose claim found the space away:
         claimed in the ledger and run now, or (no ledger) claimed again until the space
-        answers; claimed, it runs late with its true lateness, never twice."""
+        answers; it runs late with its true lateness, never twice."""
         if self._handover is not None:
             return self._handover.take(fire)
         answer = await claimed_when_back(self._seat, fire)
@@ -218,9 +204,6 @@ class Firing:
             await self._refused(fire, answer)
 
     # --- one claimed fire, one task: wait → admit → run → settle → record ------------------
-
-    def _start(self, fire: Fire) -> None:
-        self._spawn(self._go(fire), fire.request)
 
     async def _go(self, fire: Fire) -> None:
         request = fire.request
@@ -240,10 +223,7 @@ class Firing:
             try:
                 why = await self._ahead.until_due(request)
             except asyncio.CancelledError:  # the device stops first: recorded, not run
-                now, why = self._clock.wall(), RunReason.SHUTDOWN
-                fire.decided(now)
-                ended = bodies.not_run(RunStatus.REJECTED, why)
-                run = bodies.run_record(fire, ended, finished_at=now, reason=why)
+                run = bodies.shut_down(fire, self._clock.wall())
                 self._recorder.enqueue(request.trigger, run, None)
                 self.counts[RunStatus.REJECTED.value] += 1
                 raise
@@ -256,10 +236,7 @@ class Firing:
             if verdict is admission.Ruling.RESTART:  # it starts when the running one ended
                 self._running.supersede(tid)
             if verdict in (admission.Ruling.SKIPPED, admission.Ruling.REJECTED):
-                why = decision.reason
-                status = (
-                    RunStatus.SKIPPED if verdict is admission.Ruling.SKIPPED else RunStatus.REJECTED
-                )
+                status, why = RunStatus(verdict.value), decision.reason
             elif turn is not None and (why := await turn):  # superseded or withdrawn meanwhile
                 stamp = why != RunReason.WITHDRAWN
             elif (lane := self._lanes.get(tid)) is None:  # withdrawn before it started
@@ -290,8 +267,8 @@ class Firing:
         outcome, fire.reason = await self._running.run(record.id, run)
         fire.entered(outcome)
         fire.admitted = True
-        said, ms = f": {fire.reason}" if fire.reason else "", outcome.duration_ms
-        log.info("fire %s@%s ← %s %.0f ms%s", named(record), fire.key, outcome.status, ms, said)
+        said = f"{outcome.duration_ms:.0f} ms" + (f": {fire.reason}" if fire.reason else "")
+        log.info("fire %s@%s ← %s %s", named(record), fire.key, outcome.status.value, said)
         return ""
 
     def _settle(

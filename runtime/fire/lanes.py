@@ -25,6 +25,7 @@ from runtime.fire import bodies
 from runtime.fire.bodies import Book
 from runtime.fire.claimed import Fire
 from runtime.fire.dispatch import FireRequest
+from triggers.health import ok_runs
 from triggers.records import Trigger, TriggerId
 
 Turn = asyncio.Future[str]
@@ -70,6 +71,11 @@ class Lanes:
 
     def get(self, tid: TriggerId) -> Lane | None:
         return self._lanes.get(tid)
+
+    def ok(self, record: Trigger) -> int:
+        """Runs of `record` that ended ok: this device's count, or the record's if newer."""
+        lane = self._lanes.get(record.id)
+        return max(ok_runs(record), lane.book.rollup.ok if lane is not None else 0)
 
     def admit(self, fire: Fire) -> tuple[admission.Decision, Turn | None]:
         """Admission of a claimed fire: start, queue (kept in its lane, its `Turn` to wait
