@@ -18,7 +18,7 @@ from datetime import datetime
 
 import msgspec
 
-from core.vocab import Overlap
+from core.vocab import Overlap, RunReason
 from core.wire import Stamps
 from programs import admission, breaker
 from runtime.fire import bodies
@@ -92,7 +92,7 @@ class Lanes:
             superseded, lane.waiting = lane.waiting, deque()
             for waiting, its_turn in superseded:
                 lane.catchups -= waiting.request.catchup  # never finished
-                its_turn.set_result(decision.reason)
+                its_turn.set_result(decision.reason or RunReason.SUPERSEDED)
         if verdict in (admission.Ruling.QUEUED, admission.Ruling.RESTART):
             turn = asyncio.get_running_loop().create_future()
             lane.waiting.append((fire, turn))
