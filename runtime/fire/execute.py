@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from core.clock import Clock
 from core.vocab import RunReason, RunStatus
+from core.wire import RunTokenIn
 from programs import warm
 from programs.context import RunContext
 from programs.executor import Executor, ExecutorClosed
@@ -161,12 +162,10 @@ class Execute:
     async def run_token(self, fire: Identity, timeout_s: float) -> str | Outcome:
         """A token for this run, living as long as it may; transient refusals are retried.
         What cannot be had is an ending (`error`, no run token), never an exception."""
-        body = {
-            "triggerId": fire.trigger_id,
-            "runId": fire.run_id,
-            "key": fire.key,
-            "ttlSeconds": timeout_s + TOKEN_MARGIN_S,
-        }
+        ttl = timeout_s + TOKEN_MARGIN_S
+        body = RunTokenIn(
+            triggerId=fire.trigger_id, runId=fire.run_id, key=fire.key, ttlSeconds=ttl
+        )
         try:
             answer = await retried(lambda: self._client.token_run(self._space, body), self._clock)
         except ApiError as exc:
