@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -46,6 +45,7 @@ from runtime.fire.asked import RunAsks
 from runtime.fire.execute import Execute, program_fetch
 from runtime.fire.firing import Firing
 from runtime.fire.handover import HandOver
+from runtime.fire.nextfires import Entries
 from runtime.fire.recorder import Recorder
 from runtime.fire.secrets import Secrets
 from runtime.fire.ticker import Ticker
@@ -110,7 +110,7 @@ class Device:
             report=self._report,
             sleepwatch=self.sleepwatch,
         )
-        self.elector.heartbeat.instance = _instance()
+        self.elector.heartbeat.anew()
         self.takeover = Takeover(self.seat, window=timedelta(seconds=s.bridge_seconds))
         self.recorder = Recorder(
             self.seat,
@@ -151,10 +151,12 @@ class Device:
             programs=self.programs,
             secrets=Secrets(s.secrets_file),
         )
+        self.entries = Entries()  # the ticker's armed entries: where `nextFireAt` is read
         self.firing = Firing(
             self.seat,
             execute=execute,
             recorder=self.recorder,
+            next_fire=self.entries.next_fire,
             term=lambda: elector.term,
             may_fire_floating=elector.may_fire,
             offer=self.chatwatch.offer,
@@ -162,11 +164,14 @@ class Device:
         )
         self.asked = RunAsks()  # runs asked by hand (`baton triggers run`): fires of the diffs
         self.touched = Touched()  # records and fires changed: what the health pass judges
-        awake, expect = self.sleepwatch.check, self.executor.prepare  # spares ahead of a slot
         self.ticker = Ticker(
-            self.firing, clock=self.clock, touched=self.touched, awake=awake, expect=expect
+            self.firing,
+            clock=self.clock,
+            touched=self.touched,
+            awake=self.sleepwatch.check,
+            expect=self.executor.prepare,  # it readies spares ahead of a slot's fires
+            entries=self.entries,
         )
-        self.recorder.read_next_fires_from(self.ticker.next_fire)  # closes Ticker → Recorder
         self.subscriptions = Subscriptions(self.seat, self.firing)
         self.reconciler = Reconciler(
             self.seat, is_active=elector.holds, bus=self.bus, touched=self.touched
@@ -183,7 +188,7 @@ class Device:
             records=lambda: reconciler.records,
             elector=elector,
             missing_chats=lambda: subscriptions.missing,
-            next_fire=ticker.next_fire,
+            next_fire=self.entries.next_fire,
             interval=s.health_interval,
             touched=self.touched,
             settled=ticker.settled.wait,
@@ -350,7 +355,7 @@ class Device:
         log.warning("the machine slept or its clock jumped: distrusting the lease and streams")
         self.up_since = self.clock.wall()
         # a new instance: the space's upSince restarts, nothing of the sleep counts as up
-        self.elector.heartbeat.instance = _instance()
+        self.elector.heartbeat.anew()
         self.elector.heartbeat.slept = abs(event.jump)  # the space keeps it for `why`
         self.ticker.slept(self.up_since)
         self.firing.slept()
@@ -387,8 +392,3 @@ def _describe(responder: Responder) -> str:
     """The responder in a few words, for `baton status` and the dashboard."""
     told = getattr(responder, "describe", None)
     return told if isinstance(told, str) else type(responder).__name__
-
-
-def _instance() -> str:
-    """A new id for this run of the device (and for each wake from sleep)."""
-    return secrets.token_hex(8)

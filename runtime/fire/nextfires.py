@@ -1,9 +1,10 @@
-"""The ticker's heap: every armed entry's next fire, earliest first.
+"""The ticker's entries and heap: every armed entry's next fire, earliest first.
 
-Owns the order in which entries come due (SPEC "Sleep and clocks": the sleep is read off
-the top). An entry is pushed under its `next_at` whenever that moves; the older items of
-it go stale and are skipped when they surface, and the heap is rebuilt when stale items
-outnumber the entries, so a device at rest with 100,000 entries costs nothing per entry.
+Owns the armed entries' table (`Entries`, the ticker's to write) and the order in which
+they come due (SPEC "Sleep and clocks": the sleep is read off the top). An entry is
+pushed under its `next_at` whenever that moves; the older items of it go stale and are
+skipped when they surface, and the heap is rebuilt when stale items outnumber the
+entries, so a device at rest with 100,000 entries costs nothing per entry.
 No clock, no I/O: `now` is passed in.
 """
 
@@ -15,6 +16,16 @@ from datetime import datetime
 
 from runtime.fire.cursors import Entry
 from triggers.records import TriggerId
+
+
+class Entries(dict[TriggerId, Entry]):
+    """The armed entries, by trigger: written by the ticker alone, read by what stamps a
+    trigger's `nextFireAt` (a fire's stamps, the health pass), so neither asks the ticker."""
+
+    def next_fire(self, tid: TriggerId) -> datetime | None:
+        """When one armed entry fires next; None when it is not armed or never fires again."""
+        entry = self.get(tid)
+        return entry.next_at if entry is not None else None
 
 
 class FireHeap:

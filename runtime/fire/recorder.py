@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any, Protocol
 
 import msgspec
@@ -33,7 +32,6 @@ from triggers.records import RESERVED_CHAT_WATCH, Loaded, Trigger, TriggerId
 
 log = logging.getLogger("baton.recorder")
 
-NextFireAt = Callable[[TriggerId], datetime | None]
 ChatWatchRecord = Callable[[], Loaded | None]
 BATCH_MAX = 500  # runs in one write at most
 StoredRun = dict[str, Any]  # a run record as the space stored it, its JSON whole (printed as is)
@@ -67,23 +65,17 @@ class Recorder:
         self,
         seat: Seat,
         *,
-        next_fire: NextFireAt | None = None,
         chat_watch: ChatWatchRecord | None = None,
         bus: Bus | None = None,
     ) -> None:
         self._client, self._space, _, self._clock = seat
-        self._next_fire, self._chat_watch, self._bus = next_fire, chat_watch, bus
+        self._chat_watch, self._bus = chat_watch, bus
         self._waiting: list[Waiting] = []  # the next write's runs, in the order they ended
         self._stamped: dict[TriggerId, Waiting] = {}  # the waiting run carrying a trigger's stamps
         self._writer: asyncio.Task[None] | None = None
         self._turns_rollup: Rollup | None = None  # chat-watch's, as this device last stamped it
         self.keep: Callable[[RunIn], bool] | None = None  # True: kept elsewhere (the ledger)
         self.own: StampSink | None = None  # set by the device: the reconciler's
-
-    def read_next_fires_from(self, next_fire: NextFireAt) -> None:
-        """Where `nextFireAt` comes from, when it cannot be given at construction: the
-        device's ticker is built after the recorder (Ticker → Firing → Recorder)."""
-        self._next_fire = next_fire
 
     # --- fires ---------------------------------------------------------------------------
 
@@ -99,7 +91,7 @@ class Recorder:
             kept: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             kept.set_result(None)
             return kept
-        body = run if stamps is None else replace(run, stamps=self._with_next_fire(record, stamps))
+        body = run if stamps is None else replace(run, stamps=stamps)
         waiting = Waiting(tid=record.id, body=body, done=asyncio.get_running_loop().create_future())
         if stamps is not None:
             if (older := self._stamped.pop(record.id, None)) is not None:
@@ -114,11 +106,6 @@ class Recorder:
         """Write every run still waiting."""
         if self._writer is not None:
             await asyncio.shield(self._writer)
-
-    def _with_next_fire(self, record: Trigger, stamps: Stamps) -> Stamps:
-        if self._next_fire is None or record.kind == "event":
-            return stamps
-        return replace(stamps, nextFireAt=self._next_fire(record.id))  # stamped with the run
 
     async def _write_waiting(self) -> None:
         """One write at a time, in order: what ended while one was in flight goes in the next.

@@ -33,7 +33,7 @@ from runtime.fire.cursors import (
     take,
 )
 from runtime.fire.dispatch import Dispatcher, FireRequest, named
-from runtime.fire.nextfires import FireHeap
+from runtime.fire.nextfires import Entries, FireHeap
 from runtime.health.touched import Touched
 from triggers.records import CronTrigger, OnceTrigger, TriggerId
 from triggers.registry import Armed, Diff
@@ -95,6 +95,7 @@ class Ticker:
         touched: Touched | None = None,
         awake: Callable[[], object] | None = None,
         expect: Callable[[int], object] | None = None,
+        entries: Entries | None = None,
     ) -> None:
         self._dispatcher = dispatcher
         self._expect = expect  # told of the next slot's fires (`Executor.prepare`), once
@@ -103,7 +104,7 @@ class Ticker:
         self._clock = clock
         self._max_sleep = max_sleep
         self._lead = timedelta(seconds=lead)
-        self._entries: dict[TriggerId, Entry] = {}
+        self._entries = Entries() if entries is None else entries  # read by `nextFireAt`
         self.failed: dict[TriggerId, str] = {}  # entries dropped because they raised
         self.up_since = clock.wall()  # this device's start (or its last wake from sleep)
         self._wake = asyncio.Event()
@@ -243,8 +244,7 @@ class Ticker:
 
     def next_fire(self, tid: TriggerId) -> datetime | None:
         """When one armed entry fires next; None when it is not armed or never fires again."""
-        entry = self._entries.get(tid)
-        return entry.next_at if entry is not None else None
+        return self._entries.next_fire(tid)
 
     async def run(self) -> None:
         """Fire what is due, sleep until the next fire or a change; until cancelled."""
