@@ -12,6 +12,7 @@ burst, idle CPU and RSS with 10,000 armed triggers (`--fires`: the first two onl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import tempfile
@@ -73,6 +74,49 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of `pid` so far, in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def cpu_with_children(pid: int) -> float:
+    """utime + stime of `pid` and of the children it reaped (cutime + cstime), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / TICK
+
+
+def kids(pid: int) -> list[int]:
+    try:
+        return [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def workers_cpu(device: int) -> float:
+    """CPU seconds of the device's workers and of the run processes they reaped so far."""
+    total = 0.0
+    for worker in kids(device):
+        with contextlib.suppress(OSError):
+            total += cpu_with_children(worker)
+    return total
+
+
+def pss_mb(pid: int) -> tuple[float, float]:
+    """RSS and PSS of `pid` in MB (smaps_rollup); zeros if it is gone."""
+    found = {"Rss:": 0.0, "Pss:": 0.0}
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            name, _, rest = line.partition(" ")
+            if name in found:
+                found[name] = int(rest.split()[0]) / 1024
+    return found["Rss:"], found["Pss:"]
+
+
+def workers_memory(device: int) -> str:
+    """The device's workers and their run processes (spares, warm ones): count, RSS, PSS."""
+    workers = kids(device)
+    procs = workers + [k for w in workers for k in kids(w)]
+    sizes = [pss_mb(p) for p in procs]
+    rss, pss = sum(r for r, _ in sizes), sum(p for _, p in sizes)
+    runs = len(procs) - len(workers)
+    return f"{len(workers)} workers + {runs} run processes: RSS {rss:.1f}, PSS {pss:.1f} MB"
 
 
 def rss_mb(pid: int) -> float:
@@ -254,6 +298,8 @@ class Burst(NamedTuple):
     statuses: dict[str, int]
     cpu_ms: float
     took: float  # seconds the creation took
+    workers_ms: float  # CPU of the workers and their run processes per fire
+    memory: str  # the workers' memory just before the slot
 
 
 async def burst_fires(api: Api, count: int, lead: float, device: int, expr: str = "") -> Burst:
@@ -264,8 +310,10 @@ async def burst_fires(api: Api, count: int, lead: float, device: int, expr: str 
     assert datetime.now(UTC) < slot - timedelta(seconds=2), "creation ran into the slot"
     since = (slot - timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
     runs: list[dict[str, Any]] = []
-    await asyncio.sleep((slot - datetime.now(UTC)).total_seconds() - 1)
-    cpu = cpu_seconds(device)
+    await asyncio.sleep(max(0.0, (slot - datetime.now(UTC)).total_seconds() - 3))
+    cpu, workers = cpu_seconds(device), workers_cpu(device)  # spares prepared ahead included
+    await asyncio.sleep(max(0.0, (slot - datetime.now(UTC)).total_seconds() - 0.3))
+    memory = workers_memory(device)
     key = slot.strftime("%Y-%m-%dT%H:%M:%S")
 
     async def done() -> bool:
@@ -275,13 +323,14 @@ async def burst_fires(api: Api, count: int, lead: float, device: int, expr: str 
 
     await until(done, lead + 120, f"{count} cron runs")
     per_fire = (cpu_seconds(device) - cpu) / count * 1e3
+    workers_ms = (workers_cpu(device) - workers) / count * 1e3
     late = [r["lateMs"] for r in runs if r["lateMs"] is not None]
     ok = [r for r in runs if r["status"] == "ok"]
     main = [(r["result"]["t"] - slot.timestamp()) * 1e3 for r in ok]
     error = [(parse(r["startedAt"]).timestamp() - r["result"]["t"]) * 1e3 for r in ok]
     last = (max(parse(r["finishedAt"]) for r in runs) - slot).total_seconds()
     statuses = {s: sum(r["status"] == s for r in runs) for s in {r["status"] for r in runs}}
-    return Burst(late, main, error, last, statuses, per_fire, took)
+    return Burst(late, main, error, last, statuses, per_fire, took, workers_ms, memory)
 
 
 async def feed_seq(api: Api) -> int:
@@ -324,7 +373,9 @@ async def cron_burst(
     """`count` cron triggers due at one second `lead` s ahead; rows and the creation time."""
     before = await received(api, datetime.now(UTC))
     seq, cpu = await feed_seq(api), cpu_seconds(server)
-    late, main, error, last, statuses, per_fire, took = await burst_fires(api, count, lead, device)
+    late, main, error, last, statuses, per_fire, took, workers_ms, memory = await burst_fires(
+        api, count, lead, device
+    )
     server_ms = (cpu_seconds(server) - cpu) / count * 1e3  # the creation's included
     ops = await feed_ops(api, seq)
     after = await received(api, datetime.now(UTC))
@@ -353,7 +404,9 @@ async def cron_burst(
             f"{max(late):.0f}",
         ],
         [
-            f"cron, same: main() entered - slot (last run done {last:.1f} s)",
+            f"cron, same: main() entered - slot (last run done {last:.1f} s: {count / last:.0f}"
+            f" fires/s; workers + run processes CPU {workers_ms:.2f} ms per fire; at the slot "
+            f"{memory})",
             f"{len(main)}",
             "",
             f"{min(main):.0f}",

@@ -48,7 +48,8 @@ class LeaseOut(Answer, frozen=True, kw_only=True):
 
 
 Report = dict[str, Any]
-"""What a device reports of itself in its heartbeat: JSON, read generically (`baton status`)."""
+"""What a device reports of itself in its heartbeat, as JSON: the space keeps it whole (a
+newer device's fields too); `ReportOut` reads the part `baton status` shows."""
 
 
 class HeartbeatIn(Body, frozen=True, kw_only=True, omit_defaults=True):
@@ -76,3 +77,48 @@ class DeviceOut(Answer, frozen=True, kw_only=True):
 
 class DeviceList(Answer, frozen=True, kw_only=True):
     devices: list[DeviceOut]
+
+
+# --- what a device reports of itself, as read (`baton status`)
+
+
+class ChatOut(Answer, frozen=True, kw_only=True):
+    waiting: int = 0  # messages not yet handed to the responder
+
+
+class WatchOut(Answer, frozen=True, kw_only=True):
+    """chat-watch's readiness (`runtime.chat.watch.WatchStatus`), read leniently."""
+
+    ready: bool = True
+    reason: str | None = ""
+    chats: list[ChatOut] = msgspec.field(default_factory=list)
+
+
+class FollowedOut(Answer, frozen=True, kw_only=True, rename="camel"):
+    """A followed chat (`runtime.feeds.followed.FollowedStatus`), read leniently."""
+
+    chat: str = ""
+    state: str = ""
+    triggers: list[str] = msgspec.field(default_factory=list)
+    last_id: int | str | None = None
+
+
+class ContainmentOut(Answer, frozen=True, kw_only=True):
+    level: str = "unknown"  # full | partial | none
+    weaker: list[str] = msgspec.field(default_factory=list)
+
+
+class ClockOut(Answer, frozen=True, kw_only=True, rename="camel"):
+    offset_ms: float | None = None  # the space's clock minus the device's
+    warning: bool = False  # more than 2 s off
+
+
+class ReportOut(Answer, frozen=True, kw_only=True, rename="camel"):
+    """A device's `Report` (written as `runtime.device.DeviceReport`) as `baton status`
+    reads it: each part optional, so an older or a newer device's report still reads."""
+
+    subscriptions: list[FollowedOut] = msgspec.field(default_factory=list)
+    chat_watch: WatchOut | None = None
+    responder: str = ""
+    containment: ContainmentOut | None = None
+    clock: ClockOut | None = None

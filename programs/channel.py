@@ -18,6 +18,7 @@ from programs.context import RunContext
 
 MAX_FRAME = 1 << 20
 HEADER = 4
+SPARES = 18  # spares a worker may keep: a 32 MB budget at ≈ 1.75 MB each (docs/decisions.md)
 
 
 class ProtocolError(ValueError):
@@ -37,6 +38,13 @@ class Request(msgspec.Struct, frozen=True, kw_only=True, tag="run"):
     disk_mb: int = 64  # the scratch directory's quota (the worker ends a run past it)
 
 
+class Prepare(msgspec.Struct, frozen=True, kw_only=True, tag="prepare"):
+    """Runs are due soon: keep this many spares ready (at most the worker's cap). No reply;
+    sent to an idle worker, or one mid-run (it reads it after its reply)."""
+
+    spares: int
+
+
 class Ready(msgspec.Struct, frozen=True, kw_only=True, tag="ready"):
     pid: int
     containment: Containment | None = None  # how contained the worker's runs are
@@ -51,12 +59,13 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True, tag="reply"):
     warm: str = ""  # the warm key of the run process kept after this run (empty: none)
 
 
-_to_worker = msgspec.msgpack.Decoder(Request)
+_to_worker = msgspec.msgpack.Decoder(Request | Prepare)
+_to_run = msgspec.msgpack.Decoder(Request)
 _to_parent = msgspec.msgpack.Decoder(Ready | Reply)
 _encoder = msgspec.msgpack.Encoder()
 
 
-def frame(message: Request | Ready | Reply) -> bytes:
+def frame(message: Request | Prepare | Ready | Reply) -> bytes:
     body = _encoder.encode(message)
     return len(body).to_bytes(HEADER, "big") + body
 
@@ -69,6 +78,11 @@ def body_length(header: bytes) -> int:
 
 
 def decode_request(body: bytes) -> Request:
+    """A run process's request (from its worker)."""
+    return _to_run.decode(body)
+
+
+def decode_to_worker(body: bytes) -> Request | Prepare:
     return _to_worker.decode(body)
 
 

@@ -24,6 +24,7 @@ import msgspec
 
 from core.aio import TaskSet
 from core.vocab import RunStatus
+from programs.channel import SPARES
 from programs.confine import Containment
 from programs.job import Job
 from programs.outcome import Outcome
@@ -77,6 +78,9 @@ class Idle:
                 return
         self._items.append(item)
 
+    def workers(self) -> list[WorkerProcess]:
+        return [item for item in self._items if isinstance(item, WorkerProcess)]
+
     async def get(self, key: str) -> WorkerProcess | StartFailed:
         """The idle worker whose warm process serves `key`, else the first in line."""
         if key:
@@ -108,6 +112,7 @@ class Executor:
     ready. `env` adds variables to the workers' filtered environment. A worker is
     replaced after `max_runs` runs as a precaution (it never runs program code, so
     rarely: a new worker costs ≈ 0.1 s of CPU, and warm runs come by the thousand).
+    `prepare(n)` before `n` runs come together: each worker readies up to `spares` spares.
     """
 
     def __init__(
@@ -117,10 +122,13 @@ class Executor:
         *,
         max_runs: int = 100_000,
         start_timeout: float = 10.0,
+        spares: int = SPARES,
     ) -> None:
         if size is not None and size < 1:
             raise ValueError(f"size: must be at least 1, got {size}")
-        self.size = size or default_size()
+        if spares < 1:
+            raise ValueError(f"spares: must be at least 1, got {spares}")
+        self.size, self.spares = size or default_size(), spares
         self._env = worker_env(env)
         self._max_runs, self._start_timeout = max_runs, start_timeout
         self._idle = Idle()
@@ -188,6 +196,16 @@ class Executor:
             self._release(worker)
         return msgspec.structs.replace(outcome, queue_ms=queue_ms)
 
+    def prepare(self, runs: int) -> None:
+        """`runs` are due soon (a cron slot): each idle worker readies spares for its
+        share, so the fires find them forked and confined. A worker busy now readies its
+        next one after its run, as always; one or none per worker is nothing to do."""
+        share = -(-runs // self.size)
+        if share <= 1 or self._closed:
+            return
+        for worker in self._idle.workers():
+            worker.prepare(share)
+
     async def close(self) -> None:
         """Kills every worker and waits until all are reaped. Idempotent."""
         self._closed = True
@@ -225,7 +243,7 @@ class Executor:
         """A background start failed and nothing else is coming: one try on the fire path."""
         self._spawning += 1
         try:
-            worker = await WorkerProcess.spawn(self._env, self._start_timeout)
+            worker = await WorkerProcess.spawn(self._env, self._start_timeout, self.spares)
         finally:
             self._spawning -= 1
         self._spawned += 1
@@ -255,7 +273,7 @@ class Executor:
 
     async def _spawn(self) -> None:
         try:
-            worker = await WorkerProcess.spawn(self._env, self._start_timeout)
+            worker = await WorkerProcess.spawn(self._env, self._start_timeout, self.spares)
         except Exception as exc:
             self._failed_starts += 1
             self._last_start_error = str(exc) if isinstance(exc, StartFailed) else repr(exc)

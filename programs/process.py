@@ -67,10 +67,11 @@ class WorkerProcess:
         return not self.retire and self.proc.returncode is None
 
     @classmethod
-    async def spawn(cls, env: dict[str, str], timeout: float) -> WorkerProcess:
+    async def spawn(cls, env: dict[str, str], timeout: float, spares: int = 1) -> WorkerProcess:
+        """A worker, ready; it may keep up to `spares` spares (`prepare`)."""
         parent_end, child_end = socket.socketpair()
         try:
-            proc = await _exec(child_end, env)
+            proc = await _exec(child_end, env, spares)
         except BaseException as exc:
             parent_end.close()
             if isinstance(exc, OSError):
@@ -106,6 +107,12 @@ class WorkerProcess:
     async def _receive(self) -> channel.Ready | channel.Reply:
         size = channel.body_length(await self._reader.readexactly(channel.HEADER))
         return channel.decode_to_parent(await self._reader.readexactly(size))
+
+    def prepare(self, spares: int) -> None:
+        """Runs are due soon: the worker readies `spares` spares (at most its cap), between
+        runs; no answer comes."""
+        if self.usable and not self._writer.is_closing():
+            self._writer.write(channel.frame(channel.Prepare(spares=spares)))
 
     async def run(self, job: Job, fired_at: float) -> Outcome:
         """Runs `job`; `fired_at` is the `time.monotonic()` of the fire."""
@@ -241,13 +248,16 @@ def _failure_text(exc: Exception) -> str:
     return f"worker start failed: {exc}"
 
 
-async def _exec(child_end: socket.socket, env: dict[str, str]) -> asyncio.subprocess.Process:
+async def _exec(
+    child_end: socket.socket, env: dict[str, str], spares: int
+) -> asyncio.subprocess.Process:
     fd = child_end.fileno()
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "programs.worker",
         str(fd),
+        str(spares),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

@@ -6,8 +6,9 @@ cgroup (cgroup v1 `pids`, where it is writable: a hard cap on the run's processe
 root included, and the list of every process in it; the worker itself is in
 it, so its run processes are born there) and `reap_all()`, which kills
 and reaps every child of the worker until none is left. The worker runs one run at
-a time, so all its children but its idle spare or warm process (`keep`) belong to the
-run being ended. Must not run programs.
+a time, so all its children but its idle spares and warm process (`keep`) belong to the
+run being ended; before each run the cgroup's cap is set to the worker, those idle ones
+and the run's own `max_tasks` (`PidsCgroup.limit`). Must not run programs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -38,8 +40,9 @@ class PidsCgroup:
     """A pids cgroup (`baton-<pid>`) that the worker enters, so each run process forked
     from it is born inside (no move on the fire path); or nothing where we cannot."""
 
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
+    def __init__(self, path: Path | None, max_tasks: int = 0) -> None:
+        self.path, self.max_tasks = path, max_tasks
+        self._cap = max_tasks + 2  # what pids.max says now
 
     @classmethod
     def make(cls, max_tasks: int) -> PidsCgroup:
@@ -47,13 +50,24 @@ class PidsCgroup:
         path = PIDS_V1 / f"baton-{os.getpid()}"
         try:
             path.mkdir(exist_ok=True)
-            (path / "pids.max").write_text(str(max_tasks + 2))  # the worker, its spare, the run
+            (path / "pids.max").write_text(str(max_tasks + 2))  # the worker, a spare, the run
             (path / "cgroup.procs").write_text(str(os.getpid()))
         except OSError:
             with contextlib.suppress(OSError):
                 path.rmdir()
             return cls(None)
-        return cls(path)
+        return cls(path, max_tasks)
+
+    def limit(self, idle: int) -> None:
+        """Caps the cgroup at the worker, its `idle` run processes (spares, a warm one) and
+        one run's `max_tasks`: set before each run, so a run's bound is the same however
+        many spares wait beside it; also before spares are forked (room for them, no run
+        in flight). Written only when it changes."""
+        cap = 1 + idle + self.max_tasks
+        if self.path is None or cap == self._cap:
+            return
+        (self.path / "pids.max").write_text(str(cap))  # an error here is the worker's: fatal
+        self._cap = cap
 
     def pids(self) -> list[int]:
         """Every process in the cgroup but the worker: the run's."""
@@ -113,9 +127,9 @@ def _kill(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def reap_all(group: int | None, cgroup: PidsCgroup, keep: int | None = None) -> dict[int, int]:
+def reap_all(group: int | None, cgroup: PidsCgroup, keep: Collection[int] = ()) -> dict[int, int]:
     """Kills the run's process group, its cgroup and every child until none is left
-    (but `keep`, a process of the worker that is not the run's: its spare or warm one).
+    (but `keep`, the processes of the worker that are not the run's: its spares, a warm one).
     The run process (`group`) is waited for first; once it is reaped, whatever it left
     is a child of the worker (a subreaper) or in the cgroup, so one look at the
     children usually says none is left.
@@ -125,17 +139,17 @@ def reap_all(group: int | None, cgroup: PidsCgroup, keep: int | None = None) -> 
     if group is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
-    _kill([pid for pid in cgroup.pids() if pid != keep])
+    _kill([pid for pid in cgroup.pids() if pid not in keep])
     if group is not None:
         with contextlib.suppress(ChildProcessError):
             statuses[group] = os.waitpid(group, 0)[1]
     deadline = time.monotonic() + REAP_DEADLINE_S
     while time.monotonic() < deadline:
         left = children()
-        victims = None if left is None else [pid for pid in left if pid != keep]
+        victims = None if left is None else [pid for pid in left if pid not in keep]
         if victims == []:  # none but `keep`
             return statuses
-        _kill((victims or []) + [pid for pid in cgroup.pids() if pid != keep])
+        _kill((victims or []) + [pid for pid in cgroup.pids() if pid not in keep])
         if victims is None:  # children we cannot list (no /proc): give them a moment
             time.sleep(0.001)
         try:

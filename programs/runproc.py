@@ -21,7 +21,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import msgspec
 
@@ -30,6 +30,7 @@ from programs import channel, confine, privileges, quota, reaper, runchild, warm
 from programs.outcome import exit_reason
 
 SCRATCH_PREFIX = "baton-run-"
+HANG_UP = getattr(select, "POLLRDHUP", select.POLLIN)  # the executor closed its end
 QUOTA = "disk quota"  # a reply's `retire` between `_await_reply` and `Spare.run` only
 
 
@@ -149,15 +150,22 @@ class Spare:
         self._reaped, self._status = True, status
         return False
 
+    @property
+    def reaped(self) -> bool:
+        """Gone and waited for (ended while idle, or discarded): its pid is not ours."""
+        return self._reaped or self.sock.fileno() < 0
+
     def run(
-        self, request: channel.Request, place: Place, control_fd: int, keep: int | None = None
+        self, request: channel.Request, place: Place, control_fd: int, keep: Collection[int] = ()
     ) -> channel.Reply:
         """Runs `request`. A run that timed out or died is ended (all its processes but
-        `keep` gone) on return; otherwise the caller ends it or keeps it (`keepable`)."""
+        `keep`, the worker's idle ones, gone) on return; otherwise the caller ends it or
+        keeps it (`keepable`). The pids cgroup's cap is the run's own from here on."""
         deadline = time.monotonic() + request.timeout_seconds
         self.runs += 1
         reply: channel.Reply | None = None
         try:
+            place.cgroup.limit(len(keep))
             if self.ready(deadline):
                 if self.baseline is None and place.warm and request.key:
                     self.baseline = warm.status(self.pid)
@@ -208,9 +216,9 @@ class Spare:
                         os.unlink(entry.path)
         return not os.listdir(self.scratch)
 
-    def discard(self, place: Place, keep: int | None = None) -> None:
-        """Ends the run process and all it started (but `keep`, another process of the
-        worker's); removes its scratch. Idempotent."""
+    def discard(self, place: Place, keep: Collection[int] = ()) -> None:
+        """Ends the run process and all it started (but `keep`, the worker's other
+        processes); removes its scratch. Idempotent."""
         if self.sock.fileno() < 0:
             return
         statuses = _end(None if self._reaped else self.pid, place, keep)
@@ -235,7 +243,7 @@ def run(request: channel.Request, place: Place, control_fd: int) -> channel.Repl
         spare.discard(place)
 
 
-def _end(pid: int | None, place: Place, keep: int | None) -> dict[int, int]:
+def _end(pid: int | None, place: Place, keep: Collection[int]) -> dict[int, int]:
     """Kills and reaps the run's processes; SIGTERM waits until this is done."""
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
@@ -260,7 +268,7 @@ def _await_reply(
     (`retire` QUOTA: to be ended); None if it died without one."""
     poller = select.poll()
     poller.register(sock, select.POLLIN)
-    poller.register(control_fd, select.POLLIN)
+    poller.register(control_fd, HANG_UP)  # not data: a `Prepare` may come mid-run
     got = bytearray()
     while True:
         left = deadline - time.monotonic()

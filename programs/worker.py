@@ -1,10 +1,11 @@
 """A worker process of the executor's pool: a clean parent that forks the run processes.
 
-Started as `python -m programs.worker <control-fd>`: preloads what runs need, reads run
-requests from the control socket and runs each in a contained process (`programs.runproc`),
-the warm one of the request's key or a fresh spare; keeps one spare and at most one warm
-process. It never runs program code itself. Must not outlive its parent: end of file on the
-control socket, SIGTERM or the parent's death end it and the run in flight.
+Started as `python -m programs.worker <control-fd> [spares]`: preloads what runs need, reads
+run requests from the control socket and runs each in a contained process (`programs.runproc`),
+the warm one of the request's key or a spare; keeps one spare, or up to `spares` when told
+runs are due soon (`Prepare`), and at most one warm process. It never runs program code.
+Must not outlive its parent: end of file on the control socket, SIGTERM or the parent's
+death end it and the run in flight.
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ import signal
 import socket
 import sys
 import time
-from typing import BinaryIO, NoReturn
+from collections import deque
+from collections.abc import Callable
+from typing import NoReturn
 
 import msgspec
 
 from programs import channel, confine, privileges, runproc, warm
 
 PR_SET_PDEATHSIG = 1
+SURPLUS_IDLE_S = 10.0  # spares beyond one, unused this long since the last run or Prepare, end
 
 
 class Terminated(BaseException):
@@ -38,97 +42,155 @@ def mark(marker: bytes) -> None:
             view = view[os.write(fd, view) :]
 
 
-def read_request(stream: BinaryIO) -> channel.Request | None:
-    header = stream.read(channel.HEADER)
-    if len(header) < channel.HEADER:
-        return None
-    body = stream.read(channel.body_length(header))
-    return channel.decode_request(body)
+def read_message(sock: socket.socket) -> channel.Request | channel.Prepare | None:
+    """The next message; None at end of file. Read straight off the socket (no buffer),
+    so a look at the descriptor (`pending`) sees every message not read yet."""
+    header = _read(sock, channel.HEADER)
+    body = None if header is None else _read(sock, channel.body_length(header))
+    return None if body is None else channel.decode_to_worker(body)
+
+
+def _read(sock: socket.socket, size: int) -> bytes | None:
+    got = b""
+    while len(got) < size:
+        chunk = sock.recv(size - len(got), socket.MSG_WAITALL)
+        if not chunk:
+            return None
+        got += chunk
+    return got
+
+
+def never() -> bool:
+    """No request waits (`Processes.top_up` outside the serving loop)."""
+    return False
 
 
 class Processes:
-    """The worker's run processes: a spare, and at most one kept warm for one key."""
+    """The worker's run processes: its spares, oldest first (one, or as many as a
+    `Prepare` asked for, at most `cap`), and at most one kept warm for one key."""
 
-    def __init__(self, place: runproc.Place, control_fd: int) -> None:
-        self.place, self.fd = place, control_fd
-        self.spare: runproc.Spare | None = runproc.Spare.fork(place, control_fd)
+    def __init__(self, place: runproc.Place, control_fd: int, cap: int = 1) -> None:
+        self.place, self.fd, self.cap = place, control_fd, max(1, cap)
+        self.spares: deque[runproc.Spare] = deque([runproc.Spare.fork(place, control_fd)])
+        self.wanted = 1  # spares to keep ready: runs expected soon, at least one
+        self.used = time.monotonic()  # the last run or `Prepare`: when a surplus ends
         self.warm: runproc.Spare | None = None
         self._replaced: runproc.Spare | None = None  # a warm one to end after the reply
 
     def run(self, request: channel.Request) -> channel.Reply:
-        """Runs `request` in the warm process of its key, or else in the spare."""
+        """Runs `request` in the warm process of its key, or else in the oldest spare."""
         proc = self._take(request)
-        other = self.warm if proc is self.spare else self.spare
-        keep = None if other is None else other.pid
+        keep = self.idle(but=proc)
         reply = proc.run(request, self.place, self.fd, keep)
-        if proc.keepable(request, reply, self.place, set() if keep is None else {keep}):
-            if proc is self.spare:
-                self._replaced, self.warm, self.spare = self.warm, proc, None
+        if proc.keepable(request, reply, self.place, keep):
+            if proc is not self.warm:
+                self._replaced, self.warm = self.warm, proc
         else:
             proc.discard(self.place, keep)
             self.warm = None if proc is self.warm else self.warm
-            self.spare = None if proc is self.spare else self.spare
         return msgspec.structs.replace(reply, warm=self.warm.key if self.warm else "")
 
-    def refill(self) -> None:
-        """After the reply: the replaced warm one ended, scratch emptied, a new spare."""
-        keep = None if self.warm is None else self.warm.pid
+    def idle(self, but: runproc.Spare | None = None) -> set[int]:
+        """The pids of the worker's idle run processes (all but `but`): not a run's."""
+        procs = (*self.spares, self.warm, self._replaced)
+        return {p.pid for p in procs if p is not None and p is not but and not p.reaped}
+
+    def refill(self, pending: Callable[[], bool] = never) -> None:
+        """After the reply: the replaced warm one ended, scratch emptied, spares topped up."""
         if self._replaced is not None:
-            self._replaced.discard(self.place, keep=keep)
+            self._replaced.discard(self.place, keep=self.idle(but=self._replaced))
             self._replaced = None
         if self.warm is not None and not self.warm.clear_scratch():
             self.expire()
-        if self.spare is None:
-            self.spare = runproc.Spare.fork(self.place, self.fd)
+        self.top_up(pending)
+
+    def prepare(self, spares: int, pending: Callable[[], bool] = never) -> None:
+        """`spares` runs are due soon: as many spares ready (at most `cap`)."""
+        self.wanted, self.used = max(1, min(spares, self.cap)), time.monotonic()
+        self.top_up(pending)
+
+    def top_up(self, pending: Callable[[], bool] = never) -> None:
+        """Forks spares up to what is wanted, one at a time, the first whatever comes,
+        the others only while no request waits (`pending`): a request is not kept
+        waiting for more than one fork."""
+        if len(self.spares) >= self.wanted:
+            return
+        self.place.cgroup.limit(self.wanted + (self.warm is not None))  # room for them
+        while len(self.spares) < self.wanted and not (self.spares and pending()):
+            self.spares.append(runproc.Spare.fork(self.place, self.fd))
 
     def idle_for(self) -> float | None:
-        """Seconds until the warm process ends of idleness (None: none is kept)."""
-        if self.warm is None:
-            return None
-        return self.warm.idle_since + warm.IDLE_SECONDS - time.monotonic()
+        """Seconds until something idle ends: the warm process of idleness, the spares
+        beyond one unused since the last run or `Prepare` (None: nothing will)."""
+        now, left = time.monotonic(), []
+        if self.warm is not None:
+            left.append(self.warm.idle_since + warm.IDLE_SECONDS - now)
+        if len(self.spares) > 1:
+            left.append(self.used + SURPLUS_IDLE_S - now)
+        return min(left, default=None)
+
+    def expire_idle(self) -> None:
+        now = time.monotonic()
+        if self.warm is not None and now >= self.warm.idle_since + warm.IDLE_SECONDS:
+            self.expire()
+        if len(self.spares) > 1 and now >= self.used + SURPLUS_IDLE_S:
+            while len(self.spares) > 1:  # the runs they were forked for did not come
+                spare = self.spares.pop()
+                spare.discard(self.place, keep=self.idle(but=spare))
+            self.wanted = 1
 
     def expire(self) -> None:
         if self.warm is not None:
-            self.warm.discard(self.place, keep=None if self.spare is None else self.spare.pid)
+            self.warm.discard(self.place, keep=self.idle(but=self.warm))
             self.warm = None
 
     def close(self) -> None:
-        for proc in (self.warm, self._replaced, self.spare):
+        for proc in (self.warm, self._replaced, *self.spares):
             if proc is not None:
                 proc.discard(self.place)
 
     def _take(self, request: channel.Request) -> runproc.Spare:
+        self.used = time.monotonic()
         if self.warm is not None and not self.warm.waiting:
             self.expire()
         if self.warm is not None and request.key and self.warm.key == request.key:
             return self.warm
-        if self.spare is None or not self.spare.waiting:  # ended while idle: on the fire path
-            if self.spare is not None:
-                self.spare.discard(self.place, keep=None if self.warm is None else self.warm.pid)
-            self.spare = runproc.Spare.fork(self.place, self.fd)
-        return self.spare
+        self.wanted = max(1, self.wanted - 1)
+        while self.spares:
+            spare = self.spares.popleft()
+            if spare.waiting:
+                return spare
+            spare.discard(self.place, keep=self.idle(but=spare))  # ended while idle
+        return runproc.Spare.fork(self.place, self.fd)  # none left: on the fire path
 
 
-def next_request(stream: BinaryIO, fd: int, procs: Processes) -> channel.Request | None:
-    """The next request; a warm process idle too long ends while waiting for it."""
+def next_message(sock: socket.socket, procs: Processes) -> channel.Request | channel.Prepare | None:
+    """The next message; what is idle too long ends while waiting for it."""
     while (left := procs.idle_for()) is not None:
-        if select.select([fd], [], [], max(0.0, left))[0]:
+        if select.select([sock], [], [], max(0.0, left))[0]:
             break
-        procs.expire()
-    return read_request(stream)
+        procs.expire_idle()
+    return read_message(sock)
 
 
-def serve(sock: socket.socket, place: runproc.Place) -> None:
-    stream, fd = sock.makefile("rb"), sock.fileno()
-    procs = Processes(place, fd)
+def serve(sock: socket.socket, place: runproc.Place, cap: int) -> None:
+    fd = sock.fileno()
+    procs = Processes(place, fd, cap)
+
+    def pending() -> bool:
+        return bool(select.select([fd], [], [], 0)[0])
+
     try:
         containment = confine.containment(place.plan)
         sock.sendall(channel.frame(channel.Ready(pid=os.getpid(), containment=containment)))
-        while (request := next_request(stream, fd, procs)) is not None:
-            reply = procs.run(request)
-            mark(request.marker)
+        while (message := next_message(sock, procs)) is not None:
+            if isinstance(message, channel.Prepare):
+                procs.prepare(message.spares, pending)
+                continue
+            reply = procs.run(message)
+            mark(message.marker)
             sock.sendall(channel.frame(reply))
-            procs.refill()  # while the executor takes the reply
+            procs.refill(pending)  # while the executor takes the reply
     finally:
         procs.close()
 
@@ -171,7 +233,7 @@ def main(argv: list[str]) -> int:
     place = runproc.Place()
     try:
         with socket.socket(fileno=int(argv[0])) as sock:
-            serve(sock, place)
+            serve(sock, place, int(argv[1]) if len(argv) > 1 else channel.SPARES)
     except (Terminated, runproc.Abandoned, BrokenPipeError, ConnectionError):
         pass
     finally:

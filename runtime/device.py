@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -31,7 +30,7 @@ from runtime.chat.readiness import Readiness
 from runtime.chat.responders import BuiltinResponder, Responder
 from runtime.chat.watch import ChatWatch, WatchStatus
 from runtime.client.api import ApiError, SpaceClient
-from runtime.client.offset import ClockStatus, Offset, SpaceTime
+from runtime.client.offset import ClockOffset, ClockStatus, SpaceTime
 from runtime.client.retry import retried_for
 from runtime.client.seat import Seat
 from runtime.election.decision import Config as LeaseConfig
@@ -42,10 +41,11 @@ from runtime.events import Bus, DiffApplied, RecordEdited, RoleChanged, Slept
 from runtime.feeds.chats import Subscriptions
 from runtime.feeds.followed import FollowedStatus
 from runtime.feeds.reconciler import Reconciler
-from runtime.fire.asked import Asked
+from runtime.fire.asked import RunAsks
 from runtime.fire.execute import Execute, program_fetch
 from runtime.fire.firing import Firing
 from runtime.fire.handover import HandOver
+from runtime.fire.nextfires import Entries
 from runtime.fire.recorder import Recorder
 from runtime.fire.secrets import Secrets
 from runtime.fire.ticker import Ticker
@@ -88,7 +88,7 @@ class Device:
     ) -> None:
         self.settings = s = settings
         self.space, self.peer = s.space, PeerId(s.peer)
-        self.offset = Offset(clock or SystemClock())  # the space's clock: fires go by it
+        self.offset = ClockOffset(clock or SystemClock())  # the space's clock: fires go by it
         self.clock = SpaceTime(self.offset)
         self.bus = Bus()
         self.client = SpaceClient(s.url, s.token, clock=self.clock, offset=self.offset)
@@ -110,7 +110,7 @@ class Device:
             report=self._report,
             sleepwatch=self.sleepwatch,
         )
-        self.elector.heartbeat.instance = _instance()
+        self.elector.heartbeat.anew()
         self.takeover = Takeover(self.seat, window=timedelta(seconds=s.bridge_seconds))
         self.recorder = Recorder(
             self.seat,
@@ -151,21 +151,27 @@ class Device:
             programs=self.programs,
             secrets=Secrets(s.secrets_file),
         )
+        self.entries = Entries()  # the ticker's armed entries: where `nextFireAt` is read
         self.firing = Firing(
             self.seat,
             execute=execute,
             recorder=self.recorder,
+            next_fire=self.entries.next_fire,
             term=lambda: elector.term,
             may_fire_floating=elector.may_fire,
             offer=self.chatwatch.offer,
             handover=self.handover,
         )
-        self.asked = Asked()  # runs asked by hand (`baton triggers run`): fires of the diffs
+        self.asked = RunAsks()  # runs asked by hand (`baton triggers run`): fires of the diffs
         self.touched = Touched()  # records and fires changed: what the health pass judges
         self.ticker = Ticker(
-            self.firing, clock=self.clock, touched=self.touched, awake=self.sleepwatch.check
+            self.firing,
+            clock=self.clock,
+            touched=self.touched,
+            awake=self.sleepwatch.check,
+            expect=self.executor.prepare,  # it readies spares ahead of a slot's fires
+            entries=self.entries,
         )
-        self.recorder.read_next_fires_from(self.ticker.next_fire)  # closes Ticker → Recorder
         self.subscriptions = Subscriptions(self.seat, self.firing)
         self.reconciler = Reconciler(
             self.seat, is_active=elector.holds, bus=self.bus, touched=self.touched
@@ -182,7 +188,7 @@ class Device:
             records=lambda: reconciler.records,
             elector=elector,
             missing_chats=lambda: subscriptions.missing,
-            next_fire=ticker.next_fire,
+            next_fire=self.entries.next_fire,
             interval=s.health_interval,
             touched=self.touched,
             settled=ticker.settled.wait,
@@ -349,7 +355,7 @@ class Device:
         log.warning("the machine slept or its clock jumped: distrusting the lease and streams")
         self.up_since = self.clock.wall()
         # a new instance: the space's upSince restarts, nothing of the sleep counts as up
-        self.elector.heartbeat.instance = _instance()
+        self.elector.heartbeat.anew()
         self.elector.heartbeat.slept = abs(event.jump)  # the space keeps it for `why`
         self.ticker.slept(self.up_since)
         self.firing.slept()
@@ -386,8 +392,3 @@ def _describe(responder: Responder) -> str:
     """The responder in a few words, for `baton status` and the dashboard."""
     told = getattr(responder, "describe", None)
     return told if isinstance(told, str) else type(responder).__name__
-
-
-def _instance() -> str:
-    """A new id for this run of the device (and for each wake from sleep)."""
-    return secrets.token_hex(8)

@@ -43,7 +43,7 @@ class Listed(NamedTuple):  # a trigger record as read, with the label of its ser
     record: dict[str, Any]
 
 
-class Device(NamedTuple):  # a device's row as the server judges it now
+class DeviceRow(NamedTuple):  # a device's row as the server judges it now
     space: str
     label: str  # its peer, or OTHER past the space's first TOP
     live: bool
@@ -197,7 +197,7 @@ def _trigger_families(read: Read, seen: list[Listed]) -> list[str]:
 # ------------------------------------------------------------------ devices
 
 
-def _devices(app: web.Application, now: datetime, rows: list[tuple[Any, ...]]) -> list[Device]:
+def _devices(app: web.Application, now: datetime, rows: list[tuple[Any, ...]]) -> list[DeviceRow]:
     """Each device, `live` by the server's window as `GET …/devices` judges it."""
     window, found, rank = app[SETTINGS].live_seconds, [], dict[str, int]()
     for space, peer, seen, stopped, raw in rows:
@@ -206,7 +206,7 @@ def _devices(app: web.Application, now: datetime, rows: list[tuple[Any, ...]]) -
         rank[space] = rank.get(space, -1) + 1
         live = now.timestamp() - float(seen) <= window and not stopped
         label = peer if rank[space] < TOP else OTHER
-        found.append(Device(space, label, live, bool(stopped), _watch(raw)))
+        found.append(DeviceRow(space, label, live, bool(stopped), _watch(raw)))
     return found
 
 
@@ -228,7 +228,7 @@ def _waiting(watch: dict[str, Any]) -> float:
     return float(sum(n for n in counts if isinstance(n, int) and n > 0))
 
 
-def _device_families(devices: list[Device]) -> list[str]:
+def _device_families(devices: list[DeviceRow]) -> list[str]:
     live = _merged(((d.space, d.label, float(d.live)) for d in devices), sum)
     stopped = _merged(((d.space, d.label, float(d.stopped)) for d in devices), sum)
     ready = _merged(

@@ -1,10 +1,10 @@
 """Who is calling, and what each role may do: the middleware and the scope rules.
 
-Owns authenticating every `/v1` request (the bearer token, looked up in `token_store`) and
+Owns authenticating every `/v1` request (the bearer token, looked up through the store seam) and
 the route scopes of each role: `Role.ADMIN` everything, `Role.DEVICE` its own space acting
 as its peer, `Role.RUN` one run's narrow reach (see docs/architecture.md, "Module notes").
 Handlers refine with `require_peer` and `limit_patch`; `end_streams` ends a revoked token's
-streams. Must not know any table but through `token_store`.
+streams. Must not know any table: tokens are the store's.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import sqlite_utils
 from aiohttp import web
 
 from space import token_store
-from space.appstate import CLOCK
 from space.dbthread import db_call
 from space.history import NOTE_MAX, Author
 from space.http import Handler, Refusal
+from space.store import STORE
 from space.streams import STREAMS, EventStream
 from space.token_store import Principal, Role, mint_token, token_hash
 
@@ -176,25 +176,17 @@ def end_streams(app: web.Application, which: Callable[[Principal], bool]) -> int
 
 
 async def identify(request: web.Request) -> Principal:
-    """Whose bearer token this request carries; 401 for none, an unknown, a revoked or an
-    expired one. One unit of work on the database thread, which also tells (`SPACE_FOUND`)
-    whether the route's `{space}` exists."""
-    now, token = request.app[CLOCK]().timestamp(), bearer(request)
-    space, lookup = request.match_info.get("space"), request.app.get(SPACE_LOOKUP)
+    """Whose bearer token this request carries (by the store's clock); 401 for none, an
+    unknown, a revoked or an expired one. Then, for a route with `{space}`, whether it exists
+    (`SPACE_FOUND`: spaces are the SQLite file's, one unit on its database thread)."""
     try:
-        who, found = await db_call(request.app, _identify, token, now, space, lookup)
+        who = await request.app[STORE].lookup_token(bearer(request))
     except token_store.TokenError as exc:
         raise Refusal(401, exc.code, exc.detail) from None
+    space, lookup = request.match_info.get("space"), request.app.get(SPACE_LOOKUP)
     if space is not None:
-        request[SPACE_FOUND] = found
+        request[SPACE_FOUND] = lookup is not None and await db_call(request.app, lookup, space)
     return who
-
-
-def _identify(
-    db: sqlite_utils.Database, token: str, now: float, space: str | None, lookup: SpaceLookup | None
-) -> tuple[Principal, bool]:
-    who = token_store.lookup(db, token, now)
-    return who, space is not None and lookup is not None and lookup(db, space)
 
 
 @web.middleware

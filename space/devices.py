@@ -1,14 +1,13 @@
-"""Devices of a space: heartbeats, who is live and since when, by the server's clock.
+"""Devices of a space: heartbeats, who is live and since when, by the store's clock.
 
-Owns the `devices` table. A heartbeat stores `lastSeen` (server time). `upSince`
-is the start of the device's current unbroken run of heartbeats: it restarts
-when the device was not live before, and when the heartbeat names a new
-`instance` (a restarted process, or a machine back from sleep), so it never
-reaches back into time the device was down (SPEC "Failover loses nothing,
-downtime replays nothing"). `live` means seen within the configured window and
-not signed off: a heartbeat with `stopped: true` (a clean stop) ends it at once.
-The status a device reports of itself is shown as it is while it is live; once
-it is not, its subscriptions no longer show `live`. Must not touch the lease.
+Owns the `devices` table on SQLite; the routes go through the store seam, and `beaten` is
+the rule both stores write by. A heartbeat stores `lastSeen`. `upSince` is the start of the
+device's current unbroken run of heartbeats: it restarts when the device was not live
+before, and when the heartbeat names a new `instance` (a restarted process, a machine back
+from sleep), so it never reaches back into time the device was down (SPEC "Failover loses
+nothing, downtime replays nothing"). `live`: seen within the window and not signed off
+(`stopped: true`, a clean stop, ends it at once). A device's own status is shown while it is
+live; once not, its subscriptions no longer show `live`. Must not touch the lease.
 """
 
 from __future__ import annotations
@@ -25,10 +24,11 @@ from space import history, oddrows
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.db import add_columns, transaction
-from space.dbthread import DB_THREAD, db_call
-from space.http import Refusal, add_route, answer, decode, now_of, raw_body
+from space.dbthread import DB_THREAD
+from space.http import Refusal, add_route, answer, decode, raw_body
 from space.servertime import iso
 from space.spaces import require_space
+from space.store import STORE
 
 PEER_MAX = 200  # characters of a peer name
 
@@ -45,7 +45,7 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
     add_columns(db, "devices", ADDED_COLUMNS)
 
 
-def _out(row: dict[str, Any], now: datetime, window: timedelta) -> dict[str, Any]:
+def view(row: dict[str, Any], now: datetime, window: timedelta) -> dict[str, Any]:
     seen = datetime.fromtimestamp(row["last_seen"], UTC)
     live = now - seen <= window and not row["stopped"]
     status = msgspec.json.decode(row.get("status") or "{}")
@@ -76,36 +76,52 @@ def heartbeat(
     db: sqlite_utils.Database, space: str, peer: str, body: HeartbeatIn, now: float, window: float
 ) -> None:
     with transaction(db):
-        rows = list(db.query("SELECT * FROM devices WHERE space = ? AND peer = ?", [space, peer]))
-        old = rows[0] if rows else None
-        was_live = old is not None and now - old["last_seen"] <= window and not old["stopped"]
-        instance = body.instance if body.instance is not None else (old or {}).get("instance", "")
-        same_run = was_live and old is not None and old["instance"] == instance
-        up_since = old["live_since"] if same_run and old is not None else now
-        name = body.name if body.name is not None else (old["name"] if old else peer)
-        priority = body.priority if body.priority is not None else (old["priority"] if old else 0)
-        status = (
-            msgspec.json.encode(body.status).decode()
-            if body.status is not None
-            else (old["status"] if old else "{}")
-        )
+        new = beaten(row(db, space, peer), peer, body, now, window)
         db.execute(
             "INSERT OR REPLACE INTO devices "
             "(space, peer, name, priority, last_seen, live_since, status, instance, stopped) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [space, peer, name, priority, now, up_since, status, instance, int(body.stopped)],
+            [space, peer, *new[:-1], int(new[-1])],
         )
         history.beat(
             db,
             space,
             peer,
-            up_since,
+            new[3],
             now,
             stopped=body.stopped,
             slept=body.sleptSeconds,
             applied=body.appliedSeq,
             offset_ms=body.offsetMs,
         )
+
+
+def beaten(
+    old: dict[str, Any] | None, peer: str, body: HeartbeatIn, now: float, window: float
+) -> tuple[str, int, float, float, str, str, bool]:
+    """The device's row after a heartbeat at `now` (either store): `(name, priority,
+    last_seen, live_since, status, instance, stopped)`; what the beat leaves out is kept."""
+    was_live = old is not None and now - old["last_seen"] <= window and not old["stopped"]
+    instance = body.instance if body.instance is not None else (old or {}).get("instance", "")
+    same_run = was_live and old is not None and old["instance"] == instance
+    up_since = old["live_since"] if same_run and old is not None else now
+    name = body.name if body.name is not None else (old["name"] if old else peer)
+    priority = body.priority if body.priority is not None else (old["priority"] if old else 0)
+    status = (
+        msgspec.json.encode(body.status).decode()
+        if body.status is not None
+        else (old["status"] if old else "{}")
+    )
+    return name, priority, now, up_since, status, instance, body.stopped
+
+
+def row(db: sqlite_utils.Database, space: str, peer: str) -> dict[str, Any] | None:
+    rows = list(db.query("SELECT * FROM devices WHERE space = ? AND peer = ?", [space, peer]))
+    return rows[0] if rows else None
+
+
+def rows(db: sqlite_utils.Database, space: str) -> list[dict[str, Any]]:
+    return list(db.query("SELECT * FROM devices WHERE space = ? ORDER BY peer", [space]))
 
 
 def last_seen(
@@ -130,29 +146,19 @@ async def put_device(request: web.Request) -> web.Response:
     require_peer(request, peer)
     data = await raw_body(request)
     body = decode(data, HeartbeatIn) if data.strip() else HeartbeatIn()  # empty: a bare beat
-    now, window = now_of(request), request.app[SETTINGS].live_seconds
-    row = await db_call(request.app, _beat, space, peer, body, now.timestamp(), window)
-    return answer(_out(row, now, timedelta(seconds=window)))
-
-
-def _beat(
-    db: sqlite_utils.Database, space: str, peer: str, body: HeartbeatIn, now: float, window: float
-) -> dict[str, Any]:
-    """The heartbeat and the device's row after it: one unit of work."""
-    heartbeat(db, space, peer, body, now, window)
-    return next(db.query("SELECT * FROM devices WHERE space = ? AND peer = ?", [space, peer]))
+    window = request.app[SETTINGS].live_seconds
+    stored, now = await request.app[STORE].heartbeat(space, peer, body, window)
+    return answer(view(stored, now, timedelta(seconds=window)))
 
 
 async def list_devices(request: web.Request) -> web.Response:
     space = require_space(request)
-    now, window = now_of(request), timedelta(seconds=request.app[SETTINGS].live_seconds)
-    rows = await db_call(request.app, _listing, space)
-    found, odd = oddrows.each(rows, lambda r: _out(r, now, window), lambda r: r["peer"], "devices")
+    window = timedelta(seconds=request.app[SETTINGS].live_seconds)
+    stored, now = await request.app[STORE].devices(space)
+    found, odd = oddrows.each(
+        stored, lambda r: view(r, now, window), lambda r: r["peer"], "devices"
+    )
     return answer({"devices": found, **({"odd": odd} if odd else {})})
-
-
-def _listing(db: sqlite_utils.Database, space: str) -> list[dict[str, Any]]:
-    return list(db.query("SELECT * FROM devices WHERE space = ? ORDER BY peer", [space]))
 
 
 def setup(app: web.Application) -> None:

@@ -223,8 +223,13 @@ def _offset(
         "ORDER BY at DESC LIMIT 1",
         [space, peer, up_since],
     ).fetchone()
-    if row is None or abs(ms - float(row[0])) >= OFFSET_STEP_MS:
+    if offset_noted(None if row is None else float(row[0]), ms):
         db.execute("INSERT INTO history_offsets VALUES (?, ?, ?, ?)", [space, peer, now, ms])
+
+
+def offset_noted(last: float | None, ms: float) -> bool:
+    """Whether an offset of `ms` is noted after `last` of its window (either store)."""
+    return last is None or abs(ms - last) >= OFFSET_STEP_MS
 
 
 def _applied(

@@ -194,7 +194,7 @@ def run(
 
 def message(
     db: sqlite_utils.Database, object_id: str, at: float, message_id: str | None
-) -> f.Message | None:
+) -> f.MessageFact | None:
     """The message asked about: by id, else the last of the chat accepted at or before `at`."""
     columns = "SELECT message_id, created_ts, body FROM chat_messages"
     params: list[object]
@@ -211,7 +211,7 @@ def message(
     except (ValueError, AttributeError):
         agent = None
     name = agent.get("name") if isinstance(agent, dict) else None
-    return f.Message(
+    return f.MessageFact(
         message_id=row[0], accepted=_at(row[1]), agent=None if agent is None else str(name)
     )
 

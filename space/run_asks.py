@@ -15,12 +15,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from core.wire import Answer
-from space import devices, trigger_store
+from space import trigger_store
 from space.appstate import SETTINGS
 from space.auth import author
 from space.changes import notify
-from space.dbthread import db_call
-from space.http import Refusal, add_route, answer, now_of
+from space.http import Refusal, add_route, answer
 from space.spaces import require_space
 from space.store import STORE
 from space.triggers import if_match
@@ -64,7 +63,7 @@ async def post_run(request: web.Request) -> web.Response:
 
 async def _runner(request: web.Request, space: str, record: Trigger) -> str:
     """The live device that runs `record` now; 409 `device_offline` naming it if none."""
-    now, tid = now_of(request), record.id
+    tid = record.id
     if record.owner:
         peer, whose = record.owner, f"trigger {tid!r} is pinned to {record.owner!r}"
     else:
@@ -74,7 +73,7 @@ async def _runner(request: web.Request, space: str, record: Trigger) -> str:
             raise Refusal(409, "device_offline", detail)
         peer, whose = lease.active, f"trigger {tid!r} floats, run by {lease.active!r}"
     window = request.app[SETTINGS].live_seconds
-    live, seen = await db_call(request.app, devices.last_seen, space, peer, now, window)
+    live, seen = await request.app[STORE].last_seen(space, peer, window)
     if not live:
         when = f"last seen {seen}" if seen else "never seen"
         detail = f"{whose}, which is offline ({when}): nothing runs it until it is back"

@@ -53,6 +53,10 @@ class TokenFileError(ValueError):
     """A token file that cannot be used (empty, revoked, loose); the message is one line."""
 
 
+class LastAdminToken(LookupError):
+    """The only live admin token: it is rotated, never revoked."""
+
+
 class LooseFile(TokenFileError):
     """A token file that group or others may access: refused, never read."""
 
@@ -124,15 +128,21 @@ def new_token(role: Role) -> str:
 def lookup(db: sqlite_utils.Database, token: str, now: float) -> Principal:
     """Who `token` is; `TokenError` if it is unknown, revoked or expired."""
     rows = list(db.query("SELECT * FROM tokens WHERE hash = ?", [token_hash(token)]))
-    if not rows:
+    who = judge(rows[0] if rows else None, now)
+    if touched(rows[0], now):
+        db.execute("UPDATE tokens SET last_used_at = ? WHERE hash = ?", [now, rows[0]["hash"]])
+    return who
+
+
+def judge(row: dict[str, Any] | None, now: float) -> Principal:
+    """Who the stored `row` of a bearer token is at `now` (either store); `TokenError` if
+    none, revoked or expired."""
+    if row is None:
         raise TokenError("unauthorized", "unknown bearer token")
-    row = rows[0]
     if row["revoked_at"] is not None:
         raise TokenError("token_revoked", "the bearer token was revoked")
     if row["expires_at"] is not None and row["expires_at"] <= now:
         raise TokenError("token_expired", "the bearer token has expired")
-    if row["role"] != Role.RUN and (row["last_used_at"] or 0) + LAST_USED_GRAIN <= now:
-        db.execute("UPDATE tokens SET last_used_at = ? WHERE hash = ?", [now, row["hash"]])
     return Principal(
         role=Role(row["role"]),
         id=row["hash"][:ID_DIGITS],
@@ -143,17 +153,37 @@ def lookup(db: sqlite_utils.Database, token: str, now: float) -> Principal:
     )
 
 
+def touched(row: dict[str, Any], now: float) -> bool:
+    """Whether a use at `now` is written to `last_used_at` (not for run tokens, at most
+    once a `LAST_USED_GRAIN`)."""
+    return bool(row["role"] != Role.RUN and (row["last_used_at"] or 0) + LAST_USED_GRAIN <= now)
+
+
 def revoke(db: sqlite_utils.Database, tid: str, now: float) -> dict[str, Any] | None:
-    """Revoke the token whose id is `tid`; its listing entry, or None if there is none."""
-    if len(tid) != ID_DIGITS or not all(c in "0123456789abcdef" for c in tid):
+    """Revoke the token whose id is `tid`, unless it is the last live admin token
+    (`LastAdminToken`); its listing entry now, or None if there is none. In the caller's
+    transaction."""
+    if not is_id(tid):
         return None
     found = listing(db, now, everything=True, id_=tid)
-    if found:
-        db.execute(
-            "UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE substr(hash, 1, ?) = ?",
-            [now, ID_DIGITS, tid],
-        )
-    return found[0] if found else None
+    if found and last_admin(found[0], live_admins(db)):
+        raise LastAdminToken(tid)
+    if not found:
+        return None
+    db.execute(
+        "UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE substr(hash, 1, ?) = ?",
+        [now, ID_DIGITS, tid],
+    )
+    return listing(db, now, everything=True, id_=tid)[0]
+
+
+def is_id(tid: str) -> bool:
+    return len(tid) == ID_DIGITS and all(c in "0123456789abcdef" for c in tid)
+
+
+def last_admin(found: dict[str, Any], live: int) -> bool:
+    """Whether revoking the listed token `found` would leave no live admin token (of `live`)."""
+    return bool(found["role"] == Role.ADMIN and found["state"] == "live" and live <= 1)
 
 
 def revoke_run(
@@ -161,27 +191,25 @@ def revoke_run(
 ) -> int:
     """End the run tokens of run `run_id` (its run is over); with `peer`, only those of
     that device's fires. How many there were."""
-    sql = (
-        "UPDATE tokens SET revoked_at = ? WHERE role = 'run' AND space = ? AND run_id = ? "
-        "AND revoked_at IS NULL"
-    )
-    params: list[object] = [now, space, run_id]
-    if peer is not None:
-        sql, params = sql + " AND peer = ?", [*params, peer]
-    return db.execute(sql, params).rowcount
+    return revoke_runs(db, space, [run_id], now, peer)
 
 
-def revoke_runs(db: sqlite_utils.Database, space: str, run_ids: list[str], now: float) -> int:
-    """End the run tokens of the runs `run_ids` (one statement); how many there were."""
+def revoke_runs(
+    db: sqlite_utils.Database, space: str, run_ids: list[str], now: float, peer: str | None = None
+) -> int:
+    """End the run tokens of the runs `run_ids` (one statement; with `peer`, only those of
+    that device's fires); how many there were."""
     if not run_ids:
         return 0
     marks = ", ".join("?" * len(run_ids))
-    cur = db.execute(
+    sql = (
         "UPDATE tokens SET revoked_at = ? WHERE role = 'run' AND space = ? "
-        f"AND run_id IN ({marks}) AND revoked_at IS NULL",
-        [now, space, *run_ids],
+        f"AND run_id IN ({marks}) AND revoked_at IS NULL"
     )
-    return cur.rowcount
+    params: list[object] = [now, space, *run_ids]
+    if peer is not None:
+        sql, params = sql + " AND peer = ?", [*params, peer]
+    return db.execute(sql, params).rowcount
 
 
 def revoke_admins(db: sqlite_utils.Database, now: float, keep: str) -> None:
@@ -216,10 +244,10 @@ def listing(
         sql += " AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)"
         params.append(now)
     rows = db.query(sql + " ORDER BY created_at, hash", params)
-    return [_entry(row, now) for row in rows]
+    return [entry(row, now) for row in rows]
 
 
-def _entry(row: dict[str, Any], now: float) -> dict[str, Any]:
+def entry(row: dict[str, Any], now: float) -> dict[str, Any]:
     expired = row["expires_at"] is not None and row["expires_at"] <= now
     state = "revoked" if row["revoked_at"] is not None else "expired" if expired else "live"
     return {
@@ -285,12 +313,15 @@ def ensure_admin_token(db: sqlite_utils.Database, path: Path, now: float) -> Non
             "SELECT role, revoked_at FROM tokens WHERE hash = ?", [token_hash(token)]
         ).fetchone()
         if row[0] != Role.ADMIN or row[1] is not None:
-            raise TokenFileError(
-                f"admin token file {path} holds a revoked or non-admin token; "
-                "remove it to mint a new one"
-            )
+            raise not_admin(path)
         return
     write_private(path, mint_token(db, Principal(role=Role.ADMIN), now) + "\n")
+
+
+def not_admin(path: Path) -> TokenFileError:
+    return TokenFileError(
+        f"admin token file {path} holds a revoked or non-admin token; remove it to mint a new one"
+    )
 
 
 def rotate_admin(db: sqlite_utils.Database, path: Path | None, now: float) -> str:

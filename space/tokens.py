@@ -7,28 +7,26 @@ token dies at the run's timeout plus `run_token_margin_seconds` at the latest
 (and when its run is recorded, see `runs`). The fire path gets its token with the
 claim instead (`fires`, `run`); this route stays for manual runs and other callers.
 The answer is the only time a token is shown; listings show ids, never secrets.
-Storage lives in `token_store`, scope rules in `auth`; this module must not check
-route scopes itself.
+Storage goes through the store seam (`app[STORE]`, `token_store` on SQLite), scope rules
+are `auth`'s; this module must not check route scopes itself.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any
 
-import sqlite_utils
 from aiohttp import web
 
 from core.wire import Answer, Body, Name, RunTokenIn, TokenOut
 from space import fires, token_store, trigger_store
 from space.appstate import ADMIN_TOKEN_PATH, SETTINGS
 from space.auth import Principal, Role, end_streams, principal
-from space.db import transaction
 from space.dbthread import db_call
-from space.http import Refusal, add_route, answer, now_of, read_body
+from space.http import Refusal, add_route, answer, read_body
 from space.servertime import iso
 from space.spaces import SPACE_ID, require_space, space_exists
+from space.store import STORE
 
 
 class DeviceTokenIn(Body, frozen=True, kw_only=True):
@@ -62,43 +60,26 @@ async def post_device_token(request: web.Request) -> web.Response:
             "invalid_body",
             f"space id {body.space!r} must match [a-z0-9][a-z0-9_-]{{0,63}} - at `$.space`",
         )
-    token = await db_call(request.app, _mint_device, body, now_of(request).timestamp())
-    out = {"token": token, "id": token_store.token_id(token), "peer": body.peer}
-    return answer({**out, "space": body.space}, status=201)
-
-
-def _mint_device(db: sqlite_utils.Database, body: DeviceTokenIn, now: float) -> str:
-    if not space_exists(db, body.space):  # a token for no space: create the space first
+    if not await db_call(request.app, space_exists, body.space):  # create the space first
         raise Refusal(404, "unknown_space", f"no space {body.space!r} - at `$.space`")
     who = Principal(role=Role.DEVICE, peer=body.peer, space=body.space)
-    return token_store.mint_token(db, who, now)
+    token = await request.app[STORE].mint_token(who)
+    out = {"token": token, "id": token_store.token_id(token), "peer": body.peer}
+    return answer({**out, "space": body.space}, status=201)
 
 
 async def post_run_token(request: web.Request) -> web.Response:
     space = require_space(request)
     body = await read_body(request, RunTokenIn)
-    now = now_of(request)
-    token, expires = await db_call(request.app, _mint_run, request, space, body, now)
+    ttl = min(body.ttlSeconds, await _allowed_ttl(request, space, body))
+    minter = principal(request).peer  # a device's; None for the admin
+    store = request.app[STORE]
+    token, expires = await store.mint_run_token(space, body.triggerId, body.runId, ttl, minter)
     out = {"token": token, "id": token_store.token_id(token), "expiresAt": iso(expires)}
     return answer(out, status=201)
 
 
-def _mint_run(
-    db: sqlite_utils.Database, request: web.Request, space: str, body: RunTokenIn, now: datetime
-) -> tuple[str, datetime]:
-    ttl = min(body.ttlSeconds, _allowed_ttl(db, request, space, body))
-    expires = now + timedelta(seconds=ttl)
-    minter = principal(request).peer  # a device's; None for the admin
-    with transaction(db):
-        token = token_store.mint_run(
-            db, space, body.triggerId, body.runId, now.timestamp(), expires.timestamp(), minter
-        )
-    return token, expires
-
-
-def _allowed_ttl(
-    db: sqlite_utils.Database, request: web.Request, space: str, body: RunTokenIn
-) -> float:
+async def _allowed_ttl(request: web.Request, space: str, body: RunTokenIn) -> float:
     """The longest life this caller may give the token; for a device, only for a fire it
     claimed, and no longer than the record's timeout plus the margin."""
     settings, who = request.app[SETTINGS], principal(request)
@@ -110,21 +91,22 @@ def _allowed_ttl(
             "invalid_body",
             "a device mints a run token for a fire: `key` is required - at `$.key`",
         )
-    claim = fires.claim_of(db, space, body.triggerId, body.key)
+    store = request.app[STORE]
+    claim = await store.fire_claim(space, body.triggerId, body.key)
     if claim is None or claim[0] != who.peer:
         detail = (
             f"{body.triggerId}@{body.key} was not claimed by {who.peer!r}; a device "
             "mints run tokens only for its own fires - at `$.key`"
         )
         raise Refusal(403, "not_claimed", detail)
-    _, record = trigger_store.current(db, space, body.triggerId)
+    row = await store.record_row(space, body.triggerId)
+    _, record = trigger_store.parsed(space, body.triggerId, row)
     return fires.run_timeout(record) + settings.run_token_margin_seconds
 
 
 async def list_tokens(request: web.Request) -> web.Response:
     everything = request.query.get("all", "") in ("1", "true")
-    now = now_of(request).timestamp()
-    found = await db_call(request.app, token_store.listing, now, everything=everything)
+    found = await request.app[STORE].list_tokens(everything=everything)
     return answer({"tokens": [_wire(t) for t in found]})
 
 
@@ -139,39 +121,28 @@ def _wire(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 async def delete_token(request: web.Request) -> web.Response:
-    tid, now = request.match_info["id"], now_of(request).timestamp()
-    revoked = await db_call(request.app, _revoke, tid, now)
+    tid = request.match_info["id"]
+    try:
+        revoked = await request.app[STORE].revoke_token(tid)
+    except token_store.LastAdminToken:
+        raise Refusal(
+            409,
+            "last_admin_token",
+            "this is the only admin token; rotate it instead (POST /v1/tokens/admin/rotate)",
+        ) from None
     if revoked is None:
         raise Refusal(404, "unknown_token", f"no token with id {tid!r}")
     end_streams(request.app, lambda who: who.id == tid)
-    return answer(_wire({**revoked, "state": "revoked", "revokedAt": revoked["revokedAt"] or now}))
-
-
-def _revoke(db: sqlite_utils.Database, tid: str, now: float) -> dict[str, Any] | None:
-    with transaction(db):
-        found = token_store.listing(db, now, everything=True, id_=tid)
-        last = found and found[0]["state"] == "live" and token_store.live_admins(db) <= 1
-        if last and found[0]["role"] == Role.ADMIN:
-            raise Refusal(
-                409,
-                "last_admin_token",
-                "this is the only admin token; rotate it instead (POST /v1/tokens/admin/rotate)",
-            )
-        return token_store.revoke(db, tid, now)
+    return answer(_wire(revoked))
 
 
 async def post_rotate_admin(request: web.Request) -> web.Response:
-    now, path = now_of(request).timestamp(), request.app.get(ADMIN_TOKEN_PATH)
-    token = await db_call(request.app, _rotate, path, now)
+    path = request.app.get(ADMIN_TOKEN_PATH)
+    token = await request.app[STORE].rotate_admin(path)
     new = token_store.token_id(token)
     end_streams(request.app, lambda who: who.role is Role.ADMIN and who.id != new)
     out = {"token": token, "id": new, "file": str(path or "")}
     return answer(out, status=201)
-
-
-def _rotate(db: sqlite_utils.Database, path: Path | None, now: float) -> str:
-    with transaction(db):  # the file is rewritten before the commit: both or neither
-        return token_store.rotate_admin(db, path, now)
 
 
 def setup(app: web.Application) -> None:

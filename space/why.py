@@ -156,7 +156,7 @@ def _by_base_key(db: sqlite_utils.Database, q: Question, key: str) -> tuple[Loca
 
 def _explain(
     db: sqlite_utils.Database, request: web.Request, q: Question, at: datetime, where: Located
-) -> why.Answer:
+) -> why.Explanation:
     settings = request.app[SETTINGS]
     known = f.Facts(now=q.now, kept_since=q.kept_since, revisions=q.revisions)
     if where.slot is not None and where.key is not None:
@@ -227,7 +227,7 @@ def _turned(claim: f.Claim, turn: dict[str, Any], accepted: datetime) -> f.Claim
     )
 
 
-def _message(db: sqlite_utils.Database, where: Located) -> f.Message | None:
+def _message(db: sqlite_utils.Database, where: Located) -> f.MessageFact | None:
     if where.record is None or where.record.get("kind") != "event" or where.key is None:
         return None
     return recall.message(db, "", 0.0, where.key)
@@ -265,14 +265,14 @@ def _range(db: sqlite_utils.Database, request: web.Request, q: Question) -> web.
     )
 
 
-def _shown(request: web.Request, got: why.Answer) -> dict[str, Any]:
+def _shown(request: web.Request, got: why.Explanation) -> dict[str, Any]:
     doc: dict[str, Any] = msgspec.to_builtins(got)
     if principal(request).role is Role.RUN and isinstance(doc.get("run"), dict):
         doc["run"] = {k: v for k, v in doc["run"].items() if k in RUN_FIELDS}
     return doc
 
 
-def _answer(request: web.Request, got: why.Answer) -> web.Response:
+def _answer(request: web.Request, got: why.Explanation) -> web.Response:
     return answer(_shown(request, got))
 
 
@@ -283,5 +283,5 @@ def setup(app: web.Application) -> None:
         get_why,
         "Why a slot fired or did not, from history: `?at=<instant>` (default now: the last "
         "due slot), `?key=<fire key>`, or `?since=&until=&limit=` for every slot of a range",
-        answer=why.Answer,
+        answer=why.Explanation,
     )

@@ -105,7 +105,7 @@ class Refused(msgspec.Struct, frozen=True, kw_only=True):
     detail: str
 
 
-class Message(msgspec.Struct, frozen=True, kw_only=True):
+class MessageFact(msgspec.Struct, frozen=True, kw_only=True):
     message_id: str
     accepted: datetime
     agent: str | None = None  # the agent's name, when the agent wrote it
@@ -124,7 +124,7 @@ class Facts(msgspec.Struct, frozen=True, kw_only=True):
     claim: Claim | None = None
     refusals: list[Refused] = []
     run: dict[str, Any] | None = None  # the run record of the key, if still kept
-    message: Message | None = None  # an event trigger's message
+    message: MessageFact | None = None  # an event trigger's message
     subscriptions: list[Subscription] = []  # the chat's streams around the message
     beat_seconds: float = 5.0  # a device beats this often: up this long past its last beat
     bridge_seconds: float = 120.0  # the bridge window W

@@ -34,7 +34,7 @@ MIN_OVERDUE_MARGIN = timedelta(seconds=60)
 REASONS = frozenset(r.value for r in HealthReason)
 
 
-class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+class HealthVerdict(msgspec.Struct, frozen=True, kw_only=True):
     reason: HealthReason | None = None  # None: healthy
     detail: str = ""
 
@@ -43,7 +43,7 @@ class Verdict(msgspec.Struct, frozen=True, kw_only=True):
         return self.reason is None
 
 
-HEALTHY = Verdict()
+HEALTHY = HealthVerdict()
 
 
 class HealthInputs(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,7 +81,7 @@ def breaker_detail(until: datetime) -> str:
     return f"until {detail_instant(until)}"
 
 
-def verdict(record: Loaded, inputs: HealthInputs) -> Verdict:
+def verdict(record: Loaded, inputs: HealthInputs) -> HealthVerdict:
     """The health of one record under `inputs`; see the module docstring for the order."""
     if isinstance(record, Salvaged):
         return _undecodable(record)
@@ -96,27 +96,27 @@ def verdict(record: Loaded, inputs: HealthInputs) -> Verdict:
     return _owner(record, inputs) or _breaker(record, inputs) or _overdue(record, inputs) or HEALTHY
 
 
-def _undecodable(record: Salvaged) -> Verdict:
+def _undecodable(record: Salvaged) -> HealthVerdict:
     path = record.error_path
     if path == "$.kind":
-        return Verdict(reason=HealthReason.UNSUPPORTED_KIND, detail=f"kind {record.kind!r}")
+        return HealthVerdict(reason=HealthReason.UNSUPPORTED_KIND, detail=f"kind {record.kind!r}")
     if path == "$.spec" or path.startswith(("$.spec.", "$.spec[")):
-        return Verdict(reason=HealthReason.INVALID_SPEC, detail=record.error)
-    return Verdict(reason=HealthReason.INVALID_RECORD, detail=record.error)
+        return HealthVerdict(reason=HealthReason.INVALID_SPEC, detail=record.error)
+    return HealthVerdict(reason=HealthReason.INVALID_RECORD, detail=record.error)
 
 
-def _source(record: Trigger, inputs: HealthInputs) -> Verdict | None:
+def _source(record: Trigger, inputs: HealthInputs) -> HealthVerdict | None:
     if not isinstance(record, EventTrigger):
         return None
     spec = record.spec
     if spec.dataset != CHAT_DATASET:
         detail = f"dataset {spec.dataset!r} is not {CHAT_DATASET!r}"
-        return Verdict(reason=HealthReason.UNSUPPORTED_SOURCE, detail=detail)
+        return HealthVerdict(reason=HealthReason.UNSUPPORTED_SOURCE, detail=detail)
     if not spec.object_id:
-        return Verdict(reason=HealthReason.SOURCE_NOT_FOUND, detail="no objectId given")
+        return HealthVerdict(reason=HealthReason.SOURCE_NOT_FOUND, detail="no objectId given")
     if spec.object_id in inputs.missing_chats:
         detail = f"chat {spec.object_id} does not exist"
-        return Verdict(reason=HealthReason.SOURCE_NOT_FOUND, detail=detail)
+        return HealthVerdict(reason=HealthReason.SOURCE_NOT_FOUND, detail=detail)
     return None
 
 
@@ -125,11 +125,11 @@ def unknown_program_detail(ref: str) -> str:
     return f"program {ref!r} is not published" if ref else "no program"
 
 
-def _program(record: Trigger, inputs: HealthInputs) -> Verdict | None:
+def _program(record: Trigger, inputs: HealthInputs) -> HealthVerdict | None:
     if record.program in inputs.programs:
         return None
     detail = unknown_program_detail(record.program)
-    return Verdict(reason=HealthReason.UNKNOWN_PROGRAM, detail=detail)
+    return HealthVerdict(reason=HealthReason.UNKNOWN_PROGRAM, detail=detail)
 
 
 def runs_done_detail(max_runs: int) -> str:
@@ -143,42 +143,42 @@ def ok_runs(record: Trigger) -> int:
     return ok if isinstance(ok, int) else 0
 
 
-def _ran_out(record: Trigger) -> Verdict | None:
+def _ran_out(record: Trigger) -> HealthVerdict | None:
     if record.max_runs is None or not runs_done(record.max_runs, ok_runs(record)):
         return None
-    return Verdict(reason=HealthReason.DONE, detail=runs_done_detail(record.max_runs))
+    return HealthVerdict(reason=HealthReason.DONE, detail=runs_done_detail(record.max_runs))
 
 
-def _once(record: Trigger, inputs: HealthInputs) -> Verdict | None:
+def _once(record: Trigger, inputs: HealthInputs) -> HealthVerdict | None:
     if not isinstance(record, OnceTrigger):
         return None
     at = record.spec.at_utc
     if record.last_run_at is not None and record.last_run_at >= at:  # its fire ran for this `at`
         if inputs.last_run_status.get(record.id, "ok") != "ok":
             return None  # its one run failed: the run's own stamp shows that, not `done`
-        return Verdict(reason=HealthReason.DONE, detail=done_detail(at))
+        return HealthVerdict(reason=HealthReason.DONE, detail=done_detail(at))
     grace = timedelta(seconds=record.spec.grace_seconds)
     if inputs.now - at > grace:  # not `at + grace`: an `at` near 9999 would overflow
         detail = f"{detail_instant(at)} passed its {record.spec.grace_seconds:g} s grace unfired"
-        return Verdict(reason=HealthReason.MISSED, detail=detail)
+        return HealthVerdict(reason=HealthReason.MISSED, detail=detail)
     return None
 
 
-def _owner(record: Trigger, inputs: HealthInputs) -> Verdict | None:
+def _owner(record: Trigger, inputs: HealthInputs) -> HealthVerdict | None:
     if record.owner == "" or record.owner in inputs.live:
         return None
     detail = f"pinned to {record.owner}, which is not live"
-    return Verdict(reason=HealthReason.OWNER_OFFLINE, detail=detail)
+    return HealthVerdict(reason=HealthReason.OWNER_OFFLINE, detail=detail)
 
 
-def _breaker(record: Trigger, inputs: HealthInputs) -> Verdict | None:
+def _breaker(record: Trigger, inputs: HealthInputs) -> HealthVerdict | None:
     until = inputs.breaker_until.get(record.id)
     if until is None or until <= inputs.now:
         return None
-    return Verdict(reason=HealthReason.BREAKER_OPEN, detail=breaker_detail(until))
+    return HealthVerdict(reason=HealthReason.BREAKER_OPEN, detail=breaker_detail(until))
 
 
-def _overdue(record: Trigger, inputs: HealthInputs) -> Verdict | None:
+def _overdue(record: Trigger, inputs: HealthInputs) -> HealthVerdict | None:
     due = record.next_fire_at
     if due is None or inputs.now - due <= inputs.overdue_margin:
         return None
@@ -186,7 +186,9 @@ def _overdue(record: Trigger, inputs: HealthInputs) -> Verdict | None:
         return None  # nobody is meant to run it right now
     if record.last_run_at is not None and record.last_run_at >= due:
         return None
-    return Verdict(reason=HealthReason.OVERDUE, detail=f"due {detail_instant(due)}, no run since")
+    return HealthVerdict(
+        reason=HealthReason.OVERDUE, detail=f"due {detail_instant(due)}, no run since"
+    )
 
 
 def owner_of(record: Loaded) -> str:
@@ -216,7 +218,7 @@ def current_stamp(record: Loaded) -> tuple[str, str]:
     return record.last_status, record.last_status_detail
 
 
-def stamp_changed(record: Loaded, verdict: Verdict) -> bool:
+def stamp_changed(record: Loaded, verdict: HealthVerdict) -> bool:
     """Whether `verdict` needs a write: a new or different problem, or a problem to clear."""
     status, detail = current_stamp(record)
     if verdict.reason is None:
@@ -224,7 +226,7 @@ def stamp_changed(record: Loaded, verdict: Verdict) -> bool:
     return (status, detail) != (verdict.reason.value, verdict.detail)
 
 
-def stamp_for(record: Loaded, verdict: Verdict, inputs: HealthInputs) -> Stamp:
+def stamp_for(record: Loaded, verdict: HealthVerdict, inputs: HealthInputs) -> Stamp:
     """The stamp that records `verdict`; healthy clears back to the last run's status."""
     if verdict.reason is None:
         status = inputs.last_run_status.get(record.id, "")
@@ -247,8 +249,10 @@ def due(records: Iterable[Loaded], me: PeerId, inputs: HealthInputs) -> list[Sta
     return stamps
 
 
-def safe_verdict(record: Loaded, inputs: HealthInputs) -> Verdict:
+def safe_verdict(record: Loaded, inputs: HealthInputs) -> HealthVerdict:
     try:
         return verdict(record, inputs)
     except Exception as exc:
-        return Verdict(reason=HealthReason.INVALID_RECORD, detail=f"{type(exc).__name__}: {exc}")
+        return HealthVerdict(
+            reason=HealthReason.INVALID_RECORD, detail=f"{type(exc).__name__}: {exc}"
+        )

@@ -46,7 +46,7 @@ class Retry(_Policy, frozen=True, kw_only=True):
     max_backoff_seconds: Backoff = 600.0
 
 
-class Window(_Policy, frozen=True, kw_only=True):
+class ActiveWindow(_Policy, frozen=True, kw_only=True):
     start_at: Instant | None = None
     end_at: Instant | None = None
 
@@ -70,7 +70,7 @@ class RetryInput(Retry, frozen=True, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
-class WindowInput(Window, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class ActiveWindowInput(ActiveWindow, frozen=True, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
@@ -127,7 +127,7 @@ def last_attempt(retry: Retry | None, key: str) -> bool:
 # --- window, run count, jitter ----------------------------------------------------------
 
 
-def in_window(window: Window | None, at: datetime) -> bool:
+def in_window(window: ActiveWindow | None, at: datetime) -> bool:
     """Whether a fire for instant `at` is inside the window (`startAt` ≤ at < `endAt`)."""
     if window is None:
         return True

@@ -32,6 +32,8 @@ from triggers.bounds import (
     within_calendar,
 )
 from triggers.policies import (
+    ActiveWindow,
+    ActiveWindowInput,
     Budget,
     BudgetInput,
     Instant,
@@ -41,8 +43,6 @@ from triggers.policies import (
     QuietChatInput,
     Retry,
     RetryInput,
-    Window,
-    WindowInput,
 )
 from triggers.sharing import share_fields, share_instants
 
@@ -131,7 +131,7 @@ class _Fields(Base, frozen=True, kw_only=True, tag_field="kind"):
     # the policies (SPEC "Trigger policies", triggers.policies); none by default
     retry: Retry | None = None
     paused_until: Instant | None = None
-    window: Window | None = None
+    window: ActiveWindow | None = None
     max_runs: MaxRuns | None = None
     jitter_seconds: JitterSeconds = 0.0
     budget: Budget | None = None
@@ -269,7 +269,7 @@ class _Input(_Fields, frozen=True, kw_only=True, forbid_unknown_fields=True):
     program: RefText
     limits: LimitsInput = LimitsInput()
     retry: RetryInput | None = None
-    window: WindowInput | None = None
+    window: ActiveWindowInput | None = None
     budget: BudgetInput | None = None
     quiet_chat: QuietChatInput | None = None
 

@@ -22,7 +22,7 @@ from triggers.whychain import Chain, Check, Fail, Located
 from triggers.whywords import REMEDY, Reason, Verdict, verdict_of
 
 
-class Answer(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Explanation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     trigger: str
     at: str
     slot: str | None
@@ -55,7 +55,9 @@ def locate(revisions: list[f.Revision], at: datetime, *, exact: bool) -> Located
     return Located(asked=found.asked, slot=found.slot, key=key, detail=found.detail, record=record)
 
 
-def locate_message(revisions: list[f.Revision], at: datetime, message: f.Message | None) -> Located:
+def locate_message(
+    revisions: list[f.Revision], at: datetime, message: f.MessageFact | None
+) -> Located:
     """An event record's slot: the message asked about (or the last before `at`)."""
     record = record_at(revisions, at)
     if message is None:
@@ -75,7 +77,7 @@ def locate_message(revisions: list[f.Revision], at: datetime, message: f.Message
     )
 
 
-def explain(trigger: str, at: datetime, where: Located, facts: f.Facts) -> Answer:
+def explain(trigger: str, at: datetime, where: Located, facts: f.Facts) -> Explanation:
     """The answer for the slot `where` names, from `facts`."""
     chain = Chain(where, facts)
     try:
@@ -105,10 +107,10 @@ def _answer(
     said: tuple[Verdict, Reason, str],
     checks: list[Check],
     chain: Chain,
-) -> Answer:
+) -> Explanation:
     verdict, reason, detail = said
     remedy = REMEDY.get(reason) if verdict is not Verdict.PENDING else None
-    return Answer(
+    return Explanation(
         trigger=trigger,
         at=iso(at),
         slot=None if where.slot is None else iso(where.slot),

@@ -15,18 +15,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
-from runtime.cli.common import Target
+from runtime.cli.common import Record, Target
 from runtime.cli.main import UsageError
-from runtime.cli.record_plan import Step, plan, shown, writable
+from runtime.cli.record_plan import PlanStep, plan, shown, writable
 from runtime.cli.talk import BAD_INPUT, Failure, emit, talk, warn
 from runtime.cli.trigger_names import resolve
 from runtime.client.api import ApiError, SpaceClient
 
-Record = dict[str, Any]
 VERB = {"create": "created", "edit": "edited", "unchanged": "unchanged"}
 WOULD = {"create": "would create", "edit": "would edit", "unchanged": "unchanged"}
 
@@ -102,7 +100,7 @@ async def apply(
 ) -> int:
     steps = plan(args.file, given, (await client.triggers(where.space))["triggers"])
     await _warn(client, where, [s for s in steps if s.action != "unchanged"])
-    done: list[Step] = []
+    done: list[PlanStep] = []
     for step in steps:  # each said once sent: a refusal midway leaves the ones above applied
         done.append(step if args.dry_run else await _send(client, where, args, step))
         if not args.json:
@@ -114,7 +112,9 @@ async def apply(
     return 0
 
 
-async def _send(client: SpaceClient, where: Target, args: argparse.Namespace, step: Step) -> Step:
+async def _send(
+    client: SpaceClient, where: Target, args: argparse.Namespace, step: PlanStep
+) -> PlanStep:
     note = args.note or ""
     try:
         if step.action == "create":
@@ -135,7 +135,7 @@ async def _send(client: SpaceClient, where: Target, args: argparse.Namespace, st
     return step
 
 
-async def _warn(client: SpaceClient, where: Target, steps: list[Step]) -> None:
+async def _warn(client: SpaceClient, where: Target, steps: list[PlanStep]) -> None:
     """A program not published, a pin to a device never seen: allowed, said (as `add` does)."""
     programs = {str(s.body["program"]) for s in steps if "program" in s.body}
     owners = {str(s.body["owner"]) for s in steps if s.body.get("owner")}
@@ -149,7 +149,7 @@ async def _warn(client: SpaceClient, where: Target, steps: list[Step]) -> None:
             warn(f"space {where.space} has never seen device {peer!r}: nothing runs its pins yet")
 
 
-def _lines(step: Step, words: dict[str, str]) -> list[str]:
+def _lines(step: PlanStep, words: dict[str, str]) -> list[str]:
     label = f"{step.name} ({step.id})" if step.id else step.name
     changes = [] if step.action == "unchanged" else step.changes
     return [f"{label}: {words[step.action]}"] + [
@@ -157,7 +157,7 @@ def _lines(step: Step, words: dict[str, str]) -> list[str]:
     ]
 
 
-def _summary(source: str, steps: list[Step], dry_run: bool) -> str:
+def _summary(source: str, steps: list[PlanStep], dry_run: bool) -> str:
     count = {a: sum(s.action == a for s in steps) for a in VERB}
     if not count["create"] and not count["edit"]:
         return f"{source}: nothing to change ({count['unchanged']} as the file says)"

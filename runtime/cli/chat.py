@@ -17,13 +17,15 @@ from typing import Any
 
 import msgspec
 
+from core.chatwire import Message
 from runtime.cli.common import Target, add_space_options, until_signalled
 from runtime.cli.main import UsageError
-from runtime.cli.talk import emit, talk
+from runtime.cli.talk import emit, read, talk
 from runtime.client.api import SpaceClient
 from runtime.client.sse import SseEvent
 
 PAGE = 1000
+Sent = Any  # a message as the space sent it: what `--json` prints (read as a `Message`)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,7 +72,8 @@ async def send(
     if as_json:
         emit(sent)
     else:
-        print(f"sent {sent['messageId']} (seq {sent['seq']}) to chat {sent['objectId']}")
+        got = read(sent, Message, "chat_send")
+        print(f"sent {got.message_id} (seq {got.seq}) to chat {got.object_id}")
     return 0
 
 
@@ -89,15 +92,16 @@ async def _tail(
     client: SpaceClient, where: Target, object_id: str, limit: int, follow: bool, as_json: bool
 ) -> None:
     page = await client.chat_messages(where.space, object_id, limit=limit, latest=True)
-    messages = [msgspec.json.decode(raw) for raw in page.messages]  # printed as sent
+    messages: list[Sent] = [msgspec.json.decode(raw) for raw in page.messages]  # printed as sent
     if as_json and not follow:
         emit({"messages": messages})
         return
-    last = messages[-1]["seq"] if messages else 0  # an empty chat: from its start
+    got = read(messages, list[Message], "chat_messages")
+    last = got[-1].seq if got else 0  # an empty chat: from its start
     if follow:  # a reply still growing comes over the stream, as it is by then, and grows on
-        last = min((m["seq"] - 1 for m in messages if growing(m)), default=last)
-    for message in messages:
-        if message["seq"] <= last:
+        last = min((m.seq - 1 for m in got if growing(m)), default=last)
+    for message, seen in zip(messages, got, strict=True):
+        if seen.seq <= last:
             show(message, as_json)
     if follow:
         await _follow(client, where, object_id, last, as_json)
@@ -115,20 +119,20 @@ async def _follow(
     await client.chat_stream(where.space, object_id, last_id=last).run(on_event)
 
 
-def show(message: dict[str, Any], as_json: bool) -> None:
+def show(message: Sent, as_json: bool) -> None:
     if as_json:
         emit(message)
     else:
-        print(f"{message['createdAt']}  {who(message):<12}  {message['text']}", flush=True)
+        got = read(message, Message, "message")
+        print(f"{got.created_at}  {who(got):<12}  {got.text}", flush=True)
 
 
-def who(message: dict[str, Any]) -> str:
-    agent = message.get("agent")
-    if not agent:
+def who(message: Message) -> str:
+    if message.agent is None:
         return "user"
-    return (agent.get("name") or "agent") + (" …" if growing(message) else "")
+    return (message.agent.name or "agent") + (" …" if growing(message) else "")
 
 
-def growing(message: dict[str, Any]) -> bool:
+def growing(message: Message) -> bool:
     """An agent message still being written (`agent.done` false)."""
-    return (message.get("agent") or {}).get("done", True) is False
+    return message.agent is not None and message.agent.done is False

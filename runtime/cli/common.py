@@ -17,6 +17,7 @@ import signal
 import threading
 from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
@@ -30,6 +31,12 @@ DEFAULT_SPACE = "default"
 LOCAL_FILE = "local.json"
 ADMIN_TOKEN_FILE = "admin.token"
 SPACE_DB = "space.db"  # in the data directory: the store `baton up` serves
+
+
+Record = dict[str, Any]
+"""A trigger record, or a JSON merge patch of one, as JSON: as a person writes it and the
+space keeps it, a newer build's fields and undecodable records included (`triggers.records`
+reads it typed, `load`, and salvages what does not decode)."""
 
 
 class Target(msgspec.Struct, frozen=True, kw_only=True):

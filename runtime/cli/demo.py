@@ -7,8 +7,8 @@ running the demo twice changes nothing.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from runtime.cli.common import Record
 from runtime.client.api import ApiError, SpaceClient
 
 log = logging.getLogger("baton.demo")
@@ -47,7 +47,7 @@ def main(args):
 PROGRAMS = {"demo-heartbeat@v1": HEARTBEAT, "demo-tally@v1": TALLY}
 
 
-def triggers(general_chat: str) -> list[dict[str, Any]]:
+def triggers(general_chat: str) -> list[Record]:
     return [
         {
             "name": "demo heartbeat",

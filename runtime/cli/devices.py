@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from core.clock import iso
+from core.peerwire import DeviceList, LeaseOut
 from runtime.cli.common import Target, add_space_options
 from runtime.cli.table import render
-from runtime.cli.talk import emit, talk
+from runtime.cli.talk import emit, read, talk
 from runtime.client.api import SpaceClient
 
 
@@ -31,22 +33,23 @@ async def devices(client: SpaceClient, where: Target, as_json: bool) -> int:
     if as_json:
         emit({"devices": found["devices"], "election": election})
         return 0
-    if not found["devices"]:
+    listed, lease = read(found, DeviceList, "devices"), read(election, LeaseOut, "election")
+    if not listed.devices:
         print(f"no device has joined space {where.space} yet")
         return 0
     rows = [
         [
-            "*" if d["peer"] == election.get("active") else "",
-            d["peer"],
-            d["name"],
-            d["priority"],
-            "yes" if d["live"] else "no",
-            d["upSince"],
-            d["lastSeen"],
+            "*" if d.peer == lease.active else "",
+            d.peer,
+            d.name,
+            d.priority,
+            "yes" if d.live else "no",
+            iso(d.upSince),
+            iso(d.lastSeen),
         ]
-        for d in found["devices"]
+        for d in listed.devices
     ]
     headers = ["active", "peer", "name", "priority", "live", "up since", "last seen"]
     print("\n".join(render(headers, rows)))
-    print(f"\nlease: term {election.get('term', 0)}, until {election.get('expiresAt') or '-'}")
+    print(f"\nlease: term {lease.term}, until {lease.expiresAt or '-'}")
     return 0

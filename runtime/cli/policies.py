@@ -15,10 +15,10 @@ import re
 from typing import Any
 
 from core.vocab import iso
+from runtime.cli.common import Record
 from runtime.cli.main import UsageError
 from runtime.cli.next import instant
 
-Record = dict[str, Any]
 NONE = "none"
 """The value that clears a policy on `edit`."""
 

@@ -17,8 +17,9 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from core.answers import RunOut
 from core.jsonobject import json_object
 from core.vocab import RunStatus
 from core.wire import ProgramOut
@@ -27,9 +28,10 @@ from programs.source import InvalidProgram, inspect_source
 from runtime.cli.common import Target, add_space_options
 from runtime.cli.main import UsageError, flag_value
 from runtime.cli.table import align
-from runtime.cli.talk import talk
+from runtime.cli.talk import read, talk
 from runtime.client.api import ApiError, SpaceClient
 from runtime.fire.manual import Manual, run_by_hand
+from runtime.fire.secrets import Args
 
 MANUAL_PREFIX = "manual:"
 N = TypeVar("N", int, float)
@@ -91,7 +93,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 class RunLimits:
-    def __init__(self, args: dict[str, Any], timeout: float, memory_mb: int) -> None:
+    def __init__(self, args: Args, timeout: float, memory_mb: int) -> None:
         self.args, self.timeout, self.memory_mb = args, timeout, memory_mb
 
 
@@ -111,7 +113,7 @@ def read_program(path: Path) -> str:
     return source
 
 
-def parse_object(flag: str, text: str) -> dict[str, Any]:
+def parse_object(flag: str, text: str) -> Args:
     return flag_value(flag, json_object, text)
 
 
@@ -148,7 +150,8 @@ async def publish(
     elif before is not None:
         print(f"{ref} is already published with this source: nothing to do")
     else:
-        print(f"published {ref} (sha256 {answer['sha256'][:12]}, space {where.space})")
+        sha = read(answer, ProgramOut, "program_put").sha256
+        print(f"published {ref} (sha256 {sha[:12]}, space {where.space})")
     return 0
 
 
@@ -168,10 +171,10 @@ async def list_programs(client: SpaceClient, where: Target, as_json: bool) -> in
     elif not found:
         print(f"no programs in space {where.space}")
     else:
-        rows = [("REF", "ANY TOOL", "SHA256", "PUBLISHED")]
+        rows: list[tuple[object, ...]] = [("REF", "ANY TOOL", "SHA256", "PUBLISHED")]
         rows += [
-            (p["ref"], "yes" if p["anyTool"] else "no", p["sha256"][:12], p["createdAt"])
-            for p in found
+            (p.ref, "yes" if p.anyTool else "no", p.sha256[:12], p.createdAt)
+            for p in read(found, list[ProgramOut], "programs")
         ]
         print(table(rows))
     return 0
@@ -182,16 +185,18 @@ async def show(client: SpaceClient, where: Target, ref: ProgramRef, as_json: boo
     if as_json:
         print(json.dumps(found))
         return 0
+    program = read(found, ProgramOut, "program_get")
     rows = [
-        ("ref", found["ref"]),
+        ("ref", program.ref),
         ("space", where.space),
-        ("sha256", found["sha256"]),
-        ("any tool", "yes" if found["anyTool"] else "no"),
-        ("published", found["createdAt"]),
+        ("sha256", program.sha256),
+        ("any tool", "yes" if program.anyTool else "no"),
+        ("published", program.createdAt),
     ]
     print(table(rows))
     print()
-    print(found["source"], end="" if found["source"].endswith("\n") else "\n")
+    source = program.source or ""
+    print(source, end="" if source.endswith("\n") else "\n")
     return 0
 
 
@@ -209,24 +214,27 @@ async def run_manual(
         memory_mb=limits.memory_mb,
     )
     stored, outcome = await run_by_hand(client, where.space, where.url, manual)
-    print(json.dumps(stored) if as_json else render_run(stored, outcome.stdout_tail))
+    if as_json:
+        print(json.dumps(stored))
+    else:
+        print(render_run(read(stored, RunOut, "run_create"), outcome.stdout_tail))
     return 0 if outcome.status is RunStatus.OK else 1
 
 
-def render_run(record: dict[str, Any], stdout: str) -> str:
+def render_run(record: RunOut, stdout: str) -> str:
     rows = [
-        ("run", record["runId"]),
-        ("program", record["program"]),
-        ("trigger", record["triggerId"]),
-        ("status", record["status"]),
-        ("reason", record["reason"]),
-        ("duration", f"{record['durationMs']:g} ms"),
-        ("result", json.dumps(record["result"])),
+        ("run", record.run_id),
+        ("program", record.program),
+        ("trigger", record.trigger_id),
+        ("status", record.status),
+        ("reason", record.reason),
+        ("duration", f"{record.duration_ms or 0:g} ms"),
+        ("result", json.dumps(record.result)),
     ]
     out = [table([r for r in rows if r[1] != ""])]
     for name, text in (
-        ("error", record["error"]),
-        ("stderr", record["stderrTail"]),
+        ("error", record.error),
+        ("stderr", record.stderr_tail),
         ("stdout", stdout),
     ):
         if text:

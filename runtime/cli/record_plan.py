@@ -17,12 +17,12 @@ from typing import Any
 import msgspec
 
 from core.vocab import iso
+from runtime.cli.common import Record
 from runtime.cli.main import UsageError
 from space import record_input, record_view
 from space.http import Refusal
 from triggers import records
 
-Record = dict[str, Any]
 FIRST = ("name", "kind", "spec", "program", "args", "owner", "enabled", "limits")
 WRITABLE = (
     *FIRST,
@@ -36,13 +36,13 @@ INSTANTS = (("pausedUntil",), ("window", "startAt"), ("window", "endAt"), ("spec
 ABSENT = msgspec.UNSET
 
 
-class Change(msgspec.Struct, frozen=True, kw_only=True):
+class FieldChange(msgspec.Struct, frozen=True, kw_only=True):
     field: str  # a dotted path: `limits.timeoutSeconds`
     old: Any = ABSENT
     new: Any = ABSENT
 
 
-class Step(msgspec.Struct, frozen=True, kw_only=True):
+class PlanStep(msgspec.Struct, frozen=True, kw_only=True):
     """One record of the file: `create`, `edit` (with `patch`, on `rev`) or `unchanged`."""
 
     index: int
@@ -51,7 +51,7 @@ class Step(msgspec.Struct, frozen=True, kw_only=True):
     id: str = ""
     rev: int = 0
     body: Record = {}  # what is sent: the whole record (create) or the fields to patch (edit)
-    changes: list[Change] = []
+    changes: list[FieldChange] = []
 
 
 def writable(record: Record) -> Record:
@@ -59,7 +59,7 @@ def writable(record: Record) -> Record:
     return {name: record[name] for name in WRITABLE if name in record}
 
 
-def plan(source: str, given: list[Record], space: list[Record]) -> list[Step]:
+def plan(source: str, given: list[Record], space: list[Record]) -> list[PlanStep]:
     """The steps of applying `given` (the file `source`'s records) to the records `space`."""
     by_name: dict[str, list[Record]] = {}
     for record in space:
@@ -67,14 +67,16 @@ def plan(source: str, given: list[Record], space: list[Record]) -> list[Step]:
     return [_step(source, i, doc, by_name.get(doc["name"], [])) for i, doc in enumerate(given)]
 
 
-def _step(source: str, index: int, doc: Record, named: list[Record]) -> Step:
+def _step(source: str, index: int, doc: Record, named: list[Record]) -> PlanStep:
     where = f"{source}: [{index}] {doc['name']!r}"
     if len(named) > 1:
         ids = ", ".join(str(r.get("id")) for r in named)
         raise UsageError(f"{where}: {len(named)} triggers have this name ({ids}); rename one")
     if not named:
         _check(where, doc)
-        return Step(index=index, name=doc["name"], action="create", body=doc, changes=diff({}, doc))
+        return PlanStep(
+            index=index, name=doc["name"], action="create", body=doc, changes=diff({}, doc)
+        )
     current = named[0]
     if current.get("undecodable"):
         raise UsageError(f"{where}: trigger {current.get('id')} does not decode; fix or delete it")
@@ -83,7 +85,7 @@ def _step(source: str, index: int, doc: Record, named: list[Record]) -> Step:
     _check(where, merged, str(current.get("id", "")))
     old, new = effective(was), effective(merged)
     patch = {k: v for k, v in doc.items() if old.get(k, ABSENT) != new.get(k, ABSENT)}
-    return Step(
+    return PlanStep(
         index=index,
         name=doc["name"],
         action="edit" if patch else "unchanged",
@@ -131,18 +133,18 @@ def _utc(record: Record, path: tuple[str, ...]) -> None:
             record[leaf] = iso(at)
 
 
-def diff(old: Any, new: Any, prefix: str = "") -> list[Change]:
+def diff(old: Any, new: Any, prefix: str = "") -> list[FieldChange]:
     """Each leaf that differs, by dotted path; two objects are compared key by key (a new
     object as if it were empty before)."""
     if old is ABSENT and isinstance(new, dict) and new:
         old = {}
     if isinstance(old, dict) and isinstance(new, dict):
-        found: list[Change] = []
+        found: list[FieldChange] = []
         for key in [*old, *(k for k in new if k not in old)]:
             path = f"{prefix}.{key}" if prefix else str(key)
             found += diff(old.get(key, ABSENT), new.get(key, ABSENT), path)
         return found
-    return [] if old == new else [Change(field=prefix, old=old, new=new)]
+    return [] if old == new else [FieldChange(field=prefix, old=old, new=new)]
 
 
 def shown(value: Any) -> str:

@@ -16,16 +16,16 @@ import json
 from datetime import datetime
 from typing import Any
 
+from core.answers import PhasesOut, RunOut
 from core.clock import SystemClock, iso
 from runtime.cli.common import Target, add_space_options
 from runtime.cli.main import UsageError
 from runtime.cli.relative import relative
 from runtime.cli.table import align
-from runtime.cli.talk import Failure, emit, talk
+from runtime.cli.talk import Failure, emit, read, talk
 from runtime.client.api import ApiError, SpaceClient
 
-Run = dict[str, Any]
-PHASES = (("wakeMs", "wake"), ("claimMs", "claim"), ("queueMs", "queue"), ("spawnMs", "spawn"))
+PHASES = (("wake_ms", "wake"), ("claim_ms", "claim"), ("queue_ms", "queue"), ("spawn_ms", "spawn"))
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,23 +42,25 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 async def show(client: SpaceClient, where: Target, run_id: str, as_json: bool) -> int:
-    run = await fetch(client, where, run_id)
+    sent = await fetch(client, where, run_id)
     if as_json:
-        emit(run)
+        emit(sent)
         return 0
-    name = await trigger_name(client, where, str(run.get("triggerId", "")))
+    run = read(sent, RunOut, "run_get")
+    name = await trigger_name(client, where, run.trigger_id)
     print(show_text(run, name, SystemClock().wall()))
     return 0
 
 
-async def fetch(client: SpaceClient, where: Target, run_id: str) -> Run:
+async def fetch(client: SpaceClient, where: Target, run_id: str) -> Any:
+    """The run record as the space sent it (what `--json` prints)."""
     try:
         found = await client.run_get(where.space, run_id)
     except ApiError as exc:
         if exc.status != 404 or exc.code not in ("unknown_run", "not_found"):
             raise
         raise Failure("unknown_run", f"no run {run_id!r} in space {where.space!r}") from None
-    return found if isinstance(found, dict) else {}
+    return found
 
 
 async def trigger_name(client: SpaceClient, where: Target, trigger_id: str) -> str | None:
@@ -72,31 +74,31 @@ async def trigger_name(client: SpaceClient, where: Target, trigger_id: str) -> s
     return str(record.get("name") or "") if isinstance(record, dict) else None
 
 
-def show_text(run: Run, name: str | None, now: datetime) -> str:
+def show_text(run: RunOut, name: str | None, now: datetime) -> str:
     """The record as aligned `field value` lines, then its result, error and stderr."""
-    tid = run.get("triggerId", "")
+    tid = run.trigger_id
     rows = [
-        ("run", run.get("runId", "")),
-        ("status", run.get("status", "")),
-        ("reason", run.get("reason") or "-"),
+        ("run", run.run_id),
+        ("status", run.status),
+        ("reason", run.reason or "-"),
         ("trigger", f"{name} ({tid})" if name else f"{tid} (deleted)" if name is None else tid),
-        ("program", run.get("program") or "-"),
-        ("key", run.get("key") or "-"),
-        ("attempt", run.get("attempt", 1)),
-        ("peer", run.get("peer") or "-"),
-        ("term", run.get("term", 0)),
-        ("due", when(run.get("dueAt"), now)),
-        ("started", when(run.get("startedAt"), now)),
-        ("ended", when(run.get("finishedAt"), now)),
-        ("duration", ms(run.get("durationMs"))),
-        ("late", ms(run.get("lateMs"))),
-        ("phases", phases(run.get("phases"))),
+        ("program", run.program or "-"),
+        ("key", run.key or "-"),
+        ("attempt", run.attempt),
+        ("peer", run.peer or "-"),
+        ("term", run.term),
+        ("due", when(run.due_at, now)),
+        ("started", when(run.started_at, now)),
+        ("ended", when(run.finished_at, now)),
+        ("duration", ms(run.duration_ms)),
+        ("late", ms(run.late_ms)),
+        ("phases", phases(run.phases)),
     ]
     out = align(rows)
-    result = run.get("result")
+    result = run.result
     out += block("result", None if result is None else json.dumps(result, indent=2))
-    out += block("error", run.get("error"))
-    out += block("stderr", run.get("stderrTail"))
+    out += block("error", run.error)
+    out += block("stderr", run.stderr_tail)
     return "\n".join(out)
 
 
@@ -113,11 +115,11 @@ def ms(value: object) -> str:
     return f"{value:.0f} ms" if isinstance(value, int | float) else "-"
 
 
-def phases(found: object) -> str:
+def phases(found: PhasesOut | None) -> str:
     """`wake 1 ms, claim 2 ms, queue 0 ms, spawn 30 ms` (they add up to `late`), or `-`."""
-    if not isinstance(found, dict):
+    if found is None:
         return "-"
-    return ", ".join(f"{label} {ms(found.get(field))}" for field, label in PHASES)
+    return ", ".join(f"{label} {ms(getattr(found, field))}" for field, label in PHASES)
 
 
 def block(title: str, text: object) -> list[str]:

@@ -16,13 +16,14 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from core.answers import RunOut
 from core.clock import Clock, SystemClock, iso
 from core.vocab import RAN, RunStatus
 from runtime.cli import run_show
 from runtime.cli.common import Target, add_space_options, until_signalled
 from runtime.cli.main import UsageError
 from runtime.cli.next import instant
-from runtime.cli.talk import emit, talk
+from runtime.cli.talk import emit, read, talk
 from runtime.cli.trigger_names import id_if_named
 from runtime.client.api import SpaceClient
 
@@ -35,6 +36,8 @@ PAGE = 1000
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _AGO = re.compile(r"(\d{1,9})([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+Query = dict[str, str | int | None]  # the query parameters of `GET …/runs`
+Sent = Any  # a run as the space sent it: what `--json` prints (read as `RunOut` for a row)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,8 +56,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     query = parse_query(args, SystemClock())
 
     async def work(client: SpaceClient, where: Target) -> int:
-        if query["trigger"]:  # a trigger's name stands for its id
-            query["trigger"] = await id_if_named(client, where, query["trigger"])
+        if args.trigger:  # a trigger's name stands for its id
+            query["trigger"] = await id_if_named(client, where, args.trigger)
         if args.follow:
             return await follow(client, where, query, args.json)
         return await list_runs(client, where, query, args.json)
@@ -65,12 +68,16 @@ def cmd_runs(args: argparse.Namespace) -> int:
 # --- parsing -----------------------------------------------------------------------------
 
 
-def parse_query(args: argparse.Namespace, clock: Clock) -> dict[str, Any]:
+def parse_query(args: argparse.Namespace, clock: Clock) -> Query:
     if args.status is not None and args.status not in STATUSES:
         raise UsageError(f"--status: must be one of {', '.join(STATUSES)}, got {args.status!r}")
     since = None if args.since is None else iso(parse_since(args.since, clock.wall()))
-    query = {"trigger": args.trigger, "status": args.status, "since": since}
-    return {**query, "limit": parse_limit(args.limit)}
+    return {
+        "trigger": args.trigger,
+        "status": args.status,
+        "since": since,
+        "limit": parse_limit(args.limit),
+    }
 
 
 def ago(text: str, now: datetime) -> datetime | None:
@@ -102,23 +109,22 @@ def parse_limit(text: str) -> int:
 # --- listing and following -----------------------------------------------------------------
 
 
-async def list_runs(
-    client: SpaceClient, where: Target, query: dict[str, Any], as_json: bool
-) -> int:
-    runs = (await client.runs(where.space, **query))["runs"]
+async def list_runs(client: SpaceClient, where: Target, query: Query, as_json: bool) -> int:
+    runs: list[Sent] = (await client.runs(where.space, **query))["runs"]
     if as_json:
         emit({"runs": runs})
     elif not runs:
         print(f"no runs in space {where.space}{_matching(query)}")
     else:
-        print("\n".join([line(HEADERS), *(line(run_row(r)) for r in runs)]))
+        rows = (line(run_row(r)) for r in read(runs, list[RunOut], "runs"))
+        print("\n".join([line(HEADERS), *rows]))
     return 0
 
 
 async def follow(
     client: SpaceClient,
     where: Target,
-    query: dict[str, Any],
+    query: Query,
     as_json: bool,
     clock: Clock | None = None,
 ) -> int:
@@ -128,9 +134,9 @@ async def follow(
 
 
 async def _follow(
-    client: SpaceClient, where: Target, query: dict[str, Any], as_json: bool, clock: Clock
+    client: SpaceClient, where: Target, query: Query, as_json: bool, clock: Clock
 ) -> None:
-    first = (await client.runs(where.space, **query))["runs"]
+    first: list[Sent] = (await client.runs(where.space, **query))["runs"]
     if not as_json:
         print(line(HEADERS), flush=True)
     seen = Seen(floor=_floor(query, first))
@@ -151,15 +157,16 @@ class Seen:
         self.newest: datetime | None = None
         self.ids: dict[str, datetime] = {}
 
-    def new(self, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def new(self, runs: list[Sent]) -> list[Sent]:
         fresh = []
-        for run in runs:
-            started = datetime.fromisoformat(run["startedAt"])
-            if run["runId"] in self.ids or (self.floor is not None and started < self.floor):
+        for sent in runs:
+            run = read(sent, RunOut, "runs")
+            started = datetime.fromisoformat(run.started_at)
+            if run.run_id in self.ids or (self.floor is not None and started < self.floor):
                 continue
-            self.ids[run["runId"]] = started
+            self.ids[run.run_id] = started
             self.newest = max(self.newest or started, started)
-            fresh.append(run)
+            fresh.append(sent)
         self.floor = self.since()  # what is older is forgotten: it must not come back as new
         self.ids = {k: t for k, t in self.ids.items() if t >= self.floor}
         return fresh
@@ -170,20 +177,21 @@ class Seen:
         return max(back, self.floor) if self.floor is not None else back
 
 
-def _floor(query: dict[str, Any], first: list[dict[str, Any]]) -> datetime | None:
-    if query.get("since"):
-        return datetime.fromisoformat(query["since"])
-    return datetime.fromisoformat(first[0]["startedAt"]) if first else None
+def _floor(query: Query, first: list[Sent]) -> datetime | None:
+    since = query.get("since")
+    if isinstance(since, str) and since:
+        return datetime.fromisoformat(since)
+    return datetime.fromisoformat(read(first[0], RunOut, "runs").started_at) if first else None
 
 
-def _show(run: dict[str, Any], as_json: bool) -> None:
+def _show(run: Sent, as_json: bool) -> None:
     if as_json:
         emit(run)
     else:
-        print(line(run_row(run)), flush=True)
+        print(line(run_row(read(run, RunOut, "runs"))), flush=True)
 
 
-def _matching(query: dict[str, Any]) -> str:
+def _matching(query: Query) -> str:
     """` matching --trigger trg_x --status error`: the filters asked for, or nothing."""
     given = [f" --{k} {query[k]}" for k in ("trigger", "status", "since") if query.get(k)]
     return " matching" + "".join(given) if given else ""
@@ -192,17 +200,16 @@ def _matching(query: dict[str, Any]) -> str:
 # --- rows ----------------------------------------------------------------------------------
 
 
-def run_row(run: dict[str, Any]) -> tuple[str, ...]:
-    ran = run["status"] in RAN
-    late = run.get("lateMs")
+def run_row(run: RunOut) -> tuple[str, ...]:
+    late = run.late_ms
     return (
-        shown(run["startedAt"]),
-        run["runId"],
-        run["triggerId"],
-        run["status"],
-        f"{run.get('durationMs') or 0:.0f} ms" if ran else "-",
-        f"{late:.0f} ms" if isinstance(late, int | float) else "-",
-        run.get("program", ""),
+        shown(run.started_at),
+        run.run_id,
+        run.trigger_id,
+        run.status,
+        f"{run.duration_ms or 0:.0f} ms" if run.status in RAN else "-",
+        f"{late:.0f} ms" if late is not None else "-",
+        run.program,
         why(run),
     )
 
@@ -215,11 +222,11 @@ def shown(instant: str) -> str:
         return str(instant)
 
 
-def why(run: dict[str, Any]) -> str:
+def why(run: RunOut) -> str:
     """The reason a run ended as it did: its `reason`, else its error's last line."""
-    if run.get("reason"):
-        return str(run["reason"])
-    lines = [x.strip() for x in str(run.get("error") or "").splitlines() if x.strip()]
+    if run.reason:
+        return run.reason
+    lines = [x.strip() for x in run.error.splitlines() if x.strip()]
     return lines[-1][:120] if lines else ""
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from core.wire import Space, TokenOut
 from runtime.cli import tokens
 from runtime.cli.common import (
     DEFAULT_PORT,
@@ -39,7 +40,7 @@ from runtime.cli.common import (
 )
 from runtime.cli.main import UsageError
 from runtime.cli.table import render
-from runtime.cli.talk import emit, talk
+from runtime.cli.talk import emit, read, talk
 from runtime.client.api import ApiError, SpaceClient
 from space import spaces, token_store
 from space.app import create_app, default_admin_token_file
@@ -51,8 +52,8 @@ PEER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
 NOT_SERVED_YET = (
-    "a PostgreSQL URL is not served yet (issue 22: the PostgreSQL store has the election, "
-    "claims and feeds only); give a SQLite file"
+    "a PostgreSQL URL is not served yet (the PostgreSQL store holds records, feeds, claims, "
+    "the lease, chats, tokens, devices and programs, not yet runs and history); give a SQLite file"
 )
 
 
@@ -182,7 +183,7 @@ def _mint_in_store(path: Path, peer: str, space: str) -> str:
 async def _mint_over_api(where: Target, peer: str, space: str) -> str:
     async with SpaceClient(where.url, where.token) as client:
         minted = await client.token_device({"peer": peer, "space": space})
-    return str(minted["token"])
+    return read(minted, TokenOut, "token_device").token
 
 
 # --- spaces over the API: create, list -----------------------------------------------------
@@ -215,7 +216,8 @@ async def create_space(client: SpaceClient, body: dict[str, str], as_json: bool)
     if as_json:
         emit(created)
     else:
-        print("\n".join(render(["id", "general chat"], [[created["id"], created["generalChat"]]])))
+        made = read(created, Space, "space_create")
+        print("\n".join(render(["id", "general chat"], [[made.id, made.generalChat]])))
     return 0
 
 
@@ -227,8 +229,8 @@ async def list_spaces(client: SpaceClient, where: Target, as_json: bool) -> int:
         print(f"no spaces on {where.url}")
     else:
         rows = [
-            [s["id"], s.get("name", ""), s.get("generalChat") or "-", s.get("createdAt", "")]
-            for s in found
+            [s.id, s.name, s.generalChat or "-", s.createdAt or ""]
+            for s in read(found, list[Space], "spaces")
         ]
         print("\n".join(render(["id", "name", "general chat", "created"], rows)))
     return 0

@@ -16,13 +16,16 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from runtime.cli.common import Target, target
 from runtime.client.api import ApiError, SpaceClient
 
 BAD_INPUT = frozenset({400, 413, 422})
 Work = Callable[[SpaceClient, Target], Awaitable[int]]
+T = TypeVar("T")
 
 
 class Failure(Exception):
@@ -75,3 +78,13 @@ def warn(text: str) -> None:
 def emit(data: Any) -> None:
     """One JSON document on stdout, flushed (followers read it line by line)."""
     print(json.dumps(data), flush=True)
+
+
+def read(found: Any, type: type[T], what: str) -> T:
+    """The space's answer `found` (its JSON, as `--json` prints it) read as `type` (a
+    lenient `core.wire.Answer`) for a table; one that does not fit is the space's fault, an
+    `ApiError` as `SpaceClient.typed` raises it (exit 1, `malformed_answer`)."""
+    try:
+        return msgspec.convert(found, type)
+    except msgspec.ValidationError as exc:
+        raise ApiError(200, "malformed_answer", f"{what}: {exc}") from None

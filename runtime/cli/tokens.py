@@ -18,10 +18,13 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from core.wire import TokenOut
 from runtime.cli.common import add_space_options, target, token_file
 from runtime.cli.table import render
+from runtime.cli.talk import read
 from runtime.client.api import ApiError, SpaceClient
 from space.token_store import write_private
+from space.tokens import TokenInfo
 
 COLUMNS = ("id", "role", "peer", "space", "createdAt", "expiresAt", "lastUsedAt", "state")
 HEADERS = ("id", "role", "peer", "space", "created", "expires", "last used", "state")
@@ -53,16 +56,16 @@ def run_revoke(args: argparse.Namespace) -> int:
     async def work(client: SpaceClient) -> Any:
         return await client.token_revoke(args.id)
 
-    return _talk(args, work, human=lambda t: f"revoked {t['id']} ({t['role']} {t['peer'] or ''})")
+    return _talk(args, work, human=_revoked)
 
 
 def run_rotate(args: argparse.Namespace) -> int:
     path = token_file(args)
 
     async def work(client: SpaceClient) -> Any:
-        rotated = await client.token_rotate_admin()
-        write_private(path, rotated["token"] + "\n")  # the server rewrote its own file
-        return {"id": rotated["id"], "file": str(path)}
+        rotated = read(await client.token_rotate_admin(), TokenOut, "token_rotate_admin")
+        write_private(path, rotated.token + "\n")  # the server rewrote its own file
+        return {"id": rotated.id, "file": str(path)}
 
     return _talk(args, work, human=lambda r: f"new admin token {r['id']} written to {r['file']}")
 
@@ -91,6 +94,17 @@ def _talk(
     return 0
 
 
-def _table(tokens: list[dict[str, Any]]) -> str:
-    rows = [[t.get(c) if t.get(c) is not None else "-" for c in COLUMNS] for t in tokens]
+def _revoked(sent: Any) -> str:
+    t = read(sent, TokenInfo, "token_revoke")
+    return f"revoked {t.id} ({t.role} {t.peer or ''})"
+
+
+def _table(sent: Any) -> str:
+    """The tokens as listed (`sent`: as the space sent them, what `--json` prints)."""
+    tokens = read(sent, list[TokenInfo], "tokens")
+    rows = [[_cell(getattr(t, c)) for c in COLUMNS] for t in tokens]
     return "\n".join(render(HEADERS, rows))
+
+
+def _cell(value: str | None) -> str:
+    return "-" if value is None else value

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Any
 
 from runtime.cli import policies, trigger_limits
+from runtime.cli.common import Record
 from runtime.cli.main import UsageError
 from runtime.cli.next import instant
 from runtime.cli.programs import parse_object, parse_ref_flag
@@ -39,7 +39,6 @@ FLAGS = {
     **policies.FLAGS,
 }
 _PATH = re.compile(r" - at `(\$[^`]*)`$")
-Record = dict[str, Any]
 NONE = policies.NONE
 
 

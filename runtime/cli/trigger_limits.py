@@ -14,10 +14,10 @@ import math
 from typing import Any
 
 from core.vocab import Overlap
+from runtime.cli.common import Record
 from runtime.cli.main import UsageError
 from triggers.records import Network
 
-Record = dict[str, Any]
 FLAGS = {  # the most specific path first
     "$.limits.timeoutSeconds": "--timeout",
     "$.limits.memoryMB": "--memory-mb",

@@ -16,13 +16,16 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
+from core.answers import RunOut
 from core.clock import SystemClock, iso
+from core.wire import FireList
 from runtime.cli.common import Target, seconds
 from runtime.cli.main import UsageError
 from runtime.cli.programs import render_run
-from runtime.cli.talk import Failure, emit, talk
+from runtime.cli.talk import Failure, emit, read, talk
 from runtime.cli.trigger_names import resolve
 from runtime.client.api import SpaceClient
+from space.run_asks import RunAskOut
 from triggers.records import INTERNAL_PREFIX, Salvaged, load
 
 WAIT_S = 30.0
@@ -55,31 +58,37 @@ async def run_now(client: SpaceClient, where: Target, args: argparse.Namespace) 
         raise Failure("undecodable_record", f"trigger {tid} does not decode: {record.error}")
     if record.program.startswith(INTERNAL_PREFIX):
         raise UsageError(f"ID: {tid} runs {record.program}, which only the runtime runs")
-    asked = await client.trigger_run(where.space, tid, note=args.note or "")
-    key, peer = asked["key"], asked["peer"]
+    sent = await client.trigger_run(where.space, tid, note=args.note or "")
+    asked = read(sent, RunAskOut, "trigger_run")
+    key, peer = asked.key, asked.peer
     if args.no_wait:
-        emit(asked) if args.json else print(key)
+        emit(sent) if args.json else print(key)
         return 0
     if not args.json:
         print(f"asked {peer} to run {tid} ({record.name}) as {key}", flush=True)
     run = await until_run(client, where.space, tid, asked, args.wait)
     if run is None:
         raise Failure("no_run_yet", await _not_yet(client, where.space, tid, asked, args.wait))
-    print(json.dumps(run) if args.json else render_run(run, ""))
-    return 0 if run.get("status") == "ok" else 1
+    sent_run, ran = run
+    print(json.dumps(sent_run) if args.json else render_run(ran, ""))
+    return 0 if ran.status == "ok" else 1
 
 
 async def until_run(
-    client: SpaceClient, space: str, tid: str, asked: dict[str, Any], wait: float
-) -> dict[str, Any] | None:
-    """The run record of the asked key once the space has it; None after `wait` seconds."""
+    client: SpaceClient, space: str, tid: str, asked: RunAskOut, wait: float
+) -> tuple[Any, RunOut] | None:
+    """The run record of the asked key once the space has it, as sent and as read; None
+    after `wait` seconds."""
     clock = SystemClock()
     deadline = clock.monotonic() + wait
-    since = iso(datetime.fromisoformat(asked["requestedAt"]) - SKEW)
+    since = iso(datetime.fromisoformat(asked.requested_at) - SKEW)
     delay = POLL_S[0]
     while True:
         runs = (await client.runs(space, trigger=tid, since=since, limit=1000))["runs"]
-        found = next((r for r in runs if r.get("key") == asked["key"]), None)
+        read_runs = read(runs, list[RunOut], "runs")
+        found = next(
+            ((s, r) for s, r in zip(runs, read_runs, strict=True) if r.key == asked.key), None
+        )
         left = deadline - clock.monotonic()
         if found is not None or left <= 0:
             return found
@@ -87,15 +96,13 @@ async def until_run(
         delay = min(2 * delay, POLL_S[1])
 
 
-async def _not_yet(
-    client: SpaceClient, space: str, tid: str, asked: dict[str, Any], wait: float
-) -> str:
+async def _not_yet(client: SpaceClient, space: str, tid: str, asked: RunAskOut, wait: float) -> str:
     """Why no run record came within the wait: claimed and still running, or not claimed."""
-    key, peer = asked["key"], asked["peer"]
-    claims = (await client.fires(space, trigger=tid, limit=1000))["fires"]
-    claim = next((c for c in claims if c.get("key") == key), None)
+    key, peer = asked.key, asked.peer
+    claims = read(await client.fires(space, trigger=tid, limit=1000), FireList, "fires").fires
+    claim = next((c for c in claims if c.key == key), None)
     if claim is None:
         said = f"{peer} has not claimed {key} within {wait:g} s"
     else:
-        said = f"{claim['peer']} claimed {key} at {claim['claimedAt']}, no run within {wait:g} s"
+        said = f"{claim.peer} claimed {key} at {claim.claimedAt}, no run within {wait:g} s"
     return f"{said}; `baton runs --trigger {tid}` shows its run once it ends"

@@ -15,17 +15,20 @@ import json
 from datetime import datetime
 from typing import Any
 
+from core.answers import RunOut, WhyOut
 from core.clock import iso
 from core.vocab import local_instant
 from runtime.cli import policies
+from runtime.cli.common import Record
 from runtime.cli.relative import relative
 from runtime.cli.runs import HEADERS, line, run_row
 from runtime.cli.table import align, render
+from runtime.cli.talk import read
 from triggers.records import Salvaged, load
-from triggers.schedule import LEGEND, upcoming_of
+from triggers.schedule import LEGEND, DstNote, upcoming_of
 
 NEXT_FIRES = 10
-Record = dict[str, Any]
+Fire = dict[str, str | None]  # `{"at", "local", "dst"}`, as `GET …/next` answers each
 
 
 def when(raw: Record) -> str:
@@ -70,7 +73,7 @@ def list_rows(records: list[Record], now: datetime) -> list[str]:
     return render(headers, rows)
 
 
-def next_fires(raw: Record, now: datetime) -> list[Record]:
+def next_fires(raw: Record, now: datetime) -> list[Fire]:
     """The next fires of a cron or once record that is enabled; none otherwise."""
     record = load(raw)
     if isinstance(record, Salvaged):
@@ -79,8 +82,7 @@ def next_fires(raw: Record, now: datetime) -> list[Record]:
     return [{"at": iso(f.at), "local": local_instant(f.local), "dst": f.dst} for f in fires]
 
 
-def show_text(doc: Record) -> str:
-    raw = doc["record"]
+def show_text(raw: Record, fires: list[Fire], runs: list[RunOut], why: WhyOut | None) -> str:
     rows = [
         ("id", raw.get("id", "")),
         ("name", raw.get("name", "")),
@@ -100,21 +102,30 @@ def show_text(doc: Record) -> str:
     ]
     if raw.get("undecodable"):
         rows.append(("decode error", raw.get("decodeError", "")))
-    if doc.get("why"):
-        rows.append(("last slot", last_slot(doc["why"])))
+    if why is not None:
+        rows.append(("last slot", last_slot(why)))
     out = align(rows)
-    out += ["", "next fires:", *(_fire_lines(doc["next"], raw) or ["  (none)"])]
-    out += ["", "last runs:", *_run_lines(doc["runs"])]
+    out += ["", "next fires:", *(_fire_lines(fires, raw) or ["  (none)"])]
+    out += ["", "last runs:", *_run_lines(runs)]
     return "\n".join(out)
 
 
-def last_slot(why: Record) -> str:
+def runs_of(sent: Any) -> list[RunOut]:
+    """Its last runs, as the space sent them, read for the rows."""
+    return read(sent, list[RunOut], "runs")
+
+
+def why_of(sent: Any) -> WhyOut | None:
+    """The verdict of its last due slot, as the space sent it (None: none), read."""
+    return None if sent is None else read(sent, WhyOut, "why")
+
+
+def last_slot(why: WhyOut) -> str:
     """`2026-12-01T09:00:00.000Z not_fired: paused (baton why ID --at …)`."""
-    slot = why.get("slot") or "-"
-    return f"{slot} {why.get('verdict')}: {why.get('reason')} (`baton why` says why)"
+    return f"{why.slot or '-'} {why.verdict}: {why.reason} (`baton why` says why)"
 
 
-def _fire_lines(fires: list[Record], raw: Record) -> list[str]:
+def _fire_lines(fires: list[Fire], raw: Record) -> list[str]:
     if not fires:
         return []
     zone = (raw.get("spec") or {}).get("tz", "UTC") if raw.get("kind") == "cron" else "at"
@@ -122,10 +133,10 @@ def _fire_lines(fires: list[Record], raw: Record) -> list[str]:
         [("UTC", f"LOCAL ({zone})", "DST"), *((f["at"], f["local"], f["dst"] or "") for f in fires)]
     )
     notes = sorted({f["dst"] for f in fires if f["dst"]})
-    return ["  " + x for x in lines] + [f"  {n}: {LEGEND[n]}" for n in notes]
+    return ["  " + x for x in lines] + [f"  {n}: {LEGEND[DstNote(n)]}" for n in notes]
 
 
-def _run_lines(runs: list[Record]) -> list[str]:
+def _run_lines(runs: list[RunOut]) -> list[str]:
     if not runs:
         return ["  (none)"]
     return ["  " + line(HEADERS), *("  " + line(run_row(r)) for r in runs)]

@@ -15,22 +15,21 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
 from core.clock import SystemClock, iso
 from runtime.cli import apply as declared
 from runtime.cli import trigger_flags as flags
 from runtime.cli import trigger_run, watch
 from runtime.cli import trigger_views as views
-from runtime.cli.common import Target, add_space_options
+from runtime.cli.common import Record, Target, add_space_options
 from runtime.cli.main import UsageError
 from runtime.cli.next import instant
-from runtime.cli.talk import Failure, emit, talk, warn
+from runtime.cli.talk import Failure, emit, read, talk, warn
 from runtime.cli.trigger_names import resolve
 from runtime.client.api import ApiError, SpaceClient
+from space.backfills import BackfillOut
+from space.chats import ChatList
 from triggers.records import RESERVED_CHAT_WATCH
-
-Record = dict[str, Any]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -176,15 +175,15 @@ async def show(client: SpaceClient, where: Target, tid: str, as_json: bool) -> i
     tid = await resolve(client, where, tid)
     record = await client.trigger_get(where.space, tid)
     runs = (await client.runs(where.space, trigger=tid, limit=views.NEXT_FIRES))["runs"]
-    doc = {"record": record, "next": views.next_fires(record, SystemClock().wall()), "runs": runs}
+    fires = views.next_fires(record, SystemClock().wall())
     try:  # the verdict of its last due slot (a space without `why` answers none)
-        doc["why"] = await client.trigger_why(where.space, tid)
+        why = await client.trigger_why(where.space, tid)
     except ApiError:
-        doc["why"] = None
+        why = None
     if as_json:
-        emit(doc)
+        emit({"record": record, "next": fires, "runs": runs, "why": why})
     else:
-        print(views.show_text(doc))
+        print(views.show_text(record, fires, views.runs_of(runs), views.why_of(why)))
     return 0
 
 
@@ -225,10 +224,10 @@ async def backfill(
     if as_json:
         emit(answer)
         return 0
-    keys, skipped = answer["keys"], answer["skipped"]
+    planned = read(answer, BackfillOut, "trigger_backfill")
     verb = "would run" if body["dryRun"] else "runs"
-    print(f"{tid} {verb} {len(keys)} slot(s); {skipped} already fired")
-    print("\n".join(f"  {k}" for k in keys))
+    print(f"{tid} {verb} {len(planned.keys)} slot(s); {planned.skipped} already fired")
+    print("\n".join(f"  {k}" for k in planned.keys))
     return 0
 
 
@@ -288,7 +287,7 @@ async def warn_unpublished(client: SpaceClient, where: Target, ref: str) -> None
 
 
 async def require_chat(client: SpaceClient, where: Target, object_id: str) -> None:
-    chats = [c["objectId"] for c in (await client.chats(where.space))["chats"]]
+    chats = [c.objectId for c in read(await client.chats(where.space), ChatList, "chats").chats]
     if object_id not in chats:
         raise UsageError(f"--chat: space {where.space} has no chat {object_id!r}")
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import argparse
 from datetime import datetime
-from typing import Any
 
+from core.answers import TurnOut
 from core.clock import SystemClock, iso
 from runtime.cli.common import Target, add_space_options
 from runtime.cli.relative import relative
-from runtime.cli.runs import parse_limit, parse_since, shown
+from runtime.cli.runs import Query, parse_limit, parse_since, shown
 from runtime.cli.table import render
-from runtime.cli.talk import emit, talk
+from runtime.cli.talk import emit, read, talk
 from runtime.client.api import SpaceClient
 
 HEADERS = (
@@ -50,12 +50,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def cmd_turns(args: argparse.Namespace) -> int:
     now = SystemClock().wall()
     since = None if args.since is None else iso(parse_since(args.since, now))
-    query = {"chat": args.chat, "since": since, "limit": parse_limit(args.limit)}
+    query: Query = {"chat": args.chat, "since": since, "limit": parse_limit(args.limit)}
     return talk(args, lambda client, where: list_turns(client, where, query, args.json, now))
 
 
 async def list_turns(
-    client: SpaceClient, where: Target, query: dict[str, Any], as_json: bool, now: datetime
+    client: SpaceClient, where: Target, query: Query, as_json: bool, now: datetime
 ) -> int:
     turns = (await client.turns(where.space, **query))["turns"]
     if as_json:
@@ -64,23 +64,24 @@ async def list_turns(
         given = "".join(f" --{k} {query[k]}" for k in ("chat", "since") if query.get(k))
         print(f"no turns in space {where.space}" + (f" matching{given}" if given else ""))
     else:
-        print("\n".join(render(HEADERS, [turn_row(t, now) for t in turns])))
+        rows = [turn_row(t, now) for t in read(turns, list[TurnOut], "turns")]
+        print("\n".join(render(HEADERS, rows)))
     return 0
 
 
-def turn_row(turn: dict[str, Any], now: datetime) -> tuple[str, ...]:
+def turn_row(turn: TurnOut, now: datetime) -> tuple[str, ...]:
     return (
-        shown(turn.get("startedAt", "")),
-        relative(turn.get("startedAt"), now),
-        str(turn.get("turnId", "")),
-        str(turn.get("objectId", "")),
-        str(turn.get("outcome", "")),
-        f"{turn.get('durationMs') or 0:.0f} ms",
-        str(len(turn.get("messageIds") or [])),
-        str(turn.get("replies", 0)),
-        str(turn.get("calls", 0)),
-        str(turn.get("peer") or "-"),
-        last_line(turn.get("error")),
+        shown(turn.started_at),
+        relative(turn.started_at, now),
+        turn.turn_id,
+        turn.object_id,
+        turn.outcome,
+        f"{turn.duration_ms or 0:.0f} ms",
+        str(len(turn.message_ids)),
+        str(turn.replies),
+        str(turn.calls),
+        turn.peer or "-",
+        last_line(turn.error),
     )
 
 

@@ -14,16 +14,16 @@ from __future__ import annotations
 import argparse
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from core.answers import WhyOut, WhyRange
 from core.clock import SystemClock
-from runtime.cli.common import Target, add_space_options
+from runtime.cli.common import Record, Target, add_space_options
 from runtime.cli.main import UsageError
 from runtime.cli.next import instant
 from runtime.cli.runs import ago
 from runtime.cli.table import render
-from runtime.cli.talk import emit, talk
+from runtime.cli.talk import emit, read, talk
 from runtime.cli.trigger_names import resolve
 from runtime.client.api import SpaceClient
 
@@ -57,7 +57,7 @@ def cmd_why(args: argparse.Namespace) -> int:
 async def why(client: SpaceClient, where: Target, args: argparse.Namespace) -> int:
     record = await client.trigger_get(where.space, await resolve(client, where, args.trigger))
     now, zone = SystemClock().wall(), _zone(record)
-    query: dict[str, Any] = {}
+    query: dict[str, str | int] = {}
     if args.key:
         query["key"] = args.key
     elif args.since:
@@ -71,13 +71,13 @@ async def why(client: SpaceClient, where: Target, args: argparse.Namespace) -> i
     if args.json:
         emit(got)
     elif "answers" in got:
-        print("\n".join(range_text(record, got)))
+        print("\n".join(range_text(record, read(got, WhyRange, "why"))))
     else:
-        print("\n".join(answer_text(record, got)))
+        print("\n".join(answer_text(record, read(got, WhyOut, "why"))))
     return 0
 
 
-def _zone(record: dict[str, Any]) -> ZoneInfo:
+def _zone(record: Record) -> ZoneInfo:
     spec = record.get("spec")
     name = spec.get("tz") if isinstance(spec, dict) else None
     try:
@@ -113,40 +113,37 @@ def _iso(t: datetime) -> str:
     return t.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def answer_text(record: dict[str, Any], got: dict[str, Any]) -> list[str]:
+def answer_text(record: Record, got: WhyOut) -> list[str]:
     """The chain with ✓/✗, one sentence, the remedy."""
     name = record.get("name") or record["id"]
     head = [
         f"trigger  {record['id']} ({name})",
-        f"slot     {got.get('slot') or '-'}" + (f"  key {got['key']}" if got.get("key") else ""),
-        f"verdict  {got['verdict']}: {got['reason']}",
+        f"slot     {got.slot or '-'}" + (f"  key {got.key}" if got.key else ""),
+        f"verdict  {got.verdict}: {got.reason}",
         "",
     ]
-    width = max(len(c["name"]) for c in got["checks"])
-    chain = [
-        f"  {'✓' if c['ok'] else '✗'} {c['name'].ljust(width)}  {c['detail']}"
-        for c in got["checks"]
-    ]
+    width = max(len(c.name) for c in got.checks)
+    chain = [f"  {'✓' if c.ok else '✗'} {c.name.ljust(width)}  {c.detail}" for c in got.checks]
     tail = ["", _sentence(got)]
-    if got.get("remedy"):
-        tail.append(f"remedy: {got['remedy']}")
+    if got.remedy:
+        tail.append(f"remedy: {got.remedy}")
     return head + chain + tail
 
 
-def _sentence(got: dict[str, Any]) -> str:
+def _sentence(got: WhyOut) -> str:
     words = {
         "fired": "It fired",
         "not_fired": "It did not fire",
         "not_due": "Nothing was due",
         "pending": "Not decided yet",
     }
-    said = words.get(got["verdict"], got["verdict"])
-    why = "" if got["reason"] == got["verdict"] else f" ({got['reason']})"
-    return f"{said}{why}: {got['detail']}."
+    said = words.get(got.verdict, got.verdict)
+    why = "" if got.reason == got.verdict else f" ({got.reason})"
+    return f"{said}{why}: {got.detail}."
 
 
-def range_text(record: dict[str, Any], got: dict[str, Any]) -> list[str]:
-    rows = [(a["slot"], a["verdict"], a["reason"], a["detail"]) for a in got["answers"]]
+def range_text(record: Record, got: WhyRange) -> list[str]:
+    rows = [(a.slot, a.verdict, a.reason, a.detail) for a in got.answers]
     if not rows:
-        return [f"no slot of {record['id']} from {got['since']} to {got['until']}"]
+        return [f"no slot of {record['id']} from {got.since} to {got.until}"]
     return render(("slot", "verdict", "reason", "detail"), rows)

@@ -6,8 +6,8 @@ request from the route table and turns a refusal into `ApiError` (status, code, 
 status 0 `unreachable` when there was no answer). What the device reads comes back typed
 (`typed`: the `core.wire` Struct, lenient; an answer that does not fit is `ApiError`
 `malformed_answer`); the rest, and `call`, answer the JSON as sent (what the CLI prints).
-Given an `Offset`, every answer's server time feeds it. The two stream routes return a
-`Subscription` (runtime.client.stream) sharing one stream session with no connection cap.
+Given a `ClockOffset`, every answer's server time feeds it. The two stream routes return a
+`Stream` (runtime.client.stream) sharing one stream session with no connection cap.
 Must not interpret what it fetches.
 """
 
@@ -36,9 +36,9 @@ from core.routes import (
     target,
     writes,
 )
-from runtime.client.offset import Offset
+from runtime.client.offset import ClockOffset
 from runtime.client.sse import sse_session
-from runtime.client.stream import Subscription
+from runtime.client.stream import Stream
 
 __all__ = ["ApiError", "SpaceClient"]
 
@@ -64,7 +64,7 @@ class SpaceClient:
         timeout: float = 30.0,
         clock: Clock | None = None,
         session: aiohttp.ClientSession | None = None,
-        offset: Offset | None = None,
+        offset: ClockOffset | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.offset = offset  # fed with each answer's server time (runtime.client.offset)
@@ -158,8 +158,8 @@ class SpaceClient:
             found = None
         return found if isinstance(found, dict) else {"status": f"http_{resp.status}"}
 
-    def subscribe(self, name: str, *, last_id: int | None = None, **options: Any) -> Subscription:
-        """A `Subscription` to stream route `name` (path params and Subscription options)."""
+    def subscribe(self, name: str, *, last_id: int | None = None, **options: Any) -> Stream:
+        """A `Stream` to stream route `name` (path params and Stream options)."""
         route = ROUTES[name]
         if not route.stream:
             raise ValueError(f"{name}: not a stream route")
@@ -168,7 +168,7 @@ class SpaceClient:
         if self._streams is None:
             self._streams = sse_session()
         url = self.url + target(route, params)
-        return Subscription(
+        return Stream(
             url, self._token, clock=self._clock, session=self._streams, last_id=last_id, **options
         )
 
@@ -261,7 +261,7 @@ class SpaceClient:
 
     def changes_stream(
         self, space: str, last_id: int | None = None, omit: str | None = None, **options: Any
-    ) -> Subscription:
+    ) -> Stream:
         """`omit`: leave out the stamps this device posted with that writer tag."""
         return self.subscribe("changes_stream", space=space, last_id=last_id, omit=omit, **options)
 
@@ -306,7 +306,7 @@ class SpaceClient:
 
     def chat_stream(
         self, space: str, object_id: str, last_id: int | None = None, **options: Any
-    ) -> Subscription:
+    ) -> Stream:
         params = {"space": space, "objectId": object_id, **options}
         return self.subscribe("chat_stream", last_id=last_id, **params)
 

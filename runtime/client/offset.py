@@ -1,6 +1,6 @@
 """The space's clock as this device reads it: an offset from the midpoint of each round trip.
 
-Owns `Offset`, fed with every answer's `Baton-Server-Time` (SPEC "Sleep and clocks"): the
+Owns `ClockOffset`, fed with every answer's `Baton-Server-Time` (SPEC "Sleep and clocks"): the
 sample of the shortest round trip among the last `KEEP` (`serverTime − (sent + rtt/2)`),
 taken as none while within that round trip; a sample off by more than its round trip and
 `STEP_S` is a step of one of the clocks (`on_step` hears it; the device treats it as a
@@ -30,7 +30,7 @@ DEAD_BAND_S = 0.005  # below the wire's millisecond and a loopback's noise: no o
 Began = tuple[datetime, float]
 
 
-class Offset:
+class ClockOffset:
     """Seconds the space's clock is ahead of this device's (negative: behind)."""
 
     def __init__(self, base: Clock, *, on_step: Callable[[float], object] | None = None) -> None:
@@ -97,7 +97,7 @@ class SpaceTime:
     """A `Clock` reading the space's time: the base wall plus the offset; the rest is the
     base's (monotonic time, sleeps and deadlines do not depend on whose wall it is)."""
 
-    def __init__(self, offset: Offset) -> None:
+    def __init__(self, offset: ClockOffset) -> None:
         self.offset = offset
         self.base = offset.base
 

@@ -4,7 +4,7 @@ Owns the value (`SseEvent`: name, data, and the id given *in that event*, never 
 one seen, so an event without an id is not mistaken for a repeat) and the package's
 wrapping: a session that traces each response (`sse_session`), its `EventSource` as the
 parser of ONE connection (`OneConnection`, its own reconnect stopped), and what it raises:
-a 4xx other than 408/429 is `Permanent`, any other refused status a `Retry` carrying
+a 4xx other than 408/429 is `Permanent`, any other refused status a `Transient` carrying
 `Retry-After`. Must not reconnect, sleep or deliver events: `runtime.client.stream` owns
 the loop.
 """
@@ -48,7 +48,7 @@ class Permanent(ApiError):
     """The server refused the stream for good (a 4xx other than 408/429)."""
 
 
-class Retry(Exception):
+class Transient(Exception):
     def __init__(self, reason: str, retry_after: float | None = None) -> None:
         super().__init__(reason)
         self.retry_after = retry_after
@@ -137,7 +137,7 @@ class OneConnection(sse_client.EventSource):
 
 
 async def refusal(exc: ConnectionError, response: aiohttp.ClientResponse | None) -> None:
-    """Raise `Permanent` or `_Retry` for a status the package refused; return for anything else.
+    """Raise `Permanent` or `Transient` for a status the package refused; return for anything else.
 
     The status comes from the package's message; the body and `Retry-After` from the traced
     response when there is one, else the message stands in for the detail.
@@ -151,7 +151,7 @@ async def refusal(exc: ConnectionError, response: aiohttp.ClientResponse | None)
     if 400 <= status < 500 and status not in RETRYABLE_4XX:
         raise Permanent(error.status, error.code, error.detail) from None
     headers = response.headers if response is not None else {}
-    raise Retry(str(error), _retry_after(headers.get("Retry-After"))) from None
+    raise Transient(str(error), _retry_after(headers.get("Retry-After"))) from None
 
 
 async def _body(response: aiohttp.ClientResponse) -> bytes:

@@ -27,10 +27,10 @@ from core.clock import Clock
 from runtime.client.sse import (
     OneConnection,
     Permanent,
-    Retry,
     SseEvent,
     StreamEnded,
     TracedResponse,
+    Transient,
     refusal,
     sse_session,
 )
@@ -61,7 +61,7 @@ class SubscriptionStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 # OSError covers TimeoutError and the package's ConnectionError family; UnicodeDecodeError
 # is its strict UTF-8 decoding, HttpProcessingError aiohttp's LineTooLong (a line > 512 KiB).
-_TRANSIENT = (aiohttp.ClientError, OSError, HttpProcessingError, UnicodeDecodeError, Retry)
+_TRANSIENT = (aiohttp.ClientError, OSError, HttpProcessingError, UnicodeDecodeError, Transient)
 # The package's status errors: "fetch <url> failed: 503", "… wrong response status: 204".
 
 
@@ -74,14 +74,14 @@ class _CallerFailed(Exception):
 
 
 class StreamOptions(TypedDict, total=False):
-    """How a part's subscriptions reconnect (the `Subscription` options it may set)."""
+    """How a part's subscriptions reconnect (the `Stream` options it may set)."""
 
     backoff: Backoff
     read_timeout: float
     connect_timeout: float
 
 
-class Subscription:
+class Stream:
     """Follows one SSE URL until cancelled or permanently refused."""
 
     def __init__(
@@ -146,7 +146,7 @@ class Subscription:
                 raise
             except _TRANSIENT as exc:
                 self._error = _describe(exc)
-                retry_after = exc.retry_after if isinstance(exc, Retry) else None
+                retry_after = exc.retry_after if isinstance(exc, Transient) else None
             await self._pause(retry_after)
 
     async def _pause(self, retry_after: float | None) -> None:

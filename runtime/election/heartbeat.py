@@ -11,6 +11,7 @@ skipped. Must not decide anything about the lease (that is `runtime.election.loo
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable
 
 import msgspec
@@ -39,6 +40,10 @@ class Heartbeat:
 
     def beat_now(self) -> None:
         self.due = float("-inf")
+
+    def anew(self) -> None:
+        """A new instance: this run of the device, or a wake from sleep (upSince restarts)."""
+        self.instance = secrets.token_hex(8)
 
     async def beat(self, priority: int, every: float) -> None:
         """Send one heartbeat, then read who is live; the next is due `every` s after."""

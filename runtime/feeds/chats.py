@@ -1,7 +1,7 @@
 """One SSE subscription per distinct chat, turning each new message into event fires.
 
 Owns which chats this device follows (SPEC "When triggers fire" → event): one
-`Subscription` per distinct chat of the armed event triggers; each message fires every
+`Stream` per distinct chat of the armed event triggers; each message fires every
 armed trigger of its chat that wants it (runtime.feeds.followed) once, keyed by
 `messageId`; `bridge(since)` replays a takeover's messages; a missing chat is `missing` and
 re-probed. Live-only. Must not claim, run or record fires, merge `args`, nor read time but

@@ -24,7 +24,7 @@ from core.chatwire import each
 from core.wire import Answer
 from runtime.client.api import SpaceClient
 from runtime.client.sse import Permanent
-from runtime.client.stream import Subscription
+from runtime.client.stream import Stream
 from runtime.fire.dispatch import Event
 from triggers.records import (
     CHAT_DATASET,
@@ -63,7 +63,7 @@ class FollowedChat:
     def __init__(self, object_id: str, triggers: dict[TriggerId, EventTrigger]) -> None:
         self.object_id = object_id
         self.triggers = triggers
-        self.sub: Subscription | None = None
+        self.sub: Stream | None = None
         self.tasks = TaskSet(f"chat {object_id}")
         self.lock = asyncio.Lock()  # one message or bridge at a time, in seq order
         self.last_seq: int | None = None  # the last seq whose fire targets were chosen

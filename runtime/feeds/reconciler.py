@@ -23,7 +23,7 @@ from core.clock import iso
 from core.wire import Change, Stamps
 from runtime.client.seat import Seat
 from runtime.client.sse import SseEvent
-from runtime.client.stream import StreamOptions, Subscription
+from runtime.client.stream import Stream, StreamOptions
 from runtime.events import Bus, DiffApplied, RecordEdited
 from runtime.feeds import pages as feed
 from runtime.feeds.own import OwnStamps, with_stamps
@@ -90,7 +90,7 @@ class Reconciler:
         self._error = ""
         self._synced_at: datetime | None = None
         self._sync_took = 0.0  # seconds the last full sync took
-        self._sub: Subscription | None = None
+        self._sub: Stream | None = None
         self.received = 0
         # the recorder's stamps, named by the feed; None: they come back through it in full
         self.own = OwnStamps() if own_stamps else None

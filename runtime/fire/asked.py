@@ -25,7 +25,7 @@ FRESH = timedelta(minutes=10)
 """An ask older than this is not taken: `triggers run` waits ≈ 30 s for it, not an hour."""
 
 
-class Asked:
+class RunAsks:
     """The manual fires due from each diff: `take(diff, now)`."""
 
     def __init__(self, fresh: timedelta = FRESH) -> None:

@@ -20,10 +20,9 @@ import msgspec
 from core.aio import TaskSet
 from core.clock import Clock
 from core.vocab import RunReason
-from core.wire import NextAttempt, Stamps
 from runtime.fire import bodies
 from runtime.fire.ahead import Ahead
-from runtime.fire.dispatch import Event, FireRequest, named
+from runtime.fire.dispatch import FireRequest, named
 from runtime.fire.execute import Ending
 from triggers import policies
 from triggers.records import EventTrigger, FireKey, Trigger, TriggerId
@@ -122,13 +121,3 @@ def _before_active(record: Trigger) -> bool:
         return False
     ended = record.last_run_at
     return stamped.due_at <= since or (ended is not None and ended <= since)
-
-
-def carrying(stamps: Stamps, event: Event) -> Stamps:
-    """The stamps with the scheduled retry carrying its fire's message (an event trigger's)."""
-    stamped = stamps.nextAttempt
-    if not isinstance(stamped, NextAttempt):
-        return stamps
-    return msgspec.structs.replace(
-        stamps, nextAttempt=msgspec.structs.replace(stamped, event=event)
-    )

@@ -30,6 +30,7 @@ from programs import breaker, rollup
 from programs.breaker import BreakerState
 from programs.outcome import Outcome
 from programs.rollup import Rollup
+from runtime.fire.claimed import QUEUE, Fire, Step, entered_at, phases
 from triggers import policies
 from triggers.health import breaker_detail, done_detail, runs_done_detail, unknown_program_detail
 from triggers.records import Loaded, OnceTrigger, Salvaged, Trigger
@@ -38,7 +39,8 @@ DETAIL_CHARS = 200
 
 
 class RunIdentity(msgspec.Struct, frozen=True, kw_only=True):
-    """Who, what and when of one fire, as its run record names them."""
+    """Who, what and when of a run no fire claimed (a run by hand, runtime.fire.manual), as
+    its run record names them; a claimed fire is its own (`Fire`)."""
 
     run_id: str
     trigger_id: str
@@ -51,41 +53,24 @@ class RunIdentity(msgspec.Struct, frozen=True, kw_only=True):
     phases: Phases | None = None  # where `started_at − due_at` went (`phases`)
 
 
-WAKE, CLAIM, QUEUE, SPAWN = "wakeMs", "claimMs", "queueMs", "spawnMs"
-Step = tuple[str, datetime]
-"""A phase of a fire (a field of `Phases`) and the instant, on the device's clock, it ended."""
-
-
-def phases(due_at: datetime | None, steps: Sequence[Step]) -> Phases | None:
-    """How the lateness of a fire splits: each step counts the part of its span after
-    `due_at` (a step spans from the end of the one before, the first from `due_at`), so
-    the phases sum to the last step's end − `due_at`. None when nothing was due."""
-    if due_at is None:
-        return None
-    spent = dict.fromkeys((WAKE, CLAIM, QUEUE, SPAWN), 0.0)
-    reached = due_at
-    for phase, end in steps:
-        if end > reached:
-            spent[phase] += (end - reached).total_seconds() * 1000
-            reached = end
-    return Phases(**{phase: round(ms, 1) for phase, ms in spent.items()})
+Identity = RunIdentity | Fire
+"""What a run record names of its fire: a claimed `Fire`, or a run by hand's identity."""
 
 
 def decided(fire: RunIdentity, steps: Sequence[Step], now: datetime) -> RunIdentity:
-    """`fire` as decided at `now` after `steps`: when a non-run's record says it started,
-    and a run's until its program is handed over (`entered` finishes it)."""
-    taken = (*steps, (QUEUE, now))
-    return replace(fire, started_at=now, phases=phases(fire.due_at, taken))
+    """`fire` as decided at `now` after `steps` (`Fire.decided`, for a run by hand)."""
+    return replace(fire, started_at=now, phases=phases(fire.due_at, (*steps, (QUEUE, now))))
 
 
 def entered(fire: RunIdentity, steps: Sequence[Step], outcome: Outcome) -> RunIdentity:
-    """`fire` as its run went: started when its `main()` was entered, read in the run
-    process (`Outcome.entered_at`), after waiting for a worker (queue) and the process
-    until main() (spawn). A run whose main() never was keeps the hand-over's instant."""
-    if outcome.entered_at is None or outcome.handed_at is None:
-        return fire
-    taken = (*steps, (QUEUE, outcome.handed_at), (SPAWN, outcome.entered_at))
-    return replace(fire, started_at=outcome.entered_at, phases=phases(fire.due_at, taken))
+    """`fire` as its run went (`Fire.entered`, for a run by hand)."""
+    at = entered_at(fire.due_at, steps, outcome)
+    return fire if at is None else replace(fire, started_at=at[0], phases=at[1])
+
+
+def started(fire: Identity, otherwise: datetime) -> datetime:
+    """When the fire's record says it started (`otherwise` if it was never decided)."""
+    return fire.started_at if fire.started_at is not None else otherwise
 
 
 class Book(msgspec.Struct, frozen=True, kw_only=True):
@@ -107,6 +92,13 @@ def not_run(status: RunStatus, reason: str) -> Outcome:
     return Outcome(status=status)
 
 
+def shut_down(fire: Fire, now: datetime) -> RunIn:
+    """The record of a fire claimed ahead whose slot the device did not live to see."""
+    fire.decided(now)
+    why = RunReason.SHUTDOWN
+    return run_record(fire, not_run(RunStatus.REJECTED, why), finished_at=now, reason=why)
+
+
 def cancelled(duration_ms: float) -> Outcome:
     """A run stopped by a newer fire of its trigger (`overlap: restart`)."""
     return Outcome(
@@ -119,17 +111,17 @@ def failed_before_run(error: str) -> Outcome:
     return Outcome(status=RunStatus.ERROR, error=error)
 
 
-def late_ms(fire: RunIdentity) -> float | None:
-    if fire.due_at is None:
+def late_ms(fire: Identity) -> float | None:
+    if fire.due_at is None or fire.started_at is None:
         return None
     return round((fire.started_at - fire.due_at).total_seconds() * 1000, 1)
 
 
 def run_record(
-    fire: RunIdentity, outcome: Outcome, *, finished_at: datetime, reason: str = ""
+    fire: Identity, outcome: Outcome, *, finished_at: datetime, reason: str = ""
 ) -> RunIn:
     """The run record body for `…/runs`."""
-    ran = outcome.status in RAN
+    ran, started_at = outcome.status in RAN, started(fire, finished_at)
     return RunIn(
         runId=fire.run_id,
         triggerId=fire.trigger_id,
@@ -138,8 +130,8 @@ def run_record(
         term=fire.term,
         key=fire.key,
         dueAt=fire.due_at,
-        startedAt=fire.started_at,
-        finishedAt=max(finished_at, fire.started_at),
+        startedAt=started_at,
+        finishedAt=max(finished_at, started_at),
         durationMs=round(max(outcome.duration_ms, 0.0), 1) if ran else 0.0,
         status=outcome.status,
         result=outcome.result,
@@ -167,13 +159,14 @@ def refused(run: RunIn, detail: str) -> RunIn:
 def settle(
     book: Book,
     record: Trigger,
-    fire: RunIdentity,
+    fire: Identity,
     outcome: Outcome,
     *,
     finished_at: datetime,
     admitted: bool,
     reason: str = "",
     next_attempt: tuple[str, datetime] | None = None,
+    next_fire_at: datetime | msgspec.UnsetType | None = msgspec.UNSET,
 ) -> tuple[Book, Stamps]:
     """The book after this fire and the stamps to write on its trigger.
 
@@ -189,20 +182,27 @@ def settle(
     duration = outcome.duration_ms if outcome.status in RAN else None
     keep = record.budget.runs if record.budget is not None else 0
     roll = rollup.add(
-        book.rollup, outcome.status, duration, fire.started_at, reason=reason, keep_starts=keep
+        book.rollup,
+        outcome.status,
+        duration,
+        started(fire, finished_at),
+        reason=reason,
+        keep_starts=keep,
     )
     after = Book(breaker=state, rollup=roll)
     stamped = stamps(after, record, fire, outcome, reason=reason, now=finished_at)
-    return after, msgspec.structs.replace(stamped, nextAttempt=_attempt(record, fire, next_attempt))
+    attempt = _attempt(record, fire, next_attempt)
+    return after, replace(stamped, nextAttempt=attempt, nextFireAt=next_fire_at)
 
 
 def _attempt(
-    record: Trigger, fire: RunIdentity, next_attempt: tuple[str, datetime] | None
+    record: Trigger, fire: Identity, next_attempt: tuple[str, datetime] | None
 ) -> NextAttempt | msgspec.UnsetType | None:
     """The `nextAttempt` stamp: the one scheduled now, cleared when this fire ended the
     chain the stamped one belongs to, else left as it is."""
-    if next_attempt is not None:
-        return NextAttempt(key=next_attempt[0], dueAt=next_attempt[1])
+    if next_attempt is not None:  # an event fire's carries its message: a takeover runs it
+        event = fire.request.event if isinstance(fire, Fire) else None
+        return NextAttempt(key=next_attempt[0], dueAt=next_attempt[1], event=event)
     stamped, base = record.next_attempt, policies.base_key(fire.key)
     if policies.attempt_of(fire.key) > 1 or (stamped and policies.base_key(stamped.key) == base):
         return None  # a retry ended its chain (the record it came with may predate the stamp)
@@ -210,13 +210,13 @@ def _attempt(
 
 
 def stamps(
-    book: Book, record: Trigger, fire: RunIdentity, outcome: Outcome, *, reason: str, now: datetime
+    book: Book, record: Trigger, fire: Identity, outcome: Outcome, *, reason: str, now: datetime
 ) -> Stamps:
     status, detail = last_status(book, record, fire, outcome, reason=reason, now=now)
     return Stamps(
         lastStatus=status,
         lastStatusDetail=detail,
-        lastRunAt=fire.started_at,
+        lastRunAt=started(fire, now),
         breaker=breaker.to_dict(book.breaker),
         rollup=rollup.to_dict(book.rollup),
     )
@@ -225,7 +225,7 @@ def stamps(
 def last_status(
     book: Book,
     record: Trigger,
-    fire: RunIdentity,
+    fire: Identity,
     outcome: Outcome,
     *,
     reason: str,

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
-
-import msgspec
 
 from core.clock import Clock
 from core.vocab import RunReason, RunStatus
+from core.wire import RunTokenIn
 from programs import warm
 from programs.context import RunContext
 from programs.executor import Executor, ExecutorClosed
@@ -29,24 +27,14 @@ from runtime.client.api import ApiError, SpaceClient
 from runtime.client.retry import retried
 from runtime.client.seat import Seat
 from runtime.fire import bodies
-from runtime.fire.bodies import RunIdentity
-from runtime.fire.dispatch import FireRequest
-from runtime.fire.secrets import SecretMissing, Secrets
+from runtime.fire.bodies import Identity
+from runtime.fire.secrets import Args, SecretMissing, Secrets
+from triggers.records import Limits
 
 TOKEN_MARGIN_S = 30.0  # a run token outlives the run's timeout by this much at most
 TOKEN_FRESH_S = TOKEN_MARGIN_S / 2  # a claim's token is used by a run starting this soon
 
 Ending = tuple[Outcome, str]  # how a fire ended, and why (the run record's `reason`)
-
-
-class Work(msgspec.Struct, frozen=True, kw_only=True):
-    """What a run hands its program besides the fire: main's args and the limits."""
-
-    args: dict[str, Any]
-    timeout_seconds: float
-    memory_mb: int
-    network: str = "space"
-    disk_mb: int = 64
 
 
 def new_run_id() -> str:
@@ -113,17 +101,23 @@ class Execute:
             return bodies.failed_before_run(f"program {ref}: {exc}"), exc.code
 
     async def run(
-        self, fire: RunIdentity, program: LoadedProgram | Ending, work: Work, token: str | None
+        self,
+        fire: Identity,
+        program: LoadedProgram | Ending,
+        args: Args,
+        limits: Limits,
+        token: str | None,
     ) -> Ending:
-        """Run `program` for `fire` under `token` (None: mint one now); how it ended."""
+        """Run `program` for `fire` with main()'s `args` within `limits`, under `token`
+        (None: mint one now); how it ended."""
         if not isinstance(program, LoadedProgram):
             return program
         try:
-            args = self._secrets.resolve(work.args)  # on this device, just before the run
+            args = self._secrets.resolve(args)  # on this device, just before the run
         except SecretMissing as exc:
             return bodies.failed_before_run(str(exc)), RunReason.SECRET
         if token is None:  # waited too long since the claim, or nothing was claimed
-            minted = await self.run_token(fire, work.timeout_seconds)
+            minted = await self.run_token(fire, limits.timeout_seconds)
             if isinstance(minted, Outcome):
                 return minted, RunReason.RUN_TOKEN
             token = minted
@@ -132,10 +126,10 @@ class Execute:
             ref=fire.program,
             args=args,
             context=self.context(fire, token),
-            timeout_seconds=work.timeout_seconds,
-            memory_mb=work.memory_mb,
-            network=work.network,
-            disk_mb=work.disk_mb,
+            timeout_seconds=limits.timeout_seconds,
+            memory_mb=limits.memory_mb,
+            network=limits.network.value,
+            disk_mb=limits.disk_mb,
             keep_warm=self._repeats(fire.trigger_id),
         )
         return await run_job(self._executor, job, self._clock)
@@ -152,7 +146,7 @@ class Execute:
             del self._recent[oldest[0]]
         return last is not None and now - last < warm.IDLE_SECONDS
 
-    def context(self, fire: RunIdentity, token: str) -> RunContext:
+    def context(self, fire: Identity, token: str) -> RunContext:
         return RunContext(
             run_id=fire.run_id,
             trigger_id=fire.trigger_id,
@@ -165,15 +159,13 @@ class Execute:
             key=fire.key,
         )
 
-    async def run_token(self, fire: RunIdentity, timeout_s: float) -> str | Outcome:
+    async def run_token(self, fire: Identity, timeout_s: float) -> str | Outcome:
         """A token for this run, living as long as it may; transient refusals are retried.
         What cannot be had is an ending (`error`, no run token), never an exception."""
-        body = {
-            "triggerId": fire.trigger_id,
-            "runId": fire.run_id,
-            "key": fire.key,
-            "ttlSeconds": timeout_s + TOKEN_MARGIN_S,
-        }
+        ttl = timeout_s + TOKEN_MARGIN_S
+        body = RunTokenIn(
+            triggerId=fire.trigger_id, runId=fire.run_id, key=fire.key, ttlSeconds=ttl
+        )
         try:
             answer = await retried(lambda: self._client.token_run(self._space, body), self._clock)
         except ApiError as exc:
@@ -191,17 +183,3 @@ async def run_job(executor: Executor, job: Job, clock: Clock) -> Ending:
         return bodies.not_run(RunStatus.REJECTED, RunReason.SHUTDOWN), RunReason.SHUTDOWN
     except ValueError as exc:  # args that cannot be sent to a worker
         return bodies.failed_before_run(str(exc)), "invalid_args"
-
-
-def work_of(request: FireRequest) -> Work:
-    """What a fire hands its program: the record's args (and the event), its limits."""
-    record, event = request.trigger, request.event
-    args = dict(record.args) if event is None else {**record.args, "event": event}
-    limits = record.limits
-    return Work(
-        args=args,
-        timeout_seconds=limits.timeout_seconds,
-        memory_mb=limits.memory_mb,
-        network=limits.network.value,
-        disk_mb=limits.disk_mb,
-    )

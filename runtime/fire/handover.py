@@ -25,10 +25,9 @@ from runtime.client.api import ApiError
 from runtime.client.retry import transient
 from runtime.client.seat import Seat
 from runtime.fire import bodies
-from runtime.fire.bodies import CLAIM, WAKE
+from runtime.fire.claimed import CLAIM, WAKE, Fire
 from runtime.fire.claims import CLAIM_MAX, body
 from runtime.fire.dispatch import named
-from runtime.fire.lanes import Claimed, Queued
 from runtime.fire.ledger import CLAIMED, DONE, REFUSED, Ledger
 from runtime.fire.recorder import BATCH_MAX
 
@@ -46,7 +45,7 @@ class HandOver:
         self.ledger = ledger
         self.away = False  # the space failed the last claim or try: claim in the ledger
         self.handed = 0  # claims handed over and recorded, since this process started
-        self.route: Callable[[Queued, Queued], None] = lambda _, __: None  # the firing's
+        self.route: Callable[[Fire], None] = lambda _: None  # the firing's
         self.count: Callable[[str], None] = lambda _: None
         self._task: asyncio.Task[None] | None = None
 
@@ -58,39 +57,39 @@ class HandOver:
             return None
         return cls(seat, Ledger(ledger_file, seat.space, seat.peer, seat.clock))
 
-    def sift(self, waiting: list[Queued], woke: datetime) -> list[Queued]:
+    def sift(self, fires: list[Fire], woke: datetime) -> list[Fire]:
         """The fires to claim in the space: not a pinned one whose key the ledger holds
         (it ran or runs here), nor one while the space is away (claimed in the ledger)."""
         left = []
-        for queued in waiting:
-            request = queued.request
+        for fire in fires:
+            request = fire.request
             if request.trigger.floating:
-                left.append(queued)
+                left.append(fire)
             elif self.ledger.holds(request.trigger.id, request.key):
                 log.info(
                     "fire %s@%s claimed in the ledger already", named(request.trigger), request.key
                 )
                 self.count("already_claimed")
             elif self.away:
-                steps = (*queued.steps, (WAKE, woke), (CLAIM, woke))
-                self.take(msgspec.structs.replace(queued, steps=steps))
+                fire.steps += [(WAKE, woke), (CLAIM, woke)]
+                self.take(fire)
             else:
-                left.append(queued)
+                left.append(fire)
         return left
 
-    def take(self, queued: Queued) -> None:
+    def take(self, fire: Fire) -> None:
         """Claim a pinned fire in the ledger, committed before it runs, and route it as
         claimed (no run token: the space is away); a key claimed there before is not."""
-        fire = msgspec.structs.replace(body(queued, self._peer), run=None)
-        if not self.ledger.claim(fire, queued.request, queued.claimed.run_id):
-            log.info("fire %s@%s claimed in the ledger already", fire.triggerId, fire.key)
+        claim = msgspec.structs.replace(body(fire, self._peer), run=None)
+        if not self.ledger.claim(claim, fire.request, fire.run_id):
+            log.info("fire %s@%s claimed in the ledger already", claim.triggerId, claim.key)
             self.count("already_claimed")
             return
         self.away = True
         self.count("ledgered")
-        log.info("fire %s@%s claimed in the ledger: the space is away", fire.triggerId, fire.key)
-        claimed = Claimed(run_id=queued.claimed.run_id, local=True, at=self._clock.monotonic())
-        self.route(queued, msgspec.structs.replace(queued, claimed=claimed))
+        log.info("fire %s@%s claimed in the ledger: the space is away", claim.triggerId, claim.key)
+        fire.local, fire.claimed_at = True, self._clock.monotonic()
+        self.route(fire)
 
     def keep(self, run: RunIn) -> bool:
         """Keep `run`'s record in the ledger if its fire was claimed there (True)."""

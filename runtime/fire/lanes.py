@@ -1,58 +1,44 @@
 """Lanes: each trigger's fires on this device, as admission sees them.
 
 Owns, per trigger (SPEC "Runs": overlap, queue, breaker), its lane: the admission slots
-(`programs.admission`), the claimed fires waiting in its queue, how many catch-up fires
-are admitted and not yet finished, and its `Book` (breaker, rollup), seeded from the
-record's stamps and re-seeded when the record shows runs this device did not make
-(another device ran it meanwhile).
+(`programs.admission`), the claimed fires waiting in its queue with their turns, how
+many catch-up fires are admitted and not yet finished, and its `Book` (breaker, rollup),
+seeded from the record's stamps and re-seeded when the record shows runs this device did
+not make (another device ran it meanwhile).
 
-Bookkeeping only: no I/O, no tasks, and instants are passed in. runtime.fire.firing moves
-the fires through it; what an ending stamps is runtime.fire.bodies'.
+Bookkeeping only: no I/O, no tasks (each fire's own task, runtime.fire.firing, awaits its
+turn), and instants are passed in; what an ending stamps is runtime.fire.bodies'.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from datetime import datetime
 
 import msgspec
 
-from core.vocab import Overlap
+from core.vocab import Overlap, RunReason
 from core.wire import Stamps
 from programs import admission, breaker
-from programs.outcome import Outcome
 from runtime.fire import bodies
-from runtime.fire.bodies import Book, RunIdentity
+from runtime.fire.bodies import Book
+from runtime.fire.claimed import Fire
 from runtime.fire.dispatch import FireRequest
+from triggers.health import ok_runs
 from triggers.records import Trigger, TriggerId
 
-
-class Claimed(msgspec.Struct, frozen=True, kw_only=True):
-    """A fire this device claimed: the run id chosen before the claim, the run's token
-    the claim answered (None if it asked for none) and when the answer came (monotonic)."""
-
-    run_id: str
-    token: str | None = None
-    at: float = 0.0
-    local: bool = False  # claimed in this device's ledger (the space away): no token
-
-
-class Queued(msgspec.Struct, frozen=True, kw_only=True):
-    """A claimed fire on its way through admission, under the term it was claimed at."""
-
-    request: FireRequest
-    term: int
-    claimed: Claimed
-    retaken: bool = False  # claimed again at its slot after an `ahead_of_clock` refusal
-    steps: tuple[bodies.Step, ...] = ()  # its way so far, for the run's `phases`
+Turn = asyncio.Future[str]
+"""A waiting fire's turn: "" when it starts, else why it never will (superseded, withdrawn)."""
 
 
 class Lane:
     """One trigger's fires on this device: admission slots, waiting fires, its book."""
 
     def __init__(self, record: Trigger) -> None:
+        self.tid = record.id
         self.slots = admission.IDLE
-        self.waiting: deque[Queued] = deque()
+        self.waiting: deque[tuple[Fire, Turn]] = deque()
         self.book = bodies.book_of(record)
         self.runs_seen = self.book.rollup.runs
         self.catchups = 0  # catch-up fires admitted and not yet finished
@@ -72,6 +58,7 @@ def policy(request: FireRequest, lane: Lane) -> Overlap:
     return mode
 
 
+NextAt = tuple[str, datetime] | None  # a failed fire's next attempt: its key, when due
 _ADMITTED = (admission.Ruling.START, admission.Ruling.QUEUED, admission.Ruling.RESTART)
 
 
@@ -85,22 +72,31 @@ class Lanes:
     def get(self, tid: TriggerId) -> Lane | None:
         return self._lanes.get(tid)
 
-    def admit(self, queued: Queued) -> tuple[admission.Decision, list[Queued]]:
-        """Admission of a claimed fire: start, queue (kept in its lane), skip, reject or
-        restart (kept alone in its lane); the waiting fires a restart superseded."""
-        request = queued.request
+    def ok(self, record: Trigger) -> int:
+        """Runs of `record` that ended ok: this device's count, or the record's if newer."""
+        lane = self._lanes.get(record.id)
+        return max(ok_runs(record), lane.book.rollup.ok if lane is not None else 0)
+
+    def admit(self, fire: Fire) -> tuple[admission.Decision, Turn | None]:
+        """Admission of a claimed fire: start, queue (kept in its lane, its `Turn` to wait
+        for), skip, reject or restart (kept alone in its lane, to wait for the running run
+        to end); the waiting fires a restart supersedes are told so through their turns."""
+        request = fire.request
         lane = self._lane(request.trigger)
         limit = request.trigger.limits.max_queue
         decision, lane.slots = admission.admit(lane.slots, policy(request, lane), limit, self._size)
-        verdict, superseded = decision.verdict, []
+        verdict, turn = decision.verdict, None
         if request.catchup and verdict in _ADMITTED:
             lane.catchups += 1
         if verdict is admission.Ruling.RESTART:
-            superseded, lane.waiting = list(lane.waiting), deque()
-            lane.catchups -= sum(w.request.catchup for w in superseded)  # never finished
+            superseded, lane.waiting = lane.waiting, deque()
+            for waiting, its_turn in superseded:
+                lane.catchups -= waiting.request.catchup  # never finished
+                its_turn.set_result(decision.reason or RunReason.SUPERSEDED)
         if verdict in (admission.Ruling.QUEUED, admission.Ruling.RESTART):
-            lane.waiting.append(queued)
-        return decision, superseded
+            turn = asyncio.get_running_loop().create_future()
+            lane.waiting.append((fire, turn))
+        return decision, turn
 
     def _lane(self, record: Trigger) -> Lane:
         lane = self._lanes.get(record.id)
@@ -119,34 +115,37 @@ class Lanes:
         lane.book = Book(breaker=state, rollup=lane.book.rollup)
         return admitted
 
-    def finished(self, tid: TriggerId, lane: Lane, catchup: bool) -> Queued | None:
-        """An admitted fire of `lane` is done; the waiting fire that starts now, if any."""
+    def finished(self, lane: Lane, catchup: bool) -> None:
+        """An admitted fire of `lane` is done: the waiting fire whose turn it is starts."""
         lane.catchups -= catchup
-        if self._lanes.get(tid) is not lane or lane.slots.running <= 0:
-            return None  # withdrawn meanwhile: its waiting fires went with `remove`
+        if self._lanes.get(lane.tid) is not lane or lane.slots.running <= 0:
+            return  # withdrawn meanwhile: its waiting fires went with `remove`
         start, lane.slots = admission.finished(lane.slots)
-        return lane.waiting.popleft() if start and lane.waiting else None
+        if start and lane.waiting:
+            _, turn = lane.waiting.popleft()
+            if not turn.done():
+                turn.set_result("")
 
-    def remove(self, tid: TriggerId) -> list[Queued]:
-        """Forget a trigger's lane; the fires that were waiting in it."""
+    def remove(self, tid: TriggerId, why: str) -> None:
+        """Forget a trigger's lane; the fires waiting in it are told `why`."""
         lane = self._lanes.pop(tid, None)
-        return list(lane.waiting) if lane is not None else []
+        for _, turn in lane.waiting if lane is not None else ():
+            if not turn.done():
+                turn.set_result(why)
 
     def settle(
         self,
-        record: Trigger,
-        fire: RunIdentity,
-        outcome: Outcome,
-        why: str,
+        fire: Fire,
         *,
         now: datetime,
-        admitted: bool,
-        next_attempt: tuple[str, datetime] | None = None,
+        next_attempt: NextAt,
+        next_fire_at: datetime | msgspec.UnsetType | None = msgspec.UNSET,
     ) -> Stamps | None:
-        """Move the trigger's book on by this ending; the stamps to write (None when the
-        lane is gone: withdrawn meanwhile, no longer this device's to stamp)."""
+        """Move the trigger's book on by this fire's ending; the stamps to write (None when
+        the lane is gone: withdrawn meanwhile, no longer this device's to stamp)."""
+        record, outcome = fire.request.trigger, fire.outcome
         lane = self._lanes.get(record.id)
-        if lane is None:
+        if lane is None or outcome is None:
             return None
         lane.book, stamps = bodies.settle(
             lane.book,
@@ -154,9 +153,10 @@ class Lanes:
             fire,
             outcome,
             finished_at=now,
-            reason=why,
-            admitted=admitted,
+            reason=fire.reason,
+            admitted=fire.admitted,
             next_attempt=next_attempt,
+            next_fire_at=next_fire_at,
         )
         lane.runs_seen = lane.book.rollup.runs
         return stamps

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import socket
 from datetime import datetime
-from typing import Any
 
 import msgspec
 
@@ -27,9 +26,10 @@ from programs.outcome import Outcome
 from runtime.client.api import SpaceClient
 from runtime.client.seat import Seat
 from runtime.fire import bodies
-from runtime.fire.execute import Execute, Work, new_run_id, program_fetch
-from runtime.fire.recorder import Recorder
-from triggers.records import PeerId
+from runtime.fire.execute import Execute, new_run_id, program_fetch
+from runtime.fire.recorder import Recorder, StoredRun
+from runtime.fire.secrets import Args
+from triggers.records import Limits, PeerId
 
 KEY_PREFIX = "manual:"
 
@@ -39,25 +39,24 @@ class Manual(msgspec.Struct, frozen=True, kw_only=True):
 
     trigger_id: str
     program: str
-    args: dict[str, Any] = {}
+    args: Args = {}
     timeout_seconds: float = 60.0
     memory_mb: int = 512
 
 
 async def run_by_hand(
     client: SpaceClient, space: str, url: str, manual: Manual, clock: Clock | None = None
-) -> tuple[dict[str, Any], Outcome]:
+) -> tuple[StoredRun, Outcome]:
     """Run `manual` now in a worker process; the run record as stored, and the ending."""
     clock = clock or SystemClock()
     fire = _fire(manual, clock.wall())
-    work = Work(
-        args=manual.args, timeout_seconds=manual.timeout_seconds, memory_mb=manual.memory_mb
-    )
+    limits = Limits(timeout_seconds=manual.timeout_seconds, memory_mb=manual.memory_mb)
     seat = Seat(client, space, PeerId(fire.peer), clock)
     programs = ProgramCache(program_fetch(client, space))
     async with Executor(1) as executor:
         execute = Execute(seat, url, executor=executor, programs=programs)
-        outcome, reason = await execute.run(fire, await execute.load(fire.program), work, None)
+        program = await execute.load(fire.program)
+        outcome, reason = await execute.run(fire, program, manual.args, limits, None)
     fire = bodies.entered(fire, (), outcome)  # started when main() was entered
     record = bodies.run_record(fire, outcome, finished_at=clock.wall(), reason=reason)
     return await Recorder(seat).post_run(record), outcome

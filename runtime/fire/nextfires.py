@@ -1,9 +1,10 @@
-"""The ticker's heap: every armed entry's next fire, earliest first.
+"""The ticker's entries and heap: every armed entry's next fire, earliest first.
 
-Owns the order in which entries come due (SPEC "Sleep and clocks": the sleep is read off
-the top). An entry is pushed under its `next_at` whenever that moves; the older items of
-it go stale and are skipped when they surface, and the heap is rebuilt when stale items
-outnumber the entries, so a device at rest with 100,000 entries costs nothing per entry.
+Owns the armed entries' table (`Entries`, the ticker's to write) and the order in which
+they come due (SPEC "Sleep and clocks": the sleep is read off the top). An entry is
+pushed under its `next_at` whenever that moves; the older items of it go stale and are
+skipped when they surface, and the heap is rebuilt when stale items outnumber the
+entries, so a device at rest with 100,000 entries costs nothing per entry.
 No clock, no I/O: `now` is passed in.
 """
 
@@ -17,7 +18,17 @@ from runtime.fire.cursors import Entry
 from triggers.records import TriggerId
 
 
-class NextFires:
+class Entries(dict[TriggerId, Entry]):
+    """The armed entries, by trigger: written by the ticker alone, read by what stamps a
+    trigger's `nextFireAt` (a fire's stamps, the health pass), so neither asks the ticker."""
+
+    def next_fire(self, tid: TriggerId) -> datetime | None:
+        """When one armed entry fires next; None when it is not armed or never fires again."""
+        entry = self.get(tid)
+        return entry.next_at if entry is not None else None
+
+
+class FireHeap:
     """The heap over `entries` (the ticker's dict of armed entries, read, never written)."""
 
     def __init__(self, entries: Mapping[TriggerId, Entry]) -> None:
@@ -55,6 +66,17 @@ class NextFires:
         """The entry that fires first, and when."""
         at = self.earliest()
         return (self._heap[0][1], at) if at is not None else None
+
+    def count_until(self, at: datetime, limit: int) -> int:
+        """How many entries fire by `at` (at most `limit` are counted): the heap's items
+        up to `at` only are looked at."""
+        heap, count, todo = self._heap, 0, [0]
+        while todo and count < limit:
+            i = todo.pop()
+            if i < len(heap) and heap[i][0] <= at:
+                count += self._current(heap[i])
+                todo += (2 * i + 1, 2 * i + 2)
+        return count
 
     def pop_due(self, now: datetime) -> list[Entry]:
         """Every entry due at `now`, earliest first, each once; taken off the heap."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any, Protocol
 
 import msgspec
@@ -33,12 +32,12 @@ from triggers.records import RESERVED_CHAT_WATCH, Loaded, Trigger, TriggerId
 
 log = logging.getLogger("baton.recorder")
 
-NextFire = Callable[[TriggerId], datetime | None]
 ChatWatchRecord = Callable[[], Loaded | None]
 BATCH_MAX = 500  # runs in one write at most
+StoredRun = dict[str, Any]  # a run record as the space stored it, its JSON whole (printed as is)
 
 
-class OwnStamps(Protocol):
+class StampSink(Protocol):
     """Where this device's stamps go as they are written (runtime.feeds.own.OwnStamps)."""
 
     tag: str
@@ -66,23 +65,17 @@ class Recorder:
         self,
         seat: Seat,
         *,
-        next_fire: NextFire | None = None,
         chat_watch: ChatWatchRecord | None = None,
         bus: Bus | None = None,
     ) -> None:
         self._client, self._space, _, self._clock = seat
-        self._next_fire, self._chat_watch, self._bus = next_fire, chat_watch, bus
+        self._chat_watch, self._bus = chat_watch, bus
         self._waiting: list[Waiting] = []  # the next write's runs, in the order they ended
         self._stamped: dict[TriggerId, Waiting] = {}  # the waiting run carrying a trigger's stamps
         self._writer: asyncio.Task[None] | None = None
         self._turns_rollup: Rollup | None = None  # chat-watch's, as this device last stamped it
         self.keep: Callable[[RunIn], bool] | None = None  # True: kept elsewhere (the ledger)
-        self.own: OwnStamps | None = None  # set by the device: the reconciler's
-
-    def read_next_fires_from(self, next_fire: NextFire) -> None:
-        """Where `nextFireAt` comes from, when it cannot be given at construction: the
-        device's ticker is built after the recorder (Ticker → Firing → Recorder)."""
-        self._next_fire = next_fire
+        self.own: StampSink | None = None  # set by the device: the reconciler's
 
     # --- fires ---------------------------------------------------------------------------
 
@@ -98,7 +91,7 @@ class Recorder:
             kept: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             kept.set_result(None)
             return kept
-        body = run if stamps is None else replace(run, stamps=self._with_next_fire(record, stamps))
+        body = run if stamps is None else replace(run, stamps=stamps)
         waiting = Waiting(tid=record.id, body=body, done=asyncio.get_running_loop().create_future())
         if stamps is not None:
             if (older := self._stamped.pop(record.id, None)) is not None:
@@ -113,11 +106,6 @@ class Recorder:
         """Write every run still waiting."""
         if self._writer is not None:
             await asyncio.shield(self._writer)
-
-    def _with_next_fire(self, record: Trigger, stamps: Stamps) -> Stamps:
-        if self._next_fire is None or record.kind == "event":
-            return stamps
-        return replace(stamps, nextFireAt=self._next_fire(record.id))  # stamped with the run
 
     async def _write_waiting(self) -> None:
         """One write at a time, in order: what ended while one was in flight goes in the next.
@@ -147,7 +135,7 @@ class Recorder:
         finally:
             own.done()
 
-    async def _post(self, batch: list[Waiting], own: OwnStamps | None) -> None:
+    async def _post(self, batch: list[Waiting], own: StampSink | None) -> None:
         sent = [waiting.body for waiting in batch]
         post, writer = self._client.run_create_list, own.tag if own is not None else None
         try:
@@ -197,7 +185,7 @@ class Recorder:
         is raised, for the pass to judge (it tries again on its next pass)."""
         await self._client.trigger_status(self._space, tid, body)
 
-    async def post_run(self, run: RunIn) -> dict[str, Any]:
+    async def post_run(self, run: RunIn) -> StoredRun:
         """Post a run record; the record as stored, as JSON. Raises the last `ApiError`."""
         return await retried(lambda: self._client.run_create(self._space, run), self._clock)
 

@@ -3,9 +3,10 @@
 Owns the timers of this device's armed `cron` and `once` entries (SPEC "When triggers
 fire", "Sleep and clocks"): arming, `rearm`, `update`, `remove`, `bridge` and `slept`; one
 sleep to the earliest next fire or a change; at a wake, what is due `lead` seconds ahead,
-handed to the `Dispatcher` together. The cursor math is runtime.fire.cursors (pure), the
-order runtime.fire.nextfires (a heap); one entry's failure is its own. Must not claim, run
-or record fires, nor handle event triggers; reads time only through the Clock.
+handed to the `Dispatcher` together; shortly before a slot, how many fires it brings
+(`expect`: the executor forks spares ahead). The cursor math is runtime.fire.cursors
+(pure), the order runtime.fire.nextfires (a heap); one entry's failure is its own. Must
+not claim, run or record fires, nor handle event triggers; reads time only through the Clock.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from runtime.fire.cursors import (
     take,
 )
 from runtime.fire.dispatch import Dispatcher, FireRequest, named
-from runtime.fire.nextfires import NextFires
+from runtime.fire.nextfires import Entries, FireHeap
 from runtime.health.touched import Touched
 from triggers.records import CronTrigger, OnceTrigger, TriggerId
 from triggers.registry import Armed, Diff
@@ -43,6 +44,10 @@ ARM_CHUNK = 500
 """At most this many entries are armed between two yields to the loop (≈ 5–25 ms)."""
 HAND_OFF = 100
 """At most this many fires of one wake are handed to the dispatcher (claimed) at once."""
+EXPECT_AHEAD = 2.0
+"""Seconds before a slot that `expect` hears how many fires it brings (spares forked ahead)."""
+EXPECT_WINDOW = timedelta(seconds=1)
+EXPECT_MAX = 1024  # fires counted at most
 _TIMED = (CronTrigger, OnceTrigger)
 
 
@@ -51,7 +56,7 @@ def _expression(armed: Armed) -> str:
     return record.spec.expr if isinstance(record, CronTrigger) else ""
 
 
-class NextFire(msgspec.Struct, frozen=True, kw_only=True):
+class DueFire(msgspec.Struct, frozen=True, kw_only=True):
     trigger: str
     at: str
 
@@ -64,7 +69,7 @@ class TickerStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     dispatched: int
     failed: dict[TriggerId, str]  # why its entry was dropped
     last_wake: str | None
-    next: NextFire | None
+    next: DueFire | None
 
 
 def _bridged(entry: Entry, start: datetime, now: datetime) -> int:
@@ -89,19 +94,23 @@ class Ticker:
         lead: float = CLAIM_AHEAD,
         touched: Touched | None = None,
         awake: Callable[[], object] | None = None,
+        expect: Callable[[int], object] | None = None,
+        entries: Entries | None = None,
     ) -> None:
         self._dispatcher = dispatcher
+        self._expect = expect  # told of the next slot's fires (`Executor.prepare`), once
+        self._expected: datetime | None = None  # the slot it was told of last
         self._awake = awake  # asked at each wake: a sleep or freeze seen restarts the cursors
         self._clock = clock
         self._max_sleep = max_sleep
         self._lead = timedelta(seconds=lead)
-        self._entries: dict[TriggerId, Entry] = {}
+        self._entries = Entries() if entries is None else entries  # read by `nextFireAt`
         self.failed: dict[TriggerId, str] = {}  # entries dropped because they raised
         self.up_since = clock.wall()  # this device's start (or its last wake from sleep)
         self._wake = asyncio.Event()
         self.dispatched = 0  # fires handed to the dispatcher so far
         self.last_wake: datetime | None = None
-        self._heap = NextFires(self._entries)
+        self._heap = FireHeap(self._entries)
         self._pending: dict[TriggerId, tuple[Armed, datetime]] = {}  # to arm, with its `now`
         self.chunk = ARM_CHUNK
         self._pending_bridge: datetime | None = None  # a takeover's start, for pending entries
@@ -235,8 +244,7 @@ class Ticker:
 
     def next_fire(self, tid: TriggerId) -> datetime | None:
         """When one armed entry fires next; None when it is not armed or never fires again."""
-        entry = self._entries.get(tid)
-        return entry.next_at if entry is not None else None
+        return self._entries.next_fire(tid)
 
     async def run(self) -> None:
         """Fire what is due, sleep until the next fire or a change; until cancelled."""
@@ -301,7 +309,26 @@ class Ticker:
         return min(self._max_sleep, max(0.0, (earliest - self._lead - now).total_seconds()))
 
     async def _nap(self) -> None:
-        await sleep_or_wake(self._clock, self.delay(self._clock.wall()), self._wake)
+        now = self._clock.wall()
+        await sleep_or_wake(self._clock, self._foresee(now, self.delay(now)), self._wake)
+
+    def _foresee(self, now: datetime, delay: float) -> float:
+        """Within `EXPECT_AHEAD` of the next slot, tells `expect` how many fires fall due in
+        the second from it (once per slot); further off, wakes then to tell it. The sleep."""
+        expect = self._expect
+        earliest = self._heap.earliest() if expect is not None else None
+        if expect is None or earliest is None or earliest == self._expected:
+            return delay
+        ahead = (earliest - now).total_seconds()
+        if ahead > EXPECT_AHEAD:
+            return min(delay, ahead - EXPECT_AHEAD)
+        self._expected = earliest
+        count = self._heap.count_until(earliest + EXPECT_WINDOW, EXPECT_MAX)
+        try:
+            expect(count)
+        except Exception:
+            log.exception("ticker: telling %d fires ahead failed", count)
+        return delay
 
     def status(self) -> TickerStatus:
         first = self._heap.first()
@@ -313,5 +340,5 @@ class Ticker:
             dispatched=self.dispatched,
             failed=dict(self.failed),
             last_wake=iso(self.last_wake) if self.last_wake else None,
-            next=NextFire(trigger=first[0], at=iso(first[1])) if first else None,
+            next=DueFire(trigger=first[0], at=iso(first[1])) if first else None,
         )

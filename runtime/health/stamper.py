@@ -37,7 +37,7 @@ RETRY_S = 5.0
 PASS_CHUNK = 2000  # records judged between two yields to the loop
 
 Records = Callable[[], Mapping[TriggerId, Loaded]]
-NextFire = Callable[[TriggerId], datetime | None]
+NextFireAt = Callable[[TriggerId], datetime | None]
 
 
 class HealthStatus(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -59,7 +59,7 @@ class HealthPass:
         records: Records,
         elector: Elector,
         missing_chats: Callable[[], frozenset[str]],
-        next_fire: NextFire | None = None,
+        next_fire: NextFireAt | None = None,
         interval: float = 30.0,
         internal_programs: frozenset[str] = INTERNAL_PROGRAMS,
         touched: Touched | None = None,

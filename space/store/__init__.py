@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import msgspec
@@ -20,10 +21,13 @@ from aiohttp import web
 
 if TYPE_CHECKING:  # `leases` and `chats` serve their routes through this seam
     from core.chatwire import Message, MessageIn
+    from core.peerwire import HeartbeatIn
     from core.wire import FireIn
     from space.chat_store import Chat
     from space.history import Author
     from space.leases import Lease
+    from space.programs import Publication
+    from space.token_store import Principal
 
 Record: TypeAlias = "dict[str, Any]"  # a trigger record as stored (`trigger_store.Record`)
 LeaseStep: TypeAlias = "Callable[[Lease, datetime], Lease]"  # `leases.Conflict` refuses
@@ -165,6 +169,75 @@ class Store(Protocol):
 
     async def messages_since(self, object_id: str, after: int, limit: int) -> list[tuple[int, str]]:
         """Up to `limit` messages with `seq > after`, oldest first, as `(seq, json)`."""
+        ...
+
+    async def mint_token(self, who: Principal) -> str:
+        """A new token for `who` at the store's clock; only its hash is kept."""
+        ...
+
+    async def lookup_token(self, token: str) -> Principal:
+        """Who `token` is by the store's clock: `TokenError` if unknown, revoked or expired."""
+        ...
+
+    async def list_tokens(self, *, everything: bool = False) -> list[dict[str, Any]]:
+        """Tokens without their secrets, oldest first (`token_store.entry`, unix instants)."""
+        ...
+
+    async def revoke_token(self, tid: str) -> dict[str, Any] | None:
+        """Revoke by public id; its entry now, None if none; `LastAdminToken` refuses."""
+        ...
+
+    async def rotate_admin(self, path: Path | None) -> str:
+        """A new admin token, every other revoked, `path` rewritten before the commit."""
+        ...
+
+    async def ensure_admin_token(self, path: Path) -> None:
+        """Accept the admin token file at `path`, or mint one into it (`TokenFileError`)."""
+        ...
+
+    async def mint_run_token(
+        self, space: str, trigger_id: str, run_id: str, ttl: float, peer: str | None
+    ) -> tuple[str, datetime]:
+        """A run token living `ttl` seconds by the store's clock (expired ones pruned);
+        the token and its expiry."""
+        ...
+
+    async def end_run_tokens(self, space: str, run_ids: list[str], peer: str | None = None) -> int:
+        """Revoke the run tokens of `run_ids` (with `peer`: of its fires only); how many."""
+        ...
+
+    async def fire_claim(self, space: str, trigger_id: str, key: str) -> tuple[str, int] | None:
+        """Who claimed `(trigger_id, key)` and at which term (None: nobody)."""
+        ...
+
+    async def heartbeat(
+        self, space: str, peer: str, beat: HeartbeatIn, window: float
+    ) -> tuple[dict[str, Any], datetime]:
+        """A heartbeat at the store's clock (`devices.beaten`) with the history it writes
+        (its window, the feed it applied, its clock's offset); the device's row, and that
+        instant."""
+        ...
+
+    async def devices(self, space: str) -> tuple[list[dict[str, Any]], datetime]:
+        """The devices' rows by peer, and the store's `now` that judges them live."""
+        ...
+
+    async def last_seen(self, space: str, peer: str, window: float) -> tuple[bool, str | None]:
+        """Whether `peer` is live by the store's clock, and when it was last seen."""
+        ...
+
+    async def publish_program(self, pub: Publication) -> tuple[dict[str, Any], bool]:
+        """The program as stored (created at the store's clock), and whether this call
+        published it: an existing `name@vN` is answered untouched; `programs.not_for_others`
+        refuses (403) a device's first publication of another device's pinned program."""
+        ...
+
+    async def program(self, space: str, name: str, version: int) -> dict[str, Any] | None:
+        """The stored row of `name@v{version}` (with its source), None if none."""
+        ...
+
+    async def programs(self, space: str) -> list[dict[str, Any]]:
+        """The stored rows by name and version."""
         ...
 
     async def close(self) -> None: ...

@@ -31,7 +31,7 @@ _TOKEN = (
     "INSERT INTO tokens (hash, role, peer, space, trigger_id, run_id, created_at, expires_at) "
     "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING"
 )
-_PRUNE = (  # tokens past their expiry by the database's clock; rows another transaction holds wait
+PRUNE = (  # tokens past their expiry by the database's clock; rows another transaction holds wait
     "DELETE FROM tokens WHERE hash IN (SELECT hash FROM tokens WHERE expires_at IS NOT NULL "
     "AND expires_at <= extract(epoch FROM clock_timestamp()) LIMIT 1000 FOR UPDATE SKIP LOCKED)"
 )
@@ -58,7 +58,7 @@ async def claim_fire(pool: asyncpg.Pool, space: str, fire: FireIn, margin: float
         if refusal is not None:
             raise refusal
         if "token" in claimed:
-            await conn.execute(_PRUNE)
+            await conn.execute(PRUNE)
     return claimed
 
 
@@ -71,7 +71,7 @@ async def claim_list(
             for fire in batch:
                 results.append(fires.listed(fire, await _attempt(conn, space, fire, margin)))
         if any("token" in r for r in results):
-            await conn.execute(_PRUNE)
+            await conn.execute(PRUNE)
     return results
 
 

@@ -55,7 +55,29 @@ CREATE INDEX tokens_by_run ON tokens (space, run_id);
 CREATE INDEX tokens_by_expiry ON tokens (expires_at);
 """
 _V4 = "ALTER TABLE changes ADD COLUMN writer text NOT NULL DEFAULT '';"  # a device's stamps
-MIGRATIONS = (_V1, _V2, _V3, _V4)  # version n is MIGRATIONS[n - 1]; append, never edit
+_V5 = """
+CREATE TABLE devices (space text NOT NULL, peer text NOT NULL, name text NOT NULL,
+  priority bigint NOT NULL, last_seen double precision NOT NULL,
+  live_since double precision NOT NULL, status text NOT NULL DEFAULT '{}',
+  instance text NOT NULL DEFAULT '', stopped boolean NOT NULL DEFAULT false,
+  PRIMARY KEY (space, peer));
+CREATE TABLE history_windows (space text NOT NULL, peer text NOT NULL,
+  began double precision NOT NULL, last_seen double precision NOT NULL,
+  stopped boolean NOT NULL DEFAULT false, slept double precision,
+  applied_seq bigint NOT NULL DEFAULT 0, PRIMARY KEY (space, peer, began));
+CREATE TABLE history_applied (space text NOT NULL, peer text NOT NULL,
+  at double precision NOT NULL, seq bigint NOT NULL);
+CREATE INDEX history_applied_by_peer ON history_applied (space, peer, at);
+CREATE TABLE history_offsets (space text NOT NULL, peer text NOT NULL,
+  at double precision NOT NULL, offset_ms double precision NOT NULL);
+CREATE INDEX history_offsets_by_at ON history_offsets (space, at);
+"""  # devices and what a heartbeat writes into history
+_V6 = """
+CREATE TABLE programs (space text NOT NULL, name text NOT NULL, version bigint NOT NULL,
+  source text NOT NULL, sha256 text NOT NULL, any_tool boolean NOT NULL,
+  created_at text NOT NULL, publisher text, PRIMARY KEY (space, name, version));
+"""
+MIGRATIONS = (_V1, _V2, _V3, _V4, _V5, _V6)  # version n is MIGRATIONS[n - 1]; append, never edit
 
 
 class NewerStore(Exception):

@@ -34,6 +34,9 @@ from space.store import (
     pg_records,
     pgschema,
 )
+from space.store.pg_devices import PgDevices
+from space.store.pg_programs import PgPrograms
+from space.store.pg_tokens import PgTokens
 from space.store.pgwake import CHANNEL
 from space.trigger_store import Record
 
@@ -46,8 +49,9 @@ ON CONFLICT DO NOTHING RETURNING claimed_at
 """
 
 
-class PostgresStore:
-    """A pool of connections for the operations; `open` migrates the schema first."""
+class PostgresStore(PgTokens, PgDevices, PgPrograms):
+    """A pool of connections for the operations; `open` migrates the schema first. The
+    operations of one area each are its bases (`PgTokens`, `PgDevices`, `PgPrograms`)."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool

@@ -1,175 +1,40 @@
 """The embedded store behind the seam: today's SQLite tables and code, by the server's clock.
 
-Owns adapting the sync area modules (`leases`, `fires`, `trigger_store`, `chat_store`)
-to `Store`; the SQL stays in those modules, so the routes that still use them directly
-answer the same. Each call is one unit of work (`_Work`) run whole on the app's database
-thread (`space.dbthread`), one `BEGIN IMMEDIATE` transaction (a savepoint inside an open
-one); the async method is a one-line wrapper of it. Must not hold SQL of its own.
+Owns adapting the sync area modules (`leases`, `fires`, `trigger_store`, `chat_store`,
+`token_store`, `devices`, `programs`) to `Store`; the SQL stays in those modules. Each call
+is one unit of work (`sqlite_work.Work`, taking `db`) run whole on the app's database thread
+(`space.dbthread`), one `BEGIN IMMEDIATE` transaction (a savepoint inside an open one); the
+async method is a one-line wrapper of it. Must not hold SQL of its own.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import msgspec
-import sqlite_utils
 
 from core.chatwire import Message, MessageIn
+from core.peerwire import HeartbeatIn
 from core.wire import FireIn
-from space import change_log, chat_store, fires, leases, trigger_store
+from space import leases
 from space.chat_store import Chat
-from space.db import transaction
 from space.dbthread import DbThread
 from space.history import Author
-from space.servertime import ServerClock, iso
+from space.programs import Publication
+from space.servertime import ServerClock
 from space.store import Claimed, ClaimIn, LeaseChange, LeaseStep, Stale, Taken
+from space.store.sqlite_work import Work
+from space.token_store import Principal
 from space.trigger_store import Record
-
-
-class _Work:
-    """The store's calls as units of work, each run whole on the database thread."""
-
-    def __init__(self, clock: ServerClock) -> None:
-        self.clock = clock
-
-    def lease(self, db: sqlite_utils.Database, space: str) -> tuple[leases.Lease, datetime]:
-        return leases.load(db, space), self.clock()
-
-    def change_lease(self, db: sqlite_utils.Database, space: str, step: LeaseStep) -> LeaseChange:
-        now = self.clock()
-        with transaction(db):
-            lease = leases.load(db, space)
-            try:
-                new: leases.Lease | None = step(lease, now)
-            except leases.Conflict:
-                new = None
-            if new is not None:
-                leases.store(db, space, new)
-                leases.remember(db, space, lease, new, now)
-        return LeaseChange(lease, new, now)
-
-    def claim(self, db: sqlite_utils.Database, claim: ClaimIn) -> Claimed | Taken | Stale:
-        now = self.clock()
-        fire = FireIn(
-            triggerId=claim.trigger_id,
-            key=claim.key,
-            term=claim.term,
-            peer=claim.peer,
-            claimId=claim.claim_id or None,
-        )
-        with transaction(db):
-            if claim.floating:
-                lease = leases.load(db, claim.space)
-                if not leases.holds(lease, claim.peer, claim.term, now):
-                    return Stale(lease, now)
-            return fires.take(db, claim.space, fire, iso(now))
-
-    def claim_fire(
-        self, db: sqlite_utils.Database, space: str, fire: FireIn, margin: float
-    ) -> dict[str, Any]:
-        return fires.claim_single(db, space, fire, self.clock(), margin)
-
-    def claim_list(
-        self, db: sqlite_utils.Database, space: str, batch: list[FireIn], margin: float
-    ) -> list[dict[str, Any]]:
-        return fires.claim_list(db, space, batch, self.clock(), margin)
-
-    def fires_page(
-        self, db: sqlite_utils.Database, space: str, trigger: str | None, limit: int
-    ) -> list[dict[str, Any]]:
-        return fires.recent(db, space, trigger, limit)
-
-    def append_change(
-        self,
-        db: sqlite_utils.Database,
-        space: str,
-        trigger_id: str,
-        op: str,
-        rev: int,
-        body: str | None,
-        at: str,
-        writer: str = "",
-    ) -> int:
-        with transaction(db):
-            return change_log.append(db, space, trigger_id, op, rev, body, at, writer)
-
-    def changes_since(
-        self, db: sqlite_utils.Database, space: str, since: int, limit: int, omit: str = ""
-    ) -> list[dict[str, Any]]:
-        return change_log.since(db, space, since, limit, omit)
-
-    def record_row(self, db: sqlite_utils.Database, space: str, tid: str) -> tuple[int, str] | None:
-        return trigger_store.stored_row(db, space, tid)
-
-    def latest_seq(self, db: sqlite_utils.Database, space: str) -> int:
-        return change_log.latest(db, space)
-
-    def records_page(
-        self, db: sqlite_utils.Database, space: str, after: str, limit: int, *, stored: bool
-    ) -> tuple[list[Record | msgspec.Raw], str | None]:
-        return trigger_store.listing_page(db, space, after, limit, stored=stored)
-
-    def create_record(
-        self, db: sqlite_utils.Database, space: str, body: Record, by: Author
-    ) -> Record:
-        return trigger_store.create(db, space, body, self._now(), by)
-
-    def create_reserved_record(
-        self, db: sqlite_utils.Database, space: str, tid: str, body: Record, by: Author
-    ) -> tuple[Record, bool]:
-        return trigger_store.create_reserved(db, space, tid, body, self._now(), by)
-
-    def patch_record(
-        self,
-        db: sqlite_utils.Database,
-        space: str,
-        tid: str,
-        changes: Record,
-        if_match: int | None,
-        by: Author,
-    ) -> Record:
-        return trigger_store.patch(db, space, tid, changes, self._now(), if_match, by)
-
-    def ask_run(
-        self, db: sqlite_utils.Database, space: str, tid: str, if_match: int | None, by: Author
-    ) -> Record:
-        return trigger_store.ask_run(db, space, tid, self._now(), if_match, by)
-
-    def stamp_record(
-        self, db: sqlite_utils.Database, space: str, tid: str, stamps: Record, if_match: int | None
-    ) -> tuple[Record, bool]:
-        record, seq = trigger_store.stamp(db, space, tid, stamps, self._now(), if_match)
-        return record, seq > 0
-
-    def delete_record(
-        self, db: sqlite_utils.Database, space: str, tid: str, if_match: int | None, by: Author
-    ) -> None:
-        trigger_store.delete(db, space, tid, self._now(), if_match, by)
-
-    def _now(self) -> str:
-        return iso(self.clock())
-
-    def create_chat(self, db: sqlite_utils.Database, space: str, name: str) -> Chat:
-        return chat_store.create_chat(db, space, name, now=self.clock().timestamp())
-
-    def add_message(
-        self, db: sqlite_utils.Database, space: str, object_id: str, msg: MessageIn
-    ) -> tuple[Message, bytes]:
-        now = self.clock().timestamp()
-        return chat_store.add_message(db, space, object_id, msg, now=now)
-
-    def messages_since(
-        self, db: sqlite_utils.Database, object_id: str, after: int, limit: int
-    ) -> list[tuple[int, str]]:
-        return chat_store.page(db, object_id, after, limit)
 
 
 class SqliteStore:
     def __init__(self, thread: DbThread, clock: ServerClock) -> None:
         self.thread = thread
         self.clock = clock
-        self._work = _Work(clock)
+        self._work = Work(clock)
 
     async def lease(self, space: str) -> tuple[leases.Lease, datetime]:
         return await self.thread.call(self._work.lease, space)
@@ -255,6 +120,57 @@ class SqliteStore:
 
     async def messages_since(self, object_id: str, after: int, limit: int) -> list[tuple[int, str]]:
         return await self.thread.call(self._work.messages_since, object_id, after, limit)
+
+    async def mint_token(self, who: Principal) -> str:
+        return await self.thread.call(self._work.mint_token, who)
+
+    async def lookup_token(self, token: str) -> Principal:
+        return await self.thread.call(self._work.lookup_token, token)
+
+    async def list_tokens(self, *, everything: bool = False) -> list[dict[str, Any]]:
+        return await self.thread.call(self._work.list_tokens, everything=everything)
+
+    async def revoke_token(self, tid: str) -> dict[str, Any] | None:
+        return await self.thread.call(self._work.revoke_token, tid)
+
+    async def rotate_admin(self, path: Path | None) -> str:
+        return await self.thread.call(self._work.rotate_admin, path)
+
+    async def ensure_admin_token(self, path: Path) -> None:
+        return await self.thread.call(self._work.ensure_admin_token, path)
+
+    async def mint_run_token(
+        self, space: str, trigger_id: str, run_id: str, ttl: float, peer: str | None
+    ) -> tuple[str, datetime]:
+        return await self.thread.call(
+            self._work.mint_run_token, space, trigger_id, run_id, ttl, peer
+        )
+
+    async def end_run_tokens(self, space: str, run_ids: list[str], peer: str | None = None) -> int:
+        return await self.thread.call(self._work.end_run_tokens, space, run_ids, peer)
+
+    async def fire_claim(self, space: str, trigger_id: str, key: str) -> tuple[str, int] | None:
+        return await self.thread.call(self._work.fire_claim, space, trigger_id, key)
+
+    async def heartbeat(
+        self, space: str, peer: str, beat: HeartbeatIn, window: float
+    ) -> tuple[dict[str, Any], datetime]:
+        return await self.thread.call(self._work.heartbeat, space, peer, beat, window)
+
+    async def devices(self, space: str) -> tuple[list[dict[str, Any]], datetime]:
+        return await self.thread.call(self._work.devices, space)
+
+    async def last_seen(self, space: str, peer: str, window: float) -> tuple[bool, str | None]:
+        return await self.thread.call(self._work.last_seen, space, peer, window)
+
+    async def publish_program(self, pub: Publication) -> tuple[dict[str, Any], bool]:
+        return await self.thread.call(self._work.publish_program, pub)
+
+    async def program(self, space: str, name: str, version: int) -> dict[str, Any] | None:
+        return await self.thread.call(self._work.program, space, name, version)
+
+    async def programs(self, space: str) -> list[dict[str, Any]]:
+        return await self.thread.call(self._work.programs, space)
 
     async def close(self) -> None:
         """The database is the app's: closed at its cleanup."""

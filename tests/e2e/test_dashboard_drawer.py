@@ -1,9 +1,10 @@
 """The trigger drawer in headless Chromium on `baton up --demo`: see, edit, add, delete.
 
-Clicking a trigger opens its drawer: the record, its next 10 fires (from `GET …/next`), limits,
-breaker, rollup, last runs and the why strip. An edit of its args, an added trigger and a
-deleted one are seen through the API, not only on screen. At 1400 px and 390 px wide neither
-the trigger table nor the drawer scrolls sideways, and no text is cut by hidden overflow.
+Clicking a trigger opens its drawer: the record, its next 10 fires (from `GET …/next`),
+limits, breaker, rollup, last runs and the why strip; Run now has the owning device run
+it. An edit of its args, an added trigger and a deleted one are seen through the API, not
+only on screen. At 1400 px and 390 px wide neither the trigger table nor the drawer
+scrolls sideways, and no text is cut by hidden overflow.
 The browser and `baton up` come from test_dashboard_browser.
 """
 
@@ -72,8 +73,12 @@ async def test_the_drawer_shows_a_trigger_and_edits_adds_and_deletes(baton_up: s
     await expect(drawer.locator("#drawer-rollup")).to_contain_text("ok ", timeout=WAIT_MS)
     await expect(drawer.locator("#drawer-runs .pill", has_text="ok").first).to_be_visible()
     await expect(drawer.locator("#slots-note")).to_contain_text("slots since", timeout=WAIT_MS)
-    await expect(drawer.locator("#drawer-note")).to_contain_text("baton triggers run")
     await shoot(page, tmp_path, "drawer.png")
+
+    await drawer.get_by_role("button", name="Run now").click()  # the owning device runs it
+    await expect(drawer.locator("#drawer-note")).to_contain_text("asked to run now (key manual:")
+    run = await until(lambda: _manual_run(baton_up), "the run asked never ran")
+    assert run["status"] == "ok" and run["peer"] == "laptop", run
 
     await drawer.get_by_role("button", name="Edit").click()
     await page.locator("#f-args").fill('{"note": "edited in the drawer"}')
@@ -110,6 +115,14 @@ async def test_the_drawer_shows_a_trigger_and_edits_adds_and_deletes(baton_up: s
 async def _args_are(dashboard: str, args: dict[str, Any]) -> dict[str, Any] | None:
     found = await record_named(dashboard, "demo heartbeat")
     return found if found is not None and found["args"] == args else None
+
+
+async def _manual_run(dashboard: str) -> dict[str, Any] | None:
+    found = await record_named(dashboard, "demo heartbeat")
+    assert found is not None
+    async with api_of(dashboard) as api:
+        runs = (await api.call("runs", space="default", trigger=found["id"]))["runs"]
+    return next((r for r in runs if r["key"].startswith("manual:")), None)
 
 
 async def _gone(dashboard: str, name: str) -> bool:

@@ -92,7 +92,7 @@ async def test_an_event_retry_outlives_its_holder_and_runs_once_on_the_next(hous
     record = await house.api.trigger_create(
         SPACE, {**body, "retry": {"attempts": 3, "backoffSeconds": 8}}
     )
-    await house.bridged(holder)
+    assert await house.bridged_holder() == holder
     sent = await house.send(house.chat, "try me")
     first = await until(house, record["id"], lambda r: len(r) == 1, "the first attempt")
     assert (first[0]["key"], first[0]["status"], first[0]["attempt"]) == (
@@ -188,7 +188,7 @@ async def test_restart_cancels_a_long_run_when_a_newer_message_comes(house: Hous
     record = await house.api.trigger_create(
         SPACE, {**body, "limits": {"overlap": "restart", "timeoutSeconds": 120}}
     )
-    await house.bridged("a")
+    await house.bridged_holder()
     long = await house.send(house.chat, "take your time")
 
     async def started() -> bool:

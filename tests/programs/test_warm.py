@@ -218,7 +218,7 @@ for _ in range(2):
     procs.refill()
 kept = procs.warm is not None and procs.warm.pid == pids[0]
 threading.Timer(1.0, ours.close).start()  # end of file after the idle limit
-ended = worker.next_request(theirs.makefile("rb"), theirs.fileno(), procs) is None
+ended = worker.next_message(theirs, procs) is None
 json.dump({"enabled": place.warm, "pids": pids, "kept": kept, "ended": ended,
            "warm_after": procs.warm is not None,
            "alive": os.path.exists(f"/proc/{pids[0]}")}, sys.stdout)

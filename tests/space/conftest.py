@@ -50,6 +50,7 @@ async def api(
         store = await PostgresStore.open(str(request.getfixturevalue("pg_dsn")))
         app[STORE] = store
         app.on_cleanup.append(lambda _: store.close())
+        await store.ensure_admin_token(default_admin_token_file(db_path))  # the file's token
     client = await aiohttp_client(app)
     token = default_admin_token_file(db_path).read_text().strip()
     admin = Api(client, token, db_path)

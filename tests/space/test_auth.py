@@ -14,6 +14,9 @@ from space.auth import token_hash
 S = f"/spaces/{SPACE}"
 
 
+BOTH_STORES = True  # tokens, devices and programs answer from the store seam
+
+
 async def run_token(api: Api, trigger_id: str, ttl: float = 60) -> str:
     status, body = await api.post(
         f"{S}/tokens/run", {"triggerId": trigger_id, "runId": "run_1", "ttlSeconds": ttl}
@@ -22,6 +25,7 @@ async def run_token(api: Api, trigger_id: str, ttl: float = 60) -> str:
     return body["token"]
 
 
+@pytest.mark.sqlite_only  # reads the SQLite file
 async def test_admin_token_file_is_owner_only_and_only_hashes_are_stored(api: Api) -> None:
     path = default_admin_token_file(api.db_path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -64,6 +68,7 @@ async def test_a_device_acts_only_as_itself(api: Api) -> None:
     assert status == 403
 
 
+@pytest.mark.sqlite_only  # state and chat reads are SQLite's yet
 async def test_run_token_scope(api: Api) -> None:
     mine = await api.create_trigger()
     other = await api.create_trigger()
@@ -115,6 +120,7 @@ async def test_run_token_is_bound_to_its_space(api: Api) -> None:
     assert status == 403
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_run_token_expires(api: Api, space_clock: FakeClock) -> None:
     mine = await api.create_trigger()
     run = api.as_(await run_token(api, mine["id"], ttl=30))

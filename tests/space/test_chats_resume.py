@@ -10,7 +10,7 @@ from chats_support import FakeClock, start_space
 
 from core.clock import SystemClock
 from runtime.client.sse import SseEvent
-from runtime.client.stream import Subscription
+from runtime.client.stream import Stream
 from space.streams import STREAMS
 
 
@@ -32,7 +32,7 @@ async def test_a_subscription_survives_server_side_drops_without_loss_or_repeat(
                 seqs.append(ev.seq)
                 arrived.notify_all()
 
-    sub = Subscription(url, token, clock=SystemClock(), draw=lambda: 0.0)
+    sub = Stream(url, token, clock=SystemClock(), draw=lambda: 0.0)
     task = asyncio.create_task(sub.run(on_event))
     try:
         async with asyncio.timeout(10):

@@ -20,6 +20,9 @@ S = f"/spaces/{SPACE}"
 RUN = {"startedAt": "2026-12-01T09:00:00Z", "status": "ok"}
 
 
+BOTH_STORES = True  # tokens, devices and programs answer from the store seam
+
+
 async def claimed(api: Api, device: Api, peer: str, **fields: Any) -> tuple[str, str]:
     """A trigger pinned to `peer` and a fire of it `peer` claimed: (trigger id, key)."""
     trigger = await api.create_trigger(owner=peer, **fields)
@@ -48,6 +51,7 @@ async def test_a_device_token_works_in_its_own_space_only(api: Api) -> None:
     assert (status, body["error"]) == (404, "unknown_space"), body  # none for no space
 
 
+@pytest.mark.sqlite_only  # writes the SQLite file
 async def test_a_device_token_from_before_space_binding_is_refused(api: Api) -> None:
     token = await api.device_token("laptop")
     conn = sqlite3.connect(api.db_path)
@@ -58,6 +62,7 @@ async def test_a_device_token_from_before_space_binding_is_refused(api: Api) -> 
     assert status == 403 and "no space" in body["detail"]
 
 
+@pytest.mark.sqlite_only  # runs and turns are SQLite's yet
 async def test_nothing_is_written_as_another_peer(api: Api) -> None:
     laptop = api.as_(await api.device_token("laptop"))
     tid, key = await claimed(api, api.as_(await api.device_token("phone")), "phone")
@@ -98,6 +103,7 @@ async def test_nothing_is_written_as_another_peer(api: Api) -> None:
     assert runs["runs"] == []
 
 
+@pytest.mark.sqlite_only  # runs are SQLite's yet
 async def test_a_device_records_runs_of_its_own_fires_only(api: Api) -> None:
     phone = api.as_(await api.device_token("phone"))
     tid, key = await claimed(api, phone, "phone")
@@ -112,6 +118,7 @@ async def test_a_device_records_runs_of_its_own_fires_only(api: Api) -> None:
     assert (await phone.post(f"{S}/runs", skipped))[0] == 201  # a fire that did not run
 
 
+@pytest.mark.sqlite_only  # runs are SQLite's yet
 async def test_a_device_stamps_the_records_it_answers_for(api: Api) -> None:
     laptop = api.as_(await api.device_token("laptop"))
     phone = api.as_(await api.device_token("phone"))
@@ -129,6 +136,7 @@ async def test_a_device_stamps_the_records_it_answers_for(api: Api) -> None:
         assert status == 200, body
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_a_run_stamped_after_the_lease_moved_is_still_its_devices(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -148,6 +156,7 @@ async def test_a_run_stamped_after_the_lease_moved_is_still_its_devices(
     assert (await laptop.post(f"{S}/triggers/{tid}/status", {"lastStatus": "ok"}))[0] == 200
 
 
+@pytest.mark.sqlite_only  # the fake clock's slot and expiry
 async def test_a_device_mints_run_tokens_only_for_its_fires(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -168,6 +177,7 @@ async def test_a_device_mints_run_tokens_only_for_its_fires(
     assert (status, answer["error"]) == (401, "token_expired")
 
 
+@pytest.mark.sqlite_only  # runs are SQLite's yet
 async def test_posting_the_run_ends_its_token(api: Api) -> None:
     phone = api.as_(await api.device_token("phone"))
     tid, key = await claimed(api, phone, "phone")
@@ -254,6 +264,7 @@ async def test_the_admin_token_is_rotated(api: Api) -> None:
 
 
 @pytest.mark.parametrize("end", ["run_posted", "revoked"])
+@pytest.mark.sqlite_only  # runs are SQLite's yet
 async def test_a_stream_opened_with_a_token_ends_when_the_token_does(api: Api, end: str) -> None:
     phone = api.as_(await api.device_token("phone"))
     tid, key = await claimed(api, phone, "phone")
@@ -278,6 +289,7 @@ async def live_run_tokens(api: Api) -> list[dict[str, Any]]:
     return [t for t in (await api.get("/tokens"))[1]["tokens"] if t["role"] == "run"]
 
 
+@pytest.mark.sqlite_only  # the fake clock's instants
 async def test_a_claim_with_run_answers_the_runs_token(api: Api, space_clock: FakeClock) -> None:
     phone = api.as_(await api.device_token("phone"))
     mine = await api.create_trigger(owner="phone", limits={"timeoutSeconds": 5})
@@ -323,6 +335,7 @@ async def test_a_claim_without_run_answers_no_token(api: Api) -> None:
     assert await live_run_tokens(api) == []
 
 
+@pytest.mark.sqlite_only  # the fake clock's slots
 async def test_a_refused_claim_mints_no_token(api: Api, space_clock: FakeClock) -> None:
     phone = api.as_(await api.device_token("phone"))
     laptop = api.as_(await api.device_token("laptop"))
@@ -400,6 +413,7 @@ def test_forgetting_expired_tokens_searches_an_index(tmp_path: Any) -> None:
     assert any("USING INDEX tokens_by_expiry" in str(row[-1]) for row in plan), plan
 
 
+@pytest.mark.sqlite_only  # runs are SQLite's yet
 async def test_a_run_whose_record_is_refused_ends_its_token_all_the_same(api: Api) -> None:
     """Before, a run record the space refused (here `not_claimed`: the wrong term) left the
     run's token alive until its expiry; now the run is over either way. Another device's

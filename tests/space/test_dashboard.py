@@ -92,18 +92,15 @@ async def test_every_endpoint_the_page_calls_is_in_the_route_table(api: Api) -> 
     _, doc = await api.get("/openapi.json")
     served = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     called = endpoints(page_html())
-    assert {"spaces", "triggers", "patchTrigger", "runs", "sendMessage", "next"} <= called.keys()
-    needed = {n: e for n, e in called.items() if n not in optional(page_html())}
-    assert set(needed.values()) - served == set()
-
-
-def optional(html: str) -> set[str]:
-    """Endpoints the page marks optional: it calls them only when /v1/openapi.json lists them
-    (run now: `POST …/triggers/{id}/run`, served once a device runs what it owns on request)."""
-    (block,) = BLOCK.findall(html)
-    marked = re.findall(r"/\* optional:[^*]*\*/\s*(\w+):", block)
-    assert marked == ["runTrigger"] and "RUN_PATH" in html  # and the page checks the route first
-    return set(marked)
+    assert {
+        "spaces",
+        "triggers",
+        "patchTrigger",
+        "runs",
+        "sendMessage",
+        "runTrigger",
+    } <= called.keys()
+    assert set(called.values()) - served == set()
 
 
 def test_the_script_names_api_paths_only_in_its_endpoint_list() -> None:

@@ -15,6 +15,9 @@ S = f"/spaces/{SPACE}"
 SOURCE = "__any_tool__ = True\n\ndef main(args):\n    return {'ok': True}\n"
 
 
+BOTH_STORES = True  # tokens, devices and programs answer from the store seam
+
+
 async def test_publish_is_immutable(api: Api) -> None:
     status, body = await api.put(f"{S}/programs/triage@v1", {"source": SOURCE})
     assert status == 201 and body["anyTool"] is True and len(body["sha256"]) == 64
@@ -74,6 +77,7 @@ async def test_program_size_is_capped(api: Api) -> None:
     assert status == 413 and body["error"] == "program_too_large"
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_heartbeats_and_liveness(api: Api, space_clock: FakeClock) -> None:
     status, dev = await api.put(f"{S}/devices/box", {"name": "Box", "priority": 10})
     assert status == 200 and dev["live"] is True and dev["priority"] == 10
@@ -88,6 +92,7 @@ async def test_heartbeats_and_liveness(api: Api, space_clock: FakeClock) -> None
     assert dev["upSince"] == dev["lastSeen"] == "2026-12-01T09:00:20.000Z"
 
 
+@pytest.mark.sqlite_only  # the fake clock's instants
 async def test_up_since_restarts_with_a_new_instance_and_a_clean_stop_ends_live(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -106,6 +111,7 @@ async def test_up_since_restarts_with_a_new_instance_and_a_clean_stop_ends_live(
     assert dev["live"] is True and dev["upSince"] == "2026-12-01T09:00:08.000Z"
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_a_device_that_is_not_live_shows_no_live_subscription(
     api: Api, space_clock: FakeClock
 ) -> None:

@@ -1,4 +1,5 @@
-"""The two stores of the seam as one parametrized fixture (PostgreSQL's: tests/pgfixtures.py)."""
+"""The two stores of the seam as one parametrized fixture (PostgreSQL's: tests/pgfixtures.py);
+`other_store` is a second server's store on the same database."""
 
 from __future__ import annotations
 
@@ -30,5 +31,19 @@ async def store(store_target: str) -> AsyncIterator[Store]:
         await made.close()
         return
     app = create_app(store_target)  # the server's own SQLite store, with every table
+    yield app[STORE]
+    app[DB_THREAD].close_blocking()
+
+
+@pytest.fixture
+async def other_store(store_target: str, store: Store) -> AsyncIterator[Store]:
+    """Another server on the database of `store`: a pool of its own, or a second app on the
+    same SQLite file."""
+    if store_target.startswith("postgresql://"):
+        made = await PostgresStore.open(store_target, max_size=5)
+        yield made
+        await made.close()
+        return
+    app = create_app(store_target)
     yield app[STORE]
     app[DB_THREAD].close_blocking()

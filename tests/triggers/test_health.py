@@ -9,8 +9,8 @@ from core.vocab import HealthReason
 from triggers.health import (
     HEALTHY,
     HealthInputs,
+    HealthVerdict,
     Stamp,
-    Verdict,
     due,
     stamp_changed,
     stamp_for,
@@ -184,7 +184,9 @@ def stamped(raw: dict[str, Any], status: str, detail: str = "") -> Loaded:
     return load({**raw, "lastStatus": status, "lastStatusDetail": detail})
 
 
-OFFLINE = Verdict(reason=HealthReason.OWNER_OFFLINE, detail="pinned to phone, which is not live")
+OFFLINE = HealthVerdict(
+    reason=HealthReason.OWNER_OFFLINE, detail="pinned to phone, which is not live"
+)
 
 
 @pytest.mark.parametrize(

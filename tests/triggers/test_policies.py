@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from triggers import backfill, policies
-from triggers.policies import Budget, QuietChat, Retry, Window
+from triggers.policies import ActiveWindow, Budget, QuietChat, Retry
 from triggers.records import InvalidRecord, load, validate_input
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -64,19 +64,19 @@ def test_retry_delay_is_bounded_by_the_cap(attempts, backoff, cap, k):
 
 
 def test_window_holds_start_and_excludes_end():
-    window = Window(start_at=T0, end_at=T0 + timedelta(hours=1))
+    window = ActiveWindow(start_at=T0, end_at=T0 + timedelta(hours=1))
     assert not policies.in_window(window, T0 - timedelta(seconds=1))
     assert policies.in_window(window, T0)
     assert policies.in_window(window, T0 + timedelta(minutes=59))
     assert not policies.in_window(window, T0 + timedelta(hours=1))
     assert policies.in_window(None, T0)
-    assert policies.in_window(Window(end_at=T0), T0 - timedelta(days=999))
+    assert policies.in_window(ActiveWindow(end_at=T0), T0 - timedelta(days=999))
 
 
 def test_a_window_that_ends_before_it_starts_is_refused():
     with pytest.raises(msgspec.ValidationError, match="endAt"):
         msgspec.convert(
-            {"startAt": "2026-12-02T00:00:00Z", "endAt": "2026-12-01T00:00:00Z"}, Window
+            {"startAt": "2026-12-02T00:00:00Z", "endAt": "2026-12-01T00:00:00Z"}, ActiveWindow
         )
 
 

@@ -14,7 +14,7 @@ from triggers.facts import (
     Applied,
     Claim,
     Facts,
-    Message,
+    MessageFact,
     Refused,
     Revision,
     Subscription,
@@ -74,13 +74,13 @@ def facts(**given: Any) -> Facts:
     return Facts(**{**base, **given})
 
 
-def ask(when: datetime = SLOT, *, exact: bool = True, **given: Any) -> why.Answer:
+def ask(when: datetime = SLOT, *, exact: bool = True, **given: Any) -> why.Explanation:
     known = facts(**given)
     where = why.locate(known.revisions, when, exact=exact)
     return why.explain(TID, when, where, known)
 
 
-def reason(answer: why.Answer) -> tuple[Verdict, Reason]:
+def reason(answer: why.Explanation) -> tuple[Verdict, Reason]:
     return answer.verdict, answer.reason
 
 
@@ -293,11 +293,11 @@ def test_a_slot_just_passed_is_pending_and_one_never_claimed_is_a_stall() -> Non
 def test_an_event_message_while_nobody_was_subscribed() -> None:
     event = record(kind="event", spec={"dataset": "chat_messages", "objectId": "c1"})
     rev = Revision(rev=1, seq=1, at=T0, op="create", actor="admin", record=event)
-    msg = Message(message_id="m42", accepted=SLOT)
+    msg = MessageFact(message_id="m42", accepted=SLOT)
     known = facts(revisions=[rev], message=msg)
     got = why.explain(TID, SLOT, why.locate_message(known.revisions, SLOT, msg), known)
     assert reason(got) == (Verdict.NOT_FIRED, Reason.NO_SUBSCRIBER) and got.key == "m42"
-    own = Message(message_id="m43", accepted=SLOT, agent="triage")
+    own = MessageFact(message_id="m43", accepted=SLOT, agent="triage")
     where = why.locate_message(known.revisions, SLOT, own)
     assert why.explain(TID, SLOT, where, known).reason is Reason.NOT_A_SLOT
 
@@ -383,7 +383,7 @@ def test_a_refusal_the_chain_did_not_reach_is_still_told() -> None:
 def event_facts(*streams: Subscription) -> tuple[Facts, why.Located]:
     event = record(kind="event", spec={"dataset": "chat_messages", "objectId": "c1"})
     rev = Revision(rev=1, seq=1, at=T0, op="create", actor="admin", record=event)
-    msg = Message(message_id="m7", accepted=SLOT)
+    msg = MessageFact(message_id="m7", accepted=SLOT)
     known = facts(revisions=[rev], message=msg, subscriptions=list(streams))
     return known, why.locate_message(known.revisions, SLOT, msg)
 

@@ -11,7 +11,7 @@ from triggers.facts import Offset, Refused, Window
 from triggers.whywords import Reason, Verdict
 
 
-def checks(answer: why.Answer) -> dict[str, str]:
+def checks(answer: why.Explanation) -> dict[str, str]:
     return {c.name: c.detail for c in answer.checks}
 
 

@@ -18,7 +18,7 @@ from aiohttp import web
 from core.aio import Backoff
 from core.clock import FakeClock
 from runtime.client.sse import SseEvent
-from runtime.client.stream import ConnectionState, Permanent, Subscription, sse_session
+from runtime.client.stream import ConnectionState, Permanent, Stream, sse_session
 
 HUB = web.AppKey("hub", object)
 
@@ -237,7 +237,7 @@ async def follow(clock):
 
     def start(url: str, **kw):
         kw.setdefault("read_timeout", 5.0)
-        sub = Subscription(url, "tok", clock=clock, **kw)
+        sub = Stream(url, "tok", clock=clock, **kw)
         got = Collector()
         task = asyncio.create_task(sub.run(got))
         tasks.append(task)
@@ -395,7 +395,7 @@ async def test_transient_statuses_are_retried(hub_server, follow, drive, clock, 
 async def test_other_4xx_is_permanent(hub_server, clock, status):
     hub, server = hub_server
     hub.statuses.append((status, {}))
-    sub = Subscription(url(server), "tok", clock=clock)
+    sub = Stream(url(server), "tok", clock=clock)
     with pytest.raises(Permanent) as caught:
         async with asyncio.timeout(5):
             await sub.run(Collector())
@@ -456,7 +456,7 @@ async def test_a_caller_error_is_raised_not_retried(hub_server, clock):
     async def broken(event: SseEvent) -> None:
         raise ConnectionResetError("the caller's own bug")
 
-    sub = Subscription(url(server), "tok", clock=clock)
+    sub = Stream(url(server), "tok", clock=clock)
     with pytest.raises(ConnectionResetError):
         async with asyncio.timeout(5):
             await sub.run(broken)
@@ -546,7 +546,7 @@ async def test_a_session_without_our_tracing_still_maps_statuses(hub_server, clo
     hub, server = hub_server
     hub.statuses.append((404, {}))
     async with aiohttp.ClientSession() as session:
-        sub = Subscription(url(server), "tok", clock=clock, session=session)
+        sub = Stream(url(server), "tok", clock=clock, session=session)
         with pytest.raises(Permanent) as caught:
             async with asyncio.timeout(5):
                 await sub.run(Collector())

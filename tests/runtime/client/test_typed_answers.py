@@ -23,7 +23,7 @@ import pytest
 from aiohttp import web
 from waiting import eventually
 
-from core import chatwire, peerwire, wire
+from core import answers, chatwire, peerwire, wire
 from core.clock import FakeClock
 from core.routes import PREFIX, ROUTES, ApiError
 from runtime.chat.link import ChatLink
@@ -362,7 +362,7 @@ def test_requests_refuse_unknown_fields_and_answers_ignore_them():
 def test_every_wire_struct_is_a_strict_request_or_a_lenient_answer():
     structs = [
         cls
-        for module in (wire, peerwire, chatwire)
+        for module in (wire, peerwire, chatwire, answers)
         for _, cls in inspect.getmembers(module, inspect.isclass)
         if issubclass(cls, msgspec.Struct) and cls not in (wire.Body, wire.Answer)
     ]

@@ -20,7 +20,7 @@ from waiting import eventually
 from core.clock import FakeClock
 from core.peerwire import LeaseOut
 from runtime.client.api import SpaceClient
-from runtime.client.offset import Offset, SpaceTime
+from runtime.client.offset import ClockOffset, SpaceTime
 from runtime.client.seat import Seat
 from runtime.election.decision import Config
 from runtime.election.heartbeat import Heartbeat
@@ -348,7 +348,7 @@ async def test_heartbeats_tell_the_space_the_clock_offset_the_device_measured(
     async with SpaceClient(url, admin_token.strip(), clock=clock) as admin:
         await admin.space_create({"id": SPACE, "name": "Home"})
         token = (await admin.token_device({"peer": "a", "space": SPACE}))["token"]
-    offset = Offset(clock)
+    offset = ClockOffset(clock)
     async with SpaceClient(url, token, clock=SpaceTime(offset), offset=offset) as client:
         beat = Heartbeat(Seat(client, SPACE, PeerId("a"), clock), "A")
         beat.offset = offset.known

@@ -164,9 +164,7 @@ def make_firing(w: World, executor: Executor, **kw: Any) -> Firing:
     options: dict[str, Any] = {"term": lambda: 0, "may_fire_floating": lambda: True}
     options.update(kw)
     seat = w.seat()
-    recorder = Recorder(
-        seat, next_fire=options.pop("next_fire", None), bus=options.pop("bus", None)
-    )
+    recorder = Recorder(seat, bus=options.pop("bus", None))
     programs = ProgramCache(program_fetch(w.device, SPACE))
     execute = Execute(seat, w.url, executor=executor, programs=programs)
     w.firing = Firing(seat, execute=execute, recorder=recorder, **options)

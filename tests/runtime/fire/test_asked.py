@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runtime.fire.asked import FRESH, Asked
+from runtime.fire.asked import FRESH, RunAsks
 from triggers.diffing import reconcile, reconcile_changes
 from triggers.records import PeerId, Trigger, load
 from triggers.registry import Diff, Registry, apply
@@ -36,7 +36,7 @@ def test_an_ask_arriving_as_an_update_is_one_catchup_fire_of_its_key():
     registry = apply(Registry(), reconcile(Registry(), [record()], ME, True))
     diff = reconcile_changes(registry, [record(2, AT)], ME, True)
     assert len(diff.update) == 1 and diff.rearm == ()  # fire times stay
-    asked = Asked()
+    asked = RunAsks()
     [fire] = asked.take(diff, NOW)
     due = datetime.fromisoformat(AT)
     assert (fire.key, fire.due_at, fire.catchup) == ("manual:" + AT, due, True)
@@ -48,26 +48,26 @@ def test_an_ask_arriving_as_an_update_is_one_catchup_fire_of_its_key():
 
 
 def test_an_edit_after_the_ask_does_not_fire_it_again():
-    asked = Asked()
+    asked = RunAsks()
     assert len(asked.take(Diff(add=_armed(record(2, AT))), NOW)) == 1
     edited = record(3, AT, name="lamp, renamed")
     assert asked.take(Diff(update=_armed(edited)), NOW) == []
 
 
 def test_a_record_not_armed_here_an_old_ask_or_a_paused_record_is_not_fired():
-    asked = Asked()
+    asked = RunAsks()
     mine = reconcile(Registry(), [record(2, AT, owner="elsewhere")], ME, True)
     assert mine.add == () and asked.take(mine, NOW) == []
     stale = NOW + FRESH + timedelta(seconds=1)
     assert asked.take(Diff(add=_armed(record(2, AT))), stale) == []
     assert asked.take(Diff(add=_armed(record())), NOW) == []  # no ask at all
-    paused, asked = record(2, AT, enabled=False), Asked()  # taken once it is resumed
+    paused, asked = record(2, AT, enabled=False), RunAsks()  # taken once it is resumed
     assert asked.take(Diff(add=_armed(paused)), NOW) == []
     assert len(asked.take(Diff(update=_armed(record(3, AT))), NOW)) == 1
 
 
 def test_removed_then_armed_again_hands_the_key_over_again_for_the_claim_to_refuse():
-    asked = Asked()
+    asked = RunAsks()
     assert len(asked.take(Diff(add=_armed(record(2, AT))), NOW)) == 1
     assert asked.take(Diff(remove=("trg_a",)), NOW) == []  # type: ignore[arg-type]
     assert len(asked.take(Diff(add=_armed(record(2, AT))), NOW)) == 1
