@@ -182,6 +182,11 @@ async def refusals(request: web.Request, handler: Handler) -> web.StreamResponse
             raise
         code = _AIOHTTP_CODES.get(exc.status, "http_error")
         return error_response(exc.status, code, exc.reason)
+    except ConnectionResetError:  # the client went away mid-request: nobody reads an answer
+        log.info(
+            "%s %s: the client went away before its request was read", request.method, request.path
+        )
+        return error_response(400, "connection_lost", "the connection closed mid-request")
     except Exception as exc:  # a bug: still the house error body, and logged
         log.exception("%s %s failed", request.method, request.path)
         return error_response(500, "internal", f"{type(exc).__name__}: the server failed")

@@ -157,3 +157,20 @@ async def test_a_stream_that_fails_after_its_200_carries_no_second_response(
     assert data.count(b"HTTP/1.1") == 1, data
     assert b"event: hello" in data
     assert "event stream failed" in caplog.text
+
+
+async def test_a_client_gone_mid_body_is_no_server_error(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="baton.space")
+    _, writer = await asyncio.open_connection("127.0.0.1", served.port)
+    head = f"POST /v1/spaces HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {served.token}\r\n"
+    writer.write(head.encode() + b"Content-Type: application/json\r\nContent-Length: 500\r\n\r\n{")
+    await writer.drain()
+    writer.close()  # the body is cut off: the server reads a reset, not a request
+    async with asyncio.timeout(10):
+        while "the client went away" not in caplog.text:
+            await asyncio.sleep(0.01)
+    assert " failed" not in caplog.text and "Traceback" not in caplog.text
+    status, _, body = await served.get("/v1/spaces")
+    assert status == 200, body
