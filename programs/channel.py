@@ -8,6 +8,7 @@ processes.
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import msgspec
@@ -68,6 +69,18 @@ _encoder = msgspec.msgpack.Encoder()
 def frame(message: Request | Prepare | Ready | Reply) -> bytes:
     body = _encoder.encode(message)
     return len(body).to_bytes(HEADER, "big") + body
+
+
+def read_exact(sock: socket.socket, size: int) -> bytes | None:
+    """`size` bytes, or None at end of file: plain recv straight off the socket (no file
+    object to build, no buffer, so a look at the descriptor sees what is not read yet)."""
+    got = b""
+    while len(got) < size:
+        chunk = sock.recv(size - len(got), socket.MSG_WAITALL)
+        if not chunk:
+            return None
+        got += chunk
+    return got
 
 
 def body_length(header: bytes) -> int:

@@ -101,24 +101,13 @@ def _answer(sock: socket.socket, reply: channel.Reply) -> None:
 def _receive(sock: socket.socket) -> channel.Request | None:
     """The next request; None at end of file (the worker discarded this process)."""
     try:
-        header = _read(sock, channel.HEADER)
+        header = channel.read_exact(sock, channel.HEADER)
         if header is None:
             return None
-        body = _read(sock, channel.body_length(header))
+        body = channel.read_exact(sock, channel.body_length(header))
     except OSError:
         return None
     return None if body is None else channel.decode_request(body)
-
-
-def _read(sock: socket.socket, size: int) -> bytes | None:
-    """`size` bytes, or None at end of file (plain recv: no file object to build)."""
-    got = b""
-    while len(got) < size:
-        chunk = sock.recv(size - len(got), socket.MSG_WAITALL)
-        if not chunk:
-            return None
-        got += chunk
-    return got
 
 
 def _enter(scratch: str, keep_fd: int, ruleset: int | None = None) -> None:

@@ -45,19 +45,9 @@ def mark(marker: bytes) -> None:
 def read_message(sock: socket.socket) -> channel.Request | channel.Prepare | None:
     """The next message; None at end of file. Read straight off the socket (no buffer),
     so a look at the descriptor (`pending`) sees every message not read yet."""
-    header = _read(sock, channel.HEADER)
-    body = None if header is None else _read(sock, channel.body_length(header))
+    header = channel.read_exact(sock, channel.HEADER)
+    body = None if header is None else channel.read_exact(sock, channel.body_length(header))
     return None if body is None else channel.decode_to_worker(body)
-
-
-def _read(sock: socket.socket, size: int) -> bytes | None:
-    got = b""
-    while len(got) < size:
-        chunk = sock.recv(size - len(got), socket.MSG_WAITALL)
-        if not chunk:
-            return None
-        got += chunk
-    return got
 
 
 def never() -> bool:
