@@ -78,8 +78,11 @@ def _serve(place: Place, sock: socket.socket, request: channel.Request | None, m
     """Runs `request`, then further runs of its warm key while each leaves nothing."""
     modules = place.modules if request is not None and request.key else None
     while request is not None:
+        code = place.codes.get(request.ref, request.source)
+        if code is None and modules is not None and place.codes.learn(request.ref, request.source):
+            code = place.codes.get(request.ref, request.source)  # for its next runs too
         snapshot = warm.Snapshot(modules) if modules is not None else None
-        reply = runner.run_request(request)
+        reply = runner.run_request(request, code)
         if os.getpid() != me:  # a child the program forked returned here: it must not answer
             os._exit(0)
         kept = snapshot is not None and reply.status is RunStatus.OK and not snapshot.changed()

@@ -1,10 +1,10 @@
 """Runs one program in the current process: the run process's side of a single run.
 
-Owns compiling the program, its fresh namespace and its `use`, the size of its memory
-limit, the program's traceback (headed by what containment refused it, where it did)
-and the encoding of its result. Only ever imported in a worker process: it executes
-program code, so it runs in the process forked for the run (`programs.runproc`),
-never in the daemon nor in the worker that forks.
+Owns compiling the program (unless the worker did: `programs.codes`), its fresh
+namespace and its `use`, the size of its memory limit, the program's traceback (headed
+by what containment refused it, where it did) and the encoding of its result. Only ever
+imported in a worker process: it executes program code, so it runs in the process forked
+for the run (`programs.runproc`), never in the daemon nor in the worker that forks.
 """
 
 from __future__ import annotations
@@ -150,14 +150,16 @@ def _remember_source(ref: str, source: str) -> None:
     linecache.cache[ref] = (len(source), None, source.splitlines(True), ref)
 
 
-def run_request(request: channel.Request) -> channel.Reply:
-    """Runs the program once in this process (a fresh one, forked for this run)."""
+def run_request(request: channel.Request, code: CodeType | None = None) -> channel.Reply:
+    """Runs the program once in this process (a fresh one, forked for this run); `code`:
+    its source compiled already (`programs.codes`), else it is compiled here."""
     _remember_source(request.ref, request.source)
     marks: dict[str, float] = {}
     namespace: dict[str, Any] = {"__name__": PROGRAM_NAME, "__builtins__": builtins}
     use: Any = None
     try:
-        code = compile(request.source, request.ref, "exec", dont_inherit=True)
+        if code is None:
+            code = compile(request.source, request.ref, "exec", dont_inherit=True)
         namespace["use"] = use = make_use(request.context)
         value = _execute(code, namespace, request.args, marks)
     except BaseException as exc:

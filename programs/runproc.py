@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection
 import msgspec
 
 from core.vocab import RunStatus
-from programs import channel, confine, privileges, quota, reaper, runchild, warm
+from programs import channel, codes, confine, privileges, quota, reaper, runchild, warm
 from programs.outcome import exit_reason
 
 SCRATCH_PREFIX = "baton-run-"
@@ -51,6 +51,7 @@ class Place:
         # What a warm run's checks watch, found once here: a run process reads versions only.
         self.modules = warm.Modules() if self.warm else None
         self.rules = confine.Rules.make(self.plan)
+        self.codes = codes.Codes()  # programs compiled here once, for every later run process
         self._sweep()
         # The worker's own directory (0700): each run's scratch directory is made in it
         # under a plain number, so no name is drawn at random per run.

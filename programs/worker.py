@@ -2,8 +2,10 @@
 
 Started as `python -m programs.worker <control-fd> [spares]`: preloads what runs need, reads
 run requests from the control socket and runs each in a contained process (`programs.runproc`),
-the warm one of the request's key or a spare; keeps one spare, or up to `spares` when told
-runs are due soon (`Prepare`), and at most one warm process. It never runs program code.
+the warm one of the request's key or a spare; compiles each program version once after its
+first reply, for the spares forked later (`programs.codes`); keeps one spare, or up to
+`spares` when told runs are due soon (`Prepare`), and at most one warm process. It never
+runs program code.
 Must not outlive its parent: end of file on the control socket, SIGTERM or the parent's
 death end it and the run in flight.
 """
@@ -180,6 +182,7 @@ def serve(sock: socket.socket, place: runproc.Place, cap: int) -> None:
             reply = procs.run(message)
             mark(message.marker)
             sock.sendall(channel.frame(reply))
+            place.codes.learn(message.ref, message.source)  # for the spares forked from now on
             procs.refill(pending)  # while the executor takes the reply
     finally:
         procs.close()
