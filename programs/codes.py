@@ -11,6 +11,7 @@ reads it. Compiling runs none of the program's code. Must not fork, wait or run 
 from __future__ import annotations
 
 import gc
+from inspect import CO_COROUTINE
 from types import CodeType
 
 from programs.source import MAX_SOURCE_BYTES
@@ -59,9 +60,19 @@ class Codes:
         self._table[ref] = (source, code)
         self._size += size
         self.compiled += 1
+        if _async_main(code):  # its runs need asyncio: loaded here once, not in each run
+            import asyncio  # noqa: F401
         gc.freeze()  # the new code joins what every later run process shares uncollected
         return True
 
     def _drop(self, ref: str) -> None:
         found = self._table.pop(ref, None)
         self._size -= 0 if found is None else len(found[0])
+
+
+def _async_main(code: CodeType) -> bool:
+    """Whether the module defines an `async def main` (a coroutine function's code)."""
+    return any(
+        isinstance(const, CodeType) and const.co_name == "main" and const.co_flags & CO_COROUTINE
+        for const in code.co_consts
+    )

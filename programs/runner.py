@@ -9,7 +9,6 @@ for the run (`programs.runproc`), never in the daemon nor in the worker that for
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import errno
 import inspect
@@ -104,6 +103,8 @@ def _execute(
     marks["entered"] = time.monotonic()
     value = main(args)
     if inspect.iscoroutine(value):
+        import asyncio  # loaded in the worker once it compiled an `async def main` (codes)
+
         value = asyncio.run(value)
     return value
 
@@ -148,6 +149,10 @@ def headline(exc: BaseException, memory_mb: int) -> str:
 def _remember_source(ref: str, source: str) -> None:
     """Lets tracebacks quote the program's lines although it is no file."""
     linecache.cache[ref] = (len(source), None, source.splitlines(True), ref)
+
+
+def forget_source(ref: str) -> None:
+    linecache.cache.pop(ref, None)
 
 
 def run_request(request: channel.Request, code: CodeType | None = None) -> channel.Reply:

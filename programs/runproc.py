@@ -58,6 +58,7 @@ class Place:
         self.scratch_root = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
         self._scratches = itertools.count(1)
         privileges.warm()
+        runchild.rehearse(self)  # the run process's own path walked once here (its docstring)
         gc.freeze()  # what is here now is shared with every run process, never collected
 
     def scratch(self) -> str:

@@ -6,7 +6,10 @@ of a worker's output pipe for the end-of-run marker. Must not read pipes itself.
 
 from __future__ import annotations
 
-import asyncio
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import asyncio
 
 LIMIT = 16 * 1024
 
@@ -61,13 +64,13 @@ class Channel:
 
     def __init__(self) -> None:
         self.tail = Tail()  # until the first run: what the worker printed at start-up
-        self.done = asyncio.Event()
+        self.done = _event()
         self._marker: bytes | None = None
         self._carry = b""
         self.closed = False
 
     def begin(self, marker: bytes) -> Tail:
-        self.tail, self.done = Tail(), asyncio.Event()
+        self.tail, self.done = Tail(), _event()
         self._marker, self._carry = marker, b""
         if self.closed:
             self.done.set()
@@ -94,3 +97,11 @@ class Channel:
             self.tail.feed(self._carry)
         self._marker, self._carry, self.closed = None, b"", True
         self.done.set()
+
+
+def _event() -> asyncio.Event:
+    """Imported here: a run process needs the truncation above, not asyncio (the worker
+    it is forked from loads asyncio only for programs with an `async def main`)."""
+    import asyncio
+
+    return asyncio.Event()

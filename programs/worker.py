@@ -189,9 +189,9 @@ def serve(sock: socket.socket, place: runproc.Place, cap: int) -> None:
 
 
 def _preload() -> None:
-    """Imports what runs need now, so the fire path does not pay for it."""
+    """Imports what runs need now, so the fire path does not pay for it (asyncio once a
+    program with an `async def main` is compiled here: `programs.codes`)."""
     with contextlib.suppress(Exception):
-        import asyncio  # noqa: F401
         import json  # noqa: F401
         import urllib.request  # noqa: F401
 

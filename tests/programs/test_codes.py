@@ -9,9 +9,14 @@ program's traceback is the same from inherited code.
 from __future__ import annotations
 
 import gc
+import linecache
+import os
+import subprocess
+import sys
 import textwrap
 
 from core.vocab import RunStatus
+from programs import runchild, warm
 from programs.codes import Codes
 from programs.executor import Executor, Job
 
@@ -109,3 +114,43 @@ async def test_a_traceback_from_inherited_code_quotes_the_programs_line() -> Non
     assert 'value = args["missing"]' in outcomes[-1].error
     assert "line 3" in outcomes[-1].error and "KeyError" in outcomes[-1].error
     assert outcomes[-1].error == outcomes[0].error
+
+
+ASYNC = "import asyncio\nasync def main(args):\n    await asyncio.sleep(0)\n    return args['n']\n"
+
+
+def test_an_async_main_compiled_in_the_worker_loads_asyncio_there() -> None:
+    probe = (
+        "import sys\n"
+        "from programs.codes import Codes\n"
+        "c = Codes()\n"
+        "c.learn('s@v1', 'def main(args):\\n    return 1\\n')\n"
+        "print('asyncio' in sys.modules)\n"
+        f"c.learn('a@v1', {ASYNC!r})\n"
+        "print('asyncio' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
+async def test_an_async_main_runs_before_and_after_its_worker_learned_it() -> None:
+    async with Executor(size=1) as executor:
+        outcomes = [
+            await executor.run(Job(source=ASYNC, ref="async@v1", args={"n": n})) for n in range(3)
+        ]
+    assert [o.result for o in outcomes] == [0, 1, 2]
+
+
+def test_the_rehearsal_in_the_worker_leaves_no_program_behind() -> None:
+    """`runchild.rehearse` walks a run's path in this process with baton's own program:
+    nothing of it stays (no linecache entry, no learned code, the descriptors closed)."""
+
+    class Place:  # the two parts of `runproc.Place` a rehearsal reads
+        modules = warm.Modules() if warm.SUPPORTED else None
+        codes = Codes()
+
+    before = len(os.listdir("/proc/self/fd"))
+    runchild.rehearse(Place(), times=3)  # type: ignore[arg-type]
+    assert runchild.REHEARSAL.ref not in linecache.cache
+    assert len(Place.codes) == 0
+    assert len(os.listdir("/proc/self/fd")) == before
