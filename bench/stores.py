@@ -24,6 +24,7 @@ from pgcluster import Cluster, binaries  # noqa: E402
 
 from space import leases  # noqa: E402
 from space.app import create_app  # noqa: E402
+from space.change_log import Change  # noqa: E402
 from space.dbthread import DB_THREAD  # noqa: E402
 from space.store import STORE, ClaimIn, Store  # noqa: E402
 from space.store.postgres import PostgresStore  # noqa: E402
@@ -53,7 +54,7 @@ async def rates(stores: list[Store], count: int) -> tuple[float, float]:
 
     async def writer(w: int) -> None:
         for n in range(count // 8):
-            await stores[w % len(stores)].append_change(SPACE, "t", "update", n, "{}", "at")
+            await stores[w % len(stores)].append_change(Change(SPACE, "t", "update", n, "{}", "at"))
 
     start = time.perf_counter()
     await asyncio.gather(*(writer(w) for w in range(8)))

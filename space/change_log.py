@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import sqlite_utils
 
 from space import record_view
@@ -28,23 +29,34 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
     add_columns(db, "changes", {"writer": "TEXT NOT NULL DEFAULT ''"})  # an older build's store
 
 
-def append(
-    db: sqlite_utils.Database,
-    space: str,
-    tid: str,
-    op: str,
-    rev: int,
-    body: str | None,
-    at: str,
-    writer: str = "",
-) -> int:
-    """One change into the feed, in the caller's transaction; its `seq` (AUTOINCREMENT under
-    `BEGIN IMMEDIATE`: gapless and in commit order). `writer`: a device's stamps, marked so
-    that its own change stream may leave them out (space.changes, "writer")."""
+class Change(msgspec.Struct, frozen=True):
+    """One change of the feed as written: `writer` marks a device's stamps, so that its own
+    change stream may leave them out (space.changes, "writer")."""
+
+    space: str
+    trigger_id: str
+    op: str
+    rev: int
+    body: str | None
+    at: str
+    writer: str = ""
+
+
+def append(db: sqlite_utils.Database, change: Change) -> int:
+    """`change` into the feed, in the caller's transaction; its `seq` (AUTOINCREMENT under
+    `BEGIN IMMEDIATE`: gapless and in commit order)."""
     cur = db.execute(
         "INSERT INTO changes (space, trigger_id, op, rev, body, at, writer) "
         "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [space, tid, op, rev, body, at, writer],
+        [
+            change.space,
+            change.trigger_id,
+            change.op,
+            change.rev,
+            change.body,
+            change.at,
+            change.writer,
+        ],
     )
     return int(cur.lastrowid or 0)
 

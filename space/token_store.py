@@ -87,6 +87,12 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def token_row(token: str, who: Principal) -> list[str | None]:
+    """The stored columns of `token` for `who`, in the tokens table's order: its hash (never
+    the token), role, peer, space, trigger and run."""
+    return [token_hash(token), who.role.value, who.peer, who.space, who.trigger_id, who.run_id]
+
+
 def token_id(token: str) -> str:
     """The public name of `token`: what listings show and revocations take."""
     return token_hash(token)[:ID_DIGITS]
@@ -98,16 +104,7 @@ def store_token(
     db.execute(
         "INSERT OR IGNORE INTO tokens (hash, role, peer, space, trigger_id, run_id, created_at, "
         "expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            token_hash(token),
-            who.role.value,
-            who.peer,
-            who.space,
-            who.trigger_id,
-            who.run_id,
-            now,
-            expires_at,
-        ],
+        [*token_row(token, who), now, expires_at],
     )
 
 

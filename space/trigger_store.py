@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -111,7 +112,8 @@ def _write(
         "INSERT OR REPLACE INTO triggers VALUES (?, ?, ?, ?)",
         [space, record["id"], record["rev"], body],
     )
-    return change_log.append(db, space, record["id"], op, record["rev"], body, now, writer)
+    change = change_log.Change(space, record["id"], op, record["rev"], body, now, writer)
+    return change_log.append(db, change)
 
 
 def _name_free(db: sqlite_utils.Database, space: str, name: object, tid: str = "") -> None:
@@ -220,15 +222,14 @@ def patch(
     by: Author = SPACE_AUTHOR,
 ) -> Record:
     """Replace the given top-level user fields; the result must be a valid record."""
-    with transaction(db):
-        rev, old = current(db, space, tid)
-        check_rev(rev, if_match)
+
+    def revised(rev: int, old: Record) -> Record:
         record = patched(tid, rev, old, changes, now)
         if renames(old, changes):
             _name_free(db, space, changes["name"], tid)
-        seq = _write(db, space, record, "update", now)
-        history.revision(db, space, old, record, seq, _unix(now), by)
-    return record
+        return record
+
+    return _revise(db, space, tid, now, if_match, by, revised)
 
 
 def patched(tid: str, rev: int, record: Record, changes: Record, now: str) -> Record:
@@ -258,10 +259,24 @@ def ask_run(
     by: Author = SPACE_AUTHOR,
 ) -> Record:
     """Record a run asked of `tid` (compare-and-set on `if_match`); the record written."""
+    return _revise(db, space, tid, now, if_match, by, lambda rev, old: asked(tid, rev, old, now))
+
+
+def _revise(
+    db: sqlite_utils.Database,
+    space: str,
+    tid: str,
+    now: str,
+    if_match: int | None,
+    by: Author,
+    revised: Callable[[int, Record], Record],
+) -> Record:
+    """Compare-and-set `tid` on `if_match`, then write what `revised(rev, old)` makes of it,
+    with its change and its revision, in one transaction."""
     with transaction(db):
         rev, old = current(db, space, tid)
         check_rev(rev, if_match)
-        record = asked(tid, rev, old, now)
+        record = revised(rev, old)
         seq = _write(db, space, record, "update", now)
         history.revision(db, space, old, record, seq, _unix(now), by)
     return record
@@ -318,7 +333,7 @@ def delete(
         rev = row[0]
         check_rev(rev, if_match)
         db.execute("DELETE FROM triggers WHERE space = ? AND id = ?", [space, tid])
-        seq = change_log.append(db, space, tid, "delete", rev + 1, None, now)
+        seq = change_log.append(db, change_log.Change(space, tid, "delete", rev + 1, None, now))
         old = record_view.parse(row[1]) or {"id": tid}
         old = {**old, "id": tid, "rev": rev}
         history.revision(db, space, old, None, seq, _unix(now), by)

@@ -24,7 +24,7 @@ from runtime.cli.common import Target, add_space_options, until_signalled
 from runtime.cli.main import UsageError
 from runtime.cli.next import instant
 from runtime.cli.talk import emit, read, talk
-from runtime.cli.trigger_names import id_if_named
+from runtime.cli.trigger_names import id_if_named, names
 from runtime.client.api import SpaceClient
 
 STATUSES = tuple(s.value for s in RunStatus)
@@ -116,7 +116,8 @@ async def list_runs(client: SpaceClient, where: Target, query: Query, as_json: b
     elif not runs:
         print(f"no runs in space {where.space}{_matching(query)}")
     else:
-        rows = (line(run_row(r)) for r in read(runs, list[RunOut], "runs"))
+        named = await names(client, where)
+        rows = (line(run_row(r, named)) for r in read(runs, list[RunOut], "runs"))
         print("\n".join([line(HEADERS), *rows]))
     return 0
 
@@ -140,13 +141,17 @@ async def _follow(
     if not as_json:
         print(line(HEADERS), flush=True)
     seen = Seen(floor=_floor(query, first))
+    named = {} if as_json else await names(client, where)
     for run in seen.new(first):
-        _show(run, as_json)
+        _show(run, as_json, named)
     while True:
         await clock.sleep(POLL_S)
         page = {**query, "since": iso(seen.since()), "limit": PAGE}
-        for run in seen.new((await client.runs(where.space, **page))["runs"]):
-            _show(run, as_json)
+        fresh = seen.new((await client.runs(where.space, **page))["runs"])
+        if not as_json and any(_trigger(r) not in named for r in fresh):
+            named = await names(client, where)  # a trigger made (or named) since
+        for run in fresh:
+            _show(run, as_json, named)
 
 
 class Seen:
@@ -184,11 +189,15 @@ def _floor(query: Query, first: list[Sent]) -> datetime | None:
     return datetime.fromisoformat(read(first[0], RunOut, "runs").started_at) if first else None
 
 
-def _show(run: Sent, as_json: bool) -> None:
+def _show(run: Sent, as_json: bool, named: dict[str, str]) -> None:
     if as_json:
         emit(run)
     else:
-        print(line(run_row(read(run, RunOut, "runs"))), flush=True)
+        print(line(run_row(read(run, RunOut, "runs"), named)), flush=True)
+
+
+def _trigger(run: Sent) -> str:
+    return str(run.get("triggerId", "")) if isinstance(run, dict) else ""
 
 
 def _matching(query: Query) -> str:
@@ -200,12 +209,13 @@ def _matching(query: Query) -> str:
 # --- rows ----------------------------------------------------------------------------------
 
 
-def run_row(run: RunOut) -> tuple[str, ...]:
+def run_row(run: RunOut, named: dict[str, str] | None = None) -> tuple[str, ...]:
+    """A run's row; its trigger by name where `named` (id to name) has one, else by id."""
     late = run.late_ms
     return (
         shown(run.started_at),
         run.run_id,
-        run.trigger_id,
+        (named or {}).get(run.trigger_id, run.trigger_id),
         run.status,
         f"{run.duration_ms or 0:.0f} ms" if run.status in RAN else "-",
         f"{late:.0f} ms" if late is not None else "-",

@@ -43,3 +43,9 @@ async def id_if_named(client: SpaceClient, where: Target, ref: str) -> str:
     listed = (await client.triggers(where.space))["triggers"]
     named = [str(t["id"]) for t in listed if t.get("name") == ref and t.get("id") != ref]
     return named[0] if len(named) == 1 else ref
+
+
+async def names(client: SpaceClient, where: Target) -> dict[str, str]:
+    """The name of each named trigger of the space, by id (a table shows it for the id)."""
+    listed = (await client.triggers(where.space))["triggers"]
+    return {str(t["id"]): t["name"] for t in listed if isinstance(t.get("name"), str)}

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # `leases` and `chats` serve their routes through this seam
     from core.chatwire import Message, MessageIn
     from core.peerwire import HeartbeatIn
     from core.wire import FireIn
+    from space.change_log import Change
     from space.chat_store import Chat
     from space.history import Author
     from space.leases import Lease
@@ -96,18 +97,8 @@ class Store(Protocol):
         """The latest `limit` claims (of `trigger`), oldest first, as the API shows them."""
         ...
 
-    async def append_change(
-        self,
-        space: str,
-        trigger_id: str,
-        op: str,
-        rev: int,
-        body: str | None,
-        at: str,
-        writer: str = "",
-    ) -> int:
-        """Append to the change feed in a transaction of its own; its `seq` (`writer`: the
-        mark of a device's stamps, space.changes)."""
+    async def append_change(self, change: Change) -> int:
+        """Append to the change feed in a transaction of its own; its `seq`."""
         ...
 
     async def changes_since(

@@ -19,6 +19,7 @@ import asyncpg
 import msgspec
 
 from space import history, record_input, record_view, trigger_store
+from space.change_log import Change
 from space.history import Author
 from space.http import Refusal
 from space.servertime import iso
@@ -49,20 +50,12 @@ class Instant(msgspec.Struct, frozen=True):
     unix: float
 
 
-async def append_change(
-    conn: asyncpg.Connection,
-    space: str,
-    tid: str,
-    op: str,
-    rev: int,
-    body: str | None,
-    at: str,
-    writer: str = "",
-) -> int:
-    """One change into the feed, in the caller's transaction; its `seq` (the space's counter
-    row, locked until the commit: gapless and in commit order). NOTIFYs the hint. `writer`:
-    a device's stamps (space.changes, "writer")."""
-    return int(await conn.fetchval(_APPEND, space, tid, op, rev, body, at, writer))
+async def append_change(conn: asyncpg.Connection, change: Change) -> int:
+    """`change` into the feed, in the caller's transaction; its `seq` (the space's counter
+    row, locked until the commit: gapless and in commit order). NOTIFYs the hint."""
+    c = change
+    seq = await conn.fetchval(_APPEND, c.space, c.trigger_id, c.op, c.rev, c.body, c.at, c.writer)
+    return int(seq)
 
 
 async def create(pool: asyncpg.Pool, space: str, body: Record, by: Author) -> Record:
@@ -97,7 +90,7 @@ async def create_reserved(
         await conn.execute(
             "INSERT INTO trigger_ids VALUES ($1, $2) ON CONFLICT DO NOTHING", space, tid
         )
-        seq = await append_change(conn, space, tid, "create", 1, text, now.text)
+        seq = await append_change(conn, Change(space, tid, "create", 1, text, now.text))
         await _revision(conn, space, None, record, seq, now, by)
     return record, True
 
@@ -156,7 +149,7 @@ async def delete(
         trigger_store.check_rev(rev, if_match)
         now = await _now(conn)
         await conn.execute("DELETE FROM triggers WHERE space = $1 AND id = $2", space, tid)
-        seq = await append_change(conn, space, tid, "delete", rev + 1, None, now.text)
+        seq = await append_change(conn, Change(space, tid, "delete", rev + 1, None, now.text))
         old = {**(record_view.parse(row[1]) or {"id": tid}), "id": tid, "rev": rev}
         await _revision(conn, space, old, None, seq, now, by)
 
@@ -242,7 +235,8 @@ async def _write(
     except asyncpg.UniqueViolationError:
         await _name_free(conn, space, name, record["id"])
         raise
-    return await append_change(conn, space, record["id"], op, record["rev"], body, now.text)
+    change = Change(space, record["id"], op, record["rev"], body, now.text)
+    return await append_change(conn, change)
 
 
 async def _revision(

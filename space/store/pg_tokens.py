@@ -18,7 +18,7 @@ import asyncpg
 
 from space import token_store
 from space.store.pg_fires import PRUNE
-from space.token_store import ID_DIGITS, Principal, Role
+from space.token_store import ID_DIGITS, Principal, Role, token_row
 
 _NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"
 _MINT = (
@@ -153,14 +153,4 @@ async def _mint(
     expires_at: float | None = None,
 ) -> None:
     """Store `token`'s hash for `who` (created at `now`, default the database's clock)."""
-    await db.execute(
-        _MINT,
-        token_store.token_hash(token),
-        who.role.value,
-        who.peer,
-        who.space,
-        who.trigger_id,
-        who.run_id,
-        now,
-        expires_at,
-    )
+    await db.execute(_MINT, *token_row(token, who), now, expires_at)

@@ -20,6 +20,7 @@ import msgspec
 from core.chatwire import Message, MessageIn
 from core.wire import FireIn
 from space import change_log, chat_store, leases
+from space.change_log import Change
 from space.chat_store import Chat
 from space.history import Author
 from space.servertime import iso
@@ -139,20 +140,9 @@ class PostgresStore(PgTokens, PgDevices, PgPrograms):
     async def fires_page(self, space: str, trigger: str | None, limit: int) -> list[dict[str, Any]]:
         return await pg_fires.recent(self.pool, space, trigger, limit)
 
-    async def append_change(
-        self,
-        space: str,
-        trigger_id: str,
-        op: str,
-        rev: int,
-        body: str | None,
-        at: str,
-        writer: str = "",
-    ) -> int:
+    async def append_change(self, change: Change) -> int:
         async with self.pool.acquire() as conn, conn.transaction():
-            return await pg_records.append_change(
-                conn, space, trigger_id, op, rev, body, at, writer
-            )
+            return await pg_records.append_change(conn, change)
 
     async def record_row(self, space: str, tid: str) -> tuple[int, str] | None:
         return await pg_records.stored_row(self.pool, space, tid)

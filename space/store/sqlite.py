@@ -19,6 +19,7 @@ from core.chatwire import Message, MessageIn
 from core.peerwire import HeartbeatIn
 from core.wire import FireIn
 from space import leases
+from space.change_log import Change
 from space.chat_store import Chat
 from space.dbthread import DbThread
 from space.history import Author
@@ -56,19 +57,8 @@ class SqliteStore:
     async def fires_page(self, space: str, trigger: str | None, limit: int) -> list[dict[str, Any]]:
         return await self.thread.call(self._work.fires_page, space, trigger, limit)
 
-    async def append_change(
-        self,
-        space: str,
-        trigger_id: str,
-        op: str,
-        rev: int,
-        body: str | None,
-        at: str,
-        writer: str = "",
-    ) -> int:
-        return await self.thread.call(
-            self._work.append_change, space, trigger_id, op, rev, body, at, writer
-        )
+    async def append_change(self, change: Change) -> int:
+        return await self.thread.call(self._work.append_change, change)
 
     async def changes_since(
         self, space: str, since: int, limit: int, omit: str = ""

@@ -27,6 +27,7 @@ from space import (
     token_store,
     trigger_store,
 )
+from space.change_log import Change
 from space.chat_store import Chat
 from space.db import transaction
 from space.history import Author
@@ -90,19 +91,9 @@ class Work:
     ) -> list[dict[str, Any]]:
         return fires.recent(db, space, trigger, limit)
 
-    def append_change(
-        self,
-        db: sqlite_utils.Database,
-        space: str,
-        trigger_id: str,
-        op: str,
-        rev: int,
-        body: str | None,
-        at: str,
-        writer: str = "",
-    ) -> int:
+    def append_change(self, db: sqlite_utils.Database, change: Change) -> int:
         with transaction(db):
-            return change_log.append(db, space, trigger_id, op, rev, body, at, writer)
+            return change_log.append(db, change)
 
     def changes_since(
         self, db: sqlite_utils.Database, space: str, since: int, limit: int, omit: str = ""

@@ -17,6 +17,7 @@ from waiting import eventually
 
 from core.chatwire import MessageIn
 from space import leases
+from space.change_log import Change
 from space.chat_store import UnknownChat
 from space.servertime import iso
 from space.store import Claimed, ClaimIn, Stale, Store, Taken
@@ -149,7 +150,8 @@ async def test_eight_writers_give_each_seq_once_in_order_to_a_tailing_reader(sto
 
     async def write(w: int) -> list[int]:
         return [
-            await store.append_change(SPACE, f"t{w}", "update", n, "{}", "at") for n in range(each)
+            await store.append_change(Change(SPACE, f"t{w}", "update", n, "{}", "at"))
+            for n in range(each)
         ]
 
     async def tail(done: asyncio.Event) -> None:
@@ -178,7 +180,7 @@ async def test_eight_writers_give_each_seq_once_in_order_to_a_tailing_reader(sto
 
 async def test_the_feed_answers_its_rows_as_the_api_shows_them(store: Store) -> None:
     seq = await store.append_change(
-        SPACE, "t1", "create", 1, '{"id":"t1","rev":1}', "2026-12-01T08:00:00.000Z"
+        Change(SPACE, "t1", "create", 1, '{"id":"t1","rev":1}', "2026-12-01T08:00:00.000Z")
     )
     assert await store.changes_since(SPACE, 0, 10) == [
         {
@@ -197,10 +199,12 @@ async def test_a_writers_own_stamps_are_named_only_to_that_writer(store: Store) 
     at = "2026-12-01T08:00:00.000Z"
     body = '{"id":"t1","rev":1}'
     seqs = [
-        await store.append_change(SPACE, "t1", "create", 1, body, at, "box/a"),  # not a stamp
-        await store.append_change(SPACE, "t1", "stamp", 1, body, at, "box/a"),
-        await store.append_change(SPACE, "t1", "stamp", 1, body, at, "cart/a"),
-        await store.append_change(SPACE, "t1", "stamp", 1, body, at),
+        await store.append_change(
+            Change(SPACE, "t1", "create", 1, body, at, "box/a")
+        ),  # not a stamp
+        await store.append_change(Change(SPACE, "t1", "stamp", 1, body, at, "box/a")),
+        await store.append_change(Change(SPACE, "t1", "stamp", 1, body, at, "cart/a")),
+        await store.append_change(Change(SPACE, "t1", "stamp", 1, body, at)),
     ]
     mine = await store.changes_since(SPACE, 0, 10, "box/a")
     assert [c["seq"] for c in mine] == seqs  # every seq, gapless

@@ -9,6 +9,7 @@ import asyncpg
 import pytest
 from waiting import eventually
 
+from space.change_log import Change
 from space.store.pgwake import Wakes
 from space.store.postgres import PostgresStore
 
@@ -36,7 +37,7 @@ async def test_an_append_on_one_server_wakes_the_listener_of_another(
     wakes.start()
     try:
         await eventually(lambda: woken == [None], what="the re-read after connecting")
-        seq = await writer.append_change(SPACE, "t1", "create", 1, "{}", "at")
+        seq = await writer.append_change(Change(SPACE, "t1", "create", 1, "{}", "at"))
         await eventually(lambda: TOPIC in woken, what="the hint of the append")
         assert woken == [None, TOPIC] and seq == 1
     finally:
@@ -53,12 +54,12 @@ async def test_a_killed_listener_reconnects_and_rereads_what_it_missed(
     try:
         pids = await eventually(lambda: _listener_pids(admin), what="a listener connection")
         await admin.execute("SELECT pg_terminate_backend($1)", pids[0])
-        await writer.append_change(SPACE, "t1", "create", 1, "{}", "at")  # perhaps unheard
+        await writer.append_change(Change(SPACE, "t1", "create", 1, "{}", "at"))  # perhaps unheard
         mark = len(woken)
         await eventually(lambda: wakes.connects == 2, what="the listener connecting again")
         assert None in woken[mark:]  # every cursor read again after the reconnect
         before = len(woken)
-        await writer.append_change(SPACE, "t1", "update", 2, "{}", "at")
+        await writer.append_change(Change(SPACE, "t1", "update", 2, "{}", "at"))
         await eventually(lambda: TOPIC in woken[before:], what="hints after the reconnect")
     finally:
         await admin.close()

@@ -67,6 +67,7 @@ def test_an_answer_is_read_leniently_and_a_misfit_is_the_spaces_fault():
     }
     run = read(sent, RunOut, "runs")
     assert run_row(run)[:5] == ("2026-12-01T09:00:00.000Z", "run_1", "trg_a", "deferred", "-")
+    assert run_row(run, {"trg_a": "backup"})[2] == "backup"  # by name where it has one
     with pytest.raises(ApiError) as refused:
         read({**sent, "startedAt": 5}, RunOut, "runs")
     assert refused.value.code == "malformed_answer"

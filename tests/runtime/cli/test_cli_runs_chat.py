@@ -73,6 +73,23 @@ async def test_runs_lists_oldest_first_with_filters(cli: Cli, world: World):
     assert (code, out) == (0, "no runs in space home matching --trigger trg_nope\n")
 
 
+async def test_runs_name_the_trigger_where_it_has_a_name(cli: Cli, world: World):
+    body = {
+        "name": "nightly-backup",
+        "kind": "cron",
+        "spec": {"expr": "0 3 * * *"},
+        "program": "p@v1",
+    }
+    tid = (await world.admin.trigger_create(SPACE, body))["id"]
+    await world.admin.run_create(SPACE, run_body(1, tid))
+    await world.admin.run_create(SPACE, run_body(2, "trg_gone"))  # deleted, or never named
+    code, out, _ = await cli("runs")
+    header, *rows = out.splitlines()
+    column = header.split().index("TRIGGER")
+    assert code == 0 and [r.split()[column] for r in rows] == ["nightly-backup", "trg_gone"]
+    assert [r["triggerId"] for r in (await cli.json("runs"))["runs"]] == [tid, "trg_gone"]
+
+
 @pytest.mark.parametrize(
     ("argv", "field"),
     [
