@@ -254,6 +254,7 @@ async def _exec(
     fd = child_end.fileno()
     return await asyncio.create_subprocess_exec(
         sys.executable,
+        "-P",  # not the daemon's working directory first on the path: its modules are not ours
         "-m",
         "programs.worker",
         str(fd),

@@ -50,6 +50,19 @@ async def test_plain_main_returns_its_result(pool: Executor) -> None:
     assert outcome.duration_ms >= outcome.main_latency_ms
 
 
+async def test_the_daemons_working_directory_does_not_shadow_the_workers_modules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "shadowed"
+    for module in ("programs/__init__.py", "programs/worker.py", "json.py"):
+        (tmp_path / module).parent.mkdir(exist_ok=True)
+        (tmp_path / module).write_text(f"open({str(marker)!r}, 'a').write({module!r})\n")
+    monkeypatch.chdir(tmp_path)  # a daemon started where a user keeps such files
+    async with Executor(size=1) as executor:
+        await next_run_ok(executor)
+    assert not marker.exists()
+
+
 async def test_async_main_runs_in_its_own_loop(pool: Executor) -> None:
     source = """
         import asyncio
