@@ -36,6 +36,7 @@ class PgOptions(msgspec.Struct, frozen=True, kw_only=True):
     PgBouncer in transaction mode: it polls every `poll_every` seconds instead)."""
 
     pool_size: int = 10
+    acquire_s: float = pghealth.ACQUIRE_S  # a request without a connection this long: 503
     listen: bool = True
     poll_every: float = 1.0
     ping_every: float = 10.0
@@ -82,7 +83,7 @@ def _open_postgres(app: web.Application, dsn: str, token_file: Path, pg: PgOptio
 
     async def opened(_: web.Application) -> None:
         made = await PostgresStore.open(dsn, max_size=pg.pool_size)
-        store.pool = cast(asyncpg.Pool, pghealth.BoundedPool(made.pool))
+        store.pool = cast(asyncpg.Pool, pghealth.BoundedPool(made.pool, pg.acquire_s))
         try:
             await store.ensure_admin_token(token_file)
         except BaseException:
