@@ -264,3 +264,29 @@ async def test_a_message_posted_on_a_is_streamed_by_b_and_resumed_on_c(
         ("message", "2"),
         ("message", "3"),
     ]
+
+
+async def test_a_database_connection_lost_under_a_request_is_a_503_never_a_500(
+    servers: list[Server], pg_dsn: str
+) -> None:
+    a = servers[0]
+    await _hold_lease(a)
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        async with conn.transaction():  # the lease row locked: A's next change waits for it
+            await conn.execute("SELECT 1 FROM leases WHERE space = $1 FOR UPDATE", SPACE)
+            claim = asyncio.ensure_future(a.post(f"{E}/claim", {"peer": "laptop", "term": 1}))
+            waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            pid = await eventually(lambda: conn.fetchval(waiting), 10, what="A's claim waits")
+            assert await conn.fetchval("SELECT pg_terminate_backend($1)", pid)
+            status, body = await claim
+    finally:
+        await conn.close()
+    assert status == 503, body
+    assert (body["error"], body["fault"]) == ("storage_unavailable", "unavailable")
+    await eventually(lambda: _renews(a), 10, what="the pool connects again")
+
+
+async def _renews(server: Server) -> bool:
+    status, _ = await server.post(f"{E}/claim", {"peer": "laptop", "term": 1})
+    return status == 200
