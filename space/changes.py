@@ -32,8 +32,8 @@ _TAG = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def notify(app: web.Application, space: str) -> None:
-    """Wake every change stream of `space` (after a committed write)."""
-    wake(app, space)
+    """Wake every change stream of `space` (after a committed write here)."""
+    app[FANOUT].publish(space, None)
 
 
 def wake(app: web.Application, space: str | None) -> None:

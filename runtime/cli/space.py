@@ -93,6 +93,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = subparsers.add_parser("space", help="the embedded space server")
     sub = p.add_subparsers(dest="space_command", required=True, parser_class=type(p))
     serve = sub.add_parser("serve", help="run the space server")
+    _serve_options(serve)
+    serve.set_defaults(func=run_serve)
+    token = sub.add_parser("token", help="mint a device token (printed once); list, revoke")
+    token.add_argument("--peer", default=None, help="the device's peer id (to mint)")
+    token.add_argument("--space", default=None, help="the space it is bound to (to mint)")
+    token.add_argument(
+        "--db", type=Path, default=None, help="mint in this SQLite file (default: over the API)"
+    )
+    token.add_argument("--out", type=Path, default=None, help="write it to FILE (0600), not stdout")
+    token.add_argument("--url", default=None, help="space API (default: the local `baton up`)")
+    token.add_argument("--token-file", type=Path, default=None, help="admin token file")
+    add_data_option(token)
+    token.set_defaults(func=run_token)
+    _register_spaces(sub)
+    tokens.register(token, type(p))
+
+
+def _serve_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--db",
         type=store_target,
@@ -119,20 +137,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     for flag in ("--lease-seconds", "--live-seconds"):
         serve.add_argument(flag, type=seconds, default=15.0, help="seconds (default 15)")
     add_history_option(serve)
-    serve.set_defaults(func=run_serve)
-    token = sub.add_parser("token", help="mint a device token (printed once); list, revoke")
-    token.add_argument("--peer", default=None, help="the device's peer id (to mint)")
-    token.add_argument("--space", default=None, help="the space it is bound to (to mint)")
-    token.add_argument(
-        "--db", type=Path, default=None, help="mint in this SQLite file (default: over the API)"
-    )
-    token.add_argument("--out", type=Path, default=None, help="write it to FILE (0600), not stdout")
-    token.add_argument("--url", default=None, help="space API (default: the local `baton up`)")
-    token.add_argument("--token-file", type=Path, default=None, help="admin token file")
-    add_data_option(token)
-    token.set_defaults(func=run_token)
-    _register_spaces(sub)
-    tokens.register(token, type(p))
 
 
 def run_serve(args: argparse.Namespace) -> int:
