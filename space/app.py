@@ -1,6 +1,7 @@
 """The embedded `any@v1` space server: `create_app` wires every area of the API onto one store.
 
-Owns the application factory: opening the store, the admin token file, the typed app state
+Owns the application factory: the store (a SQLite file or PostgreSQL, opened by
+`opening.open_store`), the admin token file's place, the typed app state
 (settings, server clock, stamped on every answer), the middlewares (refusals, storage
 faults, authentication, then `Idempotency-Key` replays) and calling each area's
 `setup(app)`. Must not hold route logic.
@@ -22,11 +23,11 @@ from space import (
     devices,
     fires,
     forget,
-    history,
     idempotency,
     leases,
     metrics,
     openapi,
+    pghealth,
     pressure,
     programs,
     run_asks,
@@ -34,7 +35,6 @@ from space import (
     spaces,
     state,
     storage,
-    token_store,
     tokens,
     triggers,
     turns,
@@ -42,19 +42,15 @@ from space import (
     why,
 )
 from space.appstate import (
-    ADMIN_TOKEN_PATH,
     CLOCK,
     ROUTE_DOCS,
     SETTINGS,
     RunRetention,
     SpaceSettings,
 )
-from space.db import DB
-from space.dbthread import DB_THREAD, start
 from space.http import refusals
+from space.opening import PgOptions, is_dsn, open_store
 from space.servertime import ServerClock, iso, system_clock
-from space.store import STORE
-from space.store.sqlite import SqliteStore
 
 ADMIN_TOKEN_FILE = "admin.token"
 _AREAS = (
@@ -75,12 +71,15 @@ _AREAS = (
 
 
 def default_admin_token_file(db_path: str | Path) -> Path:
+    if is_dsn(db_path):
+        raise ValueError("a server on PostgreSQL is told its admin token file")
     return Path(db_path).with_name(ADMIN_TOKEN_FILE)
 
 
 _MIDDLEWARES = [  # in this order: a refusal's body, storage faults, who asks, floods, replays
     refusals,
     storage.guard,
+    pghealth.guard,
     auth.authenticate,
     pressure.per_token,
     idempotency.replay,
@@ -90,6 +89,7 @@ _MIDDLEWARES = [  # in this order: a refusal's body, storage faults, who asks, f
 def create_app(
     db_path: str | Path,
     *,
+    pg: PgOptions | None = None,
     admin_token_file: str | Path | None = None,
     clock: ServerClock = system_clock,
     lease_seconds: float = 15.0,
@@ -100,7 +100,9 @@ def create_app(
     max_body_bytes: int = 1024 * 1024,
     max_program_bytes: int = 256 * 1024,
 ) -> web.Application:
-    """The space server on the SQLite file `db_path` (created if missing).
+    """The space server on the SQLite file `db_path` (created if missing), or on the
+    PostgreSQL database a `postgresql://` DSN names (`pg`: its pool and listener; opened
+    at the app's startup, schema migrated; `admin_token_file` then must be given).
 
     The admin token is read from `admin_token_file` (default `admin.token` beside
     the database), which is created with mode 0600 at first start and must stay
@@ -122,14 +124,13 @@ def create_app(
     app[CLOCK] = clock
     app.on_response_prepare.append(_server_time)
     app[ROUTE_DOCS] = []
-    metrics.setup(app)  # first: the claim and run routes feed it
     storage.setup(app)
-    _open_store(app, db_path, Path(admin_token_file or default_admin_token_file(db_path)))
+    token_file = Path(admin_token_file or default_admin_token_file(db_path))
+    open_store(app, db_path, token_file, pg)  # every table, before any area's routes
+    metrics.setup(app)  # before the areas: the claim and run routes feed it
     idempotency.setup(app)
     for area in _AREAS:
         area.setup(app)
-    # after `fires`: its outcome columns
-    app[DB_THREAD].blocking(history.ensure_schema, clock().timestamp())
     forget.setup(app)
     why.setup(app)
     upcoming.setup(app)
@@ -142,13 +143,3 @@ def create_app(
 async def _server_time(request: web.Request, response: web.StreamResponse) -> None:
     """Every answer carries the space's clock: devices fire by it (SPEC "Sleep and clocks")."""
     response.headers[SERVER_TIME_HEADER] = iso(request.app[CLOCK]())
-
-
-def _open_store(app: web.Application, db_path: str | Path, token_file: Path) -> None:
-    """The database (its thread, closed at cleanup) and the admin token in `token_file`."""
-    thread = start(app, db_path)  # the connection lives in the database thread
-    app[DB] = thread.db
-    app[STORE] = SqliteStore(thread, app[CLOCK])
-    thread.blocking(token_store.ensure_schema)
-    thread.blocking(token_store.ensure_admin_token, token_file, app[CLOCK]().timestamp())
-    app[ADMIN_TOKEN_PATH] = token_file

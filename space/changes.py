@@ -1,12 +1,12 @@
 """The change feed of trigger records: a page by `seq`, and its SSE form.
 
 Owns the feed routes, the per-app fan-out that wakes open streams when a record write
-commits (`notify`), and the writer mark: the stamps a device posts with `Baton-Writer:
-<tag>` are marked `<peer>/<tag>`, and its change stream with `?omit=<tag>` sends them as
-`event: own` with their seqs only (it takes them from its POST's answer; pages leave
-nothing out). A stream re-reads the `changes` table from its cursor on every wake, so
-nothing is lost between a replay and live changes.
-Must not write records.
+commits here (`notify`) or on another server (`wake`, PostgreSQL's hints), and the writer
+mark: the stamps a device posts with `Baton-Writer: <tag>` are marked `<peer>/<tag>`, and
+its change stream with `?omit=<tag>` sends them as `event: own` with their seqs only (it
+takes them from its POST's answer; pages leave nothing out). A stream re-reads the
+`changes` table from its cursor on every wake, so nothing is lost between a replay and
+live changes. Must not write records.
 """
 
 from __future__ import annotations
@@ -32,8 +32,16 @@ _TAG = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def notify(app: web.Application, space: str) -> None:
-    """Wake every change stream of `space` (after a committed write)."""
+    """Wake every change stream of `space` (after a committed write here)."""
     app[FANOUT].publish(space, None)
+
+
+def wake(app: web.Application, space: str | None) -> None:
+    """Wake the change streams of `space` (None: of every space) to read from their cursors;
+    a stream already woken and not yet reading is not woken twice (`Fanout.nudge`)."""
+    fanout = app[FANOUT]
+    for key in fanout.keys() if space is None else [space]:
+        fanout.nudge(key, None)
 
 
 def writer(request: web.Request) -> str:

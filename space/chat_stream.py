@@ -2,7 +2,8 @@
 
 Owns the order of events on `GET …/chats/{objectId}/stream`: registered before reading,
 `hello` with the chat's cursor, a `gap` for what is older than W or an unknown cursor, the
-backlog oldest first, then live messages and `update` edits (no `id`). The order in full is
+backlog oldest first, then live messages (read from the store by seq when woken by another
+server, `wake`) and `update` edits (no `id`). The order in full is
 in docs/architecture.md, "Module notes". Must not write messages nor know the HTTP routes'
 shapes; time comes from the app's `now`. Reads go to the database thread (`db_call`).
 """
@@ -15,12 +16,21 @@ from aiohttp import web
 from space import chat_store
 from space.dbthread import db_call
 from space.http import int64
+from space.store import STORE
 from space.streams import EventStream, Fanout, last_event_id
 
 REPLAY_PAGE = 500
-MESSAGE, UPDATE = "message", "update"
+MESSAGE, UPDATE, WAKE = "message", "update", "wake"
+_WAKE = (0, "", WAKE)  # read the chat from the store after what was sent
 
-Topics = Fanout[str]  # items: (seq, message JSON, MESSAGE or UPDATE)
+Topics = Fanout[str]  # items: (seq, message JSON, MESSAGE or UPDATE), or `_WAKE`
+
+
+def wake(topics: Topics, object_id: str | None) -> None:
+    """Wake the streams of `object_id` (None: of every chat) to read the store by seq (a
+    message posted on another server; `Fanout.nudge`: a burst is one read)."""
+    for key in topics.keys() if object_id is None else [object_id]:
+        topics.nudge(key, _WAKE)
 
 
 async def run(
@@ -41,6 +51,8 @@ async def run(
         async for seq, body, kind in stream:
             if kind == UPDATE:
                 await stream.send(body, event=UPDATE)
+            elif kind == WAKE or seq > sent + 1:  # another server's, or one overtook another
+                sent = await _read_on(stream, app, object_id, sent)
             elif seq > sent:
                 await stream.send(body, id=seq, event="message")
                 sent = seq
@@ -92,6 +104,18 @@ async def _catch_up(
                 return sent
             sent = seq
     return max(sent, upto)
+
+
+async def _read_on(stream: EventStream, app: web.Application, object_id: str, sent: int) -> int:
+    """The messages after `sent` from the store, oldest first (seqs are gapless); the last."""
+    while rows := await app[STORE].messages_since(object_id, sent, REPLAY_PAGE):
+        for seq, body in rows:
+            if not await stream.send(body, id=seq, event="message"):
+                return sent
+            sent = seq
+        if len(rows) < REPLAY_PAGE:
+            break
+    return sent
 
 
 def _resume_point(raw: str | None, cursor: int) -> int | None:

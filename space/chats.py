@@ -37,7 +37,7 @@ from space import (
 from space.auth import Role, principal
 from space.chat_store import Chat, ChatIn, NotEditable, UnknownChat
 from space.db import transaction
-from space.dbthread import DB_THREAD, db_call
+from space.dbthread import db_call
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.servertime import epoch
 from space.spaces import require_space
@@ -70,7 +70,6 @@ def setup(app: web.Application) -> None:
     """Add the chat routes, their tables and the shutdown that ends their streams."""
     install(app)
     app[TOPICS] = chat_stream.Topics()
-    app[DB_THREAD].blocking(chat_store.ensure_schema)
     add_route(app, "chat_create", post_chat, "Create a chat", body=ChatIn, answer=Chat)
     add_route(app, "chats", get_chats, "List the space's chats", answer=ChatList)
     add_route(

@@ -24,7 +24,6 @@ from space import history, oddrows
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.db import add_columns, transaction
-from space.dbthread import DB_THREAD
 from space.http import Refusal, add_route, answer, decode, raw_body
 from space.servertime import iso
 from space.spaces import require_space
@@ -162,7 +161,6 @@ async def list_devices(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    app[DB_THREAD].blocking(ensure_schema)
     add_route(
         app,
         "device_put",

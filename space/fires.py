@@ -22,7 +22,6 @@ from space import fence, history, metrics, token_store
 from space.appstate import SETTINGS
 from space.auth import require_peer
 from space.db import transaction
-from space.dbthread import DB_THREAD
 from space.http import Refusal, add_route, answer, int_query, now_of, read_body
 from space.servertime import iso
 from space.spaces import require_space
@@ -300,7 +299,6 @@ FIRE_KEYS = ("triggerId", "key", "term", "peer", "claimedAt")
 
 
 def setup(app: web.Application) -> None:
-    app[DB_THREAD].blocking(ensure_schema)
     add_route(
         app,
         "fires_claim",

@@ -23,7 +23,7 @@ from aiohttp import web
 from space import idempotency
 from space.appstate import CLOCK, SETTINGS
 from space.db import transaction
-from space.dbthread import db_call
+from space.dbthread import DB_THREAD, db_call
 from space.servertime import iso
 
 log = logging.getLogger("baton.space")
@@ -114,5 +114,6 @@ async def _pruner(app: web.Application) -> AsyncIterator[None]:
 
 
 def setup(app: web.Application) -> None:
-    if app[SETTINGS].prune_every_seconds > 0:
+    # SQLite's alone until pruning is on the store seam (on PostgreSQL: no database thread)
+    if app[SETTINGS].prune_every_seconds > 0 and DB_THREAD in app:
         app.cleanup_ctx.append(_pruner)

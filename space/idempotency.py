@@ -23,7 +23,7 @@ from aiohttp import web
 
 from space.appstate import CLOCK
 from space.auth import PRINCIPAL
-from space.dbthread import DB_THREAD, db_call
+from space.dbthread import db_call
 from space.http import Handler, Refusal, raw_body
 from space.storage import Stalled
 
@@ -138,5 +138,4 @@ async def replay(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def setup(app: web.Application) -> None:
-    app[DB_THREAD].blocking(ensure_schema)
     app[IN_FLIGHT] = {}

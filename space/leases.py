@@ -26,8 +26,6 @@ from core.peerwire import HandoverIn, LeaseIn, LeaseOut, WantIn
 from space import history, oddrows
 from space.appstate import SETTINGS
 from space.auth import require_peer
-from space.db import DB
-from space.dbthread import DB_THREAD
 from space.http import Refusal, add_route, answer, read_body
 from space.servertime import iso
 from space.spaces import require_space
@@ -302,9 +300,6 @@ async def post_want(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    app[DB_THREAD].blocking(ensure_schema)
-    app[DB_THREAD].on_stall.append(credit_stall)
-    app[STORAGE].recovered.append(lambda began, seconds: credit_stall(app[DB], began, seconds))
     add_route(app, "election", get_election, "The lease: who is active", answer=LeaseOut)
     add_route(
         app,

@@ -281,5 +281,6 @@ async def get_metrics(request: web.Request) -> web.Response:
 
 def setup(app: web.Application) -> None:
     app[METRICS] = Metrics()
-    app.router.add_get("/healthz", get_healthz)
+    if DB_THREAD in app:  # on PostgreSQL, `opening` adds its own (`pghealth.healthz`)
+        app.router.add_get("/healthz", get_healthz)
     app.router.add_get("/metrics", get_metrics)

@@ -26,7 +26,6 @@ from space import trigger_store
 from space.appstate import SETTINGS
 from space.auth import Role, author, principal
 from space.db import add_columns, transaction
-from space.dbthread import DB_THREAD
 from space.http import Refusal, add_route, answer, read_body
 from space.spaces import require_space
 from space.store import STORE
@@ -193,7 +192,6 @@ async def list_programs(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    app[DB_THREAD].blocking(ensure_schema)
     add_route(
         app,
         "program_put",

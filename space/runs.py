@@ -36,7 +36,7 @@ from space import (
 from space.appstate import SETTINGS
 from space.changes import notify
 from space.db import transaction
-from space.dbthread import DB_THREAD, db_call
+from space.dbthread import db_call
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.servertime import iso
 from space.spaces import require_space
@@ -248,7 +248,6 @@ async def get_rollups(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    app[DB_THREAD].blocking(ensure_schema)
     add_route(
         app,
         "run_create",

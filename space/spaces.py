@@ -17,7 +17,7 @@ from aiohttp import web
 from core.wire import Body, Space, SpaceList
 from space import auth, chat_store
 from space.db import transaction
-from space.dbthread import DB_THREAD, db_call
+from space.dbthread import db_call
 from space.http import Refusal, add_route, answer, now_of, read_body
 from space.servertime import epoch, iso
 
@@ -105,7 +105,6 @@ async def get_space(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    app[DB_THREAD].blocking(ensure_schema)
     app[auth.SPACE_LOOKUP] = space_exists
     add_route(
         app,

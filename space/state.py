@@ -13,7 +13,7 @@ from aiohttp import web
 
 from core.wire import StateIn, StateOut
 from space.db import transaction
-from space.dbthread import DB_THREAD, db_call
+from space.dbthread import db_call
 from space.http import Refusal, add_route, answer, now_of, read_body
 from space.servertime import iso
 from space.spaces import require_space
@@ -75,7 +75,6 @@ def _put(db: sqlite_utils.Database, row: list[str]) -> None:
 
 
 def setup(app: web.Application) -> None:
-    app[DB_THREAD].blocking(ensure_schema)
     add_route(app, "state_get", get_state, "A trigger's state value", answer=StateOut)
     add_route(
         app,

@@ -73,6 +73,7 @@ class EventStream:
         self.closed_reason: str | None = None
         self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=queue_size)
         self._wake = asyncio.Event()
+        self._nudged = False  # a nudge is queued and nothing was taken since
 
     @classmethod
     @asynccontextmanager
@@ -107,6 +108,14 @@ class EventStream:
         self._wake.set()
         return True
 
+    def nudge(self, item: Any) -> bool:
+        """Queue `item`, a wake to re-read from the stream's cursor, unless one is queued and
+        nothing was taken since: that one reads after this wake too (a burst, one read)."""
+        if self._nudged and not self.closed:
+            return True
+        self._nudged = self.push(item)
+        return self._nudged
+
     def close(self, reason: str = "closed") -> None:
         """End the stream: iteration stops at once, later sends are dropped."""
         if self.closed_reason is None:
@@ -128,6 +137,7 @@ class EventStream:
     async def __anext__(self) -> Any:
         while not self.closed:
             if not self._queue.empty():
+                self._nudged = False
                 return self._queue.get_nowait()
             await self._idle()
         raise StopAsyncIteration
@@ -235,6 +245,13 @@ class Fanout(Generic[K]):
         streams.discard(stream)
         if not streams:
             del self._topics[key]
+
+    def keys(self) -> list[K]:
+        return list(self._topics)
+
+    def nudge(self, key: K, item: Any) -> int:
+        """`EventStream.nudge` each stream on `key` with `item`; the number that hold one."""
+        return sum(stream.nudge(item) for stream in list(self._topics.get(key, ())))
 
     def count(self, key: K) -> int:
         return len(self._topics.get(key, ()))

@@ -18,7 +18,7 @@ from core.wire import Answer, Body, Stamps
 from space import duties, record_view, trigger_store
 from space.auth import Role, author, limit_patch, principal
 from space.changes import notify
-from space.dbthread import DB_THREAD, db_call
+from space.dbthread import db_call
 from space.http import Refusal, add_route, answer, decode, int64, int_query, raw_body
 from space.spaces import require_space
 from space.store import STORE
@@ -166,7 +166,6 @@ async def post_status(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    app[DB_THREAD].blocking(trigger_store.ensure_schema)
     add_route(
         app,
         "triggers",

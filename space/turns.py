@@ -23,7 +23,7 @@ from core.wire import TurnIn, TurnList, wire_builtins
 from space import duties, logtable
 from space.appstate import SETTINGS, RunRetention
 from space.db import transaction
-from space.dbthread import DB_THREAD, db_call
+from space.dbthread import db_call
 from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
 from space.spaces import require_space
 
@@ -96,7 +96,6 @@ async def get_turns(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    app[DB_THREAD].blocking(ensure_schema)
     add_route(
         app,
         "turn_create",

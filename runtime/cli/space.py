@@ -1,6 +1,6 @@
 """`baton space`: run the embedded space server, mint device tokens.
 
-    baton space serve --db PATH [--host H] [--port P] [--lease-seconds S] [--live-seconds S] …
+    baton space serve --db PATH|postgresql://… [--host H] [--port P] [--lease-seconds S] …
     baton space token --peer NAME [--space ID] [--url U | --db PATH] [--out FILE]
     baton space token list|revoke ID|rotate-admin   (runtime.cli.tokens)
     baton space create ID [--name N] | list   (over the API: --url, --token-file, --json)
@@ -42,9 +42,10 @@ from runtime.cli.main import UsageError
 from runtime.cli.table import render
 from runtime.cli.talk import emit, read, talk
 from runtime.client.api import ApiError, SpaceClient
-from space import spaces, token_store
-from space.app import create_app, default_admin_token_file
+from space import pghealth, spaces, token_store
+from space.app import ADMIN_TOKEN_FILE, create_app, default_admin_token_file
 from space.db import open_db
+from space.opening import PgOptions
 from space.servertime import system_clock
 from space.serving import SpaceRunner
 
@@ -57,17 +58,30 @@ NOT_SERVED_YET = (
 )
 
 
-def default_db() -> Path:
+def refuse_postgres() -> None:
+    """Until every route is on the store seam (issue 22): then delete the `raise`."""
+    raise ValueError(NOT_SERVED_YET)
+
+
+def default_db() -> Path | str:
     env = os.environ.get("BATON_DB")
     if env and _is_url(env):
-        raise UsageError(f"$BATON_DB: {NOT_SERVED_YET}")
+        try:
+            refuse_postgres()
+        except ValueError as exc:
+            raise UsageError(f"$BATON_DB: {exc}") from None
+        return env
     return Path(env or data_dir() / SPACE_DB)
 
 
-def sqlite_file(text: str) -> Path:
-    """An argparse type: the space's SQLite file; a PostgreSQL URL is refused, saying why."""
+def store_target(text: str) -> Path | str:
+    """An argparse type: the space's SQLite file, or a PostgreSQL URL (`refuse_postgres`)."""
     if _is_url(text):
-        raise argparse.ArgumentTypeError(NOT_SERVED_YET)
+        try:
+            refuse_postgres()
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
     return Path(text)
 
 
@@ -79,20 +93,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = subparsers.add_parser("space", help="the embedded space server")
     sub = p.add_subparsers(dest="space_command", required=True, parser_class=type(p))
     serve = sub.add_parser("serve", help="run the space server")
-    serve.add_argument(
-        "--db", type=sqlite_file, default=None, help="SQLite file (created if missing)"
-    )
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=port, default=DEFAULT_PORT, help="port (0: any free port)")
-    serve.add_argument(
-        "--admin-token-file",
-        type=Path,
-        default=None,
-        help="admin token file (default admin.token beside the database)",
-    )
-    for flag in ("--lease-seconds", "--live-seconds"):
-        serve.add_argument(flag, type=seconds, default=15.0, help="seconds (default 15)")
-    add_history_option(serve)
+    _serve_options(serve)
     serve.set_defaults(func=run_serve)
     token = sub.add_parser("token", help="mint a device token (printed once); list, revoke")
     token.add_argument("--peer", default=None, help="the device's peer id (to mint)")
@@ -109,13 +110,54 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     tokens.register(token, type(p))
 
 
+def _serve_options(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--db",
+        type=store_target,
+        default=None,
+        help="SQLite file (created if missing) or postgresql:// URL (default $BATON_DB)",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=port, default=DEFAULT_PORT, help="port (0: any free port)")
+    serve.add_argument(
+        "--admin-token-file",
+        type=Path,
+        default=None,
+        help="admin token file (default admin.token beside the SQLite file, or in the data "
+        "directory on PostgreSQL)",
+    )
+    serve.add_argument(
+        "--pg-pool", type=int, default=10, metavar="N", help="PostgreSQL connections (default 10)"
+    )
+    serve.add_argument(
+        "--pg-poll-only",
+        action="store_true",
+        help="no LISTEN: read the feeds every second (PgBouncer in transaction mode)",
+    )
+    for flag in ("--lease-seconds", "--live-seconds"):
+        serve.add_argument(flag, type=seconds, default=15.0, help="seconds (default 15)")
+    add_history_option(serve)
+
+
 def run_serve(args: argparse.Namespace) -> int:
+    app, token_file = build_app(args)
+    asyncio.run(serve(app, args.host, args.port, token_file))
+    return 0
+
+
+def build_app(args: argparse.Namespace) -> tuple[web.Application, Path]:
+    """The server `serve` runs: on the SQLite file, or on PostgreSQL (opened at startup)."""
     db = args.db or default_db()
-    port = args.port
-    token_file = args.admin_token_file or default_admin_token_file(db)
+    if args.pg_pool < 1:
+        raise UsageError(f"--pg-pool: at least 1 connection, not {args.pg_pool}")
+    on_pg = isinstance(db, str)
+    default_token = data_dir() / ADMIN_TOKEN_FILE if on_pg else default_admin_token_file(db)
+    token_file = args.admin_token_file or default_token
+    pg = PgOptions(pool_size=args.pg_pool, listen=not args.pg_poll_only)
     try:
         app = create_app(
             db,
+            pg=pg,
             admin_token_file=token_file,
             lease_seconds=args.lease_seconds,
             live_seconds=args.live_seconds,
@@ -123,13 +165,17 @@ def run_serve(args: argparse.Namespace) -> int:
         )
     except token_store.TokenFileError as exc:
         raise UsageError(f"--admin-token-file: {exc}") from None
-    asyncio.run(serve(app, args.host, port, token_file))
-    return 0
+    return app, token_file
 
 
 async def serve(app: web.Application, host: str, port: int, token_file: Path) -> None:
     runner = SpaceRunner(app, handle_signals=False)
-    await runner.setup()
+    try:
+        await runner.setup()  # on PostgreSQL: the store opens (and migrates) here
+    except token_store.TokenFileError as exc:
+        raise UsageError(f"--admin-token-file: {exc}") from None
+    except pghealth.LOST as exc:
+        raise UsageError(f"--db: the PostgreSQL store cannot be opened: {exc}") from None
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()

@@ -9,16 +9,32 @@ async method is a one-line wrapper of it. Must not hold SQL of its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import sqlite_utils
 
 from core.chatwire import Message, MessageIn
 from core.peerwire import HeartbeatIn
 from core.wire import FireIn
-from space import leases
+from space import (
+    chat_store,
+    devices,
+    fires,
+    history,
+    idempotency,
+    leases,
+    programs,
+    runs,
+    spaces,
+    state,
+    token_store,
+    trigger_store,
+    turns,
+)
 from space.change_log import Change
 from space.chat_store import Chat
 from space.dbthread import DbThread
@@ -164,3 +180,29 @@ class SqliteStore:
 
     async def close(self) -> None:
         """The database is the app's: closed at its cleanup."""
+
+
+def ensure_schemas(db: sqlite_utils.Database, now: float) -> None:
+    """Every SQLite table, in `SCHEMAS`' order (history's after fires': its outcome columns)."""
+    for ensure in SCHEMAS:
+        if ensure is history.ensure_schema:
+            history.ensure_schema(db, now)
+        else:
+            ensure(db)
+
+
+SCHEMAS: tuple[Callable[..., None], ...] = (
+    token_store.ensure_schema,
+    idempotency.ensure_schema,
+    spaces.ensure_schema,
+    trigger_store.ensure_schema,
+    leases.ensure_schema,
+    fires.ensure_schema,
+    programs.ensure_schema,
+    devices.ensure_schema,
+    runs.ensure_schema,
+    turns.ensure_schema,
+    state.ensure_schema,
+    history.ensure_schema,  # after `fires`: its outcome columns; takes the clock's `now`
+    chat_store.ensure_schema,
+)

@@ -10,12 +10,17 @@ import json
 import socket
 from pathlib import Path
 
+import aiohttp
 import pytest
+from aiohttp import web
 from clikit import SPACE, Cli, World
 
+from runtime.cli import space as space_cli
 from runtime.cli.main import build_parser, main
 from runtime.client.api import ApiError
 from space.dbthread import db_call
+from space.opening import WAKES
+from space.store import STORE
 
 
 def closed_port() -> int:
@@ -186,6 +191,34 @@ def test_a_postgresql_url_is_refused_until_the_store_serves_it(
     assert main(["space", "serve"]) == 2
     err = capsys.readouterr().err
     assert "$BATON_DB: a PostgreSQL URL is not served yet" in err and len(err.splitlines()) == 1
+
+
+async def test_behind_the_refusal_serve_runs_on_postgresql(
+    pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The serve path the refusal guards: `--db postgresql://…` (or `$BATON_DB`) builds a
+    server on the PostgreSQL store, its token file in the data directory, no SQLite file."""
+    monkeypatch.setattr(space_cli, "refuse_postgres", lambda: None)
+    monkeypatch.setenv("BATON_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("BATON_DB", pg_dsn)
+    argv = ["space", "serve", "--port", "0", "--pg-pool", "3", "--pg-poll-only"]
+    args = build_parser(argv).parse_args(argv)
+    assert args.db is None
+    app, token_file = space_cli.build_app(args)
+    assert token_file == tmp_path / "data" / "admin.token"
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        async with aiohttp.ClientSession() as session, session.get(f"{url}/healthz") as resp:
+            assert resp.status == 200
+        assert app[WAKES].listen is False and app[STORE].pool.pool.get_max_size() == 3
+        assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["admin.token"]
+    finally:
+        await runner.cleanup()
+    argv = ["space", "serve", "--db", pg_dsn, "--pg-pool", "0"]
+    assert main(argv) == 2  # a pool of no connection is refused before anything opens
 
 
 REPORT = {  # what a device says of itself in its heartbeat while it runs
