@@ -27,10 +27,15 @@ if TYPE_CHECKING:  # `leases` and `chats` serve their routes through this seam
     from space.history import Author
     from space.leases import Lease
     from space.programs import Publication
+    from space.recall import SlotHistory, TriggerHistory
+    from space.scrape import Scrape
     from space.token_store import Principal
+    from triggers import facts
 
 Record: TypeAlias = "dict[str, Any]"  # a trigger record as stored (`trigger_store.Record`)
 LeaseStep: TypeAlias = "Callable[[Lease, datetime], Lease]"  # `leases.Conflict` refuses
+BackfillSlots: TypeAlias = "Callable[[Record, datetime], list[str]]"  # `Refusal` refuses
+BackfillStamp: TypeAlias = "Callable[[list[str], datetime], Record | None]"
 
 
 class LeaseChange(msgspec.Struct, frozen=True):
@@ -238,6 +243,69 @@ class Store(Protocol):
 
     async def programs(self, space: str) -> list[dict[str, Any]]:
         """The stored rows by name and version."""
+        ...
+
+    # --- history: why, forget, backfill; spaces; the scrape's reads (issue 22, pghistory) ---
+    async def trigger_history(self, space: str, tid: str) -> TriggerHistory:
+        """The revisions of `tid`, when the history began, the record as it stands and the
+        store's `now` (`recall.TriggerHistory`)."""
+        ...
+
+    async def slot_history(
+        self, space: str, tid: str, key: str, slot: float, bridge: float
+    ) -> SlotHistory:
+        """The facts around the slot `slot` (unix) of the fire `key`, in one unit of work."""
+        ...
+
+    async def chat_message(
+        self, object_id: str, at: float, message_id: str | None
+    ) -> facts.MessageFact | None:
+        """A message by id, else the last of the chat accepted at or before `at`."""
+        ...
+
+    async def chat_streams(self, space: str, object_id: str, at: float) -> list[facts.Subscription]:
+        """The devices' streams of the chat around the instant `at`, oldest first."""
+        ...
+
+    async def chat_turn(
+        self, space: str, object_id: str, message_id: str, accepted: float
+    ) -> dict[str, Any] | None:
+        """The chat responder's turn that took up `message_id`, None if none."""
+        ...
+
+    async def done_at(self, space: str, tid: str, max_runs: int) -> datetime | None:
+        """When the `max_runs`-th ok run of the trigger started, if it did."""
+        ...
+
+    async def prune_history(self, days: float, claims_days: float) -> int:
+        """One batch of forgetting past `days` (claims: `claims_days`) by the store's clock;
+        how many rows went (0: nothing is left to forget)."""
+        ...
+
+    async def backfill(
+        self, space: str, tid: str, slots: BackfillSlots, stamp: BackfillStamp
+    ) -> tuple[list[str], int]:
+        """In one transaction at the store's clock: the keys `slots` picks from the stored
+        record, those never claimed stamped as `stamp` makes them (None: no stamp); the
+        never-claimed keys and how many were claimed already."""
+        ...
+
+    async def create_space(self, space: str, name: str) -> dict[str, Any]:
+        """A space and its general chat, all or nothing (its row); `Refusal` 409 if it exists."""
+        ...
+
+    async def space_rows(self, space: str | None = None) -> list[dict[str, Any]]:
+        """The spaces' rows by id (with `space`: that one alone, or none)."""
+        ...
+
+    async def space_exists(self, space: str) -> bool: ...
+
+    async def scrape(self) -> Scrape:
+        """What `/metrics` reads at a scrape, in one unit of work (`scrape.Scrape`)."""
+        ...
+
+    async def messages_accepted(self, message_ids: list[str]) -> dict[str, str | None]:
+        """When each message was accepted (its wire `createdAt`), None for an unknown one."""
         ...
 
     async def close(self) -> None: ...
