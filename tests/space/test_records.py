@@ -222,7 +222,7 @@ async def test_unknown_space_is_404(api: Api) -> None:
     assert status == 404 and body["error"] == "unknown_space"
 
 
-@pytest.mark.sqlite_only  # the chat list is the SQLite file's yet (the space and chat are the seam's)
+@pytest.mark.sqlite_only  # the chat list is the SQLite file's yet (the space is the seam's)
 async def test_a_space_comes_with_its_general_chat(api: Api) -> None:
     status, space = await api.post("/spaces", {"id": "work", "name": "Work"})
     assert status == 201 and space["generalChat"].startswith("chat_")
