@@ -13,7 +13,7 @@ claim or run.
 from __future__ import annotations
 
 import secrets
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated
 
 import msgspec
@@ -62,7 +62,7 @@ async def post_backfill(request: web.Request) -> web.Response:
 
     fresh, skipped = await request.app[STORE].backfill(space, tid, slots, stamp)
     out = BackfillOut(
-        id=None if stamp(fresh, datetime.now(UTC)) is None else bid,
+        id=bid if fresh and not asked.dry_run else None,  # as `stamp` stamped
         keys=fresh,
         skipped=skipped,
         dry_run=asked.dry_run,

@@ -51,22 +51,6 @@ def _at(unix: float) -> datetime:
     return datetime.fromtimestamp(unix, UTC)
 
 
-def slot_history(
-    db: sqlite_utils.Database, space: str, tid: str, key: str, slot: float, bridge: float
-) -> SlotHistory:
-    found = claim(db, space, tid, key)
-    return SlotHistory(
-        terms=terms(db, space, slot, bridge),
-        windows=windows(db, space, slot),
-        applied=applied(db, space, slot),
-        offsets=offsets(db, space, slot),
-        claim=found,
-        refusals=refusals(db, space, tid, key),
-        retries=retries(db, space, tid, key),
-        run=run(db, space, tid, key, None if found is None else found.run_id, slot),
-    )
-
-
 def revisions(db: sqlite_utils.Database, space: str, tid: str) -> list[f.Revision]:
     rows = db.execute(
         "SELECT rev, seq, at, op, actor, note, changes, record FROM history_revisions "

@@ -246,10 +246,7 @@ class Store(Protocol):
         ...
 
     # --- history: why, forget, backfill; spaces; the scrape's reads (issue 22, pghistory) ---
-    async def trigger_history(self, space: str, tid: str) -> TriggerHistory:
-        """The revisions of `tid`, when the history began, the record as it stands and the
-        store's `now` (`recall.TriggerHistory`)."""
-        ...
+    async def trigger_history(self, space: str, tid: str) -> TriggerHistory: ...
 
     async def slot_history(
         self, space: str, tid: str, key: str, slot: float, bridge: float
@@ -259,54 +256,42 @@ class Store(Protocol):
 
     async def chat_message(
         self, object_id: str, at: float, message_id: str | None
-    ) -> facts.MessageFact | None:
-        """A message by id, else the last of the chat accepted at or before `at`."""
-        ...
+    ) -> facts.MessageFact | None: ...
 
-    async def chat_streams(self, space: str, object_id: str, at: float) -> list[facts.Subscription]:
-        """The devices' streams of the chat around the instant `at`, oldest first."""
-        ...
+    async def chat_streams(
+        self, space: str, object_id: str, at: float
+    ) -> list[facts.Subscription]: ...
 
     async def chat_turn(
         self, space: str, object_id: str, message_id: str, accepted: float
-    ) -> dict[str, Any] | None:
-        """The chat responder's turn that took up `message_id`, None if none."""
-        ...
+    ) -> dict[str, Any] | None: ...
 
-    async def done_at(self, space: str, tid: str, max_runs: int) -> datetime | None:
-        """When the `max_runs`-th ok run of the trigger started, if it did."""
-        ...
+    async def done_at(self, space: str, tid: str, max_runs: int) -> datetime | None: ...
 
     async def prune_history(self, days: float, claims_days: float) -> int:
-        """One batch of forgetting past `days` (claims: `claims_days`) by the store's clock;
+        """One batch forgotten past `days` (claims: `claims_days`) by the store's clock;
         how many rows went (0: nothing is left to forget)."""
         ...
 
     async def backfill(
         self, space: str, tid: str, slots: BackfillSlots, stamp: BackfillStamp
     ) -> tuple[list[str], int]:
-        """In one transaction at the store's clock: the keys `slots` picks from the stored
-        record, those never claimed stamped as `stamp` makes them (None: no stamp); the
-        never-claimed keys and how many were claimed already."""
+        """In one transaction at the store's clock: the keys `slots` picks from the record,
+        those never claimed stamped as `stamp` makes them (None: no stamp); those keys and
+        how many of them were claimed already."""
         ...
 
     async def create_space(self, space: str, name: str) -> dict[str, Any]:
-        """A space and its general chat, all or nothing (its row); `Refusal` 409 if it exists."""
+        """A space and its general chat, all or nothing (its row); 409 `space_exists`."""
         ...
 
-    async def space_rows(self, space: str | None = None) -> list[dict[str, Any]]:
-        """The spaces' rows by id (with `space`: that one alone, or none)."""
-        ...
+    async def space_rows(self, space: str | None = None) -> list[dict[str, Any]]: ...
 
     async def space_exists(self, space: str) -> bool: ...
 
-    async def scrape(self) -> Scrape:
-        """What `/metrics` reads at a scrape, in one unit of work (`scrape.Scrape`)."""
-        ...
+    async def scrape(self) -> Scrape: ...
 
-    async def messages_accepted(self, message_ids: list[str]) -> dict[str, str | None]:
-        """When each message was accepted (its wire `createdAt`), None for an unknown one."""
-        ...
+    async def messages_accepted(self, message_ids: list[str]) -> dict[str, str | None]: ...
 
     async def close(self) -> None: ...
 

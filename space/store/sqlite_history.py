@@ -38,7 +38,17 @@ class HistoryWork:
     def slot_history(
         self, db: sqlite_utils.Database, space: str, tid: str, key: str, slot: float, bridge: float
     ) -> SlotHistory:
-        return recall.slot_history(db, space, tid, key, slot, bridge)
+        found = recall.claim(db, space, tid, key)
+        return SlotHistory(
+            terms=recall.terms(db, space, slot, bridge),
+            windows=recall.windows(db, space, slot),
+            applied=recall.applied(db, space, slot),
+            offsets=recall.offsets(db, space, slot),
+            claim=found,
+            refusals=recall.refusals(db, space, tid, key),
+            retries=recall.retries(db, space, tid, key),
+            run=recall.run(db, space, tid, key, None if found is None else found.run_id, slot),
+        )
 
     def chat_message(
         self, db: sqlite_utils.Database, object_id: str, at: float, message_id: str | None

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlite_utils
 from space_support import SPACE, Api, FakeClock, rows, store_rows
+from waiting import eventually
 
+from core.vocab import iso
 from space import forget
 from space.store import STORE
 from space.store.postgres import PostgresStore
@@ -214,3 +216,28 @@ async def test_the_prune_forgets_by_history_days_at_the_store_s_clock(api: Api) 
         db.conn.commit()
     assert await forget.prune(app) == 1
     assert await store_rows(api, "SELECT at FROM history_refusals") == [(now - 86400,)]
+
+
+async def test_a_backfill_stamps_the_never_claimed_slots_on_either_store(
+    api: Api, space_clock: FakeClock
+) -> None:
+    """Through the seam at the store's clock: the slots of the range, the claimed one left
+    out, stamped on the record; a dry run stamps nothing."""
+    record = await api.create_trigger(owner="box", spec={"expr": "* * * * * *"})  # each second
+    first = datetime.fromisoformat(record["activeSince"]).replace(microsecond=0)
+    first += timedelta(seconds=1)
+    keys = [iso(first + timedelta(seconds=s)) for s in range(3)]
+    space_clock.advance(5)  # SQLite's clock; PostgreSQL's passes the slots by itself
+    await eventually(lambda: datetime.now(UTC) > first + timedelta(seconds=2.2), what="slots")
+    fire = {"triggerId": record["id"], "key": keys[1], "term": 0, "peer": "box"}
+    assert (await api.post(f"{S}/fires", fire))[0] == 201
+    path = f"{S}/triggers/{record['id']}/backfill"
+    ask = {"from": keys[0], "to": keys[2]}
+    status, dry = await api.post(path, {**ask, "dryRun": True})
+    assert (status, dry["id"], dry["keys"], dry["skipped"]) == (200, None, [keys[0], keys[2]], 1)
+    assert (await api.get(f"{S}/triggers/{record['id']}"))[1].get("backfill") is None
+    status, done = await api.post(path, ask)
+    assert status == 200 and done["id"].startswith("bf_") and done["keys"] == dry["keys"]
+    _, stamped = await api.get(f"{S}/triggers/{record['id']}")
+    assert stamped["backfill"]["id"] == done["id"] and stamped["backfill"]["keys"] == dry["keys"]
+    assert stamped["rev"] == record["rev"]
