@@ -88,7 +88,9 @@ CREATE TABLE IF NOT EXISTS history_subscriptions (id bigint GENERATED ALWAYS AS 
 CREATE INDEX IF NOT EXISTS history_subscriptions_by_chat ON history_subscriptions
   (space, object_id, began);
 CREATE TABLE IF NOT EXISTS history_meta (name text PRIMARY KEY, value double precision NOT NULL);
-INSERT INTO history_meta VALUES ('since', extract(epoch FROM now())) ON CONFLICT DO NOTHING;
+INSERT INTO history_meta SELECT 'since', least(extract(epoch FROM now()),
+  (SELECT min(at) FROM history_revisions), (SELECT min(began) FROM history_windows),
+  (SELECT extract(epoch FROM min(began)) FROM history_terms)) ON CONFLICT DO NOTHING;
 CREATE INDEX IF NOT EXISTS history_revisions_by_at ON history_revisions (at);
 CREATE INDEX IF NOT EXISTS history_terms_by_ended ON history_terms (ended);
 CREATE INDEX IF NOT EXISTS history_windows_by_last_seen ON history_windows (last_seen);
