@@ -5,13 +5,12 @@ device live or stopped, its responder ready and the messages waiting, and the bu
 Label sets are bounded. Per space, the first `TOP` triggers by creation (`createdAt`, then
 id: a new trigger never displaces an older one) carry their name, or their id when unnamed
 or named `(other)`; the rest share one series, `trigger="(other)"`. Devices likewise, the
-first `TOP` by peer. Phases and health statuses are closed sets. Reads records through the
-store seam, runs and devices from SQLite; must not write.
+first `TOP` by peer. Phases and health statuses are closed sets. Reads records, runs and
+devices through the store seam (`scrape.Scrape`, one read a scrape); must not write.
 """
 
 from __future__ import annotations
 
-import math
 import platform
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
@@ -19,21 +18,19 @@ from importlib import metadata
 from typing import Any, NamedTuple
 
 import msgspec
-import sqlite_utils
 from aiohttp import web
 
-from core.vocab import FAILED, HealthReason, RunStatus
+from core.vocab import HealthReason, RunStatus
 from programs import breaker
 from space.appstate import SETTINGS
-from space.dbthread import db_call
 from space.exposition import family, line
+from space.scrape import Scrape, Values
 from space.store import STORE
 
 TOP = 50  # series of their own per space: triggers, and devices
 OTHER = "(other)"  # the label of the series the rest share
 HEALTH = frozenset({*RunStatus, *HealthReason})  # `lastStatus` values; else none, other
 UNDATED = datetime.max.replace(tzinfo=UTC)
-Values = dict[tuple[str, str], float]  # (space, trigger or peer) → value
 
 
 class Listed(NamedTuple):  # a trigger record as read, with the label of its series
@@ -58,25 +55,10 @@ def version() -> str:
         return "unknown"
 
 
-class Read(NamedTuple):  # what a scrape reads from SQLite, in one unit of work
-    spaces: list[str]
-    failed: Values
-    late: Values
-    devices: list[tuple[Any, ...]]
-
-
-def _read(db: sqlite_utils.Database) -> Read:
-    spaces = [space for (space,) in db.execute("SELECT id FROM spaces ORDER BY id").fetchall()]
-    rows = db.execute(
-        "SELECT space, peer, last_seen, stopped, status FROM devices ORDER BY space, peer"
-    ).fetchall()
-    return Read(spaces, _failures(db), _lateness(db), rows)
-
-
-async def lines(app: web.Application, now: datetime) -> list[str]:
-    read = await db_call(app, _read)
+async def lines(app: web.Application, read: Scrape) -> list[str]:
+    """The families of the scrape `read`, with every space's records through the seam."""
     triggers = await _triggers(app, read.spaces)
-    devices = _devices(app, now, read.devices)
+    devices = _devices(app, read.now, read.devices)
     build = {"version": version(), "python": platform.python_version()}
     return [
         *family(
@@ -128,30 +110,7 @@ def _phase(record: dict[str, Any]) -> breaker.Phase:
     return breaker.from_dict(record.get("breaker")).phase  # garbled: closed, as a device reads it
 
 
-def _failures(db: sqlite_utils.Database) -> dict[tuple[str, str], float]:
-    marks = ", ".join("?" for _ in FAILED)
-    rows = db.execute(
-        "SELECT space, trigger_id, SUM(count) FROM run_rollups "
-        f"WHERE status IN ({marks}) GROUP BY space, trigger_id",
-        sorted(FAILED),
-    )
-    return {(s, t): float(n) for s, t, n in rows}
-
-
-def _lateness(db: sqlite_utils.Database) -> dict[tuple[str, str], float]:
-    """Each trigger's last run's `lateMs` in seconds (SQLite: the bare column is MAX's row)."""
-    rows = db.execute(
-        "SELECT space, trigger_id, CASE WHEN json_valid(body) THEN json_extract(body, '$.lateMs') "
-        "END, MAX(seq) FROM runs GROUP BY space, trigger_id"
-    )
-    return {
-        (s, t): max(0.0, ms / 1000)
-        for s, t, ms, _ in rows
-        if isinstance(ms, int | float) and math.isfinite(ms)
-    }
-
-
-def _trigger_families(read: Read, seen: list[Listed]) -> list[str]:
+def _trigger_families(read: Scrape, seen: list[Listed]) -> list[str]:
     failed, late = read.failed, read.late
     failures = _merged(((t.space, t.label, failed.get((t.space, t.id), 0.0)) for t in seen), sum)
     lateness = _merged(

@@ -5,7 +5,8 @@ never claimed (the claim ledger, `fires`), chosen by the pure rule `triggers.bac
 (at most 100, none before `activeSince`, inside the window); `dryRun` answers them and
 writes nothing. Otherwise the record is stamped `backfill: {id, keys, requestedAt}`,
 and the device responsible for the trigger fires those keys as catch-up fires, each
-claimed with its slot key, so a slot runs once however often it is asked. Must not
+claimed with its slot key, so a slot runs once however often it is asked. The store
+reads, judges and stamps in one transaction at its clock (`Store.backfill`). Must not
 claim or run.
 """
 
@@ -16,17 +17,17 @@ from datetime import datetime, timedelta
 from typing import Annotated
 
 import msgspec
-import sqlite_utils
 from aiohttp import web
 
 from core.vocab import key_instant
 from core.wire import Answer, Body
-from space import fires, forget, trigger_store
+from space import forget
 from space.changes import notify
-from space.dbthread import db_call
-from space.http import Refusal, add_route, answer, now_of, read_body
+from space.http import Refusal, add_route, answer, read_body
 from space.servertime import iso
 from space.spaces import require_space
+from space.store import STORE
+from space.trigger_store import Record
 from triggers import backfill
 from triggers.records import Salvaged, load
 
@@ -49,18 +50,31 @@ class BackfillOut(Answer, frozen=True, kw_only=True, rename="camel"):
 async def post_backfill(request: web.Request) -> web.Response:
     space = require_space(request)
     asked = await read_body(request, BackfillIn, code="invalid_backfill")
-    tid, now = request.match_info["id"], now_of(request)
-    out = await db_call(request.app, _backfill, space, tid, asked, now)
+    tid, bid = request.match_info["id"], "bf_" + secrets.token_hex(6)
+
+    def slots(stored: Record, now: datetime) -> list[str]:
+        return _slots(tid, asked, stored, now)
+
+    def stamp(fresh: list[str], now: datetime) -> Record | None:
+        if not fresh or asked.dry_run:
+            return None
+        return {"backfill": {"id": bid, "keys": fresh, "requestedAt": iso(now)}}
+
+    fresh, skipped = await request.app[STORE].backfill(space, tid, slots, stamp)
+    out = BackfillOut(
+        id=bid if fresh and not asked.dry_run else None,  # as `stamp` stamped
+        keys=fresh,
+        skipped=skipped,
+        dry_run=asked.dry_run,
+    )
     if out.id is not None:
         notify(request.app, space)
     return answer(out)
 
 
-def _backfill(
-    db: sqlite_utils.Database, space: str, tid: str, asked: BackfillIn, now: datetime
-) -> BackfillOut:
-    """The slots to run, stamped on the record: one unit of work on the database thread."""
-    record = load(trigger_store.current(db, space, tid)[1])
+def _slots(tid: str, asked: BackfillIn, stored: Record, now: datetime) -> list[str]:
+    """The keys of the slots asked, by the rule `triggers.backfill` at the store's `now`."""
+    record = load(stored)
     if isinstance(record, Salvaged):
         raise Refusal(409, "undecodable_record", f"trigger {tid!r} does not decode: {record.error}")
     kept = now - timedelta(days=forget.CLAIMS_FLOOR_DAYS)
@@ -71,14 +85,7 @@ def _backfill(
         slots = backfill.slots(record, asked.from_, asked.to, (), now=now)
     except backfill.BackfillRefused as exc:
         raise Refusal(400, "invalid_backfill", str(exc)) from None
-    keys = [key_instant(s) for s in slots]
-    fresh = [k for k in keys if fires.claim_of(db, space, tid, k) is None]
-    bid = None
-    if fresh and not asked.dry_run:
-        bid = "bf_" + secrets.token_hex(6)
-        stamp = {"id": bid, "keys": fresh, "requestedAt": iso(now)}
-        trigger_store.stamp(db, space, tid, {"backfill": stamp}, iso(now))
-    return BackfillOut(id=bid, keys=fresh, skipped=len(keys) - len(fresh), dry_run=asked.dry_run)
+    return [key_instant(s) for s in slots]
 
 
 def setup(app: web.Application) -> None:

@@ -1,13 +1,13 @@
 """Forgetting history past its retention (`--history-days`), a small batch at a time.
 
 Owns the pruning of the `history_*` tables, of the claim ledger (`fires`) and of
-`Idempotency-Key`s past a day: every `every` seconds, rows older than the retention go in
-batches of `BATCH` rows, each its own short transaction and unit of work on the database
-thread, so a claim goes between two batches. A revision stays while it is the latest of its
-record before the cutoff (it says how the record stood at the start of the kept history).
-Claims stay at least `CLAIMS_FLOOR_DAYS` (past the longest grace a slot may still be fired
-in), so the guard against double fires never forgets a key that could come again. Must not
-write facts.
+`Idempotency-Key`s past a day: every `every` seconds, rows older than the retention (by the
+store's clock) go in batches of `BATCH` rows, each its own short transaction through the
+store seam (`Store.prune_history`; this module holds SQLite's), so a claim goes between.
+A revision stays while it is the latest of its record before the cutoff (it says how the
+record stood at the start of the kept history). Claims stay at least `CLAIMS_FLOOR_DAYS`
+(past the longest grace a slot may still be fired in), so the guard against double fires
+never forgets a key that could come again. Must not write facts.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import sqlite_utils
 from aiohttp import web
 
 from space import idempotency
-from space.appstate import CLOCK, SETTINGS
+from space.appstate import SETTINGS
 from space.db import transaction
-from space.dbthread import DB_THREAD, db_call
 from space.servertime import iso
+from space.store import STORE
 
 log = logging.getLogger("baton.space")
 BATCH = 500
@@ -83,14 +83,17 @@ def iso_of(unix: float) -> str:
     return iso(datetime.fromtimestamp(unix, UTC))
 
 
+def cutoffs(now: datetime, days: float, claims_days: float) -> tuple[float, float]:
+    """The instants (unix) before which history, and claims, are forgotten at `now`."""
+    return (now - timedelta(days=days)).timestamp(), (now - timedelta(days=claims_days)).timestamp()
+
+
 async def prune(app: web.Application) -> int:
-    """Forget everything past the retention now, batch by batch; rows forgotten."""
+    """Forget everything past the retention now (the store's clock), batch by batch; rows
+    forgotten."""
     days = app[SETTINGS].history_days
-    now = app[CLOCK]()
-    cutoff = (now - timedelta(days=days)).timestamp()
-    claims = (now - timedelta(days=max(days, CLAIMS_FLOOR_DAYS))).timestamp()
     total = 0
-    while (gone := await db_call(app, prune_batch, cutoff, claims, now.timestamp())) > 0:
+    while (gone := await app[STORE].prune_history(days, max(days, CLAIMS_FLOOR_DAYS))) > 0:
         total += gone
     return total
 
@@ -114,6 +117,5 @@ async def _pruner(app: web.Application) -> AsyncIterator[None]:
 
 
 def setup(app: web.Application) -> None:
-    # SQLite's alone until pruning is on the store seam (on PostgreSQL: no database thread)
-    if app[SETTINGS].prune_every_seconds > 0 and DB_THREAD in app:
+    if app[SETTINGS].prune_every_seconds > 0:
         app.cleanup_ctx.append(_pruner)

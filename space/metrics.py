@@ -1,10 +1,10 @@
 """`GET /healthz` and `GET /metrics`: is the server up, and how it fares, for Prometheus.
 
 Owns the in-process counters the claim and run routes feed (`claim_seen`, `run_seen`) and
-rendering them, with what the store counts, in the Prometheus text format 0.0.4; the
-families read from records and devices at each scrape are `alertables`'. `/healthz` needs
-no token and answers 503 when the store fails; `/metrics` wants an admin or device token.
-Neither is a `/v1` route. Must not change any table.
+rendering them, with what the store counts (`scrape.Scrape`, read through the store seam),
+in the Prometheus text format 0.0.4; the families of records and devices are
+`alertables`'. `/healthz` needs no token and answers 503 when the store fails; `/metrics`
+wants an admin or device token. Neither is a `/v1` route. Must not change any table.
 """
 
 from __future__ import annotations
@@ -15,19 +15,20 @@ import sqlite3
 from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import NamedTuple
 
+import asyncpg
 import sqlite_utils
 from aiohttp import web
 
-from space import alertables, auth, chat_store, storage
-from space import leases as lease_store
+from space import alertables, auth, storage
 from space.appstate import CLOCK
-from space.dbthread import DB_THREAD, STALL_S, db_call
+from space.dbthread import DB_THREAD, STALL_S
 from space.exposition import CONTENT_TYPE, family, labels, num
 from space.http import Refusal, answer
+from space.scrape import Scrape
 from space.servertime import iso
 from space.storage import STORAGE, Stalled
+from space.store import STORE
 from space.streams import STREAMS
 
 HEALTH_SLACK_S = 0.5  # /healthz waits for its ping at most STALL_S + this
@@ -76,18 +77,14 @@ async def claim_seen(
     metrics = app[METRICS]
     keys = [k for k, result in seen if result == "claimed" and not k[:1].isdigit()]
     try:
-        accepted = await db_call(app, _accepted, keys) if keys else {}
-    except (sqlite3.Error, Stalled):  # the claims committed: their answers stand
+        accepted = await app[STORE].messages_accepted(keys) if keys else {}
+    except (sqlite3.Error, asyncpg.PostgresError, OSError, Stalled):  # the claims committed
         accepted = {}
     for key, result in seen:
         metrics.claims[(space, result)] += 1
         due = _due(key if key[:1].isdigit() else accepted.get(key))
         if result == "claimed" and due is not None:
             metrics.fire_latency.observe({"space": space}, max(0.0, (now - due).total_seconds()))
-
-
-def _accepted(db: sqlite_utils.Database, keys: list[str]) -> dict[str, str | None]:
-    return {key: chat_store.created_at(db, key) for key in keys}
 
 
 def run_seen(app: web.Application, space: str, status: str, late_ms: float | None) -> None:
@@ -109,24 +106,9 @@ def _due(text: str | None) -> datetime | None:
 # ------------------------------------------------------------------ rendering
 
 
-class Counted(NamedTuple):  # what a scrape reads from the store, in one unit of work
-    runs: list[tuple[str, str, int]]
-    fires: list[tuple[str, int]]
-    held: list[tuple[str, lease_store.Lease]]
-
-
-def counted(db: sqlite_utils.Database) -> Counted:
-    runs = db.execute(
-        "SELECT space, status, SUM(count) FROM run_rollups GROUP BY space, status"
-    ).fetchall()
-    fires = db.execute("SELECT space, COUNT(*) FROM fires GROUP BY space").fetchall()
-    held = [(s, lease_store.load(db, s)) for (s,) in db.execute("SELECT space FROM leases")]
-    return Counted(runs, fires, held)
-
-
 # long: one table of every metric family, in exposition order
-def render(app: web.Application, now: datetime, read: Counted) -> str:
-    m, (runs, fires, held) = app[METRICS], read
+def render(app: web.Application, read: Scrape) -> str:
+    m, now, runs, fires, held = app[METRICS], read.now, read.runs, read.fires, read.held
     streams = Counter(_feed(s.request.path) for s in app[STREAMS].streams())
     out = [
         *family(
@@ -269,13 +251,12 @@ def _stall_view(seconds: float, now: datetime) -> dict[str, object]:
 
 
 async def get_metrics(request: web.Request) -> web.Response:
-    now = request.app[CLOCK]()
     who = await auth.identify(request)
     if who.role is auth.Role.RUN:
         raise Refusal(403, "forbidden", "a run token may not read /metrics")
-    more = await alertables.lines(request.app, now)
-    read = await db_call(request.app, counted)
-    body = (render(request.app, now, read) + "\n".join(more) + "\n").encode()
+    read = await request.app[STORE].scrape()
+    more = await alertables.lines(request.app, read)
+    body = (render(request.app, read) + "\n".join(more) + "\n").encode()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 

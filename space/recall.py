@@ -1,9 +1,11 @@
 """Reading the history back for `why`: the facts around one slot of one trigger.
 
-Owns the queries that turn the `history_*` tables, the claim ledger, the runs, the chat
-messages and the devices' chat streams into `triggers.facts` values, read narrowly around
-the slot (a year of a minutely trigger costs what a day does: every read is by key or by
-a short range). Reads only; must not decide anything (that is `triggers.why`).
+Owns the SQLite queries that turn the `history_*` tables, the claim ledger, the runs, the
+chat messages and the devices' chat streams into `triggers.facts` values, read narrowly
+around the slot (a year of a minutely trigger costs what a day does: every read is by key
+or by a short range), and the pure row → fact conversions both stores share (the
+PostgreSQL twins of the queries are `store.pg_history`'s). Reads only; must not decide
+anything (that is `triggers.why`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import sqlite_utils
 
 from triggers import facts as f
@@ -19,6 +22,29 @@ from triggers import policies
 
 AROUND = 3600.0  # seconds of windows and terms read on either side of a slot
 SCAN = 3600.0  # a run record of the key is looked for up to this long after the slot
+
+
+class TriggerHistory(msgspec.Struct, frozen=True, kw_only=True):
+    """A trigger's revisions, when the store began keeping history, the record as it stands
+    (`(rev, body)`, for one older than the history) and the store's `now`."""
+
+    began: datetime
+    now: datetime
+    revisions: list[f.Revision]
+    stored: tuple[int, str] | None
+
+
+class SlotHistory(msgspec.Struct, frozen=True, kw_only=True):
+    """The facts around one slot and its key, read in one unit of work."""
+
+    terms: list[f.Term]
+    windows: list[f.Window]
+    applied: list[f.Applied]
+    offsets: list[f.Offset]
+    claim: f.Claim | None
+    refusals: list[f.Refused]
+    retries: dict[str, f.Claim]
+    run: dict[str, Any] | None  # the run record of the key
 
 
 def _at(unix: float) -> datetime:
@@ -31,6 +57,10 @@ def revisions(db: sqlite_utils.Database, space: str, tid: str) -> list[f.Revisio
         "WHERE space = ? AND trigger_id = ? ORDER BY rev",
         [space, tid],
     ).fetchall()
+    return revisions_of(rows)
+
+
+def revisions_of(rows: list[Any]) -> list[f.Revision]:
     found = []
     for rev, seq, at, op, actor, note, changes, record in rows:
         try:
@@ -59,6 +89,10 @@ def terms(db: sqlite_utils.Database, space: str, slot: float, bridge: float) -> 
         "AND began <= ? AND (ended IS NULL OR ended >= ?) ORDER BY term",
         [space, slot + bridge, slot - AROUND],
     ).fetchall()
+    return terms_of(rows)
+
+
+def terms_of(rows: list[Any]) -> list[f.Term]:
     return [
         f.Term(term=t, holder=h, began=_at(b), ended=None if e is None else _at(e), how=how)
         for t, h, b, e, how in rows
@@ -77,9 +111,13 @@ def windows(db: sqlite_utils.Database, space: str, slot: float) -> list[f.Window
         "WHERE space = ? AND last_seen < ? GROUP BY peer",
         [space, slot - AROUND],
     ).fetchall()
+    return windows_of([*earlier, *rows])
+
+
+def windows_of(rows: list[Any]) -> list[f.Window]:
     return [
         f.Window(peer=p, began=_at(b), last_seen=_at(s), stopped=bool(st), slept=sl)
-        for p, b, s, st, sl in sorted([*earlier, *rows], key=lambda r: r[1])
+        for p, b, s, st, sl in sorted(rows, key=lambda r: r[1])
     ]
 
 
@@ -94,7 +132,11 @@ def applied(db: sqlite_utils.Database, space: str, slot: float) -> list[f.Applie
         "ORDER BY at",
         [space, slot, slot + AROUND],
     ).fetchall()
-    return [f.Applied(peer=p, at=_at(a), seq=s) for p, a, s in [*rows, *after]]
+    return applied_of([*rows, *after])
+
+
+def applied_of(rows: list[Any]) -> list[f.Applied]:
+    return [f.Applied(peer=p, at=_at(a), seq=s) for p, a, s in rows]
 
 
 def offsets(db: sqlite_utils.Database, space: str, slot: float) -> list[f.Offset]:
@@ -110,7 +152,11 @@ def offsets(db: sqlite_utils.Database, space: str, slot: float) -> list[f.Offset
         "AND at <= ? ORDER BY at",
         [space, slot - AROUND, slot + AROUND],
     ).fetchall()
-    return [f.Offset(peer=p, at=_at(a), ms=ms) for p, a, ms in [*before, *near]]
+    return offsets_of([*before, *near])
+
+
+def offsets_of(rows: list[Any]) -> list[f.Offset]:
+    return [f.Offset(peer=p, at=_at(a), ms=ms) for p, a, ms in rows]
 
 
 _CLAIM = (
@@ -122,7 +168,7 @@ def claim(db: sqlite_utils.Database, space: str, tid: str, key: str) -> f.Claim 
     row = db.execute(
         f"{_CLAIM} WHERE space = ? AND trigger_id = ? AND key = ?", [space, tid, key]
     ).fetchone()
-    return None if row is None else _claim(row)
+    return None if row is None else claim_of(row)
 
 
 def retries(db: sqlite_utils.Database, space: str, tid: str, key: str) -> dict[str, f.Claim]:
@@ -131,16 +177,21 @@ def retries(db: sqlite_utils.Database, space: str, tid: str, key: str) -> dict[s
         f"{_CLAIM} WHERE space = ? AND trigger_id = ? AND key > ? AND key < ?",
         [space, tid, key + "#", key + "$"],
     ).fetchall()
-    found = {row[8]: _claim(row) for row in rows}
+    return retries_of(rows)
+
+
+def retries_of(rows: list[Any]) -> dict[str, f.Claim]:
+    found = {row[8]: claim_of(row) for row in rows}
     return dict(sorted(found.items(), key=lambda kv: policies.attempt_of(kv[0])))
 
 
-def _claim(row: tuple[Any, ...]) -> f.Claim:
+def claim_of(row: Any) -> f.Claim:
+    """A claim ledger's row (`claimed_at` the wire's text, or an instant) as a fact."""
     peer, term, claimed, run_id, status, reason, started, late, _ = row
     return f.Claim(
         peer=peer,
         term=term,
-        claimed_at=datetime.fromisoformat(claimed),
+        claimed_at=claimed if isinstance(claimed, datetime) else datetime.fromisoformat(claimed),
         run_id=run_id,
         status=status,
         reason=reason,
@@ -165,6 +216,10 @@ def refusals(db: sqlite_utils.Database, space: str, tid: str, key: str) -> list[
         "WHERE space = ? AND trigger_id = ? AND key = ? ORDER BY at",
         [space, tid, key],
     ).fetchall()
+    return refusals_of(rows)
+
+
+def refusals_of(rows: list[Any]) -> list[f.Refused]:
     return [f.Refused(at=_at(a), peer=p, term=t, code=c, detail=d) for a, p, t, c, d in rows]
 
 
@@ -182,12 +237,17 @@ def run(
             "AND started_at >= ? AND started_at <= ? ORDER BY seq LIMIT 100",
             [space, tid, slot - 1, slot + SCAN],
         ).fetchall()
+    return first_of(rows, lambda doc: doc.get("key") == key)
+
+
+def first_of(rows: list[Any], wanted: Any) -> dict[str, Any] | None:
+    """The first of the rows' JSON bodies that is an object `wanted` accepts."""
     for (body,) in rows:
         try:
             doc = json.loads(body)
         except ValueError:
             continue
-        if isinstance(doc, dict) and doc.get("key") == key:
+        if isinstance(doc, dict) and wanted(doc):
             return doc
     return None
 
@@ -203,7 +263,10 @@ def message(
     else:
         sql = f"{columns} WHERE object_id = ? AND created_ts <= ? ORDER BY seq DESC LIMIT 1"
         params = [object_id, at]
-    row = db.execute(sql, params).fetchone()
+    return message_of(db.execute(sql, params).fetchone())
+
+
+def message_of(row: Any) -> f.MessageFact | None:
     if row is None:
         return None
     try:
@@ -225,6 +288,10 @@ def subscriptions(
         "AND object_id = ? AND began <= ? AND (ended IS NULL OR ended >= ?) ORDER BY began",
         [space, object_id, at + AROUND, at - AROUND],
     ).fetchall()
+    return subscriptions_of(rows)
+
+
+def subscriptions_of(rows: list[Any]) -> list[f.Subscription]:
     return [
         f.Subscription(peer=p, began=_at(b), ended=None if e is None else _at(e), resumed=bool(r))
         for p, b, e, r in rows
@@ -240,11 +307,4 @@ def turn(
         "AND started_at <= ? ORDER BY seq LIMIT 200",
         [space, object_id, accepted - 1, accepted + SCAN],
     ).fetchall()
-    for (body,) in rows:
-        try:
-            doc = json.loads(body)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and message_id in (doc.get("messageIds") or []):
-            return doc
-    return None
+    return first_of(rows, lambda doc: message_id in (doc.get("messageIds") or []))

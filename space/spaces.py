@@ -1,6 +1,7 @@
 """Spaces: create (with the general chat) and list; `require_space` for every space route.
 
-Owns the `spaces` table; a device token lists its own space alone. A space's
+Owns the `spaces` table (SQLite's SQL; through the store seam); a device token lists its
+own space alone. A space's
 general chat is created through `space.chat_store.create_chat`; this module must not
 know chat tables, nor import `space.chats` (which imports this module).
 """
@@ -17,9 +18,9 @@ from aiohttp import web
 from core.wire import Body, Space, SpaceList
 from space import auth, chat_store
 from space.db import transaction
-from space.dbthread import db_call
-from space.http import Refusal, add_route, answer, now_of, read_body
+from space.http import Refusal, add_route, answer, read_body
 from space.servertime import epoch, iso
+from space.store import STORE
 
 SPACE_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 GENERAL_CHAT_NAME = "general"
@@ -63,12 +64,8 @@ def require_space(request: web.Request) -> str:
 
 
 def create_space(db: sqlite_utils.Database, body: SpaceIn, now: datetime) -> dict[str, Any]:
-    if not SPACE_ID.fullmatch(body.id):
-        raise Refusal(
-            400,
-            "invalid_body",
-            f"space id {body.id!r} must match [a-z0-9][a-z0-9_-]{{0,63}} - at `$.id`",
-        )
+    """The space and its general chat (`Refusal` 409 if it exists); its row."""
+    check_id(body.id)
     with transaction(db):  # the space and its general chat, all or nothing
         if space_exists(db, body.id):
             raise Refusal(409, "space_exists", f"space {body.id!r} already exists")
@@ -77,15 +74,25 @@ def create_space(db: sqlite_utils.Database, body: SpaceIn, now: datetime) -> dic
             "INSERT INTO spaces VALUES (?, ?, ?, ?)",
             [body.id, body.name or body.id, chat, iso(now)],
         )
-    return _space(next(db.query("SELECT * FROM spaces WHERE id = ?", [body.id])))
+    return next(db.query("SELECT * FROM spaces WHERE id = ?", [body.id]))
 
 
 async def post_space(request: web.Request) -> web.Response:
     body = await read_body(request, SpaceIn)
-    return answer(await db_call(request.app, create_space, body, now_of(request)), status=201)
+    check_id(body.id)
+    return answer(_space(await request.app[STORE].create_space(body.id, body.name)), status=201)
 
 
-def _rows(db: sqlite_utils.Database, space: str | None = None) -> list[dict[str, Any]]:
+def check_id(space: str) -> None:
+    if not SPACE_ID.fullmatch(space):
+        raise Refusal(
+            400,
+            "invalid_body",
+            f"space id {space!r} must match [a-z0-9][a-z0-9_-]{{0,63}} - at `$.id`",
+        )
+
+
+def rows(db: sqlite_utils.Database, space: str | None = None) -> list[dict[str, Any]]:
     if space is None:
         return list(db.query("SELECT * FROM spaces ORDER BY id"))
     return list(db.query("SELECT * FROM spaces WHERE id = ?", [space]))
@@ -93,19 +100,18 @@ def _rows(db: sqlite_utils.Database, space: str | None = None) -> list[dict[str,
 
 async def list_spaces(request: web.Request) -> web.Response:
     """Every space for the admin; a device's own space alone for a device token."""
-    rows = await db_call(request.app, _rows)
+    found = await request.app[STORE].space_rows()
     who = auth.principal(request)
     every = who.role is auth.Role.ADMIN
-    return answer({"spaces": [_space(r) for r in rows if every or r["id"] == who.space]})
+    return answer({"spaces": [_space(r) for r in found if every or r["id"] == who.space]})
 
 
 async def get_space(request: web.Request) -> web.Response:
     space = require_space(request)
-    return answer(_space((await db_call(request.app, _rows, space))[0]))
+    return answer(_space((await request.app[STORE].space_rows(space))[0]))
 
 
 def setup(app: web.Application) -> None:
-    app[auth.SPACE_LOOKUP] = space_exists
     add_route(
         app,
         "space_create",

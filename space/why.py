@@ -2,11 +2,11 @@
 
 Owns the route (SPEC "History and `why`"): `?at=<instant>` (RFC 3339 with offset, or unix
 seconds; default now: the last due slot), `?key=<fire key>`, or `?since=&until=` for
-every slot of a range (at most `limit`, 100). It reads the facts around the slot
-(`space.recall`) and answers what `triggers.why` decides. An instant older than the
-retention, or than the history itself, is `410 past_retention`; bad input is 400 naming
-the field. A run token may ask too (the agent explains itself), and is answered without
-the run's result. Must not write.
+every slot of a range (at most `limit`, 100). It reads the facts around the slot through
+the store seam (`recall`'s values from either store) and answers what `triggers.why`
+decides. An instant older than the retention, or than the history itself, is `410
+past_retention`; bad input is 400 naming the field. A run token may ask too (the agent
+explains itself), and is answered without the run's result. Must not write.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
-import sqlite_utils
 from aiohttp import web
 
 from core.vocab import canonical_key, iso
-from space import history, recall, trigger_store
+from space import history, trigger_store
 from space.appstate import SETTINGS
 from space.auth import Role, principal
-from space.dbthread import db_call
-from space.http import Refusal, add_route, answer, int_query, now_of
+from space.http import Refusal, add_route, answer, int_query
+from space.recall import TriggerHistory
 from space.spaces import require_space
+from space.store import STORE, Store
 from triggers import facts as f
 from triggers import policies, slots, why
 from triggers.facts import record_at
@@ -59,30 +59,28 @@ def _instant(name: str, text: str) -> datetime:
     raise Refusal(400, "invalid_query", detail)
 
 
-def _question(db: sqlite_utils.Database, request: web.Request) -> Question:
+async def _question(store: Store, request: web.Request) -> Question:
     space, tid = require_space(request), request.match_info["id"]
-    began = datetime.fromtimestamp(history.began(db), UTC)
-    revisions = recall.revisions(db, space, tid) or _as_it_stands(db, space, tid, began)
-    now = now_of(request)
+    told = await store.trigger_history(space, tid)
+    began, now = told.began, told.now  # by the store's clock
+    revisions = told.revisions or _as_it_stands(told, space, tid)
     days = request.app[SETTINGS].history_days
     kept = max(now - timedelta(days=days), began)
     return Question(space=space, trigger=tid, now=now, kept_since=kept, revisions=revisions)
 
 
-def _as_it_stands(
-    db: sqlite_utils.Database, space: str, tid: str, began: datetime
-) -> list[f.Revision]:
+def _as_it_stands(told: TriggerHistory, space: str, tid: str) -> list[f.Revision]:
     """A record older than the history (a store kept by an older build): as it stands, from
     when the history began; 404 if there is no such record either."""
     try:
-        rev, record = trigger_store.current(db, space, tid)
+        rev, record = trigger_store.parsed(space, tid, told.stored)
     except Refusal as exc:
         if exc.status != 404:
             raise  # an undecodable record: 409, as its other routes say
         detail = f"space {space!r} has no trigger {tid!r}, nor history of one"
         raise Refusal(404, "not_found", detail) from exc
     kept = {k: v for k, v in record.items() if k not in history.STAMP_FIELDS}
-    return [f.Revision(rev=rev, seq=0, at=began, op="edit", actor="space", record=kept)]
+    return [f.Revision(rev=rev, seq=0, at=told.began, op="edit", actor="space", record=kept)]
 
 
 def _kept(q: Question, name: str, at: datetime) -> None:
@@ -95,50 +93,47 @@ def _kept(q: Question, name: str, at: datetime) -> None:
 
 
 async def get_why(request: web.Request) -> web.Response:
-    """The whole answer is one unit of work on the database thread (reads and reasoning)."""
-    return await db_call(request.app, _why, request)
-
-
-def _why(db: sqlite_utils.Database, request: web.Request) -> web.Response:
-    q = _question(db, request)
+    """The facts through the store seam (each slot's in one unit of work), reasoned here."""
+    db = request.app[STORE]
+    q = await _question(db, request)
     query = request.query
     given = [n for n in ("at", "key", "since") if n in query]
     if len(given) > 1:
         raise Refusal(400, "invalid_query", f"give one of `at`, `key`, `since`, not {given}")
     if "since" in query:
-        return _range(db, request, q)
+        return await _range(db, request, q)
     if "key" in query:
-        where, at = _by_key(db, q, query["key"])
+        where, at = await _by_key(db, q, query["key"])
     else:
         at = _instant("at", query["at"]) if "at" in query else q.now
         _kept(q, "at", at)
-        where = _located(db, q, at, exact="at" in query)
-    return _answer(request, _explain(db, request, q, at, where))
+        where = await _located(db, q, at, exact="at" in query)
+    return _answer(request, await _explain(db, request, q, at, where))
 
 
-def _located(db: sqlite_utils.Database, q: Question, at: datetime, *, exact: bool) -> Located:
+async def _located(db: Store, q: Question, at: datetime, *, exact: bool) -> Located:
     record = record_at(q.revisions, at)
     if record is not None and record.get("kind") == "event":
         spec = record.get("spec")
         chat = spec.get("objectId") if isinstance(spec, dict) else None
-        found = recall.message(db, str(chat or ""), at.timestamp(), None)
+        found = await db.chat_message(str(chat or ""), at.timestamp(), None)
         return why.locate_message(q.revisions, at, found)
     return why.locate(q.revisions, at, exact=exact)
 
 
-def _by_key(db: sqlite_utils.Database, q: Question, key: str) -> tuple[Located, datetime]:
+async def _by_key(db: Store, q: Question, key: str) -> tuple[Located, datetime]:
     """The slot of a fire key; a retry's key (`<key>#k`) is its fire's slot, asked as itself."""
     base = policies.base_key(key)
-    where, at = _by_base_key(db, q, base)
+    where, at = await _by_base_key(db, q, base)
     if base == key or where.key is None:
         return where, at
     return msgspec.structs.replace(where, key=canonical_key(key)), at
 
 
-def _by_base_key(db: sqlite_utils.Database, q: Question, key: str) -> tuple[Located, datetime]:
+async def _by_base_key(db: Store, q: Question, key: str) -> tuple[Located, datetime]:
     record = record_at(q.revisions, q.now)
     if record is not None and record.get("kind") == "event":
-        found = recall.message(db, "", 0.0, key)
+        found = await db.chat_message("", 0.0, key)
         if found is None:
             raise Refusal(
                 404, "not_found", f"no message {key!r}: `key` of an event trigger is a messageId"
@@ -154,51 +149,48 @@ def _by_base_key(db: sqlite_utils.Database, q: Question, key: str) -> tuple[Loca
     return why.locate(q.revisions, at, exact=True), at
 
 
-def _explain(
-    db: sqlite_utils.Database, request: web.Request, q: Question, at: datetime, where: Located
+async def _explain(
+    db: Store, request: web.Request, q: Question, at: datetime, where: Located
 ) -> why.Explanation:
     settings = request.app[SETTINGS]
     known = f.Facts(now=q.now, kept_since=q.kept_since, revisions=q.revisions)
     if where.slot is not None and where.key is not None:
         slot = where.slot.timestamp()
-        claim = recall.claim(db, q.space, q.trigger, where.key)
-        turn = _turn(db, q.space, where, claim)
+        told = await db.slot_history(q.space, q.trigger, where.key, slot, BRIDGE_SECONDS)
+        claim = told.claim
+        turn = await _turn(db, q.space, where, claim)
         if turn is not None and claim is not None:  # chat-watch: the turn is its run
             claim = _turned(claim, turn, where.slot)
         known = f.Facts(
             now=q.now,
             kept_since=q.kept_since,
             revisions=q.revisions,
-            terms=recall.terms(db, q.space, slot, BRIDGE_SECONDS),
-            windows=recall.windows(db, q.space, slot),
-            applied=recall.applied(db, q.space, slot),
-            offsets=recall.offsets(db, q.space, slot),
+            terms=told.terms,
+            windows=told.windows,
+            applied=told.applied,
+            offsets=told.offsets,
             claim=claim,
-            refusals=recall.refusals(db, q.space, q.trigger, where.key),
-            run=turn or recall.run(db, q.space, q.trigger, where.key, _run_id(claim), slot),
-            message=_message(db, where),
-            subscriptions=_streams(db, q.space, where),
+            refusals=told.refusals,
+            run=turn or told.run,  # the run of the claim as read (`turn`: not a run's)
+            message=await _message(db, where),
+            subscriptions=await _streams(db, q.space, where),
             beat_seconds=settings.live_seconds / BEATS_PER_LIVE,
             bridge_seconds=BRIDGE_SECONDS,
-            done_at=_done_at(db, q, where),
-            retries=recall.retries(db, q.space, q.trigger, where.key),
+            done_at=await _done_at(db, q, where),
+            retries=told.retries,
         )
     return why.explain(q.trigger, at, where, known)
 
 
-def _done_at(db: sqlite_utils.Database, q: Question, where: Located) -> datetime | None:
+async def _done_at(db: Store, q: Question, where: Located) -> datetime | None:
     most = (where.record or {}).get("maxRuns")
     if not isinstance(most, int) or isinstance(most, bool) or most < 1:
         return None
-    return recall.done_at(db, q.space, q.trigger, most)
+    return await db.done_at(q.space, q.trigger, most)
 
 
-def _run_id(claim: f.Claim | None) -> str | None:
-    return None if claim is None else claim.run_id
-
-
-def _turn(
-    db: sqlite_utils.Database, space: str, where: Located, claim: f.Claim | None
+async def _turn(
+    db: Store, space: str, where: Located, claim: f.Claim | None
 ) -> dict[str, Any] | None:
     """The chat responder's turn that took up the message, for a claim with no run."""
     record = where.record or {}
@@ -208,7 +200,7 @@ def _turn(
     chat = spec.get("objectId") if isinstance(spec, dict) else None
     if not isinstance(chat, str) or where.key is None or where.slot is None:
         return None
-    return recall.turn(db, space, chat, where.key, where.slot.timestamp())
+    return await db.chat_turn(space, chat, where.key, where.slot.timestamp())
 
 
 def _turned(claim: f.Claim, turn: dict[str, Any], accepted: datetime) -> f.Claim:
@@ -227,22 +219,22 @@ def _turned(claim: f.Claim, turn: dict[str, Any], accepted: datetime) -> f.Claim
     )
 
 
-def _message(db: sqlite_utils.Database, where: Located) -> f.MessageFact | None:
+async def _message(db: Store, where: Located) -> f.MessageFact | None:
     if where.record is None or where.record.get("kind") != "event" or where.key is None:
         return None
-    return recall.message(db, "", 0.0, where.key)
+    return await db.chat_message("", 0.0, where.key)
 
 
-def _streams(db: sqlite_utils.Database, space: str, where: Located) -> list[f.Subscription]:
+async def _streams(db: Store, space: str, where: Located) -> list[f.Subscription]:
     record = where.record or {}
     spec = record.get("spec")
     chat = spec.get("objectId") if isinstance(spec, dict) else None
     if where.slot is None or not isinstance(chat, str) or record.get("kind") != "event":
         return []
-    return recall.subscriptions(db, space, chat, where.slot.timestamp())
+    return await db.chat_streams(space, chat, where.slot.timestamp())
 
 
-def _range(db: sqlite_utils.Database, request: web.Request, q: Question) -> web.Response:
+async def _range(db: Store, request: web.Request, q: Question) -> web.Response:
     """Every slot of `[since, until]` (until: default now), each answered, oldest first; the
     part of the range older than the history kept is left out."""
     since = _instant("since", request.query["since"])
@@ -254,7 +246,9 @@ def _range(db: sqlite_utils.Database, request: web.Request, q: Question) -> web.
     if not isinstance(record, CronTrigger | OnceTrigger):
         raise Refusal(400, "invalid_query", "`since` lists the slots of a cron or once trigger")
     found = slots.slots_between(record.spec, since, min(until, q.now), limit)
-    answers = [_explain(db, request, q, s, why.locate(q.revisions, s, exact=True)) for s in found]
+    answers = [
+        await _explain(db, request, q, s, why.locate(q.revisions, s, exact=True)) for s in found
+    ]
     return answer(
         {
             "trigger": q.trigger,

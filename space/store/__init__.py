@@ -28,10 +28,15 @@ if TYPE_CHECKING:  # `leases` and `chats` serve their routes through this seam
     from space.history import Author
     from space.leases import Lease
     from space.programs import Publication
+    from space.recall import SlotHistory, TriggerHistory
+    from space.scrape import Scrape
     from space.token_store import Principal
+    from triggers import facts
 
 Record: TypeAlias = "dict[str, Any]"  # a trigger record as stored (`trigger_store.Record`)
 LeaseStep: TypeAlias = "Callable[[Lease, datetime], Lease]"  # `leases.Conflict` refuses
+BackfillSlots: TypeAlias = "Callable[[Record, datetime], list[str]]"  # `Refusal` refuses
+BackfillStamp: TypeAlias = "Callable[[list[str], datetime], Record | None]"
 
 
 class LeaseChange(msgspec.Struct, frozen=True):
@@ -230,6 +235,54 @@ class Store(Protocol):
     async def programs(self, space: str) -> list[dict[str, Any]]:
         """The stored rows by name and version."""
         ...
+
+    # --- history: why, forget, backfill; spaces; the scrape's reads (issue 22, pghistory) ---
+    async def trigger_history(self, space: str, tid: str) -> TriggerHistory: ...
+
+    async def slot_history(
+        self, space: str, tid: str, key: str, slot: float, bridge: float
+    ) -> SlotHistory:
+        """The facts around the slot `slot` (unix) of the fire `key`, in one unit of work."""
+        ...
+
+    async def chat_message(
+        self, object_id: str, at: float, message_id: str | None
+    ) -> facts.MessageFact | None: ...
+
+    async def chat_streams(
+        self, space: str, object_id: str, at: float
+    ) -> list[facts.Subscription]: ...
+
+    async def chat_turn(
+        self, space: str, object_id: str, message_id: str, accepted: float
+    ) -> dict[str, Any] | None: ...
+
+    async def done_at(self, space: str, tid: str, max_runs: int) -> datetime | None: ...
+
+    async def prune_history(self, days: float, claims_days: float) -> int:
+        """One batch forgotten past `days` (claims: `claims_days`) by the store's clock;
+        how many rows went (0: nothing is left to forget)."""
+        ...
+
+    async def backfill(
+        self, space: str, tid: str, slots: BackfillSlots, stamp: BackfillStamp
+    ) -> tuple[list[str], int]:
+        """In one transaction at the store's clock: the keys `slots` picks from the record,
+        those never claimed stamped as `stamp` makes them (None: no stamp); those keys and
+        how many of them were claimed already."""
+        ...
+
+    async def create_space(self, space: str, name: str) -> dict[str, Any]:
+        """A space and its general chat, all or nothing (its row); 409 `space_exists`."""
+        ...
+
+    async def space_rows(self, space: str | None = None) -> list[dict[str, Any]]: ...
+
+    async def space_exists(self, space: str) -> bool: ...
+
+    async def scrape(self) -> Scrape: ...
+
+    async def messages_accepted(self, message_ids: list[str]) -> dict[str, str | None]: ...
 
     async def close(self) -> None: ...
 

@@ -77,7 +77,44 @@ CREATE TABLE programs (space text NOT NULL, name text NOT NULL, version bigint N
   source text NOT NULL, sha256 text NOT NULL, any_tool boolean NOT NULL,
   created_at text NOT NULL, publisher text, PRIMARY KEY (space, name, version));
 """
-MIGRATIONS = (_V1, _V2, _V3, _V4, _V5, _V6)  # version n is MIGRATIONS[n - 1]; append, never edit
+_V9 = """
+ALTER TABLE fires ADD COLUMN IF NOT EXISTS run_id text, ADD COLUMN IF NOT EXISTS status text,
+  ADD COLUMN IF NOT EXISTS reason text, ADD COLUMN IF NOT EXISTS started_at double precision,
+  ADD COLUMN IF NOT EXISTS late_ms double precision;
+CREATE INDEX IF NOT EXISTS fires_by_claimed_at ON fires (claimed_at);
+CREATE TABLE IF NOT EXISTS history_subscriptions (id bigint GENERATED ALWAYS AS IDENTITY
+  PRIMARY KEY, space text NOT NULL, peer text NOT NULL, object_id text NOT NULL,
+  began double precision NOT NULL, ended double precision, resumed boolean NOT NULL);
+CREATE INDEX IF NOT EXISTS history_subscriptions_by_chat ON history_subscriptions
+  (space, object_id, began);
+CREATE TABLE IF NOT EXISTS history_meta (name text PRIMARY KEY, value double precision NOT NULL);
+INSERT INTO history_meta SELECT 'since', least(extract(epoch FROM now()),
+  (SELECT min(at) FROM history_revisions), (SELECT min(began) FROM history_windows),
+  (SELECT extract(epoch FROM min(began)) FROM history_terms)) ON CONFLICT DO NOTHING;
+CREATE INDEX IF NOT EXISTS history_revisions_by_at ON history_revisions (at);
+CREATE INDEX IF NOT EXISTS history_terms_by_ended ON history_terms (ended);
+CREATE INDEX IF NOT EXISTS history_windows_by_last_seen ON history_windows (last_seen);
+CREATE INDEX IF NOT EXISTS history_applied_by_at ON history_applied (at);
+CREATE INDEX IF NOT EXISTS history_offsets_at ON history_offsets (at);
+CREATE INDEX IF NOT EXISTS history_refusals_by_at ON history_refusals (at);
+CREATE TABLE IF NOT EXISTS runs (seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  space text NOT NULL, run_id text NOT NULL, trigger_id text NOT NULL, status text NOT NULL,
+  started_at double precision NOT NULL, failure boolean NOT NULL, body text NOT NULL,
+  UNIQUE (space, run_id));
+CREATE INDEX IF NOT EXISTS runs_by_time ON runs (space, trigger_id, started_at);
+CREATE TABLE IF NOT EXISTS run_rollups (space text NOT NULL, trigger_id text NOT NULL,
+  status text NOT NULL, count bigint NOT NULL, last_run_at text,
+  PRIMARY KEY (space, trigger_id, status));
+CREATE TABLE IF NOT EXISTS agent_turns (seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  space text NOT NULL, turn_id text NOT NULL, object_id text NOT NULL,
+  started_at double precision NOT NULL, failure boolean NOT NULL, body text NOT NULL,
+  UNIQUE (space, turn_id));
+CREATE INDEX IF NOT EXISTS agent_turns_by_chat ON agent_turns (space, object_id, started_at);
+CREATE TABLE IF NOT EXISTS spaces (id text PRIMARY KEY, name text NOT NULL, general_chat text,
+  created_at text NOT NULL);
+"""  # history's other tables and the prune's indexes; runs, turns and spaces its reads need
+_V7 = _V8 = "SELECT 1"  # other areas' versions of issue 22 (placeholders here, theirs at the merge)
+MIGRATIONS = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)  # version n: MIGRATIONS[n - 1]
 
 
 class NewerStore(Exception):

@@ -36,7 +36,9 @@ from space.store import (
     pgschema,
 )
 from space.store.pg_devices import PgDevices
+from space.store.pg_history import PgHistory
 from space.store.pg_programs import PgPrograms
+from space.store.pg_spaces import PgSpaces
 from space.store.pg_tokens import PgTokens
 from space.store.pgwake import CHANNEL
 from space.trigger_store import Record
@@ -50,9 +52,10 @@ ON CONFLICT DO NOTHING RETURNING claimed_at
 """
 
 
-class PostgresStore(PgTokens, PgDevices, PgPrograms):
+class PostgresStore(PgTokens, PgDevices, PgPrograms, PgHistory, PgSpaces):
     """A pool of connections for the operations; `open` migrates the schema first. The
-    operations of one area each are its bases (`PgTokens`, `PgDevices`, `PgPrograms`)."""
+    operations of one area each are its bases (`PgTokens`, `PgDevices`, `PgPrograms`,
+    `PgHistory`, `PgSpaces`)."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool

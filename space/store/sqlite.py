@@ -40,11 +40,24 @@ from space.chat_store import Chat
 from space.dbthread import DbThread
 from space.history import Author
 from space.programs import Publication
+from space.recall import SlotHistory, TriggerHistory
+from space.scrape import Scrape
 from space.servertime import ServerClock
-from space.store import Claimed, ClaimIn, LeaseChange, LeaseStep, Stale, Taken
+from space.store import (
+    BackfillSlots,
+    BackfillStamp,
+    Claimed,
+    ClaimIn,
+    LeaseChange,
+    LeaseStep,
+    Stale,
+    Taken,
+)
+from space.store.sqlite_history import HistoryWork
 from space.store.sqlite_work import Work
 from space.token_store import Principal
 from space.trigger_store import Record
+from triggers import facts as f
 
 
 class SqliteStore:
@@ -52,6 +65,7 @@ class SqliteStore:
         self.thread = thread
         self.clock = clock
         self._work = Work(clock)
+        self._history = HistoryWork(clock)
 
     async def lease(self, space: str) -> tuple[leases.Lease, datetime]:
         return await self.thread.call(self._work.lease, space)
@@ -177,6 +191,56 @@ class SqliteStore:
 
     async def programs(self, space: str) -> list[dict[str, Any]]:
         return await self.thread.call(self._work.programs, space)
+
+    # --- history: why, forget, backfill; spaces; the scrape's reads (issue 22, pghistory) ---
+    async def trigger_history(self, space: str, tid: str) -> TriggerHistory:
+        return await self.thread.call(self._history.trigger_history, space, tid)
+
+    async def slot_history(
+        self, space: str, tid: str, key: str, slot: float, bridge: float
+    ) -> SlotHistory:
+        return await self.thread.call(self._history.slot_history, space, tid, key, slot, bridge)
+
+    async def chat_message(
+        self, object_id: str, at: float, message_id: str | None
+    ) -> f.MessageFact | None:
+        return await self.thread.call(self._history.chat_message, object_id, at, message_id)
+
+    async def chat_streams(self, space: str, object_id: str, at: float) -> list[f.Subscription]:
+        return await self.thread.call(self._history.chat_streams, space, object_id, at)
+
+    async def chat_turn(
+        self, space: str, object_id: str, message_id: str, accepted: float
+    ) -> dict[str, Any] | None:
+        return await self.thread.call(
+            self._history.chat_turn, space, object_id, message_id, accepted
+        )
+
+    async def done_at(self, space: str, tid: str, max_runs: int) -> datetime | None:
+        return await self.thread.call(self._history.done_at, space, tid, max_runs)
+
+    async def prune_history(self, days: float, claims_days: float) -> int:
+        return await self.thread.call(self._history.prune_history, days, claims_days)
+
+    async def backfill(
+        self, space: str, tid: str, slots: BackfillSlots, stamp: BackfillStamp
+    ) -> tuple[list[str], int]:
+        return await self.thread.call(self._history.backfill, space, tid, slots, stamp)
+
+    async def create_space(self, space: str, name: str) -> dict[str, Any]:
+        return await self.thread.call(self._history.create_space, space, name)
+
+    async def space_rows(self, space: str | None = None) -> list[dict[str, Any]]:
+        return await self.thread.call(self._history.space_rows, space)
+
+    async def space_exists(self, space: str) -> bool:
+        return await self.thread.call(self._history.space_exists, space)
+
+    async def scrape(self) -> Scrape:
+        return await self.thread.call(self._history.scrape)
+
+    async def messages_accepted(self, message_ids: list[str]) -> dict[str, str | None]:
+        return await self.thread.call(self._history.messages_accepted, message_ids)
 
     async def close(self) -> None:
         """The database is the app's: closed at its cleanup."""

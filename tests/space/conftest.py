@@ -11,11 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from space_support import SPACE, Api, FakeClock
-
-from space.app import create_app, default_admin_token_file
-from space.store import STORE
-from space.store.postgres import PostgresStore
+from space_support import Api, FakeClock, serve
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -44,16 +40,5 @@ async def api(
     store_kind: str,
     request: pytest.FixtureRequest,
 ) -> Api:
-    db_path = tmp_path / "space.db"
-    app = create_app(db_path, clock=space_clock, lease_seconds=15, live_seconds=15)
-    if store_kind == "postgres":  # the routes behind the seam answer from PostgreSQL
-        store = await PostgresStore.open(str(request.getfixturevalue("pg_dsn")))
-        app[STORE] = store
-        app.on_cleanup.append(lambda _: store.close())
-        await store.ensure_admin_token(default_admin_token_file(db_path))  # the file's token
-    client = await aiohttp_client(app)
-    token = default_admin_token_file(db_path).read_text().strip()
-    admin = Api(client, token, db_path)
-    status, body = await admin.post("/spaces", {"id": SPACE, "name": "Home"})
-    assert status == 201, body
-    return admin
+    dsn = str(request.getfixturevalue("pg_dsn")) if store_kind == "postgres" else None
+    return await serve(aiohttp_client, tmp_path / "space.db", space_clock, dsn)

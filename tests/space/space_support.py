@@ -12,7 +12,11 @@ from typing import Any, TypeVar
 import sqlite_utils
 from aiohttp.test_utils import TestClient
 
+from space.app import create_app, default_admin_token_file
 from space.dbthread import db_call
+from space.servertime import ServerClock
+from space.store import STORE
+from space.store.postgres import PostgresStore
 
 T = TypeVar("T")
 
@@ -114,3 +118,33 @@ def rows(api: Api, sql: str) -> list[tuple[Any, ...]]:
         return conn.execute(sql).fetchall()
     finally:
         conn.close()
+
+
+async def serve(
+    aiohttp_client: Any, db_path: Path, clock: ServerClock, dsn: str | None = None
+) -> Api:
+    """A space server on `db_path` by `clock` (with `dsn`, its store seam on PostgreSQL: the
+    routes behind the seam answer from there), with the space `SPACE`; its admin caller."""
+    app = create_app(db_path, clock=clock, lease_seconds=15, live_seconds=15)
+    if dsn is not None:
+        store = await PostgresStore.open(dsn)
+        app[STORE] = store
+        app.on_cleanup.append(lambda _: store.close())
+        await store.ensure_admin_token(default_admin_token_file(db_path))  # the file's token
+    client = await aiohttp_client(app)
+    token = default_admin_token_file(db_path).read_text().strip()
+    admin = Api(client, token, db_path)
+    status, body = await admin.post("/spaces", {"id": SPACE, "name": "Home"})
+    assert status == 201, body
+    return admin
+
+
+async def store_rows(api: Api, sql: str) -> list[tuple[Any, ...]]:
+    """The rows `sql` (no parameters) reads from the server's store: its SQLite file, or its
+    PostgreSQL database when the seam is there."""
+    app = api.client.server.app
+    assert app is not None
+    store = app[STORE]
+    if isinstance(store, PostgresStore):
+        return [tuple(row) for row in await store.pool.fetch(sql)]
+    return rows(api, sql)

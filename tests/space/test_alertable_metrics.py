@@ -15,6 +15,8 @@ import pytest
 from space_support import SPACE, Api, FakeClock, snapshot
 
 from space import alertables
+from space.store import STORE
+from space.store.postgres import PostgresStore
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "docs" / "alerts.yml"
@@ -38,7 +40,7 @@ EARLIER = {  # the families `/metrics` served before the alertable ones
     "baton_storage_up",
     "baton_storage_faults_total",
 }
-BOTH_STORES = True  # records are read through the store seam: SQLite and PostgreSQL
+BOTH_STORES = True  # a scrape reads through the store seam: SQLite and PostgreSQL
 
 
 async def scrape(api: Api) -> str:
@@ -121,17 +123,27 @@ async def test_each_trigger_says_its_breaker_and_health(api: Api) -> None:
     assert sorted(got[failures]) == sorted(sample(failures, 0, trigger=n) for n in stamps)
 
 
-@pytest.mark.sqlite_only  # writes the SQLite file
 async def test_a_record_this_build_cannot_decode_is_counted_as_undecodable(api: Api) -> None:
     newer = {"id": "trg_newer", "kind": "webhook", "spec": {"url": "x"}, "rev": 1}
-    conn = sqlite3.connect(api.db_path)
-    try:
-        conn.execute(
-            "INSERT INTO triggers VALUES (?, ?, 1, ?)", [SPACE, "trg_newer", json.dumps(newer)]
+    app = api.client.server.app
+    assert app is not None
+    store = app[STORE]
+    if isinstance(store, PostgresStore):  # as a newer build's server wrote it
+        await store.pool.execute(
+            "INSERT INTO triggers (space, id, rev, body) VALUES ($1, $2, 1, $3)",
+            SPACE,
+            "trg_newer",
+            json.dumps(newer),
         )
-        conn.commit()
-    finally:
-        conn.close()
+    else:
+        conn = sqlite3.connect(api.db_path)
+        try:
+            conn.execute(
+                "INSERT INTO triggers VALUES (?, ?, 1, ?)", [SPACE, "trg_newer", json.dumps(newer)]
+            )
+            conn.commit()
+        finally:
+            conn.close()
     got = samples(await scrape(api))
     assert got["baton_triggers_by_health"] == [
         sample("baton_triggers_by_health", 1, status="undecodable")
@@ -141,7 +153,7 @@ async def test_a_record_this_build_cannot_decode_is_counted_as_undecodable(api: 
     ]
 
 
-@pytest.mark.sqlite_only  # claims slots by the fake clock
+@pytest.mark.sqlite_only  # claims slots by the fake clock; runs are SQLite's yet
 async def test_each_trigger_says_its_failures_and_how_late_its_last_run_was(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -170,7 +182,7 @@ async def test_each_trigger_says_its_failures_and_how_late_its_last_run_was(
     assert sample(late, 0, trigger="flaky") in got[late]  # the last run's, not the worst
 
 
-@pytest.mark.sqlite_only  # moves the fake clock between creations and reads the SQLite file
+@pytest.mark.sqlite_only  # moves the fake clock between creations, reads the SQLite file; runs
 async def test_past_the_first_triggers_the_rest_share_one_series_and_stay_there(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -203,6 +215,30 @@ async def test_past_the_first_triggers_the_rest_share_one_series_and_stay_there(
     assert snapshot(api.db_path) == db  # a scrape writes nothing
 
 
+async def test_devices_say_live_stopped_and_ready_by_the_store_s_clock(api: Api) -> None:
+    """On either store: live and stopped as the store's clock judges the last beats."""
+    assert (await api.put(f"{S}/devices/box", {"status": WATCH}))[0] == 200
+    assert (await api.put(f"{S}/devices/old", {"stopped": True}))[0] == 200
+    busy = {"chatWatch": {"ready": False, "chats": [{"waiting": 2}, {"waiting": 1}]}}
+    assert (await api.put(f"{S}/devices/busy", {"status": busy}))[0] == 200
+    got = samples(await scrape(api))
+    assert sorted(got["baton_device_live"]) == sorted(
+        sample("baton_device_live", n, peer=p) for p, n in [("box", 1), ("busy", 1), ("old", 0)]
+    )
+    assert sample("baton_device_stopped", 1, peer="old") in got["baton_device_stopped"]
+    assert sorted(got["baton_responder_ready"]) == sorted(
+        sample("baton_responder_ready", n, peer=p) for p, n in [("box", 1), ("busy", 0)]
+    )
+    assert sorted(got["baton_responder_waiting_messages"]) == sorted(
+        sample("baton_responder_waiting_messages", n, peer=p) for p, n in [("box", 3), ("busy", 3)]
+    )
+    assert "baton_election_term" not in got  # no lease yet
+    assert (await api.post(f"{S}/election/claim", {"peer": "box", "term": 0}))[0] == 200
+    got = samples(await scrape(api))
+    assert got["baton_election_term"] == [sample("baton_election_term", 1)]
+    assert got["baton_election_active"] == [sample("baton_election_active", 1, peer="box")]
+
+
 @pytest.mark.sqlite_only  # moves the fake clock past the live window
 async def test_devices_say_live_stopped_responder_ready_and_waiting(
     api: Api, space_clock: FakeClock
@@ -230,7 +266,7 @@ async def test_devices_say_live_stopped_responder_ready_and_waiting(
     assert got["baton_build_info"][0].startswith('baton_build_info{python="')
 
 
-@pytest.mark.sqlite_only
+@pytest.mark.sqlite_only  # claims a slot by the fake clock; runs are SQLite's yet
 async def test_the_exposition_and_the_rules_pass_promtool_when_it_is_there(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -252,7 +288,7 @@ async def test_the_exposition_and_the_rules_pass_promtool_when_it_is_there(
     assert rules.returncode == 0, rules.stdout + rules.stderr
 
 
-@pytest.mark.sqlite_only
+@pytest.mark.sqlite_only  # claims a slot by the fake clock; runs are SQLite's yet
 async def test_every_metric_the_rules_name_is_served(api: Api, space_clock: FakeClock) -> None:
     tid = (await api.create_trigger(name="flaky"))["id"]
     space_clock.now = SLOT

@@ -222,6 +222,7 @@ async def test_unknown_space_is_404(api: Api) -> None:
     assert status == 404 and body["error"] == "unknown_space"
 
 
+@pytest.mark.sqlite_only  # the chat list is the SQLite file's yet (the space is the seam's)
 async def test_a_space_comes_with_its_general_chat(api: Api) -> None:
     status, space = await api.post("/spaces", {"id": "work", "name": "Work"})
     assert status == 201 and space["generalChat"].startswith("chat_")
@@ -320,7 +321,7 @@ async def test_a_record_is_answered_with_every_default_filled_in(api: Api) -> No
     assert listed[cron["id"]]["limits"] == cron["limits"]
 
 
-@pytest.mark.sqlite_only  # posts to the general chat: the space's creation is not behind the seam
+@pytest.mark.sqlite_only  # a message reads its run token's record from the SQLite file yet
 async def test_a_run_token_writes_as_the_program(api: Api) -> None:
     _, space = await api.get(f"/spaces/{SPACE}")
     made = await api.create_trigger(program="greeter@v1")

@@ -7,11 +7,13 @@ import sqlite3
 from typing import Any
 from urllib.parse import urlencode
 
+import pytest
 from space_support import SPACE, Api, FakeClock, rows
 from waiting import eventually
 
 S = f"/spaces/{SPACE}"
 LEASE = f"{S}/election"
+BOTH_STORES = True  # `why` reads history through the store seam (test_why_stores: one chain)
 
 
 class Story:
@@ -51,6 +53,7 @@ class Story:
         return got
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_a_day_of_one_trigger_each_slot_explained(api: Api, space_clock: FakeClock) -> None:
     story = Story(api, space_clock)
     await story.create()  # */5, created 09:00
@@ -81,6 +84,7 @@ async def test_a_day_of_one_trigger_each_slot_explained(api: Api, space_clock: F
     assert got["slot"] == "2026-12-01T09:05:00.000Z"
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_down_refused_and_never_run_slots(api: Api, space_clock: FakeClock) -> None:
     story = Story(api, space_clock)
     await story.create(owner="box")
@@ -105,6 +109,7 @@ async def test_down_refused_and_never_run_slots(api: Api, space_clock: FakeClock
     assert (got["verdict"], got["reason"]) == ("not_fired", "claimed_not_run")
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_bad_input_unknown_trigger_and_past_retention(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -122,6 +127,7 @@ async def test_bad_input_unknown_trigger_and_past_retention(
     assert (status, got["error"]) == (410, "past_retention") and "--history-days" in got["detail"]
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_a_range_answers_every_slot_and_a_run_token_may_ask(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -146,6 +152,7 @@ async def test_a_range_answers_every_slot_and_a_run_token_may_ask(
     assert status == 200 and got["reason"] == "fired" and "result" not in got["run"]
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_asleep_and_behind_the_feed(api: Api, space_clock: FakeClock) -> None:
     story = Story(api, space_clock)
     await story.create(owner="box")  # change feed position 1
@@ -169,6 +176,7 @@ async def test_asleep_and_behind_the_feed(api: Api, space_clock: FakeClock) -> N
     assert "box had applied the change feed to 2" in got["detail"] and "rev 3" in got["detail"]
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_an_event_trigger_is_asked_about_its_messages(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -193,6 +201,7 @@ async def test_an_event_trigger_is_asked_about_its_messages(
     assert (status, got["error"]) == (404, "not_found") and "messageId" in got["detail"]
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_a_devices_chat_stream_is_the_evidence_of_who_was_subscribed(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -217,6 +226,22 @@ async def test_a_devices_chat_stream_is_the_evidence_of_who_was_subscribed(
     assert got["reason"] == "holder_asleep" and "made no claim" in got["detail"]
 
 
+async def test_bad_input_unknown_trigger_and_before_the_history(api: Api) -> None:
+    """On either store: what is asked wrong is 400 naming the field, an unknown trigger 404,
+    an instant from before the history began (by the store's record of it) 410."""
+    story = Story(api, FakeClock())
+    await story.create()
+    for query, field in (({"at": "yesterday"}, "`at`"), ({"key": "x"}, "`key`")):
+        status, got = await api.get(f"{S}/triggers/{story.tid}/why?{urlencode(query)}")
+        assert (status, got["error"]) == (400, "invalid_query") and field in got["detail"]
+    status, got = await api.get(f"{S}/triggers/trg_nope/why")
+    assert (status, got["error"]) == (404, "not_found")
+    status, got = await api.get(f"{S}/triggers/{story.tid}/why?at=2020-01-01T00:00:00Z")
+    assert (status, got["error"]) == (410, "past_retention") and "--history-days" in got["detail"]
+    status, got = await api.get(f"{S}/triggers/{story.tid}/why")  # now: the last due slot
+    assert status == 200 and got["trigger"] == story.tid and got["checks"][0]["name"] == "slot"
+
+
 async def test_odd_instants_are_400_never_500(api: Api) -> None:
     story = Story(api, FakeClock())
     await story.create()
@@ -232,6 +257,7 @@ async def test_odd_instants_are_400_never_500(api: Api) -> None:
         assert (status, got["error"]) == (400, "invalid_query"), (query, got)
 
 
+@pytest.mark.sqlite_only  # writes the SQLite file and moves the fake clock
 async def test_a_record_older_than_the_history_is_answered_as_it_stands(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -247,6 +273,7 @@ async def test_a_record_older_than_the_history_is_answered_as_it_stands(
     assert "edited at 2026-12-01T09:00:00.000Z by space" in got["checks"][2]["detail"]
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_a_retry_is_asked_by_its_key_and_max_runs_reached_is_outside(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -270,6 +297,7 @@ async def test_a_retry_is_asked_by_its_key_and_max_runs_reached_is_outside(
     assert "maxRuns 1 reached" in got["detail"] and "09:05:10.000Z" in got["detail"]
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_why_names_the_clock_offset_the_device_went_by(
     api: Api, space_clock: FakeClock
 ) -> None:
