@@ -78,8 +78,13 @@ def rollups(db: sqlite_utils.Database, space: str, trigger: str | None) -> list[
     )
     if trigger is not None:
         sql, params = sql + " AND trigger_id = ?", [*params, trigger]
+    return rolled(db.execute(sql + " ORDER BY trigger_id, status", params).fetchall())
+
+
+def rolled(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Rows `(trigger_id, status, count, last_run_at)` by trigger and status as the API
+    answers them (either store)."""
     out: dict[str, dict[str, Any]] = {}
-    rows = db.execute(sql + " ORDER BY trigger_id", params).fetchall()
     good, _ = oddrows.each(rows, _rollup_row, lambda r: f"{r[0]}/{r[1]}", "run_rollups")
     for tid, status, count, last in good:
         entry = out.setdefault(tid, {"triggerId": tid, "runs": 0, "counts": {}, "lastRunAt": None})

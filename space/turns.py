@@ -54,11 +54,16 @@ def check_space(space: str, turn: TurnIn) -> None:
         )
 
 
+def body_of(turn: TurnIn) -> str:
+    """The turn as stored and answered: its instants in the one format (either store)."""
+    return _encoder.encode(wire_builtins(turn)).decode()
+
+
 def add_turn(
     db: sqlite_utils.Database, space: str, turn: TurnIn, keep: RunRetention, now: datetime
 ) -> bool:
     """Insert `turn` and prune its chat's turns; False if this exact entry was there already."""
-    body = _encoder.encode(wire_builtins(turn)).decode()  # its instants in the one format
+    body = body_of(turn)
     with transaction(db):
         if logtable.written(db, "agent_turns", "turn_id", space, turn.turnId, body):
             return False

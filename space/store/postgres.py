@@ -35,7 +35,10 @@ from space.store import (
     pgschema,
 )
 from space.store.pg_devices import PgDevices
+from space.store.pg_idempotency import PgIdempotency
+from space.store.pg_logs import PgTurns
 from space.store.pg_programs import PgPrograms
+from space.store.pg_runs import PgRuns
 from space.store.pg_tokens import PgTokens
 from space.store.pgwake import CHANNEL
 from space.trigger_store import Record
@@ -49,9 +52,10 @@ ON CONFLICT DO NOTHING RETURNING claimed_at
 """
 
 
-class PostgresStore(PgTokens, PgDevices, PgPrograms):
+class PostgresStore(PgTokens, PgDevices, PgPrograms, PgRuns, PgTurns, PgIdempotency):
     """A pool of connections for the operations; `open` migrates the schema first. The
-    operations of one area each are its bases (`PgTokens`, `PgDevices`, `PgPrograms`)."""
+    operations of one area each are its bases (`PgTokens`, `PgDevices`, `PgPrograms`,
+    `PgRuns`, `PgTurns`, `PgIdempotency`)."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
