@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+from typing import Any
 
 import pytest
 from space_support import SPACE, Api, FakeClock
 
 from space import forget
+from space.app import create_app, default_admin_token_file
+from space.store import STORE
+from space.store.postgres import PostgresStore
 
 S = f"/spaces/{SPACE}"
 
@@ -103,6 +108,28 @@ async def test_retries_in_flight_together_store_one(api: Api) -> None:
     )
     assert len({a[1]["id"] for a in answers}) == 1
     assert await _written(api) == ["x"]
+
+
+async def test_two_servers_on_one_database_answer_one_key_once(
+    tmp_path: Path, aiohttp_client: Any, pg_dsn: str
+) -> None:
+    token_file = default_admin_token_file(tmp_path / "a.db")
+    servers = []
+    for name in ("a", "b"):
+        app = create_app(tmp_path / f"{name}.db")
+        store = await PostgresStore.open(pg_dsn)
+        app[STORE] = store
+        app.on_cleanup.append(lambda _, store=store: store.close())
+        await store.ensure_admin_token(token_file)  # one admin token, in the one database
+        servers.append(Api(await aiohttp_client(app), token_file.read_text().strip(), tmp_path))
+        assert (await servers[-1].post("/spaces", {"id": SPACE, "name": "Home"}))[0] == 201
+    for n in range(5):
+        key = {"Idempotency-Key": f"burst-{n}"}
+        answers = await asyncio.gather(
+            *(servers[i % 2].post(f"{S}/triggers", _record(f"x{n}"), headers=key) for i in range(6))
+        )
+        assert {a[0] for a in answers} == {201} and len({a[1]["id"] for a in answers}) == 1
+    assert await _written(servers[1]) == [f"x{n}" for n in range(5)]
 
 
 @pytest.mark.sqlite_only  # moves the fake clock; the prune is the SQLite file's (space.forget)
