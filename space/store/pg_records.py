@@ -253,12 +253,15 @@ async def _write(
     """The row and its change; a name taken by a write committed meanwhile is `name_taken`."""
     body = json.dumps(record, separators=(",", ":"))
     name = record.get("name") if isinstance(record.get("name"), str) else None
-    try:
-        async with conn.transaction():  # a savepoint: the name's index may refuse the row
-            await conn.execute(_UPSERT, space, record["id"], record["rev"], body, name)
-    except asyncpg.UniqueViolationError:
-        await _name_free(conn, space, name, record["id"])
-        raise
+    if op == "stamp":  # the locked row keeps its name: the index cannot refuse it
+        await conn.execute(_UPSERT, space, record["id"], record["rev"], body, name)
+    else:
+        try:
+            async with conn.transaction():  # a savepoint: the name's index may refuse the row
+                await conn.execute(_UPSERT, space, record["id"], record["rev"], body, name)
+        except asyncpg.UniqueViolationError:
+            await _name_free(conn, space, name, record["id"])
+            raise
     return await append_change(conn, space, record["id"], op, record["rev"], body, now.text, writer)
 
 
