@@ -11,6 +11,7 @@ claimed at that term. A device may not set what a record pinned to another devic
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import sqlite_utils
@@ -30,7 +31,11 @@ def device(request: web.Request) -> Principal | None:
 
 def own_peer(request: web.Request, written: str, field: str = "peer") -> str:
     """The peer a record is written as: a device's own (when `written` is empty, or is it)."""
-    who = device(request)
+    return peer_of(device(request), written, field)
+
+
+def peer_of(who: Principal | None, written: str, field: str = "peer") -> str:
+    """`own_peer` for the device principal `who` (None: the admin), as either store checks it."""
     if who is None or written == who.peer:
         return written
     if not written:
@@ -52,8 +57,16 @@ def require_claimed(
     database thread, in its caller's unit of work."""
     if device(request) is None or status not in RAN:
         return
+    check_claimed(fires.claim_of(db, space, *fire), fire, peer, term)
+
+
+def check_claimed(
+    claim: tuple[str, int] | None, fire: tuple[str, str], peer: str, term: int
+) -> None:
+    """`require_claimed`'s verdict on the fire's claim `(peer, term)` (None: nobody's), for
+    a device's run that ran (either store reads the claim)."""
     tid, key = fire
-    if fires.claim_of(db, space, tid, key) != (peer, term):
+    if claim != (peer, term):
         detail = (
             f"{tid}@{key} was not claimed by {peer!r} at term {term}; a device "
             "records runs of its own fires - at `$.key`"
@@ -98,12 +111,29 @@ def require_stamper(db: sqlite_utils.Database, request: web.Request, space: str,
     if who is None:
         return
     _, record = trigger_store.current(db, space, tid)
-    if record.get("owner") == who.peer:
+    if not owns(who, record):
+        lease = leases.load(db, space)
+        check_stamper(who, tid, record, lease, now_of(request), fires.last_claimer(db, space, tid))
+
+
+def owns(who: Principal | None, record: dict[str, Any]) -> bool:
+    """Whether `who` (None: the admin) stamps `record` without asking the lease or claims."""
+    return who is None or record.get("owner") == who.peer
+
+
+def check_stamper(
+    who: Principal,
+    tid: str,
+    record: dict[str, Any],
+    lease: leases.Lease,
+    now: datetime,
+    last_claimer: str | None,
+) -> None:
+    """`require_stamper`'s verdict on a record `who` does not own, by the lease at `now` and
+    the record's latest claimer (either store reads them)."""
+    if not lease.lapsed(now) and lease.active == who.peer:
         return
-    lease = leases.load(db, space)
-    if not lease.lapsed(now_of(request)) and lease.active == who.peer:
-        return
-    if fires.last_claimer(db, space, tid) == who.peer:
+    if last_claimer == who.peer:
         return
     owner = record.get("owner") or "floating"
     detail = (

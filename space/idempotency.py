@@ -6,8 +6,9 @@ the first answer below 500 is stored with a digest of the method, path and body;
 retry with the same key and request answers that stored answer (header
 `Idempotent-Replayed: true`) without running the handler; the same key on another
 request is 422 `idempotency_key_reused`. A retry arriving while the first is still being
-answered waits for it. A 5xx (a storage fault) is not stored: the retry runs afresh.
-Keys older than `KEEP_S` go with the history prune. Must not know any other table.
+answered waits for it (on this server by `IN_FLIGHT`, on another by the store's reservation
+of the key, `Store.kept_answer`). A 5xx (a storage fault) is not stored: the retry runs
+afresh. Keys older than `KEEP_S` go with the history prune. Must not know any other table.
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ import json
 import logging
 import sqlite3
 
+import asyncpg
 import sqlite_utils
 from aiohttp import web
 
-from space.appstate import CLOCK
 from space.auth import PRINCIPAL
-from space.dbthread import db_call
 from space.http import Handler, Refusal, raw_body
 from space.storage import Stalled
+from space.store import STORE, Store
+from space.store.logwire import Kept
 
 HEADER = "Idempotency-Key"
 REPLAYED = "Idempotent-Replayed"
@@ -78,7 +80,8 @@ async def _digest(request: web.Request) -> str:
     return seen.hexdigest()
 
 
-def _stored(db: sqlite_utils.Database, owner: str, key: str, digest: str) -> web.Response | None:
+def stored(db: sqlite_utils.Database, owner: str, key: str) -> Kept | None:
+    """The answer kept under `(owner, key)`, or None."""
     row = db.execute(
         "SELECT digest, status, content_type, headers, body FROM idempotency "
         "WHERE owner = ? AND key = ?",
@@ -86,28 +89,48 @@ def _stored(db: sqlite_utils.Database, owner: str, key: str, digest: str) -> web
     ).fetchone()
     if row is None:
         return None
-    if row[0] != digest:
+    digest, status, content_type, headers, body = row
+    return Kept(
+        digest=digest, status=status, content_type=content_type, headers=headers, body=bytes(body)
+    )
+
+
+def insert(db: sqlite_utils.Database, owner: str, key: str, kept: Kept, at: float) -> None:
+    db.execute(
+        "INSERT OR REPLACE INTO idempotency VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [owner, key, kept.digest, kept.status, kept.content_type, kept.headers, kept.body, at],
+    )
+
+
+def replayed(kept: Kept, key: str, digest: str) -> web.Response:
+    """The kept answer again; 422 `idempotency_key_reused` if it answered another request."""
+    if kept.digest != digest:
         detail = f"`{HEADER}` {key!r} was used for another request; use a new key for this one"
         raise Refusal(422, "idempotency_key_reused", detail)
-    headers = {**json.loads(row[3]), REPLAYED: "true"}
-    return web.Response(status=row[1], body=row[4], content_type=row[2], headers=headers)
+    headers = {**json.loads(kept.headers), REPLAYED: "true"}
+    return web.Response(
+        status=kept.status, body=kept.body, content_type=kept.content_type, headers=headers
+    )
 
 
-async def _store(
-    request: web.Request, owner: str, key: str, digest: str, answer: web.Response
-) -> None:
+async def _store(store: Store, owner: str, key: str, digest: str, answer: web.Response) -> bool:
+    """Keep a first answer below 500; whether it was kept."""
     if answer.status >= 500 or not isinstance(answer.body, bytes):
-        return
+        return False
     kept = {h: answer.headers[h] for h in _KEPT_HEADERS if h in answer.headers}
-    row = [owner, key, digest, answer.status, answer.content_type, json.dumps(kept), answer.body]
+    ct, headers = answer.content_type, json.dumps(kept)
+    row = Kept(
+        digest=digest, status=answer.status, content_type=ct, headers=headers, body=answer.body
+    )
     try:
-        await db_call(request.app, _insert, [*row, request.app[CLOCK]().timestamp()])
-    except (sqlite3.Error, Stalled) as exc:  # the write committed: answer it, a retry may repeat
+        await store.keep_answer(owner, key, row)
+    except _STORE_FAULTS as exc:  # the write committed: answer it, a retry may repeat
         log.warning("idempotency key %r not stored: %s", key, exc)
+        return False
+    return True
 
 
-def _insert(db: sqlite_utils.Database, row: list[object]) -> None:
-    db.execute("INSERT OR REPLACE INTO idempotency VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+_STORE_FAULTS = (sqlite3.Error, Stalled, asyncpg.PostgresError, OSError)
 
 
 @web.middleware
@@ -117,24 +140,36 @@ async def replay(request: web.Request, handler: Handler) -> web.StreamResponse:
     if key is None:
         return await handler(request)
     owner, digest = _owner(request), await _digest(request)
-    in_flight = request.app[IN_FLIGHT]
+    in_flight, store = request.app[IN_FLIGHT], request.app[STORE]
     while (busy := in_flight.get((owner, key))) is not None:
         await busy.wait()  # the first is still being answered: its answer is the retry's
     in_flight[(owner, key)] = done = asyncio.Event()  # before the lookup: a retry waits
+    reserved = False  # the key is this request's to answer (or to give up)
     try:
-        first = await db_call(request.app, _stored, owner, key, digest)
+        first = await store.kept_answer(owner, key, digest)
         if first is not None:
-            return first
+            return replayed(first, key, digest)
+        reserved = True
         try:
             answer = await handler(request)
         except Refusal as exc:
             answer = exc.response()
-        if isinstance(answer, web.Response):
-            await _store(request, owner, key, digest, answer)
+        if isinstance(answer, web.Response) and await _store(store, owner, key, digest, answer):
+            reserved = False
         return answer
     finally:
+        if reserved:
+            await _give_up(store, owner, key)
         del in_flight[(owner, key)]
         done.set()
+
+
+async def _give_up(store: Store, owner: str, key: str) -> None:
+    """No answer kept: the key is free for a retry (on another server too)."""
+    try:
+        await store.drop_key(owner, key)
+    except _STORE_FAULTS as exc:  # the reservation lapses by itself (`pg_idempotency`)
+        log.warning("idempotency key %r not freed: %s", key, exc)
 
 
 def setup(app: web.Application) -> None:

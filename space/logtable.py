@@ -111,23 +111,24 @@ def query(
     table: str,
     space: str,
     filters: dict[str, str],
-    since: str | None,
+    since: float | None,
     limit: int,
 ) -> list[dict[str, Any]]:
-    """Bodies oldest first: from `since` on if given, else the latest `limit`."""
+    """Bodies oldest first: from `since` (unix seconds, `instant`) on if given, else the
+    latest `limit`."""
     params: list[object]
     where, params = "space = ?", [space]
     for column, value in filters.items():
         where, params = f"{where} AND {column} = ?", [*params, value]
     if since is not None:
-        where, params = where + " AND started_at >= ?", [*params, instant(since)]
+        where, params = where + " AND started_at >= ?", [*params, since]
         order = "started_at, seq"
     else:
         order = "started_at DESC, seq DESC"
     rows = db.execute(
         f"SELECT seq, body FROM {table} WHERE {where} ORDER BY {order} LIMIT ?", [*params, limit]
     ).fetchall()
-    bodies, _ = oddrows.each(rows, _body, lambda r: r[0], table)  # an odd row is left out
+    bodies, _ = oddrows.each(rows, entry, lambda r: r[0], table)  # an odd row is left out
     return bodies if since is not None else bodies[::-1]
 
 
@@ -138,11 +139,12 @@ def one(
     row = db.execute(
         f"SELECT seq, body FROM {table} WHERE space = ? AND {id_column} = ?", [space, entry_id]
     ).fetchone()
-    bodies, _ = oddrows.each([row] if row else [], _body, lambda r: r[0], table)
+    bodies, _ = oddrows.each([row] if row else [], entry, lambda r: r[0], table)
     return bodies[0] if bodies else None
 
 
-def _body(row: tuple[int, str]) -> dict[str, Any]:
+def entry(row: tuple[int, str]) -> dict[str, Any]:
+    """A row `(seq, body)` as listed (either store); `oddrows` leaves out one that raises."""
     body = msgspec.json.decode(row[1])
     if not isinstance(body, dict):
         raise TypeError(f"a {type(body).__name__}, not a JSON object")

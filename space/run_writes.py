@@ -1,12 +1,13 @@
-"""Writing run records: one run, or a posted list of them as one write.
+"""Writing run records on SQLite: one posted run, or a posted list of them, as one write.
 
 Owns the rows a run adds (`runs`, its `run_rollups` count, its fire's outcome in
-`history`, the prune of its trigger's runs) and, for a list, doing that for the whole
-batch in one transaction with its statements grouped: the bodies already stored read in
-one query, the run tokens ended in one, each trigger's rollups bumped once per status and
-its runs pruned once, the age prune once, and each trigger's stamps merged in the order
-posted and written once. Every refusal of a run (its peer, its claim, its id) comes before
-anything is written, so no savepoint is needed for one to be refused alone. Must not
+`history`, the prune of its trigger's runs, the end of its tokens) and the pure parts both
+stores share (`wire`, `stamp_fields`, `Checked`, `result`). One POST is one transaction,
+its statements grouped: the bodies already stored read in one query, the run tokens ended
+in one, each trigger's rollups bumped once per status and its runs pruned once, the age
+prune once, each trigger's stamps merged in the order posted and written once. Every
+refusal (a run's peer, claim or id; a single run's stamps) comes before anything is written,
+so no savepoint is needed; a refused run's tokens end in the same transaction. Must not
 decide who may post (space.duties) nor answer HTTP (space.runs).
 """
 
@@ -18,15 +19,16 @@ from typing import Any, NamedTuple
 
 import msgspec
 import sqlite_utils
-from aiohttp import web
 
-from core.vocab import KEPT_LONGER
+from core.vocab import KEPT_LONGER, RAN
 from core.wire import RunIn, RunResult, Stamps, to_wire
-from space import changes, duties, history, logtable, token_store, trigger_store
-from space.appstate import SETTINGS, RunRetention
+from space import duties, fires, history, leases, logtable, token_store, trigger_store
+from space.appstate import RunRetention
 from space.db import transaction
 from space.http import Refusal
 from space.servertime import iso
+from space.store.logwire import Poster, RunPosted, RunsPosted
+from space.trigger_store import Record
 
 _encoder = msgspec.json.Encoder()
 _INSERT = (
@@ -57,16 +59,38 @@ def stamp_fields(stamps: Stamps) -> dict[str, Any]:
     return given
 
 
-def add_run(
-    db: sqlite_utils.Database, space: str, run: RunIn, keep: RunRetention, now: datetime
-) -> bool:
-    """Insert `run` and bump its rollup; False if this exact run was there already."""
-    body = body_of(run)
+def post_one(
+    db: sqlite_utils.Database, space: str, posted: RunIn, by: Poster, now: datetime
+) -> RunPosted:
+    """One posted run and its stamps (all or nothing) in one transaction: a unit of work on
+    the database thread. Refused, only its tokens end (a device's only of its own fires)."""
     with transaction(db):
-        if logtable.written(db, "runs", "run_id", space, run.runId, body):
-            return False
-        _insert(db, space, [(run, body)], keep, now)
-    return True
+        check = _check(db, space, [posted], by)[0]
+        try:
+            if isinstance(check, Refusal):
+                raise check
+            held = None if posted.stamps is None else stamp_target(db, space, posted, by, now)
+        except Refusal as exc:
+            ended = token_store.revoke_runs(db, space, [posted.runId], now.timestamp(), by.peer)
+            return RunPosted(refusal=exc, ended=ended > 0)
+        token_store.revoke_runs(db, space, [posted.runId], now.timestamp())  # its run is over
+        if check.new:
+            _insert(db, space, [(check.run, check.body)], by.keep, now)
+        if held is not None and posted.stamps is not None:
+            fields = stamp_fields(posted.stamps)
+            trigger_store.stamp_over(db, space, posted.triggerId, held, fields, iso(now))
+    return RunPosted(run=check.run, added=check.new)
+
+
+def stamp_target(
+    db: sqlite_utils.Database, space: str, run: RunIn, by: Poster, now: datetime
+) -> tuple[int, Record]:
+    """The record `run` stamps, read, and fenced as `POST …/status` is."""
+    held = trigger_store.current(db, space, run.triggerId)
+    if by.who is not None and not duties.owns(by.who, held[1]):
+        lease, last = leases.load(db, space), fires.last_claimer(db, space, run.triggerId)
+        duties.check_stamper(by.who, run.triggerId, held[1], lease, now, last)
+    return held
 
 
 def _insert(
@@ -106,75 +130,87 @@ class Checked(NamedTuple):
 
 
 def write_list(
-    db: sqlite_utils.Database, request: web.Request, space: str, posted: list[RunIn], now: datetime
-) -> list[RunResult]:
+    db: sqlite_utils.Database, space: str, posted: list[RunIn], by: Poster, now: datetime
+) -> RunsPosted:
     """Each run of `posted` written or refused on its own, and each trigger's stamps, in one
     transaction (a unit of work on the database thread); one result per run. The tokens of
-    the runs taken end here, their streams are the caller's to end."""
-    writer = changes.writer(request)  # a bad tag refuses all first
+    the runs taken end here, and those of the refused (a device's only of its own fires)."""
     with transaction(db):
-        checked = _check(db, request, space, posted)
+        checked = _check(db, space, posted, by)
         taken = [c for c in checked if isinstance(c, Checked)]
-        _insert(db, space, [(c.run, c.body) for c in taken if c.new], _retention(request), now)
-        ended = sorted({c.run.runId for c in taken})
-        token_store.revoke_runs(db, space, ended, now.timestamp())
-        stamped = _stamp(db, request, space, posted, now, writer)
-    return [_result(run, check, stamped) for run, check in zip(posted, checked, strict=True)]
-
-
-def _retention(request: web.Request) -> RunRetention:
-    return request.app[SETTINGS].retention
+        _insert(db, space, [(c.run, c.body) for c in taken if c.new], by.keep, now)
+        ended = {c.run.runId for c in taken}
+        token_store.revoke_runs(db, space, sorted(ended), now.timestamp())
+        refused = [r.runId for r, c in zip(posted, checked, strict=True) if isinstance(c, Refusal)]
+        for run_id in dict.fromkeys(r for r in refused if r not in ended):
+            if token_store.revoke_runs(db, space, [run_id], now.timestamp(), by.peer):
+                ended.add(run_id)
+        stamped = _stamp(db, space, posted, by, now)
+    results = [result(run, check, stamped) for run, check in zip(posted, checked, strict=True)]
+    return RunsPosted(results, sorted(ended))
 
 
 def _check(
-    db: sqlite_utils.Database, request: web.Request, space: str, posted: list[RunIn]
+    db: sqlite_utils.Database, space: str, posted: list[RunIn], by: Poster
 ) -> list[Checked | Refusal]:
     """Each run as it would be stored, or why it is refused; nothing is written."""
     stored = logtable.stored(db, "runs", "run_id", space, [r.runId for r in posted])
     out: list[Checked | Refusal] = []
     for given in posted:
         try:
-            run = msgspec.structs.replace(
-                given, peer=duties.own_peer(request, given.peer), stamps=None
-            )
-            fire = (run.triggerId, run.key)
-            duties.require_claimed(db, request, space, fire, run.peer, run.term, run.status.value)
-            body, there = body_of(run), stored.get(run.runId)
-            if there is not None and there != body:
-                raise logtable.conflict("run_id", run.runId)
-            stored[run.runId] = body  # a second copy in the same list is there already
-            out.append(Checked(run=run, body=body, new=there is None))
+            run = as_stored(given, by)
+            if by.who is not None and run.status.value in RAN:
+                claim = fires.claim_of(db, space, run.triggerId, run.key)
+                duties.check_claimed(claim, (run.triggerId, run.key), run.peer, run.term)
+            out.append(checked(run, stored))
         except Refusal as exc:
             out.append(exc)
     return out
 
 
+def as_stored(given: RunIn, by: Poster) -> RunIn:
+    """The run as stored: as its device's peer (403 for another's), without its stamps."""
+    return msgspec.structs.replace(given, peer=duties.peer_of(by.who, given.peer), stamps=None)
+
+
+def checked(run: RunIn, stored: dict[str, str]) -> Checked:
+    """`run` against the bodies `stored` by run id: new, there already, or 409 `run_exists`
+    (a second copy in the same list is there already: `stored` notes each)."""
+    body, there = body_of(run), stored.get(run.runId)
+    if there is not None and there != body:
+        raise logtable.conflict("run_id", run.runId)
+    stored[run.runId] = body
+    return Checked(run=run, body=body, new=there is None)
+
+
 def _stamp(
-    db: sqlite_utils.Database,
-    request: web.Request,
-    space: str,
-    posted: Iterable[RunIn],
-    now: datetime,
-    writer: str,
+    db: sqlite_utils.Database, space: str, posted: Iterable[RunIn], by: Poster, now: datetime
 ) -> dict[str, Refusal | int]:
     """Each trigger's stamps, merged in the order posted, written once and fenced as
     `POST …/status` is: the seq of their change where applied (0: they changed nothing),
     else the refusal. A device's are marked with its writer (space.changes)."""
-    merged: dict[str, dict[str, Any]] = {}
-    for run in posted:
-        if run.stamps is not None:
-            merged.setdefault(run.triggerId, {}).update(stamp_fields(run.stamps))
     out: dict[str, Refusal | int] = {}
-    for tid, fields in merged.items():
+    for tid, (run, fields) in merged_stamps(posted).items():
         try:
-            duties.require_stamper(db, request, space, tid)
-            _, out[tid] = trigger_store.stamp(db, space, tid, fields, iso(now), writer=writer)
+            held = stamp_target(db, space, run, by, now)
+            _, out[tid] = trigger_store.stamp_over(
+                db, space, tid, held, fields, iso(now), by.writer
+            )
         except Refusal as exc:
             out[tid] = exc
     return out
 
 
-def _result(run: RunIn, check: Checked | Refusal, stamped: dict[str, Refusal | int]) -> RunResult:
+def merged_stamps(posted: Iterable[RunIn]) -> dict[str, tuple[RunIn, dict[str, Any]]]:
+    """Each trigger's stamps merged in the order posted, with its first run that has any."""
+    merged: dict[str, tuple[RunIn, dict[str, Any]]] = {}
+    for run in posted:
+        if run.stamps is not None:
+            merged.setdefault(run.triggerId, (run, {}))[1].update(stamp_fields(run.stamps))
+    return merged
+
+
+def result(run: RunIn, check: Checked | Refusal, stamped: dict[str, Refusal | int]) -> RunResult:
     status, error, detail = (
         (check.status, check.code, check.detail)
         if isinstance(check, Refusal)

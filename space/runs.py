@@ -13,8 +13,7 @@ not touch records or claims.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import datetime
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -22,24 +21,14 @@ import sqlite_utils
 from aiohttp import web
 
 from core.vocab import RunStatus
-from core.wire import RollupList, RunIn, RunList, RunResult, Stamps
-from space import (
-    auth,
-    duties,
-    logtable,
-    metrics,
-    oddrows,
-    run_writes,
-    token_store,
-    trigger_store,
-)
+from core.wire import RollupList, RunIn, RunList, RunResult
+from space import auth, changes, duties, logtable, metrics, oddrows, run_writes
 from space.appstate import SETTINGS
 from space.changes import notify
-from space.db import transaction
-from space.dbthread import db_call
-from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
-from space.servertime import iso
+from space.http import Refusal, add_route, answer, decode, int_query, raw_body
 from space.spaces import require_space
+from space.store import STORE
+from space.store.logwire import LogQuery, Poster
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (seq INTEGER PRIMARY KEY AUTOINCREMENT, space TEXT NOT NULL,
@@ -59,16 +48,15 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
 
 
-def query_runs(
-    db: sqlite_utils.Database, space: str, query: dict[str, str], limit: int
-) -> list[dict[str, Any]]:
+def runs_query(query: Mapping[str, str], limit: int) -> LogQuery:
     """Oldest first: from `since` on if given, else the latest `limit` runs."""
     filters = {}
     if "trigger" in query:
         filters["trigger_id"] = query["trigger"]
     if "status" in query:
         filters["status"] = _status(query["status"])
-    return logtable.query(db, "runs", space, filters, query.get("since"), limit)
+    since = logtable.instant(query["since"]) if "since" in query else None
+    return LogQuery(filters=filters, since=since, limit=limit)
 
 
 def _status(text: str) -> str:
@@ -89,8 +77,13 @@ def rollups(db: sqlite_utils.Database, space: str, trigger: str | None) -> list[
     )
     if trigger is not None:
         sql, params = sql + " AND trigger_id = ?", [*params, trigger]
+    return rolled(db.execute(sql + " ORDER BY trigger_id, status", params).fetchall())
+
+
+def rolled(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Rows `(trigger_id, status, count, last_run_at)` by trigger and status as the API
+    answers them (either store)."""
     out: dict[str, dict[str, Any]] = {}
-    rows = db.execute(sql + " ORDER BY trigger_id", params).fetchall()
     good, _ = oddrows.each(rows, _rollup_row, lambda r: f"{r[0]}/{r[1]}", "run_rollups")
     for tid, status, count, last in good:
         entry = out.setdefault(tid, {"triggerId": tid, "runs": 0, "counts": {}, "lastRunAt": None})
@@ -123,25 +116,25 @@ def free_parts(body: RunIn | list[RunIn]) -> Iterator[tuple[str, int, Any]]:
 
 async def post_run(request: web.Request) -> web.Response:
     """One run (its answer: the run as stored), or a list of them (one result each),
-    each with the trigger's `stamps` if it carries them, in one transaction."""
+    each with the trigger's `stamps` if it carries them: one seam call, one transaction."""
     space = require_space(request)
     body: RunIn | list[RunIn] = decode(
         await raw_body(request), RUN_BODY, code="invalid_run", free=free_parts
     )
-    app, now = request.app, now_of(request)
+    app, store, keep = request.app, request.app[STORE], request.app[SETTINGS].retention
     if isinstance(body, list):
-        results = await db_call(app, run_writes.write_list, request, space, body, now)
-        _end_streams(app, space, {r.runId for r in results if r.error is None})
-        refused = [run for run, r in zip(body, results, strict=True) if r.error is not None]
-        if refused:
-            _end_streams(app, space, await db_call(app, _end_tokens, request, space, refused, now))
-        _written(request, space, body, results)
-        return answer({"runs": [msgspec.to_builtins(r) for r in results]})
-    try:
-        run, added = await db_call(app, _post_one, request, space, body, now)
-    except Refusal:
-        _end_streams(app, space, await db_call(app, _end_tokens, request, space, [body], now))
-        raise
+        by = Poster(who=duties.device(request), keep=keep, writer=changes.writer(request))
+        posted = await store.post_runs(space, body, by)
+        _end_streams(app, space, set(posted.ended))
+        _written(request, space, body, posted.results)
+        return answer({"runs": [msgspec.to_builtins(r) for r in posted.results]})
+    one = await store.post_run(space, body, Poster(who=duties.device(request), keep=keep))
+    if one.refusal is not None:
+        if one.ended:
+            _end_streams(app, space, {body.runId})
+        raise one.refusal
+    assert one.run is not None
+    run, added = one.run, one.added
     _end_streams(app, space, {run.runId})
     _written(
         request,
@@ -156,64 +149,10 @@ async def post_run(request: web.Request) -> web.Response:
     return answer(run_writes.wire(run), status=201 if added else 200)
 
 
-def _post_one(
-    db: sqlite_utils.Database, request: web.Request, space: str, body: RunIn, now: datetime
-) -> tuple[RunIn, bool]:
-    """One posted run and its stamps in one transaction: a unit of work."""
-    with transaction(db):
-        run, added = _one(db, request, space, body, now)
-        if body.stamps is not None:
-            _stamp(db, request, space, run, body.stamps, now)
-    return run, added
-
-
-def _one(
-    db: sqlite_utils.Database, request: web.Request, space: str, posted: RunIn, now: datetime
-) -> tuple[RunIn, bool]:
-    """Check and write one run (its token ends with it): the run as stored, and whether
-    it was new. Raises `Refusal`."""
-    run = msgspec.structs.replace(posted, peer=duties.own_peer(request, posted.peer), stamps=None)
-    fire = (run.triggerId, run.key)
-    duties.require_claimed(db, request, space, fire, run.peer, run.term, run.status.value)
-    token_store.revoke_run(db, space, run.runId, now.timestamp())  # its run is over
-    keep = request.app[SETTINGS].retention
-    return run, run_writes.add_run(db, space, run, keep, now)
-
-
-def _end_tokens(
-    db: sqlite_utils.Database, request: web.Request, space: str, posted: list[RunIn], now: datetime
-) -> set[str]:
-    """Runs whose records are refused are over all the same: their tokens end (a device's
-    only of its own fires, so no device ends another's run this way). The runs ended."""
-    who = auth.principal(request)
-    peer = None if who.role is auth.Role.ADMIN else who.peer
-    ended = set()
-    with transaction(db):
-        for run in posted:
-            if token_store.revoke_run(db, space, run.runId, now.timestamp(), peer):
-                ended.add(run.runId)
-    return ended
-
-
 def _end_streams(app: web.Application, space: str, run_ids: set[str]) -> None:
     """The open event streams of the tokens of runs just ended (on the loop)."""
     if run_ids:
         auth.end_streams(app, lambda who: who.space == space and who.run_id in run_ids)
-
-
-def _stamp(
-    db: sqlite_utils.Database,
-    request: web.Request,
-    space: str,
-    run: RunIn,
-    stamps: Stamps,
-    now: datetime,
-) -> bool:
-    """Apply a run's stamps to its trigger, fenced as `POST …/status`; whether they changed it."""
-    duties.require_stamper(db, request, space, run.triggerId)
-    fields = run_writes.stamp_fields(stamps)
-    _, seq = trigger_store.stamp(db, space, run.triggerId, fields, iso(now))
-    return seq > 0
 
 
 def _written(request: web.Request, space: str, runs: list[RunIn], results: list[RunResult]) -> None:
@@ -228,14 +167,14 @@ def _written(request: web.Request, space: str, runs: list[RunIn], results: list[
 async def get_runs(request: web.Request) -> web.Response:
     space = require_space(request)
     limit = int_query(request, "limit", 100, low=1, high=1000)
-    found = await db_call(request.app, query_runs, space, dict(request.query), limit)
+    found = await request.app[STORE].runs_page(space, runs_query(request.query, limit))
     return answer({"runs": found})
 
 
 async def get_run(request: web.Request) -> web.Response:
     space = require_space(request)
     run_id = request.match_info["runId"]
-    found = await db_call(request.app, logtable.one, "runs", "run_id", space, run_id)
+    found = await request.app[STORE].run_body(space, run_id)
     if found is None:
         raise Refusal(404, "unknown_run", f"no run {run_id!r} in space {space!r}")
     return answer(found)
@@ -243,7 +182,7 @@ async def get_run(request: web.Request) -> web.Response:
 
 async def get_rollups(request: web.Request) -> web.Response:
     space = require_space(request)
-    found = await db_call(request.app, rollups, space, request.query.get("trigger"))
+    found = await request.app[STORE].rollups(space, request.query.get("trigger"))
     return answer({"rollups": found})
 
 

@@ -304,11 +304,24 @@ def stamp(
     with transaction(db):
         rev, record = current(db, space, tid)
         check_rev(rev, if_match)
-        new = stamped(tid, rev, record, stamps)
-        if new is None:
-            return record, 0
-        seq = _write(db, space, new, "stamp", now, writer)
-    return new, seq
+        return stamp_over(db, space, tid, (rev, record), stamps, now, writer)
+
+
+def stamp_over(
+    db: sqlite_utils.Database,
+    space: str,
+    tid: str,
+    held: tuple[int, Record],
+    stamps: Record,
+    now: str,
+    writer: str = "",
+) -> tuple[Record, int]:
+    """`stamp` of the record `held` as `current` read it in the caller's transaction."""
+    rev, record = held
+    new = stamped(tid, rev, record, stamps)
+    if new is None:
+        return record, 0
+    return new, _write(db, space, new, "stamp", now, writer)
 
 
 def stamped(tid: str, rev: int, record: Record, stamps: Record) -> Record | None:

@@ -11,8 +11,8 @@ records, runs or chats.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 import msgspec
 import sqlite_utils
@@ -23,9 +23,10 @@ from core.wire import TurnIn, TurnList, wire_builtins
 from space import duties, logtable
 from space.appstate import SETTINGS, RunRetention
 from space.db import transaction
-from space.dbthread import db_call
-from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
+from space.http import Refusal, add_route, answer, decode, int_query, raw_body
 from space.spaces import require_space
+from space.store import STORE
+from space.store.logwire import LogQuery
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agent_turns (seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -52,11 +53,16 @@ def check_space(space: str, turn: TurnIn) -> None:
         )
 
 
+def body_of(turn: TurnIn) -> str:
+    """The turn as stored and answered: its instants in the one format (either store)."""
+    return _encoder.encode(wire_builtins(turn)).decode()
+
+
 def add_turn(
     db: sqlite_utils.Database, space: str, turn: TurnIn, keep: RunRetention, now: datetime
 ) -> bool:
     """Insert `turn` and prune its chat's turns; False if this exact entry was there already."""
-    body = _encoder.encode(wire_builtins(turn)).decode()  # its instants in the one format
+    body = body_of(turn)
     with transaction(db):
         if logtable.written(db, "agent_turns", "turn_id", space, turn.turnId, body):
             return False
@@ -70,12 +76,11 @@ def add_turn(
     return True
 
 
-def query_turns(
-    db: sqlite_utils.Database, space: str, query: dict[str, str], limit: int
-) -> list[dict[str, Any]]:
+def turns_query(query: Mapping[str, str], limit: int) -> LogQuery:
     """Oldest first: from `since` on if given, else the latest `limit` turns."""
     filters = {"object_id": query["chat"]} if "chat" in query else {}
-    return logtable.query(db, "agent_turns", space, filters, query.get("since"), limit)
+    since = logtable.instant(query["since"]) if "since" in query else None
+    return LogQuery(filters=filters, since=since, limit=limit)
 
 
 async def post_turn(request: web.Request) -> web.Response:
@@ -83,15 +88,14 @@ async def post_turn(request: web.Request) -> web.Response:
     turn = decode(await raw_body(request), TurnIn, code="invalid_turn")
     check_space(space, turn)
     turn = msgspec.structs.replace(turn, peer=duties.own_peer(request, turn.peer))
-    keep = request.app[SETTINGS].retention
-    added = await db_call(request.app, add_turn, space, turn, keep, now_of(request))
+    added = await request.app[STORE].post_turn(space, turn, request.app[SETTINGS].retention)
     return answer(wire_builtins(turn), status=201 if added else 200)
 
 
 async def get_turns(request: web.Request) -> web.Response:
     space = require_space(request)
     limit = int_query(request, "limit", 100, low=1, high=1000)
-    found = await db_call(request.app, query_turns, space, dict(request.query), limit)
+    found = await request.app[STORE].turns_page(space, turns_query(request.query, limit))
     return answer({"turns": found})
 
 

@@ -22,7 +22,8 @@ from aiohttp import web
 if TYPE_CHECKING:  # `leases` and `chats` serve their routes through this seam
     from core.chatwire import Message, MessageIn
     from core.peerwire import HeartbeatIn
-    from core.wire import FireIn
+    from core.wire import FireIn, RunIn, TurnIn
+    from space.appstate import RunRetention
     from space.change_log import Change
     from space.chat_store import Chat
     from space.history import Author
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # `leases` and `chats` serve their routes through this seam
     from space.programs import Publication
     from space.recall import SlotHistory, TriggerHistory
     from space.scrape import Scrape
+    from space.store.logwire import Kept, LogQuery, Poster, RunPosted, RunsPosted
     from space.token_store import Principal
     from triggers import facts
 
@@ -283,6 +285,43 @@ class Store(Protocol):
     async def scrape(self) -> Scrape: ...
 
     async def messages_accepted(self, message_ids: list[str]) -> dict[str, str | None]: ...
+
+    # --- runs, turns and idempotency keys (space.runs, space.turns, space.idempotency) ---
+
+    async def post_run(self, space: str, run: RunIn, by: Poster) -> RunPosted:
+        """A run with its trigger's stamps, all or nothing, its tokens ended, its rollup,
+        outcome and prunes, in one transaction by the store's clock; posted again, 200."""
+        ...
+
+    async def post_runs(self, space: str, runs: list[RunIn], by: Poster) -> RunsPosted:
+        """Each run written or refused on its own, each trigger's stamps once (a device's
+        marked `by.writer`), in one transaction: one result per run."""
+        ...
+
+    async def runs_page(self, space: str, query: LogQuery) -> list[dict[str, Any]]: ...
+
+    async def run_body(self, space: str, run_id: str) -> dict[str, Any] | None: ...
+
+    async def rollups(self, space: str, trigger: str | None) -> list[dict[str, Any]]:
+        """Per-trigger counts by status (`runs.rollups`), by trigger id."""
+        ...
+
+    async def post_turn(self, space: str, turn: TurnIn, keep: RunRetention) -> bool:
+        """Write a turn once and prune its chat's; False if this very turn was there."""
+        ...
+
+    async def turns_page(self, space: str, query: LogQuery) -> list[dict[str, Any]]: ...
+
+    async def kept_answer(self, owner: str, key: str, digest: str) -> Kept | None:
+        """The answer kept under the key, or None: the key is this caller's to answer (on
+        PostgreSQL reserved for it; one being answered on another server is waited for)."""
+        ...
+
+    async def keep_answer(self, owner: str, key: str, kept: Kept) -> None: ...
+
+    async def drop_key(self, owner: str, key: str) -> None:
+        """Free a key reserved by `kept_answer` whose answer is not kept."""
+        ...
 
     async def close(self) -> None: ...
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import asyncpg
@@ -129,13 +130,29 @@ async def stamp(
 ) -> tuple[Record, bool]:
     """Runtime stamps only (`trigger_store.stamp`): rev and `updatedAt` kept."""
     async with pool.acquire() as conn, conn.transaction():
-        rev, record = trigger_store.parsed(space, tid, await _locked(conn, space, tid))
-        trigger_store.check_rev(rev, if_match)
-        new = trigger_store.stamped(tid, rev, record, stamps)
-        if new is None:
-            return record, False
-        await _write(conn, space, new, "stamp", await _now(conn))
-    return new, True
+        record, seq = await stamp_in(conn, space, tid, stamps, if_match)
+    return record, seq > 0
+
+
+async def stamp_in(
+    conn: asyncpg.Connection,
+    space: str,
+    tid: str,
+    stamps: Record,
+    if_match: int | None = None,
+    writer: str = "",
+    fence: Callable[[Record], Awaitable[None]] | None = None,
+) -> tuple[Record, int]:
+    """`stamp` in the caller's transaction, the row locked before `fence(record)` may refuse
+    (`Refusal`, nothing written): the record and the seq of its change (0: unchanged)."""
+    rev, record = trigger_store.parsed(space, tid, await _locked(conn, space, tid))
+    trigger_store.check_rev(rev, if_match)
+    if fence is not None:
+        await fence(record)
+    new = trigger_store.stamped(tid, rev, record, stamps)
+    if new is None:
+        return record, 0
+    return new, await _write(conn, space, new, "stamp", await _now(conn), writer)
 
 
 async def delete(
@@ -224,18 +241,21 @@ async def _name_free(conn: asyncpg.Connection, space: str, name: object, tid: st
 
 
 async def _write(
-    conn: asyncpg.Connection, space: str, record: Record, op: str, now: Instant
+    conn: asyncpg.Connection, space: str, record: Record, op: str, now: Instant, writer: str = ""
 ) -> int:
     """The row and its change; a name taken by a write committed meanwhile is `name_taken`."""
     body = json.dumps(record, separators=(",", ":"))
     name = record.get("name") if isinstance(record.get("name"), str) else None
-    try:
-        async with conn.transaction():  # a savepoint: the name's index may refuse the row
-            await conn.execute(_UPSERT, space, record["id"], record["rev"], body, name)
-    except asyncpg.UniqueViolationError:
-        await _name_free(conn, space, name, record["id"])
-        raise
-    change = Change(space, record["id"], op, record["rev"], body, now.text)
+    if op == "stamp":  # the locked row keeps its name: the index cannot refuse it
+        await conn.execute(_UPSERT, space, record["id"], record["rev"], body, name)
+    else:
+        try:
+            async with conn.transaction():  # a savepoint: the name's index may refuse the row
+                await conn.execute(_UPSERT, space, record["id"], record["rev"], body, name)
+        except asyncpg.UniqueViolationError:
+            await _name_free(conn, space, name, record["id"])
+            raise
+    change = Change(space, record["id"], op, record["rev"], body, now.text, writer)
     return await append_change(conn, change)
 
 

@@ -125,15 +125,7 @@ class PgTokens:
         return token, expires
 
     async def end_run_tokens(self, space: str, run_ids: list[str], peer: str | None = None) -> int:
-        status = await self.pool.execute(
-            f"UPDATE tokens SET revoked_at = ({_NOW}) WHERE role = 'run' AND space = $1 "
-            "AND run_id = ANY($2::text[]) AND revoked_at IS NULL "
-            "AND ($3::text IS NULL OR peer = $3)",
-            space,
-            run_ids,
-            peer,
-        )
-        return int(status.rsplit(" ", 1)[-1])
+        return await end_runs(self.pool, space, run_ids, peer)
 
     async def fire_claim(self, space: str, trigger_id: str, key: str) -> tuple[str, int] | None:
         row = await self.pool.fetchrow(
@@ -154,3 +146,19 @@ async def _mint(
 ) -> None:
     """Store `token`'s hash for `who` (created at `now`, default the database's clock)."""
     await db.execute(_MINT, *token_row(token, who), now, expires_at)
+
+
+async def end_runs(
+    db: asyncpg.Pool | asyncpg.Connection, space: str, run_ids: list[str], peer: str | None
+) -> int:
+    """Revoke the run tokens of `run_ids` (with `peer`: of its fires only), in the caller's
+    transaction when `db` is a connection; how many."""
+    status = await db.execute(
+        f"UPDATE tokens SET revoked_at = ({_NOW}) WHERE role = 'run' AND space = $1 "
+        "AND run_id = ANY($2::text[]) AND revoked_at IS NULL "
+        "AND ($3::text IS NULL OR peer = $3)",
+        space,
+        run_ids,
+        peer,
+    )
+    return int(status.rsplit(" ", 1)[-1])

@@ -77,6 +77,29 @@ CREATE TABLE programs (space text NOT NULL, name text NOT NULL, version bigint N
   source text NOT NULL, sha256 text NOT NULL, any_tool boolean NOT NULL,
   created_at text NOT NULL, publisher text, PRIMARY KEY (space, name, version));
 """
+_V7 = """
+ALTER TABLE fires ADD COLUMN IF NOT EXISTS run_id text, ADD COLUMN IF NOT EXISTS status text,
+  ADD COLUMN IF NOT EXISTS reason text, ADD COLUMN IF NOT EXISTS started_at double precision,
+  ADD COLUMN IF NOT EXISTS late_ms double precision;
+CREATE TABLE runs (seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, space text NOT NULL,
+  run_id text NOT NULL, trigger_id text NOT NULL, status text NOT NULL,
+  started_at double precision NOT NULL, failure boolean NOT NULL, body text NOT NULL,
+  UNIQUE (space, run_id));
+CREATE INDEX runs_by_trigger ON runs (space, trigger_id, failure, started_at);
+CREATE INDEX runs_by_time ON runs (space, started_at);
+CREATE TABLE run_rollups (space text NOT NULL, trigger_id text NOT NULL, status text NOT NULL,
+  count bigint NOT NULL, last_run_at text, PRIMARY KEY (space, trigger_id, status));
+CREATE TABLE agent_turns (seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  space text NOT NULL, turn_id text NOT NULL, object_id text NOT NULL,
+  started_at double precision NOT NULL, failure boolean NOT NULL, body text NOT NULL,
+  UNIQUE (space, turn_id));
+CREATE INDEX agent_turns_by_chat ON agent_turns (space, object_id, failure, started_at);
+CREATE INDEX agent_turns_by_time ON agent_turns (space, started_at);
+CREATE TABLE idempotency (owner text NOT NULL, key text NOT NULL, digest text NOT NULL,
+  status integer NOT NULL, content_type text NOT NULL, headers text NOT NULL,
+  body bytea NOT NULL, at double precision NOT NULL, PRIMARY KEY (owner, key));
+CREATE INDEX idempotency_at ON idempotency (at);
+"""  # runs (their fire's outcome in `fires`), turns, idempotency keys (status 0: being answered)
 _V9 = """
 ALTER TABLE fires ADD COLUMN IF NOT EXISTS run_id text, ADD COLUMN IF NOT EXISTS status text,
   ADD COLUMN IF NOT EXISTS reason text, ADD COLUMN IF NOT EXISTS started_at double precision,
@@ -113,7 +136,7 @@ CREATE INDEX IF NOT EXISTS agent_turns_by_chat ON agent_turns (space, object_id,
 CREATE TABLE IF NOT EXISTS spaces (id text PRIMARY KEY, name text NOT NULL, general_chat text,
   created_at text NOT NULL);
 """  # history's other tables and the prune's indexes; runs, turns and spaces its reads need
-_V7 = _V8 = "SELECT 1"  # other areas' versions of issue 22 (placeholders here, theirs at the merge)
+_V8 = "SELECT 1"  # placeholder: pgchats
 MIGRATIONS = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)  # version n: MIGRATIONS[n - 1]
 
 

@@ -37,7 +37,10 @@ from space.store import (
 )
 from space.store.pg_devices import PgDevices
 from space.store.pg_history import PgHistory
+from space.store.pg_idempotency import PgIdempotency
+from space.store.pg_logs import PgTurns
 from space.store.pg_programs import PgPrograms
+from space.store.pg_runs import PgRuns
 from space.store.pg_spaces import PgSpaces
 from space.store.pg_tokens import PgTokens
 from space.store.pgwake import CHANNEL
@@ -52,10 +55,12 @@ ON CONFLICT DO NOTHING RETURNING claimed_at
 """
 
 
-class PostgresStore(PgTokens, PgDevices, PgPrograms, PgHistory, PgSpaces):
+class PostgresStore(
+    PgTokens, PgDevices, PgPrograms, PgHistory, PgSpaces, PgRuns, PgTurns, PgIdempotency
+):
     """A pool of connections for the operations; `open` migrates the schema first. The
     operations of one area each are its bases (`PgTokens`, `PgDevices`, `PgPrograms`,
-    `PgHistory`, `PgSpaces`)."""
+    `PgHistory`, `PgSpaces`, `PgRuns`, `PgTurns`, `PgIdempotency`)."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool

@@ -19,7 +19,7 @@ import sqlite_utils
 
 from core.chatwire import Message, MessageIn
 from core.peerwire import HeartbeatIn
-from core.wire import FireIn
+from core.wire import FireIn, RunIn, TurnIn
 from space import (
     chat_store,
     devices,
@@ -35,6 +35,7 @@ from space import (
     trigger_store,
     turns,
 )
+from space.appstate import RunRetention
 from space.change_log import Change
 from space.chat_store import Chat
 from space.dbthread import DbThread
@@ -53,7 +54,9 @@ from space.store import (
     Stale,
     Taken,
 )
+from space.store.logwire import Kept, LogQuery, Poster, RunPosted, RunsPosted
 from space.store.sqlite_history import HistoryWork
+from space.store.sqlite_runs import RunWork
 from space.store.sqlite_work import Work
 from space.token_store import Principal
 from space.trigger_store import Record
@@ -66,6 +69,8 @@ class SqliteStore:
         self.clock = clock
         self._work = Work(clock)
         self._history = HistoryWork(clock)
+
+        self._runs = RunWork(clock)
 
     async def lease(self, space: str) -> tuple[leases.Lease, datetime]:
         return await self.thread.call(self._work.lease, space)
@@ -241,6 +246,39 @@ class SqliteStore:
 
     async def messages_accepted(self, message_ids: list[str]) -> dict[str, str | None]:
         return await self.thread.call(self._history.messages_accepted, message_ids)
+
+    # --- runs, turns and idempotency keys ---
+
+    async def post_run(self, space: str, run: RunIn, by: Poster) -> RunPosted:
+        return await self.thread.call(self._runs.post_run, space, run, by)
+
+    async def post_runs(self, space: str, runs: list[RunIn], by: Poster) -> RunsPosted:
+        return await self.thread.call(self._runs.post_runs, space, runs, by)
+
+    async def runs_page(self, space: str, query: LogQuery) -> list[dict[str, Any]]:
+        return await self.thread.call(self._runs.runs_page, space, query)
+
+    async def run_body(self, space: str, run_id: str) -> dict[str, Any] | None:
+        return await self.thread.call(self._runs.run_body, space, run_id)
+
+    async def rollups(self, space: str, trigger: str | None) -> list[dict[str, Any]]:
+        return await self.thread.call(self._runs.rollups, space, trigger)
+
+    async def post_turn(self, space: str, turn: TurnIn, keep: RunRetention) -> bool:
+        return await self.thread.call(self._runs.post_turn, space, turn, keep)
+
+    async def turns_page(self, space: str, query: LogQuery) -> list[dict[str, Any]]:
+        return await self.thread.call(self._runs.turns_page, space, query)
+
+    async def kept_answer(self, owner: str, key: str, digest: str) -> Kept | None:
+        """One server per file: its requests in flight wait in `idempotency.IN_FLIGHT`."""
+        return await self.thread.call(self._runs.kept_answer, owner, key)
+
+    async def keep_answer(self, owner: str, key: str, kept: Kept) -> None:
+        return await self.thread.call(self._runs.keep_answer, owner, key, kept)
+
+    async def drop_key(self, owner: str, key: str) -> None:
+        """Nothing is reserved on SQLite."""
 
     async def close(self) -> None:
         """The database is the app's: closed at its cleanup."""

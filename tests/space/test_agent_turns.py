@@ -13,6 +13,8 @@ from space.appstate import RunRetention
 
 S = f"/spaces/{SPACE}"
 
+BOTH_STORES = True  # turns answer from the store seam
+
 
 def turn(turn_id: str, chat: str = "chat_a", *, minute: int = 0, **fields: Any) -> dict[str, Any]:
     return {
@@ -60,6 +62,7 @@ async def test_a_device_records_a_turn_once_and_reads_it_back(api: Api) -> None:
         ({"space": "elsewhere"}, "`space`"),
     ],
 )
+@pytest.mark.sqlite_only  # compares the SQLite file before and after
 async def test_a_bad_turn_names_the_field_and_writes_nothing(
     api: Api, change: dict[str, Any], field: str
 ) -> None:
@@ -77,6 +80,7 @@ async def test_a_turn_without_its_required_fields_is_refused(api: Api) -> None:
     assert status == 400 and "`outcome`" in body["detail"]
 
 
+@pytest.mark.sqlite_only  # compares the SQLite file before and after
 async def test_run_tokens_may_neither_record_nor_read_turns(api: Api) -> None:
     trigger = await api.create_trigger()
     status, body = await api.post(
