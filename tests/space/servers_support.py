@@ -2,10 +2,8 @@
 
 Each `Server` is `create_app(dsn)`: the PostgreSQL store and its `Wakes` listener opened at
 its startup, one admin token file for all (the first mints it, the others accept it).
-`_until_spaces_are_on_the_seam` is the one piece of SQLite left: the space's existence,
-which `auth.identify` still looks up on a database thread, in a file of each server's own
-(the lead removes it once `spaces` is on the seam). A `Feed` reads a change stream and
-keeps every seq it was sent.
+The space `SPACE` is created through the first. A `Feed` reads a change stream and keeps
+every seq it was sent.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,23 +18,12 @@ import aiohttp
 from aiohttp import web
 from chats_support import SseReader
 
-from space import dbthread, spaces
 from space.app import create_app
 from space.opening import WAKES, PgOptions
 from space.store.pgwake import Wakes
 
 SPACE = "home"
 CRON = {"name": "tick", "kind": "cron", "spec": {"expr": "*/5 * * * *"}, "program": "tick@v1"}
-
-
-def _until_spaces_are_on_the_seam(app: web.Application, aside: Path) -> None:
-    """The space `SPACE` exists for this server (its lookup is SQLite's still)."""
-    thread = dbthread.start(app, aside)
-    thread.blocking(spaces.ensure_schema)
-    row = [SPACE, "Home", datetime.now(UTC).isoformat()]
-    thread.blocking(
-        lambda db: db.execute("INSERT OR IGNORE INTO spaces VALUES (?, ?, NULL, ?)", row)
-    )
 
 
 @dataclass
@@ -75,9 +61,8 @@ async def start_servers(
     """`n` servers on `dsn`, started one after another (the first mints the admin token)."""
     token_file = tmp / "admin.token"
     servers = []
-    for i in range(n):
+    for _ in range(n):
         app = create_app(dsn, admin_token_file=token_file, pg=pg, lease_seconds=30)
-        _until_spaces_are_on_the_seam(app, tmp / f"aside-{i}.db")
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -88,6 +73,8 @@ async def start_servers(
     token = token_file.read_text().strip()
     for server in servers:
         server.token = token
+    status, body = await servers[0].post("/spaces", {"id": SPACE, "name": "Home"})
+    assert status == 201 or body["error"] == "space_exists", body  # servers started again
     return servers
 
 

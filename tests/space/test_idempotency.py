@@ -122,7 +122,8 @@ async def test_two_servers_on_one_database_answer_one_key_once(
         app.on_cleanup.append(lambda _, store=store: store.close())
         await store.ensure_admin_token(token_file)  # one admin token, in the one database
         servers.append(Api(await aiohttp_client(app), token_file.read_text().strip(), tmp_path))
-        assert (await servers[-1].post("/spaces", {"id": SPACE, "name": "Home"}))[0] == 201
+    assert (await servers[0].post("/spaces", {"id": SPACE, "name": "Home"}))[0] == 201
+    assert (await servers[1].post("/spaces", {"id": SPACE, "name": "Home"}))[0] == 409
     for n in range(5):
         key = {"Idempotency-Key": f"burst-{n}"}
         answers = await asyncio.gather(

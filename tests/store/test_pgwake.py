@@ -48,7 +48,7 @@ async def test_a_killed_listener_reconnects_and_rereads_what_it_missed(
     pg_dsn: str, writer: PostgresStore
 ) -> None:
     woken: list[str | None] = []
-    wakes = Wakes(pg_dsn, woken.append, poll_every=0.05)
+    wakes = Wakes(pg_dsn, woken.append, poll_every=0.05, ping_every=0.5)  # a ping finds it too
     wakes.start()
     admin = await asyncpg.connect(pg_dsn)
     try:
