@@ -5,8 +5,8 @@ device live or stopped, its responder ready and the messages waiting, and the bu
 Label sets are bounded. Per space, the first `TOP` triggers by creation (`createdAt`, then
 id: a new trigger never displaces an older one) carry their name, or their id when unnamed
 or named `(other)`; the rest share one series, `trigger="(other)"`. Devices likewise, the
-first `TOP` by peer. Phases and health statuses are closed sets. Reads records through the
-store seam, runs and devices from SQLite; must not write.
+first `TOP` by peer. Phases and health statuses are closed sets. Reads spaces and records
+through the store seam, runs and devices from SQLite; must not write.
 """
 
 from __future__ import annotations
@@ -59,23 +59,21 @@ def version() -> str:
 
 
 class Read(NamedTuple):  # what a scrape reads from SQLite, in one unit of work
-    spaces: list[str]
     failed: Values
     late: Values
     devices: list[tuple[Any, ...]]
 
 
 def _read(db: sqlite_utils.Database) -> Read:
-    spaces = [space for (space,) in db.execute("SELECT id FROM spaces ORDER BY id").fetchall()]
     rows = db.execute(
         "SELECT space, peer, last_seen, stopped, status FROM devices ORDER BY space, peer"
     ).fetchall()
-    return Read(spaces, _failures(db), _lateness(db), rows)
+    return Read(_failures(db), _lateness(db), rows)
 
 
 async def lines(app: web.Application, now: datetime) -> list[str]:
     read = await db_call(app, _read)
-    triggers = await _triggers(app, read.spaces)
+    triggers = await _triggers(app, [space.id for space in await app[STORE].spaces()])
     devices = _devices(app, now, read.devices)
     build = {"version": version(), "python": platform.python_version()}
     return [

@@ -14,11 +14,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
-import sqlite_utils
 from aiohttp import web
 
 from space import token_store
-from space.dbthread import db_call
 from space.history import NOTE_MAX, Author
 from space.http import Handler, Refusal
 from space.store import STORE
@@ -29,8 +27,6 @@ __all__ = ["PRINCIPAL", "Principal", "Role", "mint_token", "principal", "token_h
 
 PRINCIPAL = web.RequestKey("principal", Principal)
 SPACE_FOUND = web.RequestKey("space_found", bool)  # the route's `{space}` exists (`spaces`)
-SpaceLookup = Callable[[sqlite_utils.Database, str], bool]
-SPACE_LOOKUP: web.AppKey[SpaceLookup] = web.AppKey("space_lookup")  # set by `spaces.setup`
 
 ADMIN_ONLY = {
     ("POST", "/v1/spaces"),
@@ -177,15 +173,15 @@ def end_streams(app: web.Application, which: Callable[[Principal], bool]) -> int
 
 async def identify(request: web.Request) -> Principal:
     """Whose bearer token this request carries (by the store's clock); 401 for none, an
-    unknown, a revoked or an expired one. Then, for a route with `{space}`, whether it exists
-    (`SPACE_FOUND`: spaces are the SQLite file's, one unit on its database thread)."""
+    unknown, a revoked or an expired one. For a route with `{space}`, whether it exists
+    too (`SPACE_FOUND`), in the same call of the store."""
+    token, space = bearer(request), request.match_info.get("space")
     try:
-        who = await request.app[STORE].lookup_token(bearer(request))
+        if space is None:
+            return await request.app[STORE].lookup_token(token)
+        who, request[SPACE_FOUND] = await request.app[STORE].identify(token, space)
     except token_store.TokenError as exc:
         raise Refusal(401, exc.code, exc.detail) from None
-    space, lookup = request.match_info.get("space"), request.app.get(SPACE_LOOKUP)
-    if space is not None:
-        request[SPACE_FOUND] = lookup is not None and await db_call(request.app, lookup, space)
     return who
 
 

@@ -22,10 +22,9 @@ from core.wire import Answer, Body, Name, RunTokenIn, TokenOut
 from space import fires, token_store, trigger_store
 from space.appstate import ADMIN_TOKEN_PATH, SETTINGS
 from space.auth import Principal, Role, end_streams, principal
-from space.dbthread import db_call
 from space.http import Refusal, add_route, answer, read_body
 from space.servertime import iso
-from space.spaces import SPACE_ID, require_space, space_exists
+from space.spaces import SPACE_ID, require_space
 from space.store import STORE
 
 
@@ -60,7 +59,7 @@ async def post_device_token(request: web.Request) -> web.Response:
             "invalid_body",
             f"space id {body.space!r} must match [a-z0-9][a-z0-9_-]{{0,63}} - at `$.space`",
         )
-    if not await db_call(request.app, space_exists, body.space):  # create the space first
+    if not await request.app[STORE].space_exists(body.space):  # create the space first
         raise Refusal(404, "unknown_space", f"no space {body.space!r} - at `$.space`")
     who = Principal(role=Role.DEVICE, peer=body.peer, space=body.space)
     token = await request.app[STORE].mint_token(who)

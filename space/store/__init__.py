@@ -20,9 +20,9 @@ import msgspec
 from aiohttp import web
 
 if TYPE_CHECKING:  # `leases` and `chats` serve their routes through this seam
-    from core.chatwire import Message, MessageIn
+    from core.chatwire import Message, MessageEdit, MessageIn
     from core.peerwire import HeartbeatIn
-    from core.wire import FireIn
+    from core.wire import FireIn, Space
     from space.chat_store import Chat
     from space.history import Author
     from space.leases import Lease
@@ -238,6 +238,65 @@ class Store(Protocol):
 
     async def programs(self, space: str) -> list[dict[str, Any]]:
         """The stored rows by name and version."""
+        ...
+
+    # --- chats, spaces and state (issue 22: `pg_chats`, `pg_spaces`; `sqlite_chats`)
+
+    async def chats(self, space: str) -> list[Chat]:
+        """The space's chats, oldest first."""
+        ...
+
+    async def chat_seq(self, space: str, object_id: str) -> int:
+        """The chat's latest `seq` (0: no message yet); `UnknownChat` if not in `space`."""
+        ...
+
+    async def edit_message(
+        self, object_id: str, message_id: str, edit: MessageEdit
+    ) -> tuple[Message, bytes]:
+        """`chat_store.edited` under the message's lock; `UnknownChat` if no such message."""
+        ...
+
+    async def latest_messages(
+        self, object_id: str, after: int, limit: int
+    ) -> list[tuple[int, str]]:
+        """The newest `limit` messages with `seq > after`, oldest first, as `(seq, json)`."""
+        ...
+
+    async def resume_gap(
+        self, object_id: str, after: int, upto: int, window: float
+    ) -> tuple[tuple[int, int, int] | None, float]:
+        """What a resume of `(after, upto]` skips, `(first, last, count)` of the messages
+        older than `window` seconds by the store's clock (None: none), and that instant
+        (unix seconds) for `replay`."""
+        ...
+
+    async def replay(
+        self, object_id: str, after: int, upto: int, since: float, limit: int
+    ) -> list[tuple[int, str]]:
+        """Up to `limit` messages in `(after, upto]` created at or after `since`, by seq."""
+        ...
+
+    async def create_space(self, space: str, name: str) -> Space:
+        """The space and its general chat at the store's clock, all or nothing; `Refusal`
+        409 `space_exists` if it is there."""
+        ...
+
+    async def spaces(self, only: str | None = None) -> list[Space]:
+        """Every space by id (`only`: that one, if it exists)."""
+        ...
+
+    async def space_exists(self, space: str) -> bool: ...
+
+    async def identify(self, token: str, space: str) -> tuple[Principal, bool]:
+        """`lookup_token`, and whether `space` exists, in one call (every space route's)."""
+        ...
+
+    async def state(self, space: str, trigger_id: str, key: str) -> tuple[str, str] | None:
+        """The stored `(value JSON, updatedAt)` of a trigger's state key, None if none."""
+        ...
+
+    async def put_state(self, space: str, trigger_id: str, key: str, value: str) -> str:
+        """Replace the value (the last write wins); its `updatedAt`, the store's clock."""
         ...
 
     async def close(self) -> None: ...

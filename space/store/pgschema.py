@@ -77,7 +77,21 @@ CREATE TABLE programs (space text NOT NULL, name text NOT NULL, version bigint N
   source text NOT NULL, sha256 text NOT NULL, any_tool boolean NOT NULL,
   created_at text NOT NULL, publisher text, PRIMARY KEY (space, name, version));
 """
-MIGRATIONS = (_V1, _V2, _V3, _V4, _V5, _V6)  # version n is MIGRATIONS[n - 1]; append, never edit
+_V8 = """
+CREATE TABLE spaces (id text PRIMARY KEY, name text NOT NULL, general_chat text,
+  created_at text NOT NULL);
+CREATE TABLE state (space text NOT NULL, trigger_id text NOT NULL, key text NOT NULL,
+  value text NOT NULL, updated_at text NOT NULL, PRIMARY KEY (space, trigger_id, key));
+"""  # spaces (with their general chat, v1's `chats`) and programs' state
+MIGRATIONS = (
+    _V1,
+    _V2,
+    _V3,
+    _V4,
+    _V5,
+    _V6,
+    _V8,
+)  # version n is MIGRATIONS[n - 1]; append, never edit
 
 
 class NewerStore(Exception):

@@ -15,9 +15,9 @@ from typing import Any
 
 import msgspec
 
-from core.chatwire import Message, MessageIn
+from core.chatwire import Message, MessageEdit, MessageIn
 from core.peerwire import HeartbeatIn
-from core.wire import FireIn
+from core.wire import FireIn, Space
 from space import leases
 from space.chat_store import Chat
 from space.dbthread import DbThread
@@ -25,6 +25,7 @@ from space.history import Author
 from space.programs import Publication
 from space.servertime import ServerClock
 from space.store import Claimed, ClaimIn, LeaseChange, LeaseStep, Stale, Taken
+from space.store.sqlite_chats import ChatWork
 from space.store.sqlite_work import Work
 from space.token_store import Principal
 from space.trigger_store import Record
@@ -35,6 +36,7 @@ class SqliteStore:
         self.thread = thread
         self.clock = clock
         self._work = Work(clock)
+        self._chats = ChatWork(clock)
 
     async def lease(self, space: str) -> tuple[leases.Lease, datetime]:
         return await self.thread.call(self._work.lease, space)
@@ -171,6 +173,52 @@ class SqliteStore:
 
     async def programs(self, space: str) -> list[dict[str, Any]]:
         return await self.thread.call(self._work.programs, space)
+
+    # --- chats, spaces and state (issue 22: `sqlite_chats.ChatWork`)
+
+    async def chats(self, space: str) -> list[Chat]:
+        return await self.thread.call(self._chats.chats, space)
+
+    async def chat_seq(self, space: str, object_id: str) -> int:
+        return await self.thread.call(self._chats.chat_seq, space, object_id)
+
+    async def edit_message(
+        self, object_id: str, message_id: str, edit: MessageEdit
+    ) -> tuple[Message, bytes]:
+        return await self.thread.call(self._chats.edit_message, object_id, message_id, edit)
+
+    async def latest_messages(
+        self, object_id: str, after: int, limit: int
+    ) -> list[tuple[int, str]]:
+        return await self.thread.call(self._chats.latest_messages, object_id, after, limit)
+
+    async def resume_gap(
+        self, object_id: str, after: int, upto: int, window: float
+    ) -> tuple[tuple[int, int, int] | None, float]:
+        return await self.thread.call(self._chats.resume_gap, object_id, after, upto, window)
+
+    async def replay(
+        self, object_id: str, after: int, upto: int, since: float, limit: int
+    ) -> list[tuple[int, str]]:
+        return await self.thread.call(self._chats.replay, object_id, after, upto, since, limit)
+
+    async def create_space(self, space: str, name: str) -> Space:
+        return await self.thread.call(self._chats.create_space, space, name)
+
+    async def spaces(self, only: str | None = None) -> list[Space]:
+        return await self.thread.call(self._chats.spaces, only)
+
+    async def space_exists(self, space: str) -> bool:
+        return await self.thread.call(self._chats.space_exists, space)
+
+    async def identify(self, token: str, space: str) -> tuple[Principal, bool]:
+        return await self.thread.call(self._chats.identify, token, space)
+
+    async def state(self, space: str, trigger_id: str, key: str) -> tuple[str, str] | None:
+        return await self.thread.call(self._chats.state, space, trigger_id, key)
+
+    async def put_state(self, space: str, trigger_id: str, key: str, value: str) -> str:
+        return await self.thread.call(self._chats.put_state, space, trigger_id, key, value)
 
     async def close(self) -> None:
         """The database is the app's: closed at its cleanup."""
