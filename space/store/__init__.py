@@ -242,12 +242,10 @@ class Store(Protocol):
 
     # --- chats, spaces and state (issue 22: `pg_chats`, `pg_spaces`; `sqlite_chats`)
 
-    async def chats(self, space: str) -> list[Chat]:
-        """The space's chats, oldest first."""
-        ...
+    async def chats(self, space: str) -> list[Chat]: ...
 
     async def chat_seq(self, space: str, object_id: str) -> int:
-        """The chat's latest `seq` (0: no message yet); `UnknownChat` if not in `space`."""
+        """The chat's latest `seq` (0: none yet); `UnknownChat` if not in `space`."""
         ...
 
     async def edit_message(
@@ -258,45 +256,35 @@ class Store(Protocol):
 
     async def latest_messages(
         self, object_id: str, after: int, limit: int
-    ) -> list[tuple[int, str]]:
-        """The newest `limit` messages with `seq > after`, oldest first, as `(seq, json)`."""
-        ...
+    ) -> list[tuple[int, str]]: ...
 
     async def resume_gap(
         self, object_id: str, after: int, upto: int, window: float
     ) -> tuple[tuple[int, int, int] | None, float]:
-        """What a resume of `(after, upto]` skips, `(first, last, count)` of the messages
-        older than `window` seconds by the store's clock (None: none), and that instant
-        (unix seconds) for `replay`."""
+        """`(first, last, count)` in `(after, upto]` older than `window` s by the store's
+        clock (None: none), and that instant (unix) for `replay`."""
         ...
 
     async def replay(
         self, object_id: str, after: int, upto: int, since: float, limit: int
-    ) -> list[tuple[int, str]]:
-        """Up to `limit` messages in `(after, upto]` created at or after `since`, by seq."""
-        ...
+    ) -> list[tuple[int, str]]: ...
 
     async def create_space(self, space: str, name: str) -> Space:
-        """The space and its general chat at the store's clock, all or nothing; `Refusal`
-        409 `space_exists` if it is there."""
+        """With its general chat, all or nothing; `Refusal` 409 `space_exists`."""
         ...
 
-    async def spaces(self, only: str | None = None) -> list[Space]:
-        """Every space by id (`only`: that one, if it exists)."""
-        ...
+    async def spaces(self, only: str | None = None) -> list[Space]: ...
 
     async def space_exists(self, space: str) -> bool: ...
 
     async def identify(self, token: str, space: str) -> tuple[Principal, bool]:
-        """`lookup_token`, and whether `space` exists, in one call (every space route's)."""
+        """`lookup_token`, and whether `space` exists, in one call."""
         ...
 
-    async def state(self, space: str, trigger_id: str, key: str) -> tuple[str, str] | None:
-        """The stored `(value JSON, updatedAt)` of a trigger's state key, None if none."""
-        ...
+    async def state(self, space: str, trigger_id: str, key: str) -> tuple[str, str] | None: ...
 
     async def put_state(self, space: str, trigger_id: str, key: str, value: str) -> str:
-        """Replace the value (the last write wins); its `updatedAt`, the store's clock."""
+        """Replace the value (last write wins); its `updatedAt` by the store's clock."""
         ...
 
     async def close(self) -> None: ...
