@@ -320,7 +320,6 @@ async def test_a_record_is_answered_with_every_default_filled_in(api: Api) -> No
     assert listed[cron["id"]]["limits"] == cron["limits"]
 
 
-@pytest.mark.sqlite_only  # posts to the general chat: the space's creation is not behind the seam
 async def test_a_run_token_writes_as_the_program(api: Api) -> None:
     _, space = await api.get(f"/spaces/{SPACE}")
     made = await api.create_trigger(program="greeter@v1")
