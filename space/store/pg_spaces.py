@@ -66,12 +66,11 @@ class PgSpaces:
         row = await self.pool.fetchrow(_IDENTIFY, token_store.token_hash(token), space)
         stored = None if row is None else dict(row)
         who = token_store.judge(stored, 0.0 if stored is None else stored["now"])
-        assert stored is not None  # `judge` refuses a token with no row
-        if token_store.touched(stored, stored["now"]):
+        if stored is not None and token_store.touched(stored, stored["now"]):
             await self.pool.execute(
                 "UPDATE tokens SET last_used_at = $2 WHERE hash = $1", stored["hash"], stored["now"]
             )
-        return who, bool(stored["space_found"])
+        return who, stored is not None and bool(stored["space_found"])
 
     async def state(self, space: str, trigger_id: str, key: str) -> tuple[str, str] | None:
         row = await self.pool.fetchrow(
