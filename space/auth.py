@@ -173,15 +173,15 @@ def end_streams(app: web.Application, which: Callable[[Principal], bool]) -> int
 
 async def identify(request: web.Request) -> Principal:
     """Whose bearer token this request carries (by the store's clock); 401 for none, an
-    unknown, a revoked or an expired one. Then, for a route with `{space}`, whether it exists
-    (`SPACE_FOUND`, through the store seam)."""
+    unknown, a revoked or an expired one. For a route with `{space}`, whether it exists
+    too (`SPACE_FOUND`), in the same call of the store."""
+    token, space = bearer(request), request.match_info.get("space")
     try:
-        who = await request.app[STORE].lookup_token(bearer(request))
+        if space is None:
+            return await request.app[STORE].lookup_token(token)
+        who, request[SPACE_FOUND] = await request.app[STORE].identify(token, space)
     except token_store.TokenError as exc:
         raise Refusal(401, exc.code, exc.detail) from None
-    space = request.match_info.get("space")
-    if space is not None:
-        request[SPACE_FOUND] = await request.app[STORE].space_exists(space)
     return who
 
 

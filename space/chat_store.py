@@ -171,23 +171,29 @@ def edit_message(
         ).fetchone()
         if row is None:
             raise UnknownChat(message_id)
-        message = _decode(row[0])
-        agent = message.agent
-        if agent is None:
-            raise NotEditable("only an agent message can be edited")
-        if agent.done:
-            raise NotEditable("the message is done: it no longer changes")
-        done = agent.done if edit.done is None else edit.done
-        text = message.text if edit.text is None else edit.text
-        message = msgspec.structs.replace(
-            message, text=text, agent=msgspec.structs.replace(agent, done=done)
-        )
-        body = _encode(message)
+        message, body = edited(row[0], edit)
         db.execute(
             "UPDATE chat_messages SET body = ? WHERE object_id = ? AND message_id = ?",
             [body.decode(), object_id, message_id],
         )
     return message, body
+
+
+def edited(stored: str, edit: MessageEdit) -> tuple[Message, bytes]:
+    """The stored message (its JSON) with `edit` applied, and its JSON (either store);
+    `NotEditable` for a person's message or one already done."""
+    message = _decode(stored)
+    agent = message.agent
+    if agent is None:
+        raise NotEditable("only an agent message can be edited")
+    if agent.done:
+        raise NotEditable("the message is done: it no longer changes")
+    done = agent.done if edit.done is None else edit.done
+    text = message.text if edit.text is None else edit.text
+    message = msgspec.structs.replace(
+        message, text=text, agent=msgspec.structs.replace(agent, done=done)
+    )
+    return message, _encode(message)
 
 
 def page(

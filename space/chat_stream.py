@@ -1,22 +1,20 @@
 """The SSE stream of one chat: hello, resume within the window W, gaps, then live messages.
 
 Owns the order of events on `GET …/chats/{objectId}/stream`: registered before reading,
-`hello` with the chat's cursor, a `gap` for what is older than W or an unknown cursor, the
-backlog oldest first, then live messages (read from the store by seq when woken by another
-server, `wake`) and `update` edits (no `id`). The order in full is
-in docs/architecture.md, "Module notes". Must not write messages nor know the HTTP routes'
-shapes; time comes from the app's `now`. Reads go to the database thread (`db_call`).
+`hello` with the chat's cursor, a `gap` for what is older than W (by the store's clock) or
+an unknown cursor, the backlog oldest first, then live messages and `update` edits (no
+`id`). A live item past the next seq, or a `WAKE` (`wake`: another server wrote), is read
+by seq from the store, so nothing is skipped whoever wrote it. The order in full is in
+docs/architecture.md, "Module notes". Must not write messages nor know the HTTP routes'
+shapes; every read goes through the store seam.
 """
 
 from __future__ import annotations
 
 import msgspec
-from aiohttp import web
 
-from space import chat_store
-from space.dbthread import db_call
 from space.http import int64
-from space.store import STORE
+from space.store import Store
 from space.streams import EventStream, Fanout, last_event_id
 
 REPLAY_PAGE = 500
@@ -26,33 +24,26 @@ _WAKE = (0, "", WAKE)  # read the chat from the store after what was sent
 Topics = Fanout[str]  # items: (seq, message JSON, MESSAGE or UPDATE), or `_WAKE`
 
 
-def wake(topics: Topics, object_id: str | None) -> None:
+def wake(topics: Topics, object_id: str | None) -> int:
     """Wake the streams of `object_id` (None: of every chat) to read the store by seq (a
-    message posted on another server; `Fanout.nudge`: a burst is one read)."""
-    for key in topics.keys() if object_id is None else [object_id]:
-        topics.nudge(key, _WAKE)
+    message posted on another server; `Fanout.nudge`: a burst is one read); how many."""
+    keys = topics.keys() if object_id is None else [object_id]
+    return sum(topics.nudge(key, _WAKE) for key in keys)
 
 
 async def run(
-    stream: EventStream,
-    topics: Topics,
-    app: web.Application,
-    space: str,
-    object_id: str,
-    *,
-    now: float,
-    window: float,
+    stream: EventStream, topics: Topics, store: Store, space: str, object_id: str, window: float
 ) -> None:
     """Serve one subscriber until it leaves, overflows or the server shuts down."""
     topics.add(object_id, stream)
     try:
-        cursor = await db_call(app, chat_store.last_seq, space, object_id)
-        sent = await _open(stream, app, object_id, cursor, now=now, window=window)
+        cursor = await store.chat_seq(space, object_id)
+        sent = await _open(stream, store, object_id, cursor, window)
         async for seq, body, kind in stream:
             if kind == UPDATE:
                 await stream.send(body, event=UPDATE)
-            elif kind == WAKE or seq > sent + 1:  # another server's, or one overtook another
-                sent = await _read_on(stream, app, object_id, sent)
+            elif kind == WAKE or seq > sent + 1:  # read by seq: none skipped, none twice
+                sent = await _read_on(stream, store, object_id, sent)
             elif seq > sent:
                 await stream.send(body, id=seq, event="message")
                 sent = seq
@@ -61,13 +52,7 @@ async def run(
 
 
 async def _open(
-    stream: EventStream,
-    app: web.Application,
-    object_id: str,
-    cursor: int,
-    *,
-    now: float,
-    window: float,
+    stream: EventStream, store: Store, object_id: str, cursor: int, window: float
 ) -> int:
     """Hello, any gap and the replay; the last seq the client now holds."""
     raw = last_event_id(stream.request)
@@ -79,26 +64,20 @@ async def _open(
         await stream.send(_json(gap), id=cursor, event="gap")
     if resume is None:
         return cursor
-    return await _catch_up(stream, app, object_id, resume, cursor, since=now - window)
+    return await _catch_up(stream, store, object_id, resume, cursor, window)
 
 
 async def _catch_up(
-    stream: EventStream,
-    app: web.Application,
-    object_id: str,
-    after: int,
-    upto: int,
-    *,
-    since: float,
+    stream: EventStream, store: Store, object_id: str, after: int, upto: int, window: float
 ) -> int:
-    """The gap of `(after, upto]` older than `since`, then the rest; the last seq sent."""
-    skipped = await db_call(app, chat_store.too_old, object_id, after, upto, since)
+    """The gap of `(after, upto]` older than the window, then the rest; the last seq sent."""
+    skipped, since = await store.resume_gap(object_id, after, upto, window)
     if skipped is not None:
         first, last, count = skipped
         gap = {"from": first, "to": last, "skipped": count, "reason": "window"}
         await stream.send(_json(gap), id=last, event="gap")
     sent = after
-    while rows := await db_call(app, chat_store.recent, object_id, sent, upto, since, REPLAY_PAGE):
+    while rows := await store.replay(object_id, sent, upto, since, REPLAY_PAGE):
         for seq, body in rows:
             if not await stream.send(body, id=seq, event="message"):
                 return sent
@@ -106,9 +85,9 @@ async def _catch_up(
     return max(sent, upto)
 
 
-async def _read_on(stream: EventStream, app: web.Application, object_id: str, sent: int) -> int:
-    """The messages after `sent` from the store, oldest first (seqs are gapless); the last."""
-    while rows := await app[STORE].messages_since(object_id, sent, REPLAY_PAGE):
+async def _read_on(stream: EventStream, store: Store, object_id: str, sent: int) -> int:
+    """Every message after `sent`, by seq; the last seq sent."""
+    while rows := await store.messages_since(object_id, sent, REPLAY_PAGE):
         for seq, body in rows:
             if not await stream.send(body, id=seq, event="message"):
                 return sent

@@ -2,9 +2,9 @@
 
 Owns the HTTP side of `…/chats`, `…/chats/{objectId}/messages` and `…/stream` (SPEC "The
 space and its API"): strict body checks naming the path, the 404 `unknown_chat`, publishing
-each accepted message to the chat's streams. Storage is `chat_store`, the event order
-`chat_stream`; knobs in `app[CHAT_SETTINGS]`, the clock `app[CLOCK]`. Must not check tokens
-(the app's middleware does).
+each accepted message to the chat's streams. Storage is the store seam's (`app[STORE]`),
+the event order `chat_stream`; knobs in `app[CHAT_SETTINGS]`. Must not check tokens (the
+app's middleware does).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from core.chatwire import (
 from core.wire import Answer
 from space import (
     auth,
-    chat_store,
     chat_stream,
     history,
     oddrows,
@@ -113,7 +112,7 @@ async def _chat_cursor(request: web.Request) -> tuple[str, str, int]:
     """`(space, objectId, latest seq)` of the route's chat; 404 if either is unknown."""
     space, object_id = require_space(request), request.match_info["objectId"]
     try:
-        return space, object_id, await db_call(request.app, chat_store.last_seq, space, object_id)
+        return space, object_id, await request.app[STORE].chat_seq(space, object_id)
     except UnknownChat:
         detail = f"no chat with objectId {object_id!r} in space {space!r}"
         raise Refusal(404, "unknown_chat", detail) from None
@@ -128,7 +127,7 @@ async def post_chat(request: web.Request) -> web.Response:
 
 async def get_chats(request: web.Request) -> web.Response:
     space = require_space(request)
-    return answer({"chats": await db_call(request.app, chat_store.list_chats, space)})
+    return answer({"chats": await request.app[STORE].chats(space)})
 
 
 async def post_message(request: web.Request) -> web.Response:
@@ -153,9 +152,7 @@ async def patch_message(request: web.Request) -> web.Response:
     if edit.text is not None:
         _check_text(edit.text, settings(request.app).text_limit)
     try:
-        message, body = await db_call(
-            request.app, chat_store.edit_message, object_id, message_id, edit
-        )
+        message, body = await request.app[STORE].edit_message(object_id, message_id, edit)
     except UnknownChat:
         detail = f"no message {message_id!r} in chat {object_id!r}"
         raise Refusal(404, "unknown_message", detail) from None
@@ -173,9 +170,10 @@ async def _signed(request: web.Request, msg: MessageIn) -> MessageIn:
     nudge = msg.agent is not None and msg.agent.name.startswith(NUDGE_PREFIX)
     if who.role is not auth.Role.RUN or (msg.agent is not None and not nudge):
         return msg
-    tid = str(who.trigger_id or "run")
+    space, tid = str(who.space), str(who.trigger_id or "run")
     try:
-        _, record = await db_call(request.app, trigger_store.current, str(who.space), tid)
+        row = await request.app[STORE].record_row(space, tid)
+        _, record = trigger_store.parsed(space, tid, row)
     except Refusal:
         record = {}  # the trigger was deleted meanwhile: its id still says who wrote
     if nudge:
@@ -198,10 +196,10 @@ async def get_messages(request: web.Request) -> web.Response:
     after = int_query(request, "after", 0, clamp=False)
     limit = int_query(request, "limit", conf.page_default, low=1, high=conf.page_max, clamp=False)
     if request.query.get("latest", "") in ("1", "true"):  # the newest `limit`, oldest first
-        rows = await db_call(request.app, chat_store.latest, object_id, after, limit + 1)
+        rows = await request.app[STORE].latest_messages(object_id, after, limit + 1)
         more, rows = len(rows) > limit, rows[-limit:]
     else:
-        rows = await db_call(request.app, chat_store.page, object_id, after, limit + 1)
+        rows = await request.app[STORE].messages_since(object_id, after, limit + 1)
         more, rows = len(rows) > limit, rows[:limit]
     nxt = rows[-1][0] if rows else after
     good, _ = oddrows.each(rows, _checked, lambda r: r[0], "chat_messages")
@@ -237,9 +235,7 @@ async def get_stream(request: web.Request) -> web.StreamResponse:
         now = epoch(now_of(request))
         live = await _subscribed(request, space, object_id, now)
         try:
-            await chat_stream.run(
-                stream, app[TOPICS], app, space, object_id, now=now, window=conf.window
-            )
+            await chat_stream.run(stream, app[TOPICS], app[STORE], space, object_id, conf.window)
         finally:
             await _unsubscribed(request, live)
     return stream.response

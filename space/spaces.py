@@ -1,8 +1,8 @@
 """Spaces: create (with the general chat) and list; `require_space` for every space route.
 
-Owns the `spaces` table (SQLite's SQL; through the store seam); a device token lists its
-own space alone. A space's
-general chat is created through `space.chat_store.create_chat`; this module must not
+Owns the `spaces` table on SQLite (the routes go through the store seam) and the space
+routes; a device token lists its own space alone. A space's general chat is created
+through `space.chat_store.create_chat`, in the space's transaction; this module must not
 know chat tables, nor import `space.chats` (which imports this module).
 """
 
@@ -41,13 +41,18 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
     db.executescript(SCHEMA)
 
 
-def _space(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "name": row["name"],
-        "generalChat": row["general_chat"],
-        "createdAt": row["created_at"],
-    }
+def space_of(row: Any) -> Space:
+    """A stored row (either store's, by column name) as the API shows it."""
+    return Space(
+        id=row["id"],
+        name=row["name"],
+        generalChat=row["general_chat"],
+        createdAt=row["created_at"],
+    )
+
+
+def taken(space: str) -> Refusal:
+    return Refusal(409, "space_exists", f"space {space!r} already exists")
 
 
 def space_exists(db: sqlite_utils.Database, space: str) -> bool:
@@ -56,59 +61,52 @@ def space_exists(db: sqlite_utils.Database, space: str) -> bool:
 
 def require_space(request: web.Request) -> str:
     """The `{space}` of the route; 404 `unknown_space` if there is no such space (looked up
-    with the token, `auth.identify`, in one unit of work)."""
+    with the token, `auth.identify`, in one call of the store)."""
     space = request.match_info["space"]
     if not request[auth.SPACE_FOUND]:
         raise Refusal(404, "unknown_space", f"no space {space!r}")
     return space
 
 
-def create_space(db: sqlite_utils.Database, body: SpaceIn, now: datetime) -> dict[str, Any]:
-    """The space and its general chat (`Refusal` 409 if it exists); its row."""
-    check_id(body.id)
-    with transaction(db):  # the space and its general chat, all or nothing
-        if space_exists(db, body.id):
-            raise Refusal(409, "space_exists", f"space {body.id!r} already exists")
-        chat = chat_store.create_chat(db, body.id, GENERAL_CHAT_NAME, now=epoch(now)).objectId
-        db.execute(
-            "INSERT INTO spaces VALUES (?, ?, ?, ?)",
-            [body.id, body.name or body.id, chat, iso(now)],
-        )
-    return next(db.query("SELECT * FROM spaces WHERE id = ?", [body.id]))
+def create_space(db: sqlite_utils.Database, space: str, name: str, now: datetime) -> Space:
+    """The space and its general chat, all or nothing; 409 `space_exists` if it is there."""
+    with transaction(db):
+        if space_exists(db, space):
+            raise taken(space)
+        chat = chat_store.create_chat(db, space, GENERAL_CHAT_NAME, now=epoch(now)).objectId
+        db.execute("INSERT INTO spaces VALUES (?, ?, ?, ?)", [space, name, chat, iso(now)])
+    return rows(db, space)[0]
+
+
+def rows(db: sqlite_utils.Database, space: str | None = None) -> list[Space]:
+    """Every space by id, or `space` alone."""
+    if space is None:
+        return [space_of(r) for r in db.query("SELECT * FROM spaces ORDER BY id")]
+    return [space_of(r) for r in db.query("SELECT * FROM spaces WHERE id = ?", [space])]
 
 
 async def post_space(request: web.Request) -> web.Response:
     body = await read_body(request, SpaceIn)
-    check_id(body.id)
-    return answer(_space(await request.app[STORE].create_space(body.id, body.name)), status=201)
-
-
-def check_id(space: str) -> None:
-    if not SPACE_ID.fullmatch(space):
+    if not SPACE_ID.fullmatch(body.id):
         raise Refusal(
             400,
             "invalid_body",
-            f"space id {space!r} must match [a-z0-9][a-z0-9_-]{{0,63}} - at `$.id`",
+            f"space id {body.id!r} must match [a-z0-9][a-z0-9_-]{{0,63}} - at `$.id`",
         )
-
-
-def rows(db: sqlite_utils.Database, space: str | None = None) -> list[dict[str, Any]]:
-    if space is None:
-        return list(db.query("SELECT * FROM spaces ORDER BY id"))
-    return list(db.query("SELECT * FROM spaces WHERE id = ?", [space]))
+    space = await request.app[STORE].create_space(body.id, body.name or body.id)
+    return answer(space, status=201)
 
 
 async def list_spaces(request: web.Request) -> web.Response:
     """Every space for the admin; a device's own space alone for a device token."""
-    found = await request.app[STORE].space_rows()
     who = auth.principal(request)
-    every = who.role is auth.Role.ADMIN
-    return answer({"spaces": [_space(r) for r in found if every or r["id"] == who.space]})
+    only = None if who.role is auth.Role.ADMIN else str(who.space)
+    return answer({"spaces": await request.app[STORE].spaces(only)})
 
 
 async def get_space(request: web.Request) -> web.Response:
     space = require_space(request)
-    return answer(_space((await request.app[STORE].space_rows(space))[0]))
+    return answer((await request.app[STORE].spaces(space))[0])
 
 
 def setup(app: web.Application) -> None:

@@ -1,7 +1,9 @@
 """Program state: one JSON value per (trigger, key), e.g. a program's cursor.
 
-Owns the `state` table. A run token reads and writes only its own trigger's
-state (checked by the auth middleware). Must not know records.
+Owns the `state` table on SQLite and the state routes, which go through the store seam: a
+PUT replaces the value whole (the last write wins), stamped by the store's clock. A run
+token reads and writes only its own trigger's state (checked by the auth middleware).
+Must not know records.
 """
 
 from __future__ import annotations
@@ -13,10 +15,9 @@ from aiohttp import web
 
 from core.wire import StateIn, StateOut
 from space.db import transaction
-from space.dbthread import db_call
-from space.http import Refusal, add_route, answer, now_of, read_body
-from space.servertime import iso
+from space.http import Refusal, add_route, answer, read_body
 from space.spaces import require_space
+from space.store import STORE
 
 MAX_KEY = 200
 
@@ -41,7 +42,7 @@ def _names(request: web.Request) -> tuple[str, str]:
 async def get_state(request: web.Request) -> web.Response:
     space = require_space(request)
     tid, key = _names(request)
-    row = await db_call(request.app, _row, space, tid, key)
+    row = await request.app[STORE].state(space, tid, key)
     if row is None:
         raise Refusal(404, "unknown_state", f"no state {key!r} for trigger {tid!r}")
     try:
@@ -56,22 +57,23 @@ async def put_state(request: web.Request) -> web.Response:
     space = require_space(request)
     tid, key = _names(request)
     body = await read_body(request, StateIn)
-    at = iso(now_of(request))
-    await db_call(request.app, _put, [space, tid, key, json.dumps(body.value), at])
+    at = await request.app[STORE].put_state(space, tid, key, json.dumps(body.value))
     return answer({"triggerId": tid, "key": key, "value": body.value, "updatedAt": at})
 
 
-def _row(db: sqlite_utils.Database, space: str, tid: str, key: str) -> tuple[str, str] | None:
-    row: tuple[str, str] | None = db.execute(
+def row(db: sqlite_utils.Database, space: str, tid: str, key: str) -> tuple[str, str] | None:
+    found: tuple[str, str] | None = db.execute(
         "SELECT value, updated_at FROM state WHERE space = ? AND trigger_id = ? AND key = ?",
         [space, tid, key],
     ).fetchone()
-    return row
+    return found
 
 
-def _put(db: sqlite_utils.Database, row: list[str]) -> None:
+def put(db: sqlite_utils.Database, space: str, tid: str, key: str, value: str, at: str) -> None:
     with transaction(db):
-        db.execute("INSERT OR REPLACE INTO state VALUES (?, ?, ?, ?, ?)", row)
+        db.execute(
+            "INSERT OR REPLACE INTO state VALUES (?, ?, ?, ?, ?)", [space, tid, key, value, at]
+        )
 
 
 def setup(app: web.Application) -> None:

@@ -20,9 +20,9 @@ import msgspec
 from aiohttp import web
 
 if TYPE_CHECKING:  # `leases` and `chats` serve their routes through this seam
-    from core.chatwire import Message, MessageIn
+    from core.chatwire import Message, MessageEdit, MessageIn
     from core.peerwire import HeartbeatIn
-    from core.wire import FireIn, RunIn, TurnIn
+    from core.wire import FireIn, RunIn, Space, TurnIn
     from space.appstate import RunRetention
     from space.change_log import Change
     from space.chat_store import Chat
@@ -238,7 +238,7 @@ class Store(Protocol):
         """The stored rows by name and version."""
         ...
 
-    # --- history: why, forget, backfill; spaces; the scrape's reads (issue 22, pghistory) ---
+    # --- history: why, forget, backfill; the scrape's reads (issue 22, pghistory) ---
     async def trigger_history(self, space: str, tid: str) -> TriggerHistory: ...
 
     async def slot_history(
@@ -273,14 +273,6 @@ class Store(Protocol):
         those never claimed stamped as `stamp` makes them (None: no stamp); those keys and
         how many of them were claimed already."""
         ...
-
-    async def create_space(self, space: str, name: str) -> dict[str, Any]:
-        """A space and its general chat, all or nothing (its row); 409 `space_exists`."""
-        ...
-
-    async def space_rows(self, space: str | None = None) -> list[dict[str, Any]]: ...
-
-    async def space_exists(self, space: str) -> bool: ...
 
     async def scrape(self) -> Scrape: ...
 
@@ -321,6 +313,53 @@ class Store(Protocol):
 
     async def drop_key(self, owner: str, key: str) -> None:
         """Free a key reserved by `kept_answer` whose answer is not kept."""
+        ...
+
+    # --- chats, spaces and state (issue 22: `pg_chats`, `pg_spaces`; `sqlite_chats`)
+
+    async def chats(self, space: str) -> list[Chat]: ...
+
+    async def chat_seq(self, space: str, object_id: str) -> int:
+        """The chat's latest `seq` (0: none yet); `UnknownChat` if not in `space`."""
+        ...
+
+    async def edit_message(
+        self, object_id: str, message_id: str, edit: MessageEdit
+    ) -> tuple[Message, bytes]:
+        """`chat_store.edited` under the message's lock; `UnknownChat` if no such message."""
+        ...
+
+    async def latest_messages(
+        self, object_id: str, after: int, limit: int
+    ) -> list[tuple[int, str]]: ...
+
+    async def resume_gap(
+        self, object_id: str, after: int, upto: int, window: float
+    ) -> tuple[tuple[int, int, int] | None, float]:
+        """`(first, last, count)` in `(after, upto]` older than `window` s by the store's
+        clock (None: none), and that instant (unix) for `replay`."""
+        ...
+
+    async def replay(
+        self, object_id: str, after: int, upto: int, since: float, limit: int
+    ) -> list[tuple[int, str]]: ...
+
+    async def create_space(self, space: str, name: str) -> Space:
+        """With its general chat, all or nothing; `Refusal` 409 `space_exists`."""
+        ...
+
+    async def spaces(self, only: str | None = None) -> list[Space]: ...
+
+    async def space_exists(self, space: str) -> bool: ...
+
+    async def identify(self, token: str, space: str) -> tuple[Principal, bool]:
+        """`lookup_token`, and whether `space` exists, in one call."""
+        ...
+
+    async def state(self, space: str, trigger_id: str, key: str) -> tuple[str, str] | None: ...
+
+    async def put_state(self, space: str, trigger_id: str, key: str, value: str) -> str:
+        """Replace the value (last write wins); its `updatedAt` by the store's clock."""
         ...
 
     async def close(self) -> None: ...

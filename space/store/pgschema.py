@@ -100,10 +100,13 @@ CREATE TABLE idempotency (owner text NOT NULL, key text NOT NULL, digest text NO
   body bytea NOT NULL, at double precision NOT NULL, PRIMARY KEY (owner, key));
 CREATE INDEX idempotency_at ON idempotency (at);
 """  # runs (their fire's outcome in `fires`), turns, idempotency keys (status 0: being answered)
+_V8 = """
+CREATE TABLE spaces (id text PRIMARY KEY, name text NOT NULL, general_chat text,
+  created_at text NOT NULL);
+CREATE TABLE state (space text NOT NULL, trigger_id text NOT NULL, key text NOT NULL,
+  value text NOT NULL, updated_at text NOT NULL, PRIMARY KEY (space, trigger_id, key));
+"""  # spaces (with their general chat, v1's `chats`) and programs' state
 _V9 = """
-ALTER TABLE fires ADD COLUMN IF NOT EXISTS run_id text, ADD COLUMN IF NOT EXISTS status text,
-  ADD COLUMN IF NOT EXISTS reason text, ADD COLUMN IF NOT EXISTS started_at double precision,
-  ADD COLUMN IF NOT EXISTS late_ms double precision;
 CREATE INDEX IF NOT EXISTS fires_by_claimed_at ON fires (claimed_at);
 CREATE TABLE IF NOT EXISTS history_subscriptions (id bigint GENERATED ALWAYS AS IDENTITY
   PRIMARY KEY, space text NOT NULL, peer text NOT NULL, object_id text NOT NULL,
@@ -120,23 +123,9 @@ CREATE INDEX IF NOT EXISTS history_windows_by_last_seen ON history_windows (last
 CREATE INDEX IF NOT EXISTS history_applied_by_at ON history_applied (at);
 CREATE INDEX IF NOT EXISTS history_offsets_at ON history_offsets (at);
 CREATE INDEX IF NOT EXISTS history_refusals_by_at ON history_refusals (at);
-CREATE TABLE IF NOT EXISTS runs (seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  space text NOT NULL, run_id text NOT NULL, trigger_id text NOT NULL, status text NOT NULL,
-  started_at double precision NOT NULL, failure boolean NOT NULL, body text NOT NULL,
-  UNIQUE (space, run_id));
-CREATE INDEX IF NOT EXISTS runs_by_time ON runs (space, trigger_id, started_at);
-CREATE TABLE IF NOT EXISTS run_rollups (space text NOT NULL, trigger_id text NOT NULL,
-  status text NOT NULL, count bigint NOT NULL, last_run_at text,
-  PRIMARY KEY (space, trigger_id, status));
-CREATE TABLE IF NOT EXISTS agent_turns (seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  space text NOT NULL, turn_id text NOT NULL, object_id text NOT NULL,
-  started_at double precision NOT NULL, failure boolean NOT NULL, body text NOT NULL,
-  UNIQUE (space, turn_id));
-CREATE INDEX IF NOT EXISTS agent_turns_by_chat ON agent_turns (space, object_id, started_at);
-CREATE TABLE IF NOT EXISTS spaces (id text PRIMARY KEY, name text NOT NULL, general_chat text,
-  created_at text NOT NULL);
-"""  # history's other tables and the prune's indexes; runs, turns and spaces its reads need
-_V8 = "SELECT 1"  # placeholder: pgchats
+CREATE INDEX IF NOT EXISTS runs_by_trigger_time ON runs (space, trigger_id, started_at);
+CREATE INDEX IF NOT EXISTS agent_turns_by_chat_time ON agent_turns (space, object_id, started_at);
+"""  # history's other tables, the prune's indexes, why's reads of runs and turns by time
 MIGRATIONS = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)  # version n: MIGRATIONS[n - 1]
 
 

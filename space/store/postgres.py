@@ -17,11 +17,9 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from core.chatwire import Message, MessageIn
 from core.wire import FireIn
-from space import change_log, chat_store, leases
+from space import change_log, leases
 from space.change_log import Change
-from space.chat_store import Chat
 from space.history import Author
 from space.servertime import iso
 from space.store import (
@@ -35,15 +33,16 @@ from space.store import (
     pg_records,
     pgschema,
 )
+from space.store.pg_chats import PgChats
 from space.store.pg_devices import PgDevices
 from space.store.pg_history import PgHistory
 from space.store.pg_idempotency import PgIdempotency
 from space.store.pg_logs import PgTurns
 from space.store.pg_programs import PgPrograms
 from space.store.pg_runs import PgRuns
+from space.store.pg_scrape import PgScrape
 from space.store.pg_spaces import PgSpaces
 from space.store.pg_tokens import PgTokens
-from space.store.pgwake import CHANNEL
 from space.trigger_store import Record
 
 _CLAIM = """
@@ -56,11 +55,19 @@ ON CONFLICT DO NOTHING RETURNING claimed_at
 
 
 class PostgresStore(
-    PgTokens, PgDevices, PgPrograms, PgHistory, PgSpaces, PgRuns, PgTurns, PgIdempotency
+    PgTokens,
+    PgDevices,
+    PgPrograms,
+    PgHistory,
+    PgScrape,
+    PgSpaces,
+    PgChats,
+    PgRuns,
+    PgTurns,
+    PgIdempotency,
 ):
     """A pool of connections for the operations; `open` migrates the schema first. The
-    operations of one area each are its bases (`PgTokens`, `PgDevices`, `PgPrograms`,
-    `PgHistory`, `PgSpaces`, `PgRuns`, `PgTurns`, `PgIdempotency`)."""
+    operations of one area each are its bases."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
@@ -186,57 +193,6 @@ class PostgresStore(
 
     async def delete_record(self, space: str, tid: str, if_match: int | None, by: Author) -> None:
         await pg_records.delete(self.pool, space, tid, if_match, by)
-
-    async def create_chat(self, space: str, name: str) -> Chat:
-        async with self.pool.acquire() as conn, conn.transaction():
-            now = await conn.fetchval("SELECT extract(epoch FROM now())::float8")
-            chat = chat_store.new_chat(space, name, now)
-            await conn.execute(
-                "INSERT INTO chats (object_id, space, name, created_at) VALUES ($1, $2, $3, $4)",
-                chat.objectId,
-                space,
-                name,
-                chat.createdAt,
-            )
-        return chat
-
-    async def add_message(
-        self, space: str, object_id: str, msg: MessageIn
-    ) -> tuple[Message, bytes]:
-        """The chat's counter row bumped in the message's transaction: `seq` gapless, in
-        commit order; `createdAt` the database's clock once the row is locked, so it grows
-        with `seq` (`now()`, the transaction's start, would not under contention)."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(
-                "UPDATE chats SET last_seq = last_seq + 1 WHERE space = $1 AND object_id = $2 "
-                "RETURNING last_seq, extract(epoch FROM clock_timestamp())::float8 AS now",
-                space,
-                object_id,
-            )
-            if row is None:
-                raise chat_store.UnknownChat(object_id)
-            message, body = chat_store.new_message(object_id, row["last_seq"], msg, row["now"])
-            await conn.execute(
-                "INSERT INTO chat_messages (object_id, seq, message_id, created_ts, body) "
-                "VALUES ($1, $2, $3, $4, $5)",
-                object_id,
-                message.seq,
-                message.message_id,
-                row["now"],
-                body.decode(),
-            )
-            await conn.execute("SELECT pg_notify($1, 'chat:' || $2)", CHANNEL, object_id)
-        return message, body
-
-    async def messages_since(self, object_id: str, after: int, limit: int) -> list[tuple[int, str]]:
-        rows = await self.pool.fetch(
-            "SELECT seq, body FROM chat_messages WHERE object_id = $1 AND seq > $2 "
-            "ORDER BY seq LIMIT $3",
-            object_id,
-            after,
-            limit,
-        )
-        return [(row["seq"], row["body"]) for row in rows]
 
     async def changes_since(
         self, space: str, since: int, limit: int, omit: str = ""

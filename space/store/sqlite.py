@@ -17,9 +17,9 @@ from typing import Any
 import msgspec
 import sqlite_utils
 
-from core.chatwire import Message, MessageIn
+from core.chatwire import Message, MessageEdit, MessageIn
 from core.peerwire import HeartbeatIn
-from core.wire import FireIn, RunIn, TurnIn
+from core.wire import FireIn, RunIn, Space, TurnIn
 from space import (
     chat_store,
     devices,
@@ -55,6 +55,7 @@ from space.store import (
     Taken,
 )
 from space.store.logwire import Kept, LogQuery, Poster, RunPosted, RunsPosted
+from space.store.sqlite_chats import ChatWork
 from space.store.sqlite_history import HistoryWork
 from space.store.sqlite_runs import RunWork
 from space.store.sqlite_work import Work
@@ -69,8 +70,8 @@ class SqliteStore:
         self.clock = clock
         self._work = Work(clock)
         self._history = HistoryWork(clock)
-
         self._runs = RunWork(clock)
+        self._chats = ChatWork(clock)
 
     async def lease(self, space: str) -> tuple[leases.Lease, datetime]:
         return await self.thread.call(self._work.lease, space)
@@ -232,15 +233,6 @@ class SqliteStore:
     ) -> tuple[list[str], int]:
         return await self.thread.call(self._history.backfill, space, tid, slots, stamp)
 
-    async def create_space(self, space: str, name: str) -> dict[str, Any]:
-        return await self.thread.call(self._history.create_space, space, name)
-
-    async def space_rows(self, space: str | None = None) -> list[dict[str, Any]]:
-        return await self.thread.call(self._history.space_rows, space)
-
-    async def space_exists(self, space: str) -> bool:
-        return await self.thread.call(self._history.space_exists, space)
-
     async def scrape(self) -> Scrape:
         return await self.thread.call(self._history.scrape)
 
@@ -279,6 +271,52 @@ class SqliteStore:
 
     async def drop_key(self, owner: str, key: str) -> None:
         """Nothing is reserved on SQLite."""
+
+    # --- chats, spaces and state (issue 22: `sqlite_chats.ChatWork`)
+
+    async def chats(self, space: str) -> list[Chat]:
+        return await self.thread.call(self._chats.chats, space)
+
+    async def chat_seq(self, space: str, object_id: str) -> int:
+        return await self.thread.call(self._chats.chat_seq, space, object_id)
+
+    async def edit_message(
+        self, object_id: str, message_id: str, edit: MessageEdit
+    ) -> tuple[Message, bytes]:
+        return await self.thread.call(self._chats.edit_message, object_id, message_id, edit)
+
+    async def latest_messages(
+        self, object_id: str, after: int, limit: int
+    ) -> list[tuple[int, str]]:
+        return await self.thread.call(self._chats.latest_messages, object_id, after, limit)
+
+    async def resume_gap(
+        self, object_id: str, after: int, upto: int, window: float
+    ) -> tuple[tuple[int, int, int] | None, float]:
+        return await self.thread.call(self._chats.resume_gap, object_id, after, upto, window)
+
+    async def replay(
+        self, object_id: str, after: int, upto: int, since: float, limit: int
+    ) -> list[tuple[int, str]]:
+        return await self.thread.call(self._chats.replay, object_id, after, upto, since, limit)
+
+    async def create_space(self, space: str, name: str) -> Space:
+        return await self.thread.call(self._chats.create_space, space, name)
+
+    async def spaces(self, only: str | None = None) -> list[Space]:
+        return await self.thread.call(self._chats.spaces, only)
+
+    async def space_exists(self, space: str) -> bool:
+        return await self.thread.call(self._chats.space_exists, space)
+
+    async def identify(self, token: str, space: str) -> tuple[Principal, bool]:
+        return await self.thread.call(self._chats.identify, token, space)
+
+    async def state(self, space: str, trigger_id: str, key: str) -> tuple[str, str] | None:
+        return await self.thread.call(self._chats.state, space, trigger_id, key)
+
+    async def put_state(self, space: str, trigger_id: str, key: str, value: str) -> str:
+        return await self.thread.call(self._chats.put_state, space, trigger_id, key, value)
 
     async def close(self) -> None:
         """The database is the app's: closed at its cleanup."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlite_utils
 
-from space import chat_store, fires, forget, history, recall, scrape, spaces, trigger_store
+from space import chat_store, fires, forget, history, recall, scrape, trigger_store
 from space.db import transaction
 from space.recall import SlotHistory, TriggerHistory
 from space.servertime import ServerClock, iso
@@ -91,15 +91,6 @@ class HistoryWork:
             if stamps is not None:
                 trigger_store.stamp(db, space, tid, stamps, iso(now))
         return fresh, len(keys) - len(fresh)
-
-    def create_space(self, db: sqlite_utils.Database, space: str, name: str) -> dict[str, Any]:
-        return spaces.create_space(db, spaces.SpaceIn(id=space, name=name), self.clock())
-
-    def space_rows(self, db: sqlite_utils.Database, space: str | None) -> list[dict[str, Any]]:
-        return spaces.rows(db, space)
-
-    def space_exists(self, db: sqlite_utils.Database, space: str) -> bool:
-        return spaces.space_exists(db, space)
 
     def scrape(self, db: sqlite_utils.Database) -> scrape.Scrape:
         return scrape.read(db, self.clock())

@@ -157,8 +157,9 @@ class Work:
     def add_message(
         self, db: sqlite_utils.Database, space: str, object_id: str, msg: MessageIn
     ) -> tuple[Message, bytes]:
-        now = self.clock().timestamp()
-        return chat_store.add_message(db, space, object_id, msg, now=now)
+        with transaction(db):  # the instant read under the write lock: it grows with seq
+            now = self.clock().timestamp()
+            return chat_store.add_message(db, space, object_id, msg, now=now)
 
     def messages_since(
         self, db: sqlite_utils.Database, object_id: str, after: int, limit: int

@@ -1,4 +1,5 @@
-"""For the chat tests: a space server on a SQLite file, a settable clock, a tiny SSE reader."""
+"""For the chat tests: a space server on a SQLite file, a settable clock, a tiny SSE reader;
+given a PostgreSQL `dsn`, its store seam is a `PostgresStore` there (`store_dsn`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from aiohttp import web
 
 from space.app import create_app, default_admin_token_file
 from space.chats import CHAT_SETTINGS, ChatSettings
+from space.store import STORE
+from space.store.postgres import PostgresStore
 
 SPACE = "home"
 
@@ -143,9 +146,19 @@ class Space:
 
 
 async def start_space(
-    aiohttp_client: Any, db_path: Path, clock: FakeClock, **settings: Any
+    aiohttp_client: Any,
+    db_path: Path,
+    clock: FakeClock,
+    dsn: str | None = None,
+    **settings: Any,
 ) -> Space:
-    client = await aiohttp_client(make_app(db_path, clock, **settings))
+    app = make_app(db_path, clock, **settings)
+    if dsn is not None:  # the routes behind the seam answer from PostgreSQL
+        store = await PostgresStore.open(dsn)
+        app[STORE] = store
+        app.on_cleanup.append(lambda _: store.close())
+        await store.ensure_admin_token(default_admin_token_file(db_path))
+    client = await aiohttp_client(app)
     space = Space(client=client, headers=admin_headers(db_path), clock=clock, db_path=db_path)
     status, body = await space.call("POST", "/v1/spaces", json={"id": SPACE})
     if status == 409:  # a restarted server on the same file

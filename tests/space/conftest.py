@@ -28,6 +28,12 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
+def store_dsn(store_kind: str, request: pytest.FixtureRequest) -> str | None:
+    """The PostgreSQL database of a `postgres` case; None on SQLite."""
+    return str(request.getfixturevalue("pg_dsn")) if store_kind == "postgres" else None
+
+
+@pytest.fixture
 def space_clock() -> FakeClock:
     return FakeClock()
 

@@ -68,7 +68,6 @@ async def test_a_device_acts_only_as_itself(api: Api) -> None:
     assert status == 403
 
 
-@pytest.mark.sqlite_only  # state and chat reads are SQLite's yet
 async def test_run_token_scope(api: Api) -> None:
     mine = await api.create_trigger()
     other = await api.create_trigger()

@@ -14,10 +14,13 @@ from typing import Any
 import pytest
 from chats_support import FakeClock, Space, start_space
 
+BOTH_STORES = True  # messages and their edits answer from the store seam
+
 
 @pytest.fixture
-async def space(aiohttp_client: Any, tmp_path) -> Space:
-    return await start_space(aiohttp_client, tmp_path / "space.db", FakeClock(), text_limit=100)
+async def space(aiohttp_client: Any, tmp_path, store_dsn: str | None) -> Space:
+    db = tmp_path / "space.db"
+    return await start_space(aiohttp_client, db, FakeClock(), store_dsn, text_limit=100)
 
 
 async def edit(space: Space, message_id: str, body: dict[str, Any]) -> tuple[int, Any]:

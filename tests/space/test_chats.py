@@ -9,10 +9,13 @@ from typing import Any
 import pytest
 from chats_support import SPACE, FakeClock, Space, start_space
 
+BOTH_STORES = True  # chats, messages and spaces answer from the store seam
+
 
 @pytest.fixture
-async def space(aiohttp_client: Any, tmp_path: Path) -> Space:
-    return await start_space(aiohttp_client, tmp_path / "space.db", FakeClock(), text_limit=1000)
+async def space(aiohttp_client: Any, tmp_path: Path, store_dsn: str | None) -> Space:
+    db = tmp_path / "space.db"
+    return await start_space(aiohttp_client, db, FakeClock(), store_dsn, text_limit=1000)
 
 
 async def test_space_comes_with_its_general_chat(space: Space) -> None:
@@ -21,6 +24,7 @@ async def test_space_comes_with_its_general_chat(space: Space) -> None:
     assert [(c["objectId"], c["name"]) for c in body["chats"]] == [(space.chat, "general")]
 
 
+@pytest.mark.sqlite_only  # the fake clock's instant
 async def test_create_and_list_chats(space: Space) -> None:
     status, chat = await space.call("POST", f"/v1/spaces/{SPACE}/chats", json={"name": "ops"})
     assert status == 201
@@ -33,6 +37,7 @@ async def test_create_and_list_chats(space: Space) -> None:
     assert ids == {space.chat, chat["objectId"], unnamed["objectId"]}
 
 
+@pytest.mark.sqlite_only  # the fake clock's instant
 async def test_messages_get_increasing_seq_and_unique_ids(space: Space) -> None:
     sent = [await space.send(f"m{i}") for i in range(3)]
     assert [m["seq"] for m in sent] == [1, 2, 3]

@@ -13,11 +13,13 @@ from runtime.client.sse import SseEvent
 from runtime.client.stream import Stream
 from space.streams import STREAMS
 
+BOTH_STORES = True  # the stream reads the chat through the store seam
+
 
 async def test_a_subscription_survives_server_side_drops_without_loss_or_repeat(
-    aiohttp_client: Any, tmp_path: Path
+    aiohttp_client: Any, tmp_path: Path, store_dsn: str | None
 ) -> None:
-    space = await start_space(aiohttp_client, tmp_path / "s.db", FakeClock())
+    space = await start_space(aiohttp_client, tmp_path / "s.db", FakeClock(), store_dsn)
     url = str(space.client.make_url(space.chat_url(tail="/stream")))
     token = space.headers["Authorization"].removeprefix("Bearer ")
     seqs: list[int] = []

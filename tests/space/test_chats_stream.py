@@ -15,11 +15,12 @@ from space.chats import TOPICS
 from space.streams import STREAMS
 
 DEADLINE = 5
+BOTH_STORES = True  # the stream reads the chat through the store seam
 
 
 @pytest.fixture
-async def space(aiohttp_client: Any, tmp_path: Path) -> Space:
-    return await start_space(aiohttp_client, tmp_path / "space.db", FakeClock())
+async def space(aiohttp_client: Any, tmp_path: Path, store_dsn: str | None) -> Space:
+    return await start_space(aiohttp_client, tmp_path / "space.db", FakeClock(), store_dsn)
 
 
 async def next_event(reader: SseReader) -> Event:
@@ -70,8 +71,12 @@ async def test_stream_headers(space: Space) -> None:
         assert headers["X-Accel-Buffering"] == "no"
 
 
-async def test_heartbeat_comments_while_idle(aiohttp_client: Any, tmp_path: Path) -> None:
-    space = await start_space(aiohttp_client, tmp_path / "s.db", FakeClock(), heartbeat=0.05)
+async def test_heartbeat_comments_while_idle(
+    aiohttp_client: Any, tmp_path: Path, store_dsn: str | None
+) -> None:
+    space = await start_space(
+        aiohttp_client, tmp_path / "s.db", FakeClock(), store_dsn, heartbeat=0.05
+    )
     async with space.stream() as reader:
         await hello(reader)
         async with asyncio.timeout(DEADLINE):
@@ -110,10 +115,10 @@ async def test_resume_after_a_client_abort(space: Space) -> None:
 
 
 async def test_resume_after_a_server_restart_on_the_same_file(
-    aiohttp_client: Any, tmp_path: Path
+    aiohttp_client: Any, tmp_path: Path, store_dsn: str | None
 ) -> None:
     clock, db = FakeClock(), tmp_path / "space.db"
-    first = await start_space(aiohttp_client, db, clock)
+    first = await start_space(aiohttp_client, db, clock, store_dsn)
     async with first.stream() as reader:
         await hello(reader)
         before = [await first.send(f"a{i}") for i in range(2)]
@@ -121,7 +126,7 @@ async def test_resume_after_a_server_restart_on_the_same_file(
         await first.client.server.close()
         async with asyncio.timeout(DEADLINE):
             assert await reader.until_end() == []
-    second = await start_space(aiohttp_client, db, clock)
+    second = await start_space(aiohttp_client, db, clock, store_dsn)
     assert second.chat == first.chat
     after = [await second.send(f"b{i}") for i in range(3)]
     assert [m["seq"] for m in after] == [3, 4, 5]
@@ -133,6 +138,7 @@ async def test_resume_after_a_server_restart_on_the_same_file(
         assert await messages(reader, 1) == [live]
 
 
+@pytest.mark.sqlite_only  # moves the fake clock (the window is the store's clock)
 async def test_messages_older_than_the_window_are_a_gap_never_replayed(space: Space) -> None:
     await space.send("old 1")
     await space.send("old 2")
@@ -147,6 +153,7 @@ async def test_messages_older_than_the_window_are_a_gap_never_replayed(space: Sp
         assert await messages(reader, 1) == [recent]
 
 
+@pytest.mark.sqlite_only  # moves the fake clock (the window is the store's clock)
 async def test_no_gap_when_resuming_within_the_window(space: Space) -> None:
     await space.send("a")
     space.clock.advance(119)
@@ -159,8 +166,11 @@ async def test_no_gap_when_resuming_within_the_window(space: Space) -> None:
         assert await messages(reader, 1) == [live]
 
 
-async def test_the_window_is_configurable(aiohttp_client: Any, tmp_path: Path) -> None:
-    space = await start_space(aiohttp_client, tmp_path / "s.db", FakeClock(), window=10)
+@pytest.mark.sqlite_only  # moves the fake clock (the window is the store's clock)
+async def test_the_window_is_configurable(
+    aiohttp_client: Any, tmp_path: Path, store_dsn: str | None
+) -> None:
+    space = await start_space(aiohttp_client, tmp_path / "s.db", FakeClock(), store_dsn, window=10)
     await space.send("a")
     space.clock.advance(11)
     async with space.stream(last_id="0") as reader:
@@ -224,9 +234,11 @@ async def test_shutdown_ends_every_stream_cleanly(space: Space) -> None:
 
 
 async def test_a_client_that_leaves_is_unsubscribed_by_the_next_heartbeat(
-    aiohttp_client: Any, tmp_path: Path
+    aiohttp_client: Any, tmp_path: Path, store_dsn: str | None
 ) -> None:
-    space = await start_space(aiohttp_client, tmp_path / "s.db", FakeClock(), heartbeat=0.05)
+    space = await start_space(
+        aiohttp_client, tmp_path / "s.db", FakeClock(), store_dsn, heartbeat=0.05
+    )
     async with space.stream() as reader:
         await hello(reader)
         assert space.app[TOPICS].count(space.chat) == 1

@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 from space_support import SPACE, Api, FakeClock
 
+BOTH_STORES = True  # records (and the space) answer from the store seam
 F = f"/spaces/{SPACE}/fires"
 EVERY_SECOND = {"expr": "* * * * * *"}
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_a_snooze_moves_active_since_and_fences_the_snoozed_slots(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -28,6 +30,7 @@ async def test_a_snooze_moves_active_since_and_fences_the_snoozed_slots(
     assert status == 200 and lifted["activeSince"] == "2026-12-01T09:11:00.000Z"
 
 
+@pytest.mark.sqlite_only  # the snooze ends after the fake clock's instant
 async def test_a_trigger_created_snoozed_is_active_from_the_snooze_end(api: Api) -> None:
     record = await api.create_trigger(
         owner="box", spec=EVERY_SECOND, pausedUntil="2026-12-02T00:00:00+01:00"
@@ -35,6 +38,7 @@ async def test_a_trigger_created_snoozed_is_active_from_the_snooze_end(api: Api)
     assert record["activeSince"] == "2026-12-01T23:00:00.000Z"
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_a_snooze_already_over_changes_nothing(api: Api, space_clock: FakeClock) -> None:
     record = await api.create_trigger(owner="box", spec=EVERY_SECOND)
     space_clock.advance(30)
@@ -43,6 +47,7 @@ async def test_a_snooze_already_over_changes_nothing(api: Api, space_clock: Fake
     assert after["activeSince"] == record["activeSince"]
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_the_window_fences_claims_and_a_retry_is_fenced_as_its_fire(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -97,6 +102,7 @@ async def test_a_bad_policy_edit_is_refused_and_the_record_kept(api: Api, field,
     assert (await api.get(path))[1] == record
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 async def test_a_backfill_answers_the_slots_never_claimed_and_stamps_the_request(
     api: Api, space_clock: FakeClock
 ) -> None:
@@ -121,6 +127,7 @@ async def test_a_backfill_answers_the_slots_never_claimed_and_stamps_the_request
     assert stamped["rev"] == record["rev"]  # a stamp: the user's rev holds
 
 
+@pytest.mark.sqlite_only  # moves the fake clock
 @pytest.mark.parametrize(
     ("ask", "says"),
     [
@@ -144,6 +151,7 @@ async def test_a_bad_backfill_is_refused_naming_the_field(
     assert (await api.get(f"/spaces/{SPACE}/triggers/{record['id']}"))[1] == before
 
 
+@pytest.mark.sqlite_only  # the backfill route reads the record from the SQLite file
 async def test_only_a_cron_trigger_is_backfilled(api: Api) -> None:
     record = await api.create_trigger(owner="box", kind="once", spec={"at": "2026-12-01T09:30:00Z"})
     ask = {"from": "2026-12-01T09:00:00Z", "to": "2026-12-01T10:00:00Z"}

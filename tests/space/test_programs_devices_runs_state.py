@@ -15,7 +15,7 @@ S = f"/spaces/{SPACE}"
 SOURCE = "__any_tool__ = True\n\ndef main(args):\n    return {'ok': True}\n"
 
 
-BOTH_STORES = True  # tokens, devices and programs answer from the store seam
+BOTH_STORES = True  # tokens, devices, programs, spaces and state answer from the store seam
 
 
 async def test_publish_is_immutable(api: Api) -> None:

@@ -321,7 +321,6 @@ async def test_a_record_is_answered_with_every_default_filled_in(api: Api) -> No
     assert listed[cron["id"]]["limits"] == cron["limits"]
 
 
-@pytest.mark.sqlite_only  # a message reads its run token's record from the SQLite file yet
 async def test_a_run_token_writes_as_the_program(api: Api) -> None:
     _, space = await api.get(f"/spaces/{SPACE}")
     made = await api.create_trigger(program="greeter@v1")
