@@ -231,25 +231,9 @@ async def test_a_backfill_stamps_the_never_claimed_slots_in_one_transaction(stor
     assert unknown.value.status == 404
 
 
-async def test_of_servers_creating_one_space_at_once_one_does(
-    store: Store, other_store: Store
-) -> None:
-    tries = [(store if i % 2 else other_store).create_space("work", "Work") for i in range(12)]
-    done = await asyncio.gather(*tries, return_exceptions=True)
-    made = [d for d in done if isinstance(d, dict)]
-    refused = [d for d in done if isinstance(d, Refusal)]
-    assert len(made) == 1 and len(refused) == 11, done
-    assert {(r.status, r.code) for r in refused} == {(409, "space_exists")}
-    assert made[0]["id"] == "work" and made[0]["general_chat"].startswith("chat_")
-    assert await other_store.space_exists("work") and not await store.space_exists("nope")
-    assert [r["id"] for r in await store.space_rows()] == ["work"]
-    assert await store.space_rows("nope") == []
-    assert made[0]["created_at"] == (await other_store.space_rows("work"))[0]["created_at"]
-
-
 async def test_a_scrape_reads_spaces_devices_claims_and_leases(store: Store) -> None:
-    await store.create_space("a-space", "")
-    await store.create_space(SPACE, "")
+    await store.create_space("a-space", "a-space")
+    await store.create_space(SPACE, SPACE)
     await store.heartbeat(SPACE, "box", HeartbeatIn(status={"ready": True}), 15.0)
     await store.heartbeat(SPACE, "old", HeartbeatIn(stopped=True), 15.0)
 
