@@ -1,0 +1,163 @@
+"""bench/compare.py's other sides: APScheduler 3.11 two ways and the floor, in processes.
+
+Run (compare.py starts it): python bench/peers.py threads|procs WORKLOAD N SECONDS → JSON
+
+`threads`: a BackgroundScheduler running each job in its thread pool, in process (no
+isolation). `procs`: the seeds' way of isolating a poller, an AsyncIOScheduler whose every
+job is `asyncio.create_subprocess_exec` of the stamp program (`python stamp.py`, printing
+the clock its `main()` read at entry) read back from its stdout. Workloads: `one` (a cron
+every second for SECONDS s), `burst` (N jobs of one cron due SECONDS s ahead), `rest` (N
+monthly crons added, then idle until stdin closes). `floor()` runs bench/floor.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+STAMP = (
+    "import json\nimport time\n\n\ndef main(args):\n    t = time.time()\n"
+    "    return {'ok': True, 't': t}\n\n\nif __name__ == '__main__':\n"
+    "    print(json.dumps(main({})), flush=True)\n"
+)
+
+
+def rest_expr(i: int) -> str:
+    """Distinct monthly expressions in February (≈ 40k distinct among 100k): none due now."""
+    return f"{i % 60} {(i // 60) % 24} {1 + (i // 1440) % 28} 2 *"
+
+
+def cpu() -> float:
+    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def next_slot(seconds: float) -> datetime:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).replace(microsecond=0)
+
+
+def threads(workload: str, n: int, seconds: float) -> dict[str, Any]:
+    """A BackgroundScheduler: each job a call in its thread pool."""
+    from apscheduler.schedulers.background import BackgroundScheduler
+    from apscheduler.triggers.cron import CronTrigger
+
+    done: list[float] = []
+    sched = BackgroundScheduler(timezone=UTC, job_defaults={"misfire_grace_time": 30})
+    if workload == "rest":
+        t0 = time.perf_counter()
+        sched.start()
+        for i in range(n):
+            trigger = CronTrigger.from_crontab(rest_expr(i), timezone=UTC)
+            sched.add_job(done.append, trigger, args=[0.0], id=f"j{i}")
+        print(json.dumps({"ready": time.perf_counter() - t0}), flush=True)
+        sys.stdin.read()
+        return {}
+    if workload == "one":
+        sched.add_job(lambda: done.append(time.time() % 1.0), CronTrigger(second="*"))
+        sched.start()
+        time.sleep(seconds)
+        return {"late": [d * 1e3 for d in done]}
+    slot = next_slot(seconds)
+    trig = CronTrigger(second=slot.second, minute=slot.minute, timezone=UTC)
+    for _ in range(n):
+        sched.add_job(lambda: done.append(time.time()), trig)
+    sched.start()
+    while len(done) < n and datetime.now(UTC) < slot + timedelta(seconds=60):
+        time.sleep(0.05)
+    late = [(d - slot.timestamp()) * 1e3 for d in done]
+    return {"late": late, "last": max(late) / 1e3}
+
+
+async def procs(workload: str, n: int, seconds: float) -> dict[str, Any]:
+    """An AsyncIOScheduler: each job a fresh `python stamp.py`, its stdout read back."""
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+    from apscheduler.triggers.cron import CronTrigger
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # a pipe or two per run
+    program = Path(tempfile.mkdtemp()) / "stamp.py"
+    program.write_text(STAMP)
+    done: list[tuple[float, float]] = []  # main() entered, run reaped
+
+    async def run() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(program), stdout=asyncio.subprocess.PIPE
+        )
+        out, _ = await proc.communicate()
+        done.append((json.loads(out)["t"], time.time()))
+
+    # however late: every run of a burst runs (at 30 s of grace, a 1,000 burst here lost some)
+    sched = AsyncIOScheduler(timezone=UTC, job_defaults={"misfire_grace_time": None})
+    if workload == "one":
+        sched.add_job(run, CronTrigger(second="*"))
+        sched.start()
+        await asyncio.sleep(seconds)
+        sched.shutdown(wait=False)
+        return {"late": [(t % 1.0) * 1e3 for t, _ in done]}
+    slot = next_slot(seconds)
+    trig = CronTrigger(second=slot.second, minute=slot.minute, timezone=UTC)
+    for _ in range(n):
+        sched.add_job(run, trig)
+    sched.start()
+    await asyncio.sleep(max(0.0, slot.timestamp() - 0.5 - time.time()))
+    cpu0 = cpu()
+    while len(done) < n and datetime.now(UTC) < slot + timedelta(seconds=60):
+        await asyncio.sleep(0.05)
+    spent = cpu() - cpu0
+    late = [(t - slot.timestamp()) * 1e3 for t, _ in done]
+    last = max(end for _, end in done) - slot.timestamp()
+    return {"late": late, "last": last, "cpu_ms": spent / n * 1e3}
+
+
+async def peer(way: str, workload: str, n: int, seconds: float) -> dict[str, Any]:
+    """One workload on one of the ways above, in a child process; its figures."""
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, __file__, way, workload, str(n), str(seconds)),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    found: dict[str, Any] = json.loads(await proc.stdout.readline())
+    if workload == "rest":
+        from fire import cpu_percent, rss_mb
+
+        await asyncio.sleep(1.0)
+        found["cpu"] = (await cpu_percent([proc.pid], seconds))[0]
+        found["rss"] = rss_mb(proc.pid)
+        proc.stdin.close()
+    await proc.wait()
+    return found
+
+
+async def floor(workload: str, n: int, seconds: float, forkers: int = 2) -> dict[str, Any]:
+    """bench/floor.py: `one` in one process, a burst of `n` split among `forkers`."""
+    slot = next_slot(seconds).timestamp()
+    count = [n] if workload == "one" else [n // forkers + (i < n % forkers) for i in range(forkers)]
+    runs = [
+        await asyncio.create_subprocess_exec(
+            *(sys.executable, str(HERE / "floor.py"), workload, str(k), str(slot)),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        for k in count
+    ]
+    found = [json.loads((await proc.communicate())[0]) for proc in runs]
+    late = [ms for f in found for ms in f["late"]]
+    assert len(late) == n, f"floor: {len(late)} of {n} runs reached main()"
+    cpu_ms = sum(f["cpu_ms"] * k for f, k in zip(found, count, strict=True)) / n
+    return {"late": late, "last": max(f["last"] for f in found), "cpu_ms": cpu_ms}
+
+
+if __name__ == "__main__":
+    way, workload, n, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    if way == "threads":
+        print(json.dumps(threads(workload, n, seconds)), flush=True)
+    else:
+        print(json.dumps(asyncio.run(procs(workload, n, seconds))), flush=True)
