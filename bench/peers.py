@@ -6,15 +6,19 @@ Run (compare.py starts it): python bench/peers.py threads|procs WORKLOAD N SECON
 isolation). `procs`: the seeds' way of isolating a poller, an AsyncIOScheduler whose every
 job is `asyncio.create_subprocess_exec` of the stamp program (`python stamp.py`, printing
 the clock its `main()` read at entry) read back from its stdout. Workloads: `one` (a cron
-every second for SECONDS s), `burst` (N jobs of one cron due SECONDS s ahead), `rest` (N
+every second for SECONDS s), `burst` (N jobs of one cron due SECONDS s ahead; `procs`
+stops at CUT s and counts the runs not done as that late), `rest` (N
 monthly crons added, then idle until stdin closes). `floor()` runs bench/floor.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import resource
+import signal
 import sys
 import tempfile
 import time
@@ -23,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+CUT = float(
+    os.environ.get("BENCH_CUT", 40)
+)  # s after the slot: a burst's runs not done by then are killed and counted as cut
 STAMP = (
     "import json\nimport time\n\n\ndef main(args):\n    t = time.time()\n"
     "    return {'ok': True, 't': t}\n\n\nif __name__ == '__main__':\n"
@@ -33,11 +40,6 @@ STAMP = (
 def rest_expr(i: int) -> str:
     """Distinct monthly expressions in February (≈ 40k distinct among 100k): none due now."""
     return f"{i % 60} {(i // 60) % 24} {1 + (i // 1440) % 28} 2 *"
-
-
-def cpu() -> float:
-    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def next_slot(seconds: float) -> datetime:
@@ -93,6 +95,8 @@ async def procs(workload: str, n: int, seconds: float) -> dict[str, Any]:
         )
         out, _ = await proc.communicate()
         done.append((json.loads(out)["t"], time.time()))
+        if workload == "burst":  # as it comes: the parent may have to kill us (`procs_burst`)
+            print(json.dumps(done[-1]), flush=True)
 
     # however late: every run of a burst runs (at 30 s of grace, a 1,000 burst here lost some)
     sched = AsyncIOScheduler(timezone=UTC, job_defaults={"misfire_grace_time": None})
@@ -103,22 +107,49 @@ async def procs(workload: str, n: int, seconds: float) -> dict[str, Any]:
         sched.shutdown(wait=False)
         return {"late": [(t % 1.0) * 1e3 for t, _ in done]}
     slot = next_slot(seconds)
+    print(json.dumps({"slot": slot.timestamp()}), flush=True)
     trig = CronTrigger(second=slot.second, minute=slot.minute, timezone=UTC)
     for _ in range(n):
         sched.add_job(run, trig)
     sched.start()
-    await asyncio.sleep(max(0.0, slot.timestamp() - 0.5 - time.time()))
-    cpu0 = cpu()
-    while len(done) < n and datetime.now(UTC) < slot + timedelta(seconds=60):
-        await asyncio.sleep(0.05)
-    spent = cpu() - cpu0
-    late = [(t - slot.timestamp()) * 1e3 for t, _ in done]
-    last = max(end for _, end in done) - slot.timestamp()
-    return {"late": late, "last": last, "cpu_ms": spent / n * 1e3}
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    return {}
+
+
+async def procs_burst(n: int, lead: float) -> dict[str, Any]:
+    """`procs` with a burst of `n`: the runs read as they end; CUT s after the slot, the peer
+    and every run still going killed (its event loop is busy starting processes then: only
+    a signal stops it), the runs not done counted as CUT late. CPU from /proc (the peer's
+    and its reaped runs') per run done."""
+    from fire import cpu_with_children
+
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, __file__, "procs", "burst", str(n), str(lead)),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        start_new_session=True,  # its runs in its process group
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    slot = json.loads(await proc.stdout.readline())["slot"]
+    await asyncio.sleep(max(0.0, slot - 0.5 - time.time()))
+    cpu0, done = cpu_with_children(proc.pid), []
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(0.0, slot + CUT - time.time())):
+            while len(done) < n:
+                done.append(json.loads(await proc.stdout.readline()))
+    spent, cut = cpu_with_children(proc.pid) - cpu0, n - len(done)
+    os.killpg(proc.pid, signal.SIGKILL)
+    await proc.wait()
+    late = [(t - slot) * 1e3 for t, _ in done] + [CUT * 1e3] * cut
+    last = CUT if cut else max(end for _, end in done) - slot
+    found = {"late": late, "last": last, "cut": cut}
+    return found | ({"cpu_ms": spent / len(done) * 1e3} if done else {})
 
 
 async def peer(way: str, workload: str, n: int, seconds: float) -> dict[str, Any]:
     """One workload on one of the ways above, in a child process; its figures."""
+    if (way, workload) == ("procs", "burst"):
+        return await procs_burst(n, seconds)
     proc = await asyncio.create_subprocess_exec(
         *(sys.executable, __file__, way, workload, str(n), str(seconds)),
         stdin=asyncio.subprocess.PIPE,
@@ -159,5 +190,5 @@ if __name__ == "__main__":
     way, workload, n, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     if way == "threads":
         print(json.dumps(threads(workload, n, seconds)), flush=True)
-    else:
-        print(json.dumps(asyncio.run(procs(workload, n, seconds))), flush=True)
+    elif found := asyncio.run(procs(workload, n, seconds)):
+        print(json.dumps(found), flush=True)
