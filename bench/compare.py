@@ -1,12 +1,14 @@
-"""baton side by side with APScheduler 3.11: the figures of the fire-path issue, in one run.
+"""baton beside APScheduler 3.11 two ways and the floor: issue 21's figures, in one run.
 
-Run: .venv/bin/python bench/compare.py [--quick] [--rounds N] [--only rest|fires]
-        [--count N] [--no-peer] [--idle S]   (needs the `bench` extra)
+Run: .venv/bin/python bench/compare.py [--quick] [--rounds N] [--only SCENARIOS]
+        [--sides baton,threads,procs,floor] [--reverse] [--seconds S] [--count N]
+        [--no-peer] [--idle S]   (needs the `bench` extra)
 
-Every workload in real processes on 127.0.0.1 (the space, a device, APScheduler in a child
-process), rounds alternating who goes first, each figure the median with its spread and its
-ratio to the peer, the floor or the goal. The workloads and the options are in
-docs/performance.md, "Benchmark notes".
+Every workload in real processes on 127.0.0.1: the space and a device; APScheduler's
+threads and APScheduler with a subprocess per run (bench/peers.py); a fresh confined
+process per run (bench/floor.py). A column per side, rounds alternating the order (ABBA),
+each figure the median with its spread and baton's and the floor's ratio to the goal.
+Workloads and options: docs/performance.md, "Benchmark notes".
 """
 
 from __future__ import annotations
@@ -386,6 +388,8 @@ def median(rounds: list[Figures], key: str) -> tuple[float, float, float]:
 
 
 def num(value: float) -> str:
+    if value == int(value) and abs(value) < 100:
+        return f"{value:.0f}"
     return (
         f"{value:,.0f}"
         if abs(value) >= 100
@@ -393,6 +397,15 @@ def num(value: float) -> str:
         if abs(value) >= 10
         else f"{value:.2f}"
     )
+
+
+# a figure one side measures for another: the SSE floor is read beside baton's event fires
+ALIAS = {("floor", "event_p50"): ("baton", "floor_p50")}
+
+
+def side_key(sides: dict[str, list[Figures]], side: str, key: str) -> tuple[list[Figures], str]:
+    side, key = ALIAS.get((side, key), (side, key))
+    return sides[side], key
 
 
 def cell(rounds: list[Figures], key: str, unit: str) -> str:
@@ -413,7 +426,7 @@ ROWS: list[tuple[str, str, str, tuple[str, float | str] | None]] = [
     (
         f"1,000 crons: runs not done {CUT:.0f} s after the slot (killed; counted that late)",
         "burst_cut",
-        "",
+        "runs",
         None,
     ),
     ("distinct-trigger fires/s (1,000 / last done)", "fires_s", "/s", ("≥", 1000)),
@@ -439,7 +452,7 @@ def verdict(sides: dict[str, list[Figures]], key: str, goal: tuple[str, float | 
     name = HEAD[SIDES.index(target)] if isinstance(target, str) else num(target)
     said = []
     for side in ("baton", "floor"):
-        value = median(sides[side], key)[0]
+        value = median(*side_key(sides, side, key))[0]
         if value == value and bound == bound and bound:
             ratio = value / bound
             ok = ratio <= 1 if sense == "≤" else ratio >= 1
@@ -450,7 +463,7 @@ def verdict(sides: dict[str, list[Figures]], key: str, goal: tuple[str, float | 
 def table(sides: dict[str, list[Figures]], rest: int) -> list[str]:
     lines = ["what | " + " | ".join(HEAD) + " | goal, ratio", "|".join(["---"] * 6)]
     for what, key, unit, goal in ROWS:
-        cells = [cell(sides[side], key, unit) for side in SIDES]
+        cells = [cell(*side_key(sides, side, key), unit) for side in SIDES]
         if all(c == "—" for c in cells):
             continue  # not measured in this run
         what = what.replace("crons at rest", f"{rest:,} crons at rest")
