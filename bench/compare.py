@@ -331,7 +331,7 @@ def seed(db: Path, count: int) -> None:
                 "owner": PEER,
                 "spec": {"expr": rest_expr(i), "tz": "UTC"},
             }
-            record = trigger_store._new(f"trg_rest{i:06d}", body, now)
+            record = trigger_store.new_record(f"trg_rest{i:06d}", body, now)
             text = json.dumps(record, separators=(",", ":"))
             conn.execute("INSERT INTO trigger_ids VALUES (?, ?)", [SPACE, record["id"]])
             conn.execute("INSERT INTO triggers VALUES (?, ?, 1, ?)", [SPACE, record["id"], text])
@@ -348,7 +348,7 @@ def ready_at(log: Path, count: int) -> float | None:
     for line in log.read_text(errors="replace").splitlines():
         _, sep, rest = line.partition("ticker: armed ")
         if sep and int(rest.split()[0]) >= count:
-            return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            return parse(line.split(" ", 1)[0]).timestamp()  # RFC 3339, UTC
     return None
 
 
