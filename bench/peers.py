@@ -4,11 +4,11 @@ Run (compare.py starts it): python bench/peers.py threads|procs WORKLOAD N SECON
 
 `threads`: a BackgroundScheduler running each job in its thread pool, in process (no
 isolation). `procs`: the seeds' way of isolating a poller, an AsyncIOScheduler whose every
-job is `asyncio.create_subprocess_exec` of the stamp program (`python stamp.py`, printing
-the clock its `main()` read at entry) read back from its stdout. Workloads: `one` (a cron
-every second for SECONDS s), `burst` (N jobs of one cron due SECONDS s ahead; `procs`
-stops at CUT s and counts the runs not done as that late), `rest` (N
-monthly crons added, then idle until stdin closes). `floor()` runs bench/floor.py.
+job is `asyncio.create_subprocess_exec` of `python bench/stamp.py` (printing the clock its
+`main()` read at entry), read back from its stdout. Workloads: `one` (a cron every second
+for SECONDS s), `burst` (N jobs of one cron due SECONDS s ahead; `procs` stops at CUT s
+and counts the runs not done as that late), `rest` (N monthly crons added, then idle until
+stdin closes). `floor()` runs bench/floor.py.
 """
 
 from __future__ import annotations
@@ -20,21 +20,15 @@ import os
 import resource
 import signal
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-CUT = float(
-    os.environ.get("BENCH_CUT", 40)
-)  # s after the slot: a burst's runs not done by then are killed and counted as cut
-STAMP = (
-    "import json\nimport time\n\n\ndef main(args):\n    t = time.time()\n"
-    "    return {'ok': True, 't': t}\n\n\nif __name__ == '__main__':\n"
-    "    print(json.dumps(main({})), flush=True)\n"
-)
+# s after the slot: the runs of a `procs` burst not done by then are killed, counted as cut
+CUT = float(os.environ.get("BENCH_CUT", 40))
+STAMP = HERE / "stamp.py"  # the program, as a script
 
 
 def rest_expr(i: int) -> str:
@@ -85,13 +79,11 @@ async def procs(workload: str, n: int, seconds: float) -> dict[str, Any]:
 
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # a pipe or two per run
-    program = Path(tempfile.mkdtemp()) / "stamp.py"
-    program.write_text(STAMP)
     done: list[tuple[float, float]] = []  # main() entered, run reaped
 
     async def run() -> None:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(program), stdout=asyncio.subprocess.PIPE
+            sys.executable, str(STAMP), stdout=asyncio.subprocess.PIPE
         )
         out, _ = await proc.communicate()
         done.append((json.loads(out)["t"], time.time()))
