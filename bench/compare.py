@@ -1,12 +1,14 @@
-"""baton side by side with APScheduler 3.11: the figures of the fire-path issue, in one run.
+"""baton beside APScheduler 3.11 two ways and the floor: issue 21's figures, in one run.
 
-Run: .venv/bin/python bench/compare.py [--quick] [--rounds N] [--only rest|fires]
-        [--count N] [--no-peer] [--idle S]   (needs the `bench` extra)
+Run: .venv/bin/python bench/compare.py [--quick] [--rounds N] [--only SCENARIOS]
+        [--sides baton,threads,procs,floor] [--reverse] [--seconds S] [--count N]
+        [--no-peer] [--idle S]   (needs the `bench` extra)
 
-Every workload in real processes on 127.0.0.1 (the space, a device, APScheduler in a child
-process), rounds alternating who goes first, each figure the median with its spread and its
-ratio to the peer, the floor or the goal. The workloads and the options are in
-docs/performance.md, "Benchmark notes".
+Every workload in real processes on 127.0.0.1: the space and a device; APScheduler's
+threads and APScheduler with a subprocess per run (bench/peers.py); a fresh confined
+process per run (bench/floor.py). A column per side, rounds alternating the order (ABBA),
+each figure the median with its spread and baton's and the floor's ratio to the goal.
+Workloads and options: docs/performance.md, "Benchmark notes".
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,78 +46,21 @@ from fire import (
     subscribed,
     until,
 )
+from peers import CUT, floor, peer, rest_expr
 from serving import ROOT, in_parallel, start_server, stop_server
 
 Figures = dict[str, float]
 REST, QUICK_REST = 100_000, 25_000  # cron triggers at rest (full run, `--quick`)
-OPTIONS: dict[str, Any] = {"only": None, "count": None, "peer": True, "idle": None}
+BURST = 1000  # crons due in one second; event triggers on one chat
+SCENARIOS = ("event", "one", "warm", "burst", "fan", "rest")
+SIDES = ("baton", "threads", "procs", "floor")
+OPTIONS: dict[str, Any] = {
+    **{"only": None, "count": None, "idle": None, "seconds": None},
+    **{"sides": SIDES, "reverse": False},
+}
 
 
-def rest_expr(i: int) -> str:
-    """Distinct monthly expressions in February (≈ 40k distinct among 100k): none due now."""
-    return f"{i % 60} {(i // 60) % 24} {1 + (i // 1440) % 28} 2 *"
-
-
-# ---------------------------------------------------------------- the peer: APScheduler 3.11
-
-
-def peer_main(workload: str, n: int, seconds: float) -> None:
-    """Child: run one workload on APScheduler, print one JSON line of figures."""
-    from apscheduler.schedulers.background import BackgroundScheduler
-    from apscheduler.triggers.cron import CronTrigger
-
-    done: list[float] = []
-    sched = BackgroundScheduler(timezone=UTC, job_defaults={"misfire_grace_time": 30})
-    if workload == "rest":
-        t0 = time.perf_counter()
-        sched.start()
-        for i in range(n):
-            sched.add_job(
-                done.append,
-                CronTrigger.from_crontab(rest_expr(i), timezone=UTC),
-                args=[0.0],
-                id=f"j{i}",
-            )
-        print(json.dumps({"ready": time.perf_counter() - t0}), flush=True)
-        sys.stdin.read()
-        return
-    if workload == "one":
-        sched.add_job(lambda: done.append(time.time() % 1.0), CronTrigger(second="*"))
-        sched.start()
-        time.sleep(seconds)
-        print(json.dumps({"late": [d * 1e3 for d in done]}), flush=True)
-        return
-    slot = (datetime.now(UTC) + timedelta(seconds=seconds)).replace(microsecond=0)
-    trig = CronTrigger(second=slot.second, minute=slot.minute, timezone=UTC)
-    for _ in range(n):
-        sched.add_job(lambda: done.append(time.time()), trig)
-    sched.start()
-    while len(done) < n and datetime.now(UTC) < slot + timedelta(seconds=60):
-        time.sleep(0.05)
-    late = [(d - slot.timestamp()) * 1e3 for d in done]
-    print(json.dumps({"late": late, "last": max(late) / 1e3}), flush=True)
-
-
-async def peer(workload: str, n: int, seconds: float) -> dict[str, Any]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        __file__,
-        "--peer",
-        workload,
-        str(n),
-        str(seconds),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    assert proc.stdout is not None and proc.stdin is not None
-    found = json.loads(await proc.stdout.readline())
-    if workload == "rest":
-        await asyncio.sleep(1.0)
-        found["cpu"] = (await cpu_percent([proc.pid], seconds))[0]
-        found["rss"] = rss_mb(proc.pid)
-        proc.stdin.close()
-    await proc.wait()
-    return found
+# ---------------------------------------------------------------- the others (bench/peers.py)
 
 
 def rest_count(quick: bool) -> int:
@@ -126,23 +71,54 @@ def idle_window(quick: bool) -> float:
     return OPTIONS["idle"] or (6 if quick else 30)
 
 
-def wanted(half: str) -> bool:
-    return OPTIONS["only"] in (None, half)
+def one_window(quick: bool) -> float:
+    return OPTIONS["seconds"] or (8 if quick else 30)
 
 
-async def peer_round(quick: bool) -> Figures:
+def wanted(scenario: str) -> bool:
+    return OPTIONS["only"] is None or scenario in OPTIONS["only"]
+
+
+def bursts(found: dict[str, Any]) -> Figures:
+    """A burst's figures as the table names them (`cpu_ms`: CPU per run, where measured)."""
+    figures = {"burst_p99": pct(found["late"], 99), "burst_last": found["last"]}
+    figures["fires_s"] = (BURST - found.get("cut", 0)) / found["last"]
+    figures |= {"burst_cut": found["cut"]} if "cut" in found else {}
+    return figures | ({"cpu_fire": found["cpu_ms"]} if "cpu_ms" in found else {})
+
+
+async def threads_round(quick: bool) -> Figures:
+    """APScheduler's BackgroundScheduler: each job a call in its thread pool."""
     found: Figures = {}
-    if wanted("fires"):
-        one = await peer("one", 1, 8 if quick else 30)
-        burst = await peer("burst", 1000, 6)
-        found |= {
-            "one_p99": pct(one["late"], 99),
-            "burst_p99": pct(burst["late"], 99),
-            "burst_last": burst["last"],
-        }
+    if wanted("one"):
+        found["one_p99"] = pct((await peer("threads", "one", 1, one_window(quick)))["late"], 99)
+    if wanted("burst"):
+        found |= bursts(await peer("threads", "burst", BURST, 3))
     if wanted("rest"):
-        rest = await peer("rest", rest_count(quick), idle_window(quick))
+        rest = await peer("threads", "rest", rest_count(quick), idle_window(quick))
         found |= {"rest_ready": rest["ready"], "rest_rss": rest["rss"], "rest_cpu": rest["cpu"]}
+    return found
+
+
+async def procs_round(quick: bool) -> Figures:
+    """The seeds' way: APScheduler's AsyncIOScheduler, a `python stamp.py` subprocess per run."""
+    found: Figures = {}
+    if wanted("one"):
+        found["one_p99"] = pct((await peer("procs", "one", 1, one_window(quick)))["late"], 99)
+    if wanted("burst"):
+        found |= bursts(await peer("procs", "burst", BURST, 3))
+    return found
+
+
+async def floor_round(quick: bool) -> Figures:
+    """A fresh Landlock-confined process per run (bench/floor.py), main() timed at its entry."""
+    found: Figures = {}
+    if wanted("one"):
+        found["one_p99"] = pct((await floor("one", round(one_window(quick)), 1.5))["late"], 99)
+    if wanted("burst") or wanted("fan"):  # fan-out's floor: the same 1,000 runs at one instant
+        burst = bursts(await floor("burst", BURST, 2))
+        found |= burst if wanted("burst") else {}
+        found |= {"fan_p99": burst["burst_p99"]} if wanted("fan") else {}
     return found
 
 
@@ -211,11 +187,12 @@ async def fan_in(api: Api, device: int, count: int, settle: float) -> tuple[floa
     before = rss_mb(device)
 
     async def chat_with_trigger(i: int, chat: str | None = None) -> str:
+        fresh = chat is None  # trigger names are unique in a space
         if chat is None:
             path = f"/spaces/{SPACE}/chats"
             chat = (await api.call("POST", path, {"name": f"c{i}"}, 201))["objectId"]
         spec = {"dataset": "chat_messages", "objectId": chat}
-        return await api.trigger(f"sub {i}", "event", spec)
+        return await api.trigger(f"{'sub' if fresh else 'fan'} {i}", "event", spec)
 
     await in_parallel([lambda i=i: chat_with_trigger(i) for i in range(count)], 16)
     await armed(api, count, 60)
@@ -294,7 +271,7 @@ async def with_device(tmp: Path, work: Callable[[Api, int], Awaitable[Figures]])
         body = {"peer": PEER, "space": SPACE}
         token = (await api.call("POST", "/tokens/device", body, 201))["token"]
         api.device_token = token  # type: ignore[attr-defined]
-        return await work(api, 0)
+        return await work(api, server.pid)
     finally:
         await session.close()
         await stop_server(server)
@@ -303,35 +280,41 @@ async def with_device(tmp: Path, work: Callable[[Api, int], Awaitable[Figures]])
 async def baton_fires(quick: bool) -> Figures:
     with tempfile.TemporaryDirectory() as tmp:
 
-        async def work(api: Api, _: int) -> Figures:
+        async def work(api: Api, server: int) -> Figures:
             device = await start_device(Path(tmp), api.base, api.device_token)  # type: ignore[attr-defined]
             try:
-                settle = 4 if quick else 20
                 await armed(api, 1, 30)
-                await quiet(device.pid, settle)
-                floor = await sse_floor(api, 100 if quick else 500, 100)
-                ev = await event_fires(api, 100, 250 if quick else 1000, device.pid)
-                one = await one_cron(api, 8 if quick else 30)
-                warm = await warm_fires(api, 500)  # each trigger's runs fit one listing
-                burst = await burst_fires(api, 1000, 8 if quick else 10, device.pid)
-                grown, fan = await fan_in(api, device.pid, 1000, settle)
+                await quiet(device.pid, 4 if quick else 20)
+                return await baton_scenarios(api, device.pid, server, quick)
             finally:
                 await stop_device(device)
-            return {
-                "floor_p50": pct(floor, 50),
-                "event_p50": pct(ev.latencies, 50),
-                "event_p99": pct(ev.latencies, 99),
-                "one_p99": pct(one, 99),
-                "burst_p99": pct(burst.main, 99),
-                "burst_last": burst.last,
-                "fires_s": 1000 / burst.last,
-                "warm_s": warm,
-                "chats_rss": grown,
-                "fan_p50": pct(fan, 50),
-                "fan_p99": pct(fan, 99),
-            }
 
         return await with_device(Path(tmp), work)
+
+
+async def baton_scenarios(api: Api, device: int, server: int, quick: bool) -> Figures:
+    """The fire scenarios `--only` wants, in this order, on one device."""
+    found: Figures = {}
+    if wanted("event"):
+        floor = await sse_floor(api, 100 if quick else 500, 100)
+        ev = await event_fires(api, 100, 250 if quick else 1000, device)
+        found |= {"floor_p50": pct(floor, 50), "event_p50": pct(ev.latencies, 50)}
+        found["event_p99"] = pct(ev.latencies, 99)
+    if wanted("one"):
+        found["one_p99"] = pct(await one_cron(api, one_window(quick)), 99)
+    if wanted("warm"):
+        found["warm_s"] = await warm_fires(api, 500)  # each trigger's runs fit one listing
+    if wanted("burst"):
+        b = await burst_fires(api, BURST, 8 if quick else 10, device, server=server)
+        found |= {"burst_p99": pct(b.main, 99), "burst_last": b.last, "fires_s": BURST / b.last}
+        found["cpu_fire"] = b.server_ms + b.cpu_ms + b.workers_ms
+        found |= {"cpu_space": b.server_ms, "cpu_device": b.cpu_ms, "cpu_workers": b.workers_ms}
+        found |= {"late_p99": pct(b.late, 99), "error_p99": pct([abs(e) for e in b.error], 99)}
+        found["late_gap"] = abs(found["late_p99"] - found["burst_p99"])
+    if wanted("fan"):
+        grown, fan = await fan_in(api, device, BURST, 4 if quick else 20)
+        found |= {"chats_rss": grown, "fan_p50": pct(fan, 50), "fan_p99": pct(fan, 99)}
+    return found
 
 
 def seed(db: Path, count: int) -> None:
@@ -349,7 +332,7 @@ def seed(db: Path, count: int) -> None:
                 "owner": PEER,
                 "spec": {"expr": rest_expr(i), "tz": "UTC"},
             }
-            record = trigger_store._new(f"trg_rest{i:06d}", body, now)
+            record = trigger_store.new_record(f"trg_rest{i:06d}", body, now)
             text = json.dumps(record, separators=(",", ":"))
             conn.execute("INSERT INTO trigger_ids VALUES (?, ?)", [SPACE, record["id"]])
             conn.execute("INSERT INTO triggers VALUES (?, ?, 1, ?)", [SPACE, record["id"], text])
@@ -366,7 +349,7 @@ def ready_at(log: Path, count: int) -> float | None:
     for line in log.read_text(errors="replace").splitlines():
         _, sep, rest = line.partition("ticker: armed ")
         if sep and int(rest.split()[0]) >= count:
-            return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            return parse(line.split(" ", 1)[0]).timestamp()  # RFC 3339, UTC
     return None
 
 
@@ -405,114 +388,113 @@ def median(rounds: list[Figures], key: str) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
 
+def num(value: float) -> str:
+    if value == int(value) and abs(value) < 100:
+        return f"{value:.0f}"
+    return (
+        f"{value:,.0f}"
+        if abs(value) >= 100
+        else f"{value:.1f}"
+        if abs(value) >= 10
+        else f"{value:.2f}"
+    )
+
+
+# a figure one side measures for another: the SSE floor is read beside baton's event fires
+ALIAS = {("floor", "event_p50"): ("baton", "floor_p50")}
+
+
+def side_key(sides: dict[str, list[Figures]], side: str, key: str) -> tuple[list[Figures], str]:
+    side, key = ALIAS.get((side, key), (side, key))
+    return sides[side], key
+
+
 def cell(rounds: list[Figures], key: str, unit: str) -> str:
     mid, lo, hi = median(rounds, key)
-    if mid != mid:  # not measured in this run (`--only`, `--no-peer`)
+    if mid != mid:  # not measured in this run (`--only`, `--sides`)
         return "—"
-    spread = f" ({lo:.1f}–{hi:.1f})" if len(rounds) > 1 else ""
-    return f"{mid:.1f} {unit}{spread}"
+    spread = f" ({num(lo)}–{num(hi)})" if sum(key in r for r in rounds) > 1 else ""
+    return f"{num(mid)} {unit}{spread}"
 
 
-def table(ours: list[Figures], theirs: list[Figures], rest: int) -> list[str]:
-    def r(a: str, b: list[Figures], k: str) -> str:
-        return f"{median(ours, a)[0] / median(b, k)[0]:.2f}×"
+# what, key, unit, goal: (≤ or ≥, a number or the side whose figure it is, as issue 21 says)
+ROWS: list[tuple[str, str, str, tuple[str, float | str] | None]] = [
+    ("event fire, POST → main(), 100 msg/s, p50 (floor: bare SSE)", "event_p50", "ms", ("≤", 3)),
+    ("event fire, p99", "event_p99", "ms", ("≤", 10)),
+    ("one cron every second, main() − slot p99", "one_p99", "ms", ("≤", "threads")),
+    ("1,000 crons due in one second, main() − slot p99", "burst_p99", "ms", ("≤", 300)),
+    ("1,000 crons, the last run done − slot", "burst_last", "s", None),
+    (
+        f"1,000 crons: runs not done {CUT:.0f} s after the slot (killed; counted that late)",
+        "burst_cut",
+        "runs",
+        None,
+    ),
+    ("distinct-trigger fires/s (1,000 / last done)", "fires_s", "/s", ("≥", 1000)),
+    ("repeated fires of warm triggers/s", "warm_s", "/s", ("≥", 5000)),
+    ("one message → 1,000 event triggers, main() p50", "fan_p50", "ms", None),
+    ("one message → 1,000 event triggers, main() p99", "fan_p99", "ms", ("≤", 600)),
+    ("CPU per distinct fire (baton: space + device + workers + runs)", "cpu_fire", "ms", ("≤", 2)),
+    ("  of which the space server", "cpu_space", "ms", None),
+    ("  of which the device", "cpu_device", "ms", None),
+    ("  of which the workers and their run processes", "cpu_workers", "ms", None),
+    ("1,000-burst: run records' startedAt − dueAt (lateMs) p99", "late_p99", "ms", None),
+    ("1,000-burst: lateMs p99 − main() − slot p99, |gap|", "late_gap", "ms", ("≤", 5)),
+    ("1,000-burst: |startedAt − main()'s own clock| p99", "error_p99", "ms", ("≤", 5)),
+    ("crons at rest: time to ready", "rest_ready", "s", ("≤", 3)),
+    ("crons at rest: device RSS", "rest_rss", "MB", ("≤", 180)),
+    ("crons at rest: idle CPU, % of a core", "rest_cpu", "%", None),
+    ("1,000 chat subscriptions: RSS growth", "chats_rss", "MB", ("≤", 21)),
+]
+HEAD = ("baton", "APScheduler threads", "APScheduler + subprocess", "floor")
 
-    def g(a: str, goal: float) -> str:
-        return f"{median(ours, a)[0] / goal:.2f}× goal"
 
-    rows = [
-        (
-            "event fire, POST → main(), 100 msg/s, p50",
-            cell(ours, "event_p50", "ms"),
-            f"SSE floor {cell(ours, 'floor_p50', 'ms')}",
-            f"{r('event_p50', ours, 'floor_p50')} floor; {g('event_p50', 3)} (≤ 3 ms)",
-        ),
-        ("event fire, p99", cell(ours, "event_p99", "ms"), "", f"{g('event_p99', 10)} (≤ 10 ms)"),
-        (
-            "one cron trigger, lateness of main() p99",
-            cell(ours, "one_p99", "ms"),
-            f"APScheduler {cell(theirs, 'one_p99', 'ms')}",
-            f"{r('one_p99', theirs, 'one_p99')}",
-        ),
-        (
-            "1,000 crons in one second, lateness p99",
-            cell(ours, "burst_p99", "ms"),
-            f"APScheduler {cell(theirs, 'burst_p99', 'ms')}",
-            f"{r('burst_p99', theirs, 'burst_p99')}",
-        ),
-        (
-            "1,000 crons, last done",
-            cell(ours, "burst_last", "s"),
-            f"APScheduler {cell(theirs, 'burst_last', 's')}",
-            f"{r('burst_last', theirs, 'burst_last')}",
-        ),
-        (
-            "end-to-end fires/s per device, distinct triggers",
-            cell(ours, "fires_s", "/s"),
-            "",
-            f"{g('fires_s', 2000)} (≥ 2,000/s)",
-        ),
-        (
-            "end-to-end fires/s per device, repeated fires of warm triggers",
-            cell(ours, "warm_s", "/s"),
-            "",
-            f"{g('warm_s', 5000)} (≥ 5,000/s)",
-        ),
-        (
-            f"{rest:,} crons at rest: time to ready",
-            cell(ours, "rest_ready", "s"),
-            f"APScheduler {cell(theirs, 'rest_ready', 's')}",
-            f"{r('rest_ready', theirs, 'rest_ready')} (goal ≤ 0.2× and ≤ 3 s)",
-        ),
-        (
-            f"{rest:,} crons at rest: device RSS",
-            cell(ours, "rest_rss", "MB"),
-            f"APScheduler {cell(theirs, 'rest_rss', 'MB')}",
-            f"{r('rest_rss', theirs, 'rest_rss')} (goal ≤ 180 MB)",
-        ),
-        (
-            f"{rest:,} crons at rest: idle CPU, % of a core",
-            cell(ours, "rest_cpu", "%"),
-            f"APScheduler {cell(theirs, 'rest_cpu', '%')}",
-            "goal ≈ 0",
-        ),
-        (
-            "1,000 chat subscriptions: RSS growth",
-            cell(ours, "chats_rss", "MB"),
-            "",
-            f"{g('chats_rss', 21)} (hold 21 MiB)",
-        ),
-        ("one message → 1,000 triggers, p50", cell(ours, "fan_p50", "ms"), "", ""),
-        (
-            "one message → 1,000 triggers, p99",
-            cell(ours, "fan_p99", "ms"),
-            "",
-            f"{g('fan_p99', 300)} (≤ 300 ms)",
-        ),
-    ]
-    return [" | ".join(row) for row in rows if row[1] != "—"]  # `--only`: the rows measured
+def verdict(sides: dict[str, list[Figures]], key: str, goal: tuple[str, float | str]) -> str:
+    """baton's ratio to the goal, met or short; the floor's where it has the figure."""
+    sense, target = goal
+    bound = median(sides[target], key)[0] if isinstance(target, str) else target
+    name = HEAD[SIDES.index(target)] if isinstance(target, str) else num(target)
+    said = []
+    for side in ("baton", "floor"):
+        value = median(*side_key(sides, side, key))[0]
+        if value == value and bound == bound and bound:
+            ratio = value / bound
+            ok = ratio <= 1 if sense == "≤" else ratio >= 1
+            said.append(f"{side} {ratio:.2f}× ({'met' if ok else 'short'})")
+    return f"goal {sense} {name}: " + "; ".join(said) if said else f"goal {sense} {name}"
+
+
+def table(sides: dict[str, list[Figures]], rest: int) -> list[str]:
+    lines = ["what | " + " | ".join(HEAD) + " | goal, ratio", "|".join(["---"] * 6)]
+    for what, key, unit, goal in ROWS:
+        cells = [cell(*side_key(sides, side, key), unit) for side in SIDES]
+        if all(c == "—" for c in cells):
+            continue  # not measured in this run
+        what = what.replace("crons at rest", f"{rest:,} crons at rest")
+        lines.append(" | ".join([what, *cells, verdict(sides, key, goal) if goal else ""]))
+    return lines
 
 
 async def compare(quick: bool, rounds: int) -> None:
-    ours: list[Figures] = []
-    theirs: list[Figures] = []
+    sides: dict[str, list[Figures]] = {side: [] for side in SIDES}
+    runs = {"baton": baton_round, "threads": threads_round, "procs": procs_round}
+    runs["floor"] = floor_round
     for n in range(rounds):
-        order = [baton_round, peer_round] if n % 2 == 0 else [peer_round, baton_round]
-        for side in (s for s in order if OPTIONS["peer"] or s is baton_round):
-            figures = await side(quick)
-            (ours if side is baton_round else theirs).append(figures)
-            print(
-                f"round {n + 1}: {side.__name__}: "
-                + ", ".join(f"{k} {v:.1f}" for k, v in figures.items()),
-                flush=True,
-            )
-    print("\nwhat | baton | peer / floor | ratio")
-    print("\n".join(table(ours, theirs, rest_count(quick))))
-    print(f"\nmedian of {rounds} round(s); load average {load_average()}")
+        order = [s for s in SIDES if s in OPTIONS["sides"]]
+        if (n % 2 == 1) != OPTIONS["reverse"]:  # ABBA: every other round the other way round
+            order.reverse()
+        for side in order:
+            figures = await runs[side](quick)
+            sides[side].append(figures)
+            said = ", ".join(f"{k} {num(v)}" for k, v in figures.items())
+            print(f"round {n + 1}: {side}: {said}; load average {load_average()}", flush=True)
+    print()
+    print("\n".join(table(sides, rest_count(quick))))
+    print(f"\nmedian of {rounds} round(s) (spread in parentheses); load average {load_average()}")
 
 
 async def baton_round(quick: bool) -> Figures:
-    fires = await baton_fires(quick) if wanted("fires") else {}
+    fires = await baton_fires(quick) if any(map(wanted, SCENARIOS[:-1])) else {}
     return {**fires, **(await baton_rest(quick) if wanted("rest") else {})}
 
 
@@ -521,21 +503,27 @@ def load_average() -> str:
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--peer":
-        peer_main(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
-        return
-    quick = "--quick" in sys.argv
-    rounds = 1 if quick else 3
-    if "--rounds" in sys.argv:
-        rounds = int(sys.argv[sys.argv.index("--rounds") + 1])
-    for flag, key, kind in (
-        ("--only", "only", str),
-        ("--count", "count", int),
-        ("--idle", "idle", float),
-    ):
-        if flag in sys.argv:
-            OPTIONS[key] = kind(sys.argv[sys.argv.index(flag) + 1])
-    OPTIONS["peer"] = "--no-peer" not in sys.argv
+    args = sys.argv[1:]
+    quick = "--quick" in args
+    rounds = int(args[args.index("--rounds") + 1]) if "--rounds" in args else 1 if quick else 3
+    for flag, key, kind in (("--count", "count", int), ("--idle", "idle", float)):
+        if flag in args:
+            OPTIONS[key] = kind(args[args.index(flag) + 1])
+    if "--seconds" in args:
+        OPTIONS["seconds"] = float(args[args.index("--seconds") + 1])
+    if "--only" in args:
+        named = set(args[args.index("--only") + 1].split(","))
+        if "fires" in named:
+            named |= set(SCENARIOS[:-1])
+        OPTIONS["only"] = named
+    if "--sides" in args:
+        OPTIONS["sides"] = tuple(args[args.index("--sides") + 1].split(","))
+    if "--no-peer" in args:
+        OPTIONS["sides"] = ("baton",)
+    OPTIONS["reverse"] = "--reverse" in args
+    bad = set(OPTIONS["sides"]) - set(SIDES) | (OPTIONS["only"] or set()) - {*SCENARIOS, "fires"}
+    if bad:
+        raise SystemExit(f"compare.py: unknown side or scenario {sorted(bad)}")
     sys.path.insert(0, str(ROOT))
     start = time.perf_counter()
     print(f"load average at start {load_average()}")

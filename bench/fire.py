@@ -300,10 +300,14 @@ class Burst(NamedTuple):
     took: float  # seconds the creation took
     workers_ms: float  # CPU of the workers and their run processes per fire
     memory: str  # the workers' memory just before the slot
+    server_ms: float = 0.0  # CPU of the space server per fire (when its pid is given)
 
 
-async def burst_fires(api: Api, count: int, lead: float, device: int, expr: str = "") -> Burst:
-    """`count` cron triggers due at one second `lead` s ahead (or all of `expr`'s next slot)."""
+async def burst_fires(
+    api: Api, count: int, lead: float, device: int, expr: str = "", server: int = 0
+) -> Burst:
+    """`count` cron triggers due at one second `lead` s ahead (or all of `expr`'s next slot);
+    the space server's CPU too when `server` is its pid."""
     slot = (datetime.now(UTC) + timedelta(seconds=lead)).replace(microsecond=0)
     expr = expr or f"{slot.second} {slot.minute} * * * *"  # hourly: due once during the bench
     took = await create_many(api, count, lambda i: {"expr": expr, "tz": "UTC"})
@@ -312,6 +316,7 @@ async def burst_fires(api: Api, count: int, lead: float, device: int, expr: str 
     runs: list[dict[str, Any]] = []
     await asyncio.sleep(max(0.0, (slot - datetime.now(UTC)).total_seconds() - 3))
     cpu, workers = cpu_seconds(device), workers_cpu(device)  # spares prepared ahead included
+    served = cpu_seconds(server) if server else 0.0
     await asyncio.sleep(max(0.0, (slot - datetime.now(UTC)).total_seconds() - 0.3))
     memory = workers_memory(device)
     key = slot.strftime("%Y-%m-%dT%H:%M:%S")
@@ -324,13 +329,14 @@ async def burst_fires(api: Api, count: int, lead: float, device: int, expr: str 
     await until(done, lead + 120, f"{count} cron runs")
     per_fire = (cpu_seconds(device) - cpu) / count * 1e3
     workers_ms = (workers_cpu(device) - workers) / count * 1e3
+    server_ms = (cpu_seconds(server) - served) / count * 1e3 if server else 0.0
     late = [r["lateMs"] for r in runs if r["lateMs"] is not None]
     ok = [r for r in runs if r["status"] == "ok"]
     main = [(r["result"]["t"] - slot.timestamp()) * 1e3 for r in ok]
     error = [(parse(r["startedAt"]).timestamp() - r["result"]["t"]) * 1e3 for r in ok]
     last = (max(parse(r["finishedAt"]) for r in runs) - slot).total_seconds()
     statuses = {s: sum(r["status"] == s for r in runs) for s in {r["status"] for r in runs}}
-    return Burst(late, main, error, last, statuses, per_fire, took, workers_ms, memory)
+    return Burst(late, main, error, last, statuses, per_fire, took, workers_ms, memory, server_ms)
 
 
 async def feed_seq(api: Api) -> int:
@@ -373,7 +379,7 @@ async def cron_burst(
     """`count` cron triggers due at one second `lead` s ahead; rows and the creation time."""
     before = await received(api, datetime.now(UTC))
     seq, cpu = await feed_seq(api), cpu_seconds(server)
-    late, main, error, last, statuses, per_fire, took, workers_ms, memory = await burst_fires(
+    late, main, error, last, statuses, per_fire, took, workers_ms, memory, _ = await burst_fires(
         api, count, lead, device
     )
     server_ms = (cpu_seconds(server) - cpu) / count * 1e3  # the creation's included
