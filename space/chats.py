@@ -10,10 +10,8 @@ app's middleware does).
 from __future__ import annotations
 
 import logging
-import sqlite3
 
 import msgspec
-import sqlite_utils
 from aiohttp import web
 
 from core.chatwire import (
@@ -29,18 +27,14 @@ from core.wire import Answer
 from space import (
     auth,
     chat_stream,
-    history,
     oddrows,
     trigger_store,
 )
 from space.auth import Role, principal
 from space.chat_store import Chat, ChatIn, NotEditable, UnknownChat
-from space.db import transaction
-from space.dbthread import db_call
-from space.http import Refusal, add_route, answer, decode, int_query, now_of, raw_body
-from space.servertime import epoch
+from space.http import Refusal, add_route, answer, decode, int_query, raw_body
 from space.spaces import require_space
-from space.storage import Stalled
+from space.storage import STORE_FAULTS
 from space.store import STORE
 from space.streams import EventStream, install, last_event_id
 
@@ -232,8 +226,7 @@ async def get_stream(request: web.Request) -> web.StreamResponse:
     app, conf = request.app, settings(request.app)
     options = {"heartbeat": conf.heartbeat, "queue_size": conf.queue_size}
     async with EventStream.open(request, send_timeout=conf.send_timeout, **options) as stream:
-        now = epoch(now_of(request))
-        live = await _subscribed(request, space, object_id, now)
+        live = await _subscribed(request, space, object_id)
         try:
             await chat_stream.run(stream, app[TOPICS], app[STORE], space, object_id, conf.window)
         finally:
@@ -241,35 +234,23 @@ async def get_stream(request: web.Request) -> web.StreamResponse:
     return stream.response
 
 
-async def _subscribed(request: web.Request, space: str, object_id: str, now: float) -> int | None:
+async def _subscribed(request: web.Request, space: str, object_id: str) -> int | None:
     """A device's stream goes into its history (`why`: who was subscribed when)."""
     who = principal(request)
     if who.role is not Role.DEVICE or who.peer is None:
         return None
     resumed = last_event_id(request) is not None
     try:
-        return await db_call(request.app, _noted, space, who.peer, object_id, now, resumed)
-    except (sqlite3.Error, Stalled) as exc:  # a storage fault costs the history, never the stream
+        return await request.app[STORE].stream_began(space, who.peer, object_id, resumed)
+    except STORE_FAULTS as exc:  # a storage fault costs the history, never the stream
         log.warning("history: stream of %s not noted: %s", object_id, exc)
         return None
-
-
-def _noted(
-    db: sqlite_utils.Database, space: str, peer: str, object_id: str, now: float, resumed: bool
-) -> int:
-    with transaction(db):
-        return history.subscribed(db, space, peer, object_id, now, resumed)
-
-
-def _ended(db: sqlite_utils.Database, row: int, now: float) -> None:
-    with transaction(db):
-        history.unsubscribed(db, row, now)
 
 
 async def _unsubscribed(request: web.Request, row: int | None) -> None:
     if row is None:
         return
     try:
-        await db_call(request.app, _ended, row, epoch(now_of(request)))
-    except (sqlite3.Error, Stalled) as exc:
+        await request.app[STORE].stream_ended(row)
+    except STORE_FAULTS as exc:
         log.warning("history: end of a stream not noted: %s", exc)

@@ -20,7 +20,7 @@ from aiohttp import web
 from core.vocab import RAN
 from space import fires, leases, trigger_store
 from space.auth import Principal, Role, principal
-from space.http import Refusal, now_of
+from space.http import Refusal
 
 
 def device(request: web.Request) -> Principal | None:
@@ -104,16 +104,17 @@ def require_own_programming(
     raise Refusal(403, "forbidden", detail)
 
 
-def require_stamper(db: sqlite_utils.Database, request: web.Request, space: str, tid: str) -> None:
-    """Refuse stamps on a record this device does not answer for. On the database thread,
-    in its caller's unit of work."""
-    who = device(request)
+def require_stamper(
+    db: sqlite_utils.Database, who: Principal | None, space: str, tid: str, now: datetime
+) -> None:
+    """Refuse stamps on a record device `who` (None: the admin) does not answer for, by the
+    lease at `now`. On the database thread, in its caller's unit of work."""
     if who is None:
         return
     _, record = trigger_store.current(db, space, tid)
     if not owns(who, record):
         lease = leases.load(db, space)
-        check_stamper(who, tid, record, lease, now_of(request), fires.last_claimer(db, space, tid))
+        check_stamper(who, tid, record, lease, now, fires.last_claimer(db, space, tid))
 
 
 def owns(who: Principal | None, record: dict[str, Any]) -> bool:

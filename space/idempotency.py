@@ -17,15 +17,13 @@ import asyncio
 import hashlib
 import json
 import logging
-import sqlite3
 
-import asyncpg
 import sqlite_utils
 from aiohttp import web
 
 from space.auth import PRINCIPAL
 from space.http import Handler, Refusal, raw_body
-from space.storage import Stalled
+from space.storage import STORE_FAULTS
 from space.store import STORE, Store
 from space.store.logwire import Kept
 
@@ -124,13 +122,10 @@ async def _store(store: Store, owner: str, key: str, digest: str, answer: web.Re
     )
     try:
         await store.keep_answer(owner, key, row)
-    except _STORE_FAULTS as exc:  # the write committed: answer it, a retry may repeat
+    except STORE_FAULTS as exc:  # the write committed: answer it, a retry may repeat
         log.warning("idempotency key %r not stored: %s", key, exc)
         return False
     return True
-
-
-_STORE_FAULTS = (sqlite3.Error, Stalled, asyncpg.PostgresError, OSError)
 
 
 @web.middleware
@@ -168,7 +163,7 @@ async def _give_up(store: Store, owner: str, key: str) -> None:
     """No answer kept: the key is free for a retry (on another server too)."""
     try:
         await store.drop_key(owner, key)
-    except _STORE_FAULTS as exc:  # the reservation lapses by itself (`pg_idempotency`)
+    except STORE_FAULTS as exc:  # the reservation lapses by itself (`pg_idempotency`)
         log.warning("idempotency key %r not freed: %s", key, exc)
 
 

@@ -175,25 +175,27 @@ def render(app: web.Application, read: Scrape) -> str:
 
 
 def _storage_lines(app: web.Application) -> list[str]:
-    state, thread = app[STORAGE], app[DB_THREAD]
+    state, thread = app[STORAGE], app.get(DB_THREAD)  # no database thread on PostgreSQL
+    stalled = thread is not None and thread.stalled_for()
+    stalled_total = thread.stalled_total() if thread is not None else 0.0
     up = family(
         "baton_storage_up",
         "gauge",
         "1 while the store's writes commit, 0 since a storage fault (full, read-only, …).",
-        [f"baton_storage_up {0 if state.fault or thread.stalled_for() else 1}"],
+        [f"baton_storage_up {0 if state.fault or stalled else 1}"],
     )
     stalls = [
         *family(
             "baton_storage_stalls_total",
             "counter",
             f"Units of database work that ran over {STALL_S:g} s (a hung disk), since start.",
-            [f"baton_storage_stalls_total {thread.stalls}"],
+            [f"baton_storage_stalls_total {thread.stalls if thread else 0}"],
         ),
         *family(
             "baton_storage_stalled_seconds_total",
             "counter",
             f"Seconds units of database work ran past their first {STALL_S:g} s, since start.",
-            [f"baton_storage_stalled_seconds_total {num(round(thread.stalled_total(), 3))}"],
+            [f"baton_storage_stalled_seconds_total {num(round(stalled_total, 3))}"],
         ),
     ]
     faults = family(

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 
+import asyncpg
 from aiohttp import web
 
 from space.errors import error_response
@@ -88,6 +89,9 @@ STORAGE = web.AppKey("storage", StorageState)
 
 class Stalled(Exception):
     """The database thread did not take up a unit of work in time (`dbthread.WAIT_S`)."""
+
+
+STORE_FAULTS = (sqlite3.Error, Stalled, asyncpg.PostgresError, OSError)  # of either store
 
 
 def refusal(fault: str, detail: str) -> web.Response:

@@ -18,7 +18,6 @@ from core.wire import Answer, Body, Stamps
 from space import duties, record_view, trigger_store
 from space.auth import Role, author, limit_patch, principal
 from space.changes import notify
-from space.dbthread import db_call
 from space.http import Refusal, add_route, answer, decode, int64, int_query, raw_body
 from space.spaces import require_space
 from space.store import STORE
@@ -157,9 +156,10 @@ async def post_status(request: web.Request) -> web.Response:
     data = await raw_body(request)
     decode(data, Stamps, code="invalid_status")
     stamps = decode(data, dict[str, Any], code="invalid_status")
-    await db_call(request.app, duties.require_stamper, request, space, request.match_info["id"])
-    tid = request.match_info["id"]
-    record, written = await request.app[STORE].stamp_record(space, tid, stamps, if_match(request))
+    tid, who = request.match_info["id"], duties.device(request)
+    record, written = await request.app[STORE].stamp_record(
+        space, tid, stamps, if_match(request), who
+    )
     if written:
         notify(request.app, space)
     return _one(request, record)

@@ -1,7 +1,7 @@
 """`baton space`: run the embedded space server, mint device tokens.
 
     baton space serve --db PATH|postgresql://… [--host H] [--port P] [--lease-seconds S] …
-    baton space token --peer NAME [--space ID] [--url U | --db PATH] [--out FILE]
+    baton space token --peer NAME [--space ID] [--url U | --db PATH|URL] [--out FILE]
     baton space token list|revoke ID|rotate-admin   (runtime.cli.tokens)
     baton space create ID [--name N] | list   (over the API: --url, --token-file, --json)
 
@@ -48,41 +48,21 @@ from space.db import open_db
 from space.opening import PgOptions
 from space.servertime import system_clock
 from space.serving import SpaceRunner
+from space.store.postgres import PostgresStore
 
 PEER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-
-
-NOT_SERVED_YET = (
-    "a PostgreSQL URL is not served yet (the PostgreSQL store holds records, feeds, claims, "
-    "the lease, chats, tokens, devices and programs, not yet runs and history); give a SQLite file"
-)
-
-
-def refuse_postgres() -> None:
-    """Until every route is on the store seam (issue 22): then delete the `raise`."""
-    raise ValueError(NOT_SERVED_YET)
 
 
 def default_db() -> Path | str:
     env = os.environ.get("BATON_DB")
     if env and _is_url(env):
-        try:
-            refuse_postgres()
-        except ValueError as exc:
-            raise UsageError(f"$BATON_DB: {exc}") from None
         return env
     return Path(env or data_dir() / SPACE_DB)
 
 
 def store_target(text: str) -> Path | str:
-    """An argparse type: the space's SQLite file, or a PostgreSQL URL (`refuse_postgres`)."""
-    if _is_url(text):
-        try:
-            refuse_postgres()
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-        return text
-    return Path(text)
+    """An argparse type: the space's SQLite file, or a PostgreSQL URL."""
+    return text if _is_url(text) else Path(text)
 
 
 def _is_url(text: str) -> bool:
@@ -99,7 +79,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     token.add_argument("--peer", default=None, help="the device's peer id (to mint)")
     token.add_argument("--space", default=None, help="the space it is bound to (to mint)")
     token.add_argument(
-        "--db", type=Path, default=None, help="mint in this SQLite file (default: over the API)"
+        "--db",
+        type=store_target,
+        default=None,
+        help="mint in this SQLite file or postgresql:// store (default: over the API)",
     )
     token.add_argument("--out", type=Path, default=None, help="write it to FILE (0600), not stdout")
     token.add_argument("--url", default=None, help="space API (default: the local `baton up`)")
@@ -196,7 +179,7 @@ def run_token(args: argparse.Namespace) -> int:
     space = _space(args)
     if not spaces.SPACE_ID.fullmatch(space):
         raise UsageError(f"--space: {space!r} must match [a-z0-9][a-z0-9_-]{{0,63}}")
-    db_path = args.db or (Path(os.environ["BATON_DB"]) if os.environ.get("BATON_DB") else None)
+    db_path = args.db or (default_db() if os.environ.get("BATON_DB") else None)
     if db_path is None:  # the space the user named (--url, BATON_URL, the local one)
         where = target(args)
         try:
@@ -204,6 +187,8 @@ def run_token(args: argparse.Namespace) -> int:
         except ApiError as exc:
             print(f"baton: {where.url}: {exc.code}: {exc.detail or exc}", file=sys.stderr)
             return 2 if exc.status in (400, 404) else 1
+    elif isinstance(db_path, str):  # a PostgreSQL URL
+        token = asyncio.run(_mint_in_postgres(db_path, args.peer, space))
     else:
         token = _mint_in_store(db_path, args.peer, space)
     if args.out is not None:
@@ -224,6 +209,19 @@ def _mint_in_store(path: Path, peer: str, space: str) -> str:
         return token_store.mint_token(db, who, system_clock().timestamp())
     finally:
         db.conn.close()
+
+
+async def _mint_in_postgres(dsn: str, peer: str, space: str) -> str:
+    store = await PostgresStore.open(dsn, max_size=1)
+    try:
+        if not await store.space_exists(space):
+            raise UsageError(
+                f"--space: no space {space!r} in the PostgreSQL store (create it first)"
+            )
+        who = token_store.Principal(role=token_store.Role.DEVICE, peer=peer, space=space)
+        return await store.mint_token(who)
+    finally:
+        await store.close()
 
 
 async def _mint_over_api(where: Target, peer: str, space: str) -> str:

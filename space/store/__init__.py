@@ -150,8 +150,11 @@ class Store(Protocol):
         ...
 
     async def stamp_record(
-        self, space: str, tid: str, stamps: Record, if_match: int | None
-    ) -> tuple[Record, bool]: ...
+        self, space: str, tid: str, stamps: Record, if_match: int | None, who: Principal | None
+    ) -> tuple[Record, bool]:
+        """Runtime stamps (rev kept), refused to a device `who` that does not answer for the
+        record (`duties.require_stamper`) in the same transaction; whether they changed it."""
+        ...
 
     async def delete_record(
         self, space: str, tid: str, if_match: int | None, by: Author
@@ -277,6 +280,13 @@ class Store(Protocol):
     async def scrape(self) -> Scrape: ...
 
     async def messages_accepted(self, message_ids: list[str]) -> dict[str, str | None]: ...
+
+    async def stream_began(self, space: str, peer: str, object_id: str, resumed: bool) -> int:
+        """A device's stream of a chat went live (`resumed`: from a `Last-Event-ID`), in the
+        history at the store's clock (`why`: who was subscribed when); its row."""
+        ...
+
+    async def stream_ended(self, row: int) -> None: ...
 
     # --- runs, turns and idempotency keys (space.runs, space.turns, space.idempotency) ---
 

@@ -84,6 +84,22 @@ class PgHistory:
 
     pool: asyncpg.Pool
 
+    async def stream_began(self, space: str, peer: str, object_id: str, resumed: bool) -> int:
+        row = await self.pool.fetchval(
+            "INSERT INTO history_subscriptions (space, peer, object_id, began, resumed) "
+            f"VALUES ($1, $2, $3, {_UNIX}, $4) RETURNING id",
+            space,
+            peer,
+            object_id,
+            resumed,
+        )
+        return int(row)
+
+    async def stream_ended(self, row: int) -> None:
+        await self.pool.execute(
+            f"UPDATE history_subscriptions SET ended = {_UNIX} WHERE id = $1", row
+        )
+
     async def trigger_history(self, space: str, tid: str) -> TriggerHistory:
         async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
             since = await conn.fetchval("SELECT value FROM history_meta WHERE name = 'since'")

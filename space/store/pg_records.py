@@ -125,15 +125,6 @@ async def ask_run(
     return record
 
 
-async def stamp(
-    pool: asyncpg.Pool, space: str, tid: str, stamps: Record, if_match: int | None
-) -> tuple[Record, bool]:
-    """Runtime stamps only (`trigger_store.stamp`): rev and `updatedAt` kept."""
-    async with pool.acquire() as conn, conn.transaction():
-        record, seq = await stamp_in(conn, space, tid, stamps, if_match)
-    return record, seq > 0
-
-
 async def stamp_in(
     conn: asyncpg.Connection,
     space: str,

@@ -24,6 +24,7 @@ from space.run_writes import Checked
 from space.servertime import iso
 from space.store import pg_fires, pg_logs, pg_records, pg_tokens
 from space.store.logwire import LogQuery, Poster, RunPosted, RunsPosted
+from space.token_store import Principal
 from space.trigger_store import Record
 
 _INSERT = """
@@ -100,7 +101,7 @@ async def _post_one(conn: asyncpg.Connection, space: str, posted: RunIn, by: Pos
     await pg_tokens.end_runs(conn, space, [posted.runId], None)  # its run is over
     if posted.stamps is not None:
         fields = run_writes.stamp_fields(posted.stamps)
-        fence = _Fence(conn, space, by, posted.triggerId)
+        fence = Fence(conn, space, by.who, posted.triggerId)
         await pg_records.stamp_in(conn, space, posted.triggerId, fields, fence=fence)
     return RunPosted(run=check.run, added=check.new)
 
@@ -209,7 +210,7 @@ async def _stamp_list(
     )
     out: dict[str, Refusal | int] = {}
     for tid, (_, fields) in merged.items():
-        fence = _Fence(conn, space, by, tid)
+        fence = Fence(conn, space, by.who, tid)
         try:
             _, out[tid] = await pg_records.stamp_in(
                 conn, space, tid, fields, writer=by.writer, fence=fence
@@ -219,12 +220,14 @@ async def _stamp_list(
     return out
 
 
-class _Fence:
+class Fence:
     """`duties.require_stamper` on PostgreSQL: the record's owner, else the lease at the
-    database's clock and the record's latest claimer."""
+    database's clock and the record's latest claimer (`who` None: the admin, let by)."""
 
-    def __init__(self, conn: asyncpg.Connection, space: str, by: Poster, tid: str) -> None:
-        self.conn, self.space, self.who, self.tid = conn, space, by.who, tid
+    def __init__(
+        self, conn: asyncpg.Connection, space: str, who: Principal | None, tid: str
+    ) -> None:
+        self.conn, self.space, self.who, self.tid = conn, space, who, tid
 
     async def __call__(self, record: Record) -> None:
         if self.who is None or duties.owns(self.who, record):

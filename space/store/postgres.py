@@ -39,10 +39,11 @@ from space.store.pg_history import PgHistory
 from space.store.pg_idempotency import PgIdempotency
 from space.store.pg_logs import PgTurns
 from space.store.pg_programs import PgPrograms
-from space.store.pg_runs import PgRuns
+from space.store.pg_runs import Fence, PgRuns
 from space.store.pg_scrape import PgScrape
 from space.store.pg_spaces import PgSpaces
 from space.store.pg_tokens import PgTokens
+from space.token_store import Principal
 from space.trigger_store import Record
 
 _CLAIM = """
@@ -187,9 +188,12 @@ class PostgresStore(
         return await pg_records.ask_run(self.pool, space, tid, if_match, by)
 
     async def stamp_record(
-        self, space: str, tid: str, stamps: Record, if_match: int | None
+        self, space: str, tid: str, stamps: Record, if_match: int | None, who: Principal | None
     ) -> tuple[Record, bool]:
-        return await pg_records.stamp(self.pool, space, tid, stamps, if_match)
+        async with self.pool.acquire() as conn, conn.transaction():
+            fence = Fence(conn, space, who, tid)
+            record, seq = await pg_records.stamp_in(conn, space, tid, stamps, if_match, fence=fence)
+        return record, seq > 0
 
     async def delete_record(self, space: str, tid: str, if_match: int | None, by: Author) -> None:
         await pg_records.delete(self.pool, space, tid, if_match, by)

@@ -129,9 +129,9 @@ class SqliteStore:
         return await self.thread.call(self._work.ask_run, space, tid, if_match, by)
 
     async def stamp_record(
-        self, space: str, tid: str, stamps: Record, if_match: int | None
+        self, space: str, tid: str, stamps: Record, if_match: int | None, who: Principal | None
     ) -> tuple[Record, bool]:
-        return await self.thread.call(self._work.stamp_record, space, tid, stamps, if_match)
+        return await self.thread.call(self._work.stamp_record, space, tid, stamps, if_match, who)
 
     async def delete_record(self, space: str, tid: str, if_match: int | None, by: Author) -> None:
         return await self.thread.call(self._work.delete_record, space, tid, if_match, by)
@@ -238,6 +238,12 @@ class SqliteStore:
 
     async def messages_accepted(self, message_ids: list[str]) -> dict[str, str | None]:
         return await self.thread.call(self._history.messages_accepted, message_ids)
+
+    async def stream_began(self, space: str, peer: str, object_id: str, resumed: bool) -> int:
+        return await self.thread.call(self._history.stream_began, space, peer, object_id, resumed)
+
+    async def stream_ended(self, row: int) -> None:
+        await self.thread.call(self._history.stream_ended, row)
 
     # --- runs, turns and idempotency keys ---
 

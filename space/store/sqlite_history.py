@@ -99,3 +99,13 @@ class HistoryWork:
         self, db: sqlite_utils.Database, message_ids: list[str]
     ) -> dict[str, str | None]:
         return {key: chat_store.created_at(db, key) for key in message_ids}
+
+    def stream_began(
+        self, db: sqlite_utils.Database, space: str, peer: str, object_id: str, resumed: bool
+    ) -> int:
+        with transaction(db):
+            return history.subscribed(db, space, peer, object_id, self.clock().timestamp(), resumed)
+
+    def stream_ended(self, db: sqlite_utils.Database, row: int) -> None:
+        with transaction(db):
+            history.unsubscribed(db, row, self.clock().timestamp())

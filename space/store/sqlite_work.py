@@ -21,6 +21,7 @@ from space import (
     change_log,
     chat_store,
     devices,
+    duties,
     fires,
     leases,
     programs,
@@ -138,9 +139,17 @@ class Work:
         return trigger_store.ask_run(db, space, tid, self._now(), if_match, by)
 
     def stamp_record(
-        self, db: sqlite_utils.Database, space: str, tid: str, stamps: Record, if_match: int | None
+        self,
+        db: sqlite_utils.Database,
+        space: str,
+        tid: str,
+        stamps: Record,
+        if_match: int | None,
+        who: Principal | None,
     ) -> tuple[Record, bool]:
-        record, seq = trigger_store.stamp(db, space, tid, stamps, self._now(), if_match)
+        with transaction(db):
+            duties.require_stamper(db, who, space, tid, self.clock())
+            record, seq = trigger_store.stamp(db, space, tid, stamps, self._now(), if_match)
         return record, seq > 0
 
     def delete_record(

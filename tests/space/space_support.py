@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -14,9 +15,12 @@ from aiohttp.test_utils import TestClient
 
 from space.app import create_app, default_admin_token_file
 from space.dbthread import db_call
+from space.opening import PgOptions
 from space.servertime import ServerClock
 from space.store import STORE
 from space.store.postgres import PostgresStore
+
+POLL_ONLY = "BATON_TEST_PG_POLL_ONLY"  # set: PostgreSQL servers poll, never LISTEN (PgBouncer)
 
 T = TypeVar("T")
 
@@ -123,14 +127,18 @@ def rows(api: Api, sql: str) -> list[tuple[Any, ...]]:
 async def serve(
     aiohttp_client: Any, db_path: Path, clock: ServerClock, dsn: str | None = None
 ) -> Api:
-    """A space server on `db_path` by `clock` (with `dsn`, its store seam on PostgreSQL: the
-    routes behind the seam answer from there), with the space `SPACE`; its admin caller."""
-    app = create_app(db_path, clock=clock, lease_seconds=15, live_seconds=15)
-    if dsn is not None:
-        store = await PostgresStore.open(dsn)
-        app[STORE] = store
-        app.on_cleanup.append(lambda _: store.close())
-        await store.ensure_admin_token(default_admin_token_file(db_path))  # the file's token
+    """A space server on `db_path` by `clock` (with `dsn`: on that PostgreSQL database, every
+    route answering from it, no SQLite file), with the space `SPACE`; its admin caller."""
+    token_file = default_admin_token_file(db_path)
+    pg = PgOptions(listen=False, poll_every=0.05) if os.environ.get(POLL_ONLY) else None
+    app = create_app(
+        dsn or db_path,
+        admin_token_file=token_file,
+        pg=pg,
+        clock=clock,
+        lease_seconds=15,
+        live_seconds=15,
+    )
     client = await aiohttp_client(app)
     token = default_admin_token_file(db_path).read_text().strip()
     admin = Api(client, token, db_path)

@@ -239,7 +239,6 @@ async def test_a_feed_resumes_on_another_server_with_last_event_id(servers: list
     assert resumed.seqs == list(range(4, 11))
 
 
-@pytest.mark.xfail(reason="chat reads not on the seam yet", strict=False)
 async def test_a_message_posted_on_a_is_streamed_by_b_and_resumed_on_c(
     servers: list[Server],
 ) -> None:

@@ -73,9 +73,9 @@ async def test_a_stamp_keeps_rev_and_updated_at_and_an_unchanged_one_writes_noth
     store: Store,
 ) -> None:
     made = await store.create_record(SPACE, _cron(), ADMIN)
-    stamped, wrote = await store.stamp_record(SPACE, made["id"], {"lastStatus": "ok"}, None)
+    stamped, wrote = await store.stamp_record(SPACE, made["id"], {"lastStatus": "ok"}, None, None)
     assert wrote and stamped["rev"] == 1 and stamped["updatedAt"] == made["updatedAt"]
-    again, wrote = await store.stamp_record(SPACE, made["id"], {"lastStatus": "ok"}, None)
+    again, wrote = await store.stamp_record(SPACE, made["id"], {"lastStatus": "ok"}, None, None)
     assert not wrote and again["lastStatus"] == "ok"
     assert [c["op"] for c in await store.changes_since(SPACE, 0, 10)] == ["create", "stamp"]
 

@@ -21,6 +21,8 @@ from runtime.client.api import ApiError
 from space.dbthread import db_call
 from space.opening import WAKES
 from space.store import STORE
+from space.store.postgres import PostgresStore
+from space.token_store import Role
 
 
 def closed_port() -> int:
@@ -182,23 +184,11 @@ def test_history_days_is_a_flag_of_the_servers_checked_before_anything_starts(ve
     assert main([*verb, "--history-days", "0"]) == 2
 
 
-def test_a_postgresql_url_is_refused_until_the_store_serves_it(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-):
-    assert main(["space", "serve", "--db", "postgresql://box/baton"]) == 2
-    assert "--db: a PostgreSQL URL is not served yet" in capsys.readouterr().err
-    monkeypatch.setenv("BATON_DB", "postgres://box/baton")
-    assert main(["space", "serve"]) == 2
-    err = capsys.readouterr().err
-    assert "$BATON_DB: a PostgreSQL URL is not served yet" in err and len(err.splitlines()) == 1
-
-
-async def test_behind_the_refusal_serve_runs_on_postgresql(
+async def test_serve_runs_on_postgresql(
     pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """The serve path the refusal guards: `--db postgresql://…` (or `$BATON_DB`) builds a
-    server on the PostgreSQL store, its token file in the data directory, no SQLite file."""
-    monkeypatch.setattr(space_cli, "refuse_postgres", lambda: None)
+    """`--db postgresql://…` (or `$BATON_DB`) builds a server on the PostgreSQL store, its
+    token file in the data directory, no SQLite file."""
     monkeypatch.setenv("BATON_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("BATON_DB", pg_dsn)
     argv = ["space", "serve", "--port", "0", "--pg-pool", "3", "--pg-poll-only"]
@@ -219,6 +209,33 @@ async def test_behind_the_refusal_serve_runs_on_postgresql(
         await runner.cleanup()
     argv = ["space", "serve", "--db", pg_dsn, "--pg-pool", "0"]
     assert main(argv) == 2  # a pool of no connection is refused before anything opens
+
+
+def test_space_token_mints_into_a_postgresql_store(
+    pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def make_space() -> None:
+        store = await PostgresStore.open(pg_dsn)
+        try:
+            await store.create_space("attic", "Attic")
+        finally:
+            await store.close()
+
+    async def whose(token: str) -> tuple[Role, str | None, str | None]:
+        store = await PostgresStore.open(pg_dsn)
+        try:
+            who = await store.lookup_token(token)
+        finally:
+            await store.close()
+        return who.role, who.peer, who.space
+
+    argv = ["space", "token", "--peer", "box", "--space", "attic", "--db", pg_dsn]
+    assert main(argv) == 2  # no such space yet
+    assert "--space: no space 'attic' in the PostgreSQL store" in capsys.readouterr().err
+    asyncio.run(make_space())
+    assert main(argv) == 0
+    token = capsys.readouterr().out.strip()
+    assert asyncio.run(whose(token)) == (Role.DEVICE, "box", "attic")
 
 
 REPORT = {  # what a device says of itself in its heartbeat while it runs
