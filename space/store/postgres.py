@@ -1,11 +1,11 @@
 """The PostgreSQL store behind the seam: asyncpg, every decision by the database's clock.
 
 Owns the operations' SQL. A lease change locks the lease row (`FOR UPDATE`) and decides
-with `now()`; a claim is one statement, `INSERT … ON CONFLICT DO NOTHING` fenced by the
-lease row held `FOR SHARE`, so no claim commits under a term that is being replaced; the
-feed's `seq` comes from a per-space counter row updated in the writing transaction, so
-it is gapless and in commit order, and each chat's `seq` likewise; appends NOTIFY a hint
-(`pgwake`).
+by `clock_timestamp()` read once the row is held; a claim is one statement, `INSERT … ON
+CONFLICT DO NOTHING` fenced by the lease row held `FOR SHARE`, so no claim commits under
+a term that is being replaced; the feed's `seq` comes from a per-space counter row updated
+in the writing transaction, so it is gapless and in commit order, and each chat's `seq`
+likewise; appends NOTIFY a hint (`pgwake`).
 Must not know HTTP; the schema is `pgschema`'s.
 """
 
@@ -48,7 +48,7 @@ from space.trigger_store import Record
 
 _CLAIM = """
 WITH lease AS (SELECT 1 FROM leases WHERE space = $1 AND active = $5 AND term = $4
-  AND expires_at > now() FOR SHARE)
+  AND expires_at > clock_timestamp() FOR SHARE)
 INSERT INTO fires (space, trigger_id, key, term, peer, claim_id)
 SELECT $1, $2, $3, $4, $5, $6 WHERE NOT $7::boolean OR EXISTS (SELECT 1 FROM lease)
 ON CONFLICT DO NOTHING RETURNING claimed_at
@@ -101,11 +101,11 @@ class PostgresStore(
                 "INSERT INTO leases (space) VALUES ($1) ON CONFLICT DO NOTHING", space
             )
             row = await conn.fetchrow(
-                "SELECT active, term, expires_at, want, now() AS now FROM leases "
-                "WHERE space = $1 FOR UPDATE",
+                "SELECT active, term, expires_at, want FROM leases WHERE space = $1 FOR UPDATE",
                 space,
             )
-            lease, now = pg_fires.lease_of(row), row["now"]
+            now: datetime = await conn.fetchval("SELECT clock_timestamp()")  # the row is held
+            lease = pg_fires.lease_of(row)
             try:
                 new: leases.Lease | None = step(lease, now)
             except leases.Conflict:
