@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 from aiohttp import web
-from space_support import Api
+from space_support import Api, snapshot
 from test_change_stream import next_event
 from waiting import eventually
 
@@ -119,8 +119,10 @@ async def test_a_migrated_space_serves_the_same_answers_from_postgresql(
     facts = await build(lite)
     before = await reads(lite, facts)
     await lite.client.close()
+    written = snapshot(tmp_path / "space.db")
     code, said = await migrate("--from", str(tmp_path / "space.db"), "--to", pg_dsn)
     assert code == 0 and "1 spaces" in said, said
+    assert snapshot(tmp_path / "space.db") == written  # the file was only read
     pg = await start(aiohttp_client, pg_dsn, token_file)  # the file's admin token still serves
     after = await reads(pg, facts)
     for part in before:
