@@ -157,12 +157,15 @@ def _source(t: Table, column: str, kind: Convert) -> str:
 def _batches(
     lite: sqlite3.Connection, source: Path, t: Table, sql: str
 ) -> Iterator[list[tuple[object, ...]]]:
-    try:
-        cursor = lite.execute(sql)
-    except sqlite3.DatabaseError as exc:
-        raise Refused(f"--from: {source}: table {t.name}: {exc}") from None
-    n = 0
-    while rows := cursor.fetchmany(BATCH):
+    n, cursor = 0, None
+    while True:
+        try:  # a page the file cannot read is refused like a table it lacks
+            cursor = cursor or lite.execute(sql)
+            rows = cursor.fetchmany(BATCH)
+        except sqlite3.DatabaseError as exc:
+            raise Refused(f"--from: {source}: table {t.name}: {exc}") from None
+        if not rows:
+            return
         batch = []
         for row in rows:
             n += 1
