@@ -1,6 +1,7 @@
 """`baton space`: run the embedded space server, mint device tokens.
 
     baton space serve --db PATH|postgresql://… [--host H] [--port P] [--lease-seconds S] …
+    baton space migrate --from FILE.db --to postgresql://… [--merge]   (runtime.cli.migrate)
     baton space token --peer NAME [--space ID] [--url U | --db PATH|URL] [--out FILE]
     baton space token list|revoke ID|rotate-admin   (runtime.cli.tokens)
     baton space create ID [--name N] | list   (over the API: --url, --token-file, --json)
@@ -22,7 +23,7 @@ from pathlib import Path
 from aiohttp import web
 
 from core.wire import Space, TokenOut
-from runtime.cli import tokens
+from runtime.cli import migrate, tokens
 from runtime.cli.common import (
     DEFAULT_PORT,
     DEFAULT_SPACE,
@@ -75,6 +76,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve = sub.add_parser("serve", help="run the space server")
     _serve_options(serve)
     serve.set_defaults(func=run_serve)
+    migrate.register(sub)
     token = sub.add_parser("token", help="mint a device token (printed once); list, revoke")
     token.add_argument("--peer", default=None, help="the device's peer id (to mint)")
     token.add_argument("--space", default=None, help="the space it is bound to (to mint)")
