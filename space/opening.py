@@ -4,7 +4,7 @@ Owns `open_store`, the one place a store is opened. On a path: the database thre
 SQLite table (`sqlite.ensure_schemas`, one list in order), the admin token file, and what
 only SQLite has (a stall of its thread, or storage recovering, credits leases). On a
 `postgresql://` DSN: `PostgresStore` (migrated) and its `Wakes` listener opened in
-`on_startup` and closed in `on_cleanup`, the token file accepted or minted through the seam,
+`cleanup_ctx` (before every area's), the token file accepted or minted through the seam,
 `/healthz` pinging the pool (`pghealth`); no file is made but the token's. Wakes reach the
 streams (`route_wakes`). Must not hold routes' logic.
 """
@@ -12,7 +12,8 @@ streams (`route_wakes`). Must not hold routes' logic.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import logging
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import cast
 
@@ -29,6 +30,8 @@ from space.store import STORE
 from space.store.pgwake import Wakes
 from space.store.postgres import PostgresStore
 from space.store.sqlite import SqliteStore, ensure_schemas
+
+log = logging.getLogger("baton.space")
 
 
 class PgOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,13 +95,16 @@ def _open_postgres(app: web.Application, dsn: str, token_file: Path, pg: PgOptio
             raise
         wakes.start()
 
-    async def closed(_: web.Application) -> None:
-        await wakes.stop()
-        if not isinstance(store.pool, _NotOpen):
+    async def lifetime(app: web.Application) -> AsyncIterator[None]:
+        """Open before the areas' own contexts start (the history's pruner), close after."""
+        await opened(app)
+        try:
+            yield
+        finally:
+            await wakes.stop()
             await store.close()
 
-    app.on_startup.append(opened)
-    app.on_cleanup.append(closed)
+    app.cleanup_ctx.append(lifetime)
 
 
 def route_wakes(app: web.Application) -> Callable[[str | None], None]:
@@ -120,6 +126,8 @@ def route_wakes(app: web.Application) -> Callable[[str | None], None]:
                 changes.wake(app, key)
             elif kind == "chat":
                 chat_stream.wake(app[chats.TOPICS], key)
+            elif kind == "edit":
+                _edited_elsewhere(app, key)
 
     def wake(topic: str | None) -> None:
         if not pending:
@@ -127,3 +135,30 @@ def route_wakes(app: web.Application) -> Callable[[str | None], None]:
         pending.add(topic)
 
     return wake
+
+
+_EDITS: set[asyncio.Task[None]] = set()  # reads of messages edited on another server
+
+
+def _edited_elsewhere(app: web.Application, key: str) -> None:
+    """`<objectId>/<messageId>@<origin>`: another server edited the message; this server's
+    streams of its chat get the `update` as stored (none for this server's own edit)."""
+    where, _, origin = key.rpartition("@")
+    object_id, _, message_id = where.partition("/")
+    store = cast(PostgresStore, app[STORE])
+    if origin == store.origin or not message_id or not app[chats.TOPICS].count(object_id):
+        return
+
+    async def tell() -> None:
+        try:
+            found = await store.message(object_id, message_id)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("an edit of %s not read: %s", message_id, exc)
+            return
+        if found is not None:
+            seq, body = found
+            app[chats.TOPICS].publish(object_id, (seq, body, chat_stream.UPDATE))
+
+    task = asyncio.create_task(tell(), name="baton-edit-elsewhere")
+    _EDITS.add(task)
+    task.add_done_callback(_EDITS.discard)

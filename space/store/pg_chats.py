@@ -21,10 +21,18 @@ from space.store.pgwake import CHANNEL
 _EPOCH = "extract(epoch FROM clock_timestamp())::float8"
 
 
+def edit_topic(object_id: str, message_id: str, origin: str) -> str:
+    """The hint of an edit: `edit:<objectId>/<messageId>@<origin>` (the server that made it,
+    whose own streams were told already)."""
+    return f"edit:{object_id}/{message_id}@{origin}"
+
+
 class PgChats:
-    """The chat operations of `PostgresStore` (its pool)."""
+    """The chat operations of `PostgresStore` (its pool; `origin`: this server's name in
+    the hints it sends)."""
 
     pool: asyncpg.Pool
+    origin: str
 
     async def create_chat(self, space: str, name: str) -> Chat:
         async with self.pool.acquire() as conn:
@@ -96,7 +104,19 @@ class PgChats:
                 message_id,
                 body.decode(),
             )
+            await conn.execute(  # heard at the commit, by every server but this one
+                "SELECT pg_notify($1, $2)", CHANNEL, edit_topic(object_id, message_id, self.origin)
+            )
         return message, body
+
+    async def message(self, object_id: str, message_id: str) -> tuple[int, str] | None:
+        """The message `message_id` of the chat as stored now: `(seq, json)`, None if none."""
+        row = await self.pool.fetchrow(
+            "SELECT seq, body FROM chat_messages WHERE object_id = $1 AND message_id = $2",
+            object_id,
+            message_id,
+        )
+        return None if row is None else (int(row["seq"]), str(row["body"]))
 
     async def messages_since(self, object_id: str, after: int, limit: int) -> list[tuple[int, str]]:
         return await _pairs(

@@ -11,6 +11,7 @@ Must not know HTTP; the schema is `pgschema`'s.
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 from typing import Any
 
@@ -72,6 +73,7 @@ class PostgresStore(
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
+        self.origin = secrets.token_hex(8)  # this server in the hints it NOTIFYs
 
     @classmethod
     async def open(cls, dsn: str, *, max_size: int = 10) -> PostgresStore:

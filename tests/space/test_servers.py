@@ -9,9 +9,11 @@ alone (`listen=False`); a chat message posted on A is streamed by B and resumed 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import aiohttp
@@ -291,3 +293,40 @@ async def test_a_database_connection_lost_under_a_request_is_a_503_never_a_500(
 async def _renews(server: Server) -> bool:
     status, _ = await server.post(f"{E}/claim", {"peer": "laptop", "term": 1})
     return status == 200
+
+
+async def test_an_agent_reply_edited_on_a_is_updated_once_on_every_servers_stream(
+    servers: list[Server],
+) -> None:
+    a, b, _ = servers
+    status, chat = await a.post(f"/spaces/{SPACE}/chats", {"name": "kitchen"})
+    assert status == 201, chat
+    path = f"/spaces/{SPACE}/chats/{chat['objectId']}"
+    async with AsyncExitStack() as stack:
+        readers = []
+        for server in (a, b):  # a stream on the editing server and one on another
+            headers = server.headers(Accept="text/event-stream")
+            resp = await stack.enter_async_context(
+                server.session.get(f"{server.url}/v1{path}/stream", headers=headers)
+            )
+            readers.append(SseReader(resp))
+            hello = await asyncio.wait_for(readers[-1].next(), 10)
+            assert hello is not None and hello.event == "hello"
+        agent = {"name": "chat-watch", "done": False}
+        status, sent = await a.post(f"{path}/messages", {"text": "Hel", "agent": agent})
+        assert status == 201, sent
+        for text, done in (("Hello", False), ("Hello there", True)):
+            edit = {"text": text, "done": done}
+            status, _ = await a.call("PATCH", f"{path}/messages/{sent['messageId']}", edit)
+            assert status == 200
+        for reader in readers:
+            events = [await asyncio.wait_for(reader.next(), 10) for _ in range(3)]
+            seen = [(e.event, json.loads(e.text)["text"]) for e in events if e is not None]
+            assert seen == [("message", "Hel"), ("update", "Hello"), ("update", "Hello there")]
+        status, _ = await a.post(f"{path}/messages", {"text": "after"})  # no update came twice
+        for reader in readers:
+            after = await asyncio.wait_for(reader.next(), 10)
+            assert after is not None and (after.event, json.loads(after.text)["text"]) == (
+                "message",
+                "after",
+            )
