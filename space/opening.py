@@ -138,26 +138,39 @@ def route_wakes(app: web.Application) -> Callable[[str | None], None]:
 
 
 _EDITS: set[asyncio.Task[None]] = set()  # reads of messages edited on another server
+_AGAIN: dict[tuple[str, str, str], bool] = {}  # a message being read: read it once more after
 
 
 def _edited_elsewhere(app: web.Application, key: str) -> None:
     """`<objectId>/<messageId>@<origin>`: another server edited the message; this server's
-    streams of its chat get the `update` as stored (none for this server's own edit)."""
+    streams of its chat get the `update` as stored (none for this server's own edit). The
+    reads of one message are one after another, so its updates go out in the order of its
+    edits (a burst of hints, one read more)."""
     where, _, origin = key.rpartition("@")
     object_id, _, message_id = where.partition("/")
     store = cast(PostgresStore, app[STORE])
     if origin == store.origin or not message_id or not app[chats.TOPICS].count(object_id):
         return
+    reading = (store.origin, object_id, message_id)
+    if reading in _AGAIN:
+        _AGAIN[reading] = True
+        return
+    _AGAIN[reading] = False
 
     async def tell() -> None:
         try:
-            found = await store.message(object_id, message_id)
+            while True:
+                found = await store.message(object_id, message_id)
+                if found is not None:
+                    seq, body = found
+                    app[chats.TOPICS].publish(object_id, (seq, body, chat_stream.UPDATE))
+                if not _AGAIN[reading]:
+                    return
+                _AGAIN[reading] = False
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.warning("an edit of %s not read: %s", message_id, exc)
-            return
-        if found is not None:
-            seq, body = found
-            app[chats.TOPICS].publish(object_id, (seq, body, chat_stream.UPDATE))
+        finally:
+            del _AGAIN[reading]
 
     task = asyncio.create_task(tell(), name="baton-edit-elsewhere")
     _EDITS.add(task)
