@@ -153,7 +153,8 @@ def run_of(tid: str, key: str, run_id: str, term: int, n: int, now: str) -> dict
 
 class Cpu:
     """CPU seconds of the servers' processes, PostgreSQL's (postmaster and its children:
-    backends, walwriter, checkpointer…) and this process, between `start` and `stop`."""
+    backends, walwriter, checkpointer…) and this process, between `start` and `per`; and
+    how many of the machine's cores were busy meanwhile, whoever's (/proc/stat)."""
 
     def __init__(self, servers: Servers, postmaster: int | None) -> None:
         self.pids = [p.pid for p in servers.procs]
@@ -177,21 +178,30 @@ class Cpu:
     def now(self) -> tuple[float, float, float]:
         return sum(cpu_seconds(p) for p in self.pids), self.pg(), time.process_time()
 
-    def start(self) -> None:
-        self.began = self.now()
+    @staticmethod
+    def machine() -> float:
+        """CPU seconds all cores spent busy since boot (not idle, not waiting for I/O)."""
+        ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        return (sum(ticks) - ticks[3] - ticks[4]) / TICK
 
-    def per(self, count: int) -> tuple[float, float, float]:
-        """ms per unit of (servers, PostgreSQL, client) since `start`."""
-        (s0, p0, c0), (s1, p1, c1), k = self.began, self.now(), 1e3 / max(count, 1)
-        return (s1 - s0) * k, (p1 - p0) * k, (c1 - c0) * k
+    def start(self) -> None:
+        self.began, self.wall = (*self.now(), self.machine()), time.perf_counter()
+
+    def per(self, count: int) -> tuple[float, float, float, float]:
+        """ms per unit of (servers, PostgreSQL, client) since `start`, and the machine's
+        cores busy meanwhile."""
+        (s0, p0, c0, m0), k = self.began, 1e3 / max(count, 1)
+        (s1, p1, c1), m1 = self.now(), self.machine()
+        machine = (m1 - m0) / (time.perf_counter() - self.wall)
+        return (s1 - s0) * k, (p1 - p0) * k, (c1 - c0) * k, machine
 
 
 @dataclass
 class Figures:
     claims_s: float = 0.0
-    claim_cpu: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    claim_cpu: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     runs_s: float = 0.0
-    run_cpu: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    run_cpu: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     claimed: int = 0
     posted: int = 0
 
@@ -262,14 +272,17 @@ async def throughput(s: Servers, args: argparse.Namespace, postmaster: int | Non
 def show_throughput(rows: list[tuple[str, Figures]]) -> None:
     print(
         "| configuration | claims/s | CPU ms a claim: servers / PostgreSQL / client "
-        "| runs/s (lists of 20) | CPU ms a run: servers / PostgreSQL / client | counted |"
+        "| cores busy: these / the machine | runs/s (lists of 20) "
+        "| CPU ms a run: servers / PostgreSQL / client | cores busy | counted |"
     )
-    print("|---|---:|---|---:|---|---|")
+    print("|---|---:|---|---|---:|---|---|---|")
     for name, f in rows:
         c, r = f.claim_cpu, f.run_cpu
         print(
             f"| {name} | {f.claims_s:,.0f} | {c[0]:.2f} / {c[1]:.2f} / {c[2]:.2f} "
+            f"| {sum(c[:3]) * f.claims_s / 1e3:.2f} / {c[3]:.2f} "
             f"| {f.runs_s:,.0f} | {r[0]:.3f} / {r[1]:.3f} / {r[2]:.3f} "
+            f"| {sum(r[:3]) * f.runs_s / 1e3:.2f} / {r[3]:.2f} "
             f"| {f.claimed:,} claims, {f.posted:,} runs |"
         )
 
