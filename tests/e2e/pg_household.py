@@ -15,8 +15,8 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from household import LEASE_FLAGS, SETTLE, Household, at
 from support import Procs, Servers, eventually
-from test_failover import LEASE_FLAGS, SETTLE, Household, at
 
 from runtime.client.api import SpaceClient
 
