@@ -2,10 +2,11 @@
 
 The body is the SQLite suite's (tests/e2e/test_failover.py), collected again with `house`
 a `KillingHousehold` (pg_household.py): once the cron has fired, the `baton space serve`
-process the holder talks to is SIGKILLed and started again on its port, while the
-device on the other server stays up; then the test goes on. Its checks are unchanged:
-every slot since the record was created fired once (none lost to the outage, none
-claimed twice by the holder and a standby), and nothing is replayed.
+process the holder talks to is SIGKILLed and started again on its port — at once (the
+holder keeps its term), or once the device on the other server has taken the lease
+over — while that other device stays up; then the test goes on. Its checks are
+unchanged: every slot since the record was created fired once (none lost to the
+outage, none claimed twice by the holder and a standby), and nothing is replayed.
 """
 
 from __future__ import annotations
@@ -23,9 +24,14 @@ from test_failover import (
 __all__ = ["test_a_holder_killed_and_back_within_its_lease_loses_nothing_while_standbys_were_up"]
 
 
-@pytest.fixture
-async def house(tmp_path: Path, pg_dsn: str) -> AsyncIterator[Household]:
+@pytest.fixture(params=["back at once", "back after a takeover"])
+async def house(
+    tmp_path: Path, pg_dsn: str, request: pytest.FixtureRequest
+) -> AsyncIterator[Household]:
     async with pg_house(tmp_path, pg_dsn, KillingHousehold) as killing:
+        assert isinstance(killing, KillingHousehold)
+        killing.away_past_the_lease = request.param == "back after a takeover"
         yield killing
-        assert isinstance(killing, KillingHousehold) and len(killing.outages) == 1
-        print(f"server outage: {killing.outages[0]:.1f} s from SIGKILL to listening again")
+        (outage,), ((before, after),) = killing.outages, killing.terms
+        print(f"server outage: {outage:.1f} s from SIGKILL to listening; term {before} → {after}")
+        assert (after > before) == killing.away_past_the_lease  # the case it says it is
