@@ -3,9 +3,10 @@
 `Space` is the embedded space server on a SQLite file in `tmp_path`, run by an
 `AppRunner` on a loopback port, with an admin client; it can be stopped and
 started again on the same file and port, and its clock can be a `FakeClock`'s
-wall. `make_device(**overrides)` starts a `runtime.device.Device` as a task
-(a real Executor with two workers) and, at teardown, cancels it and checks that
-no task of the runtime is left. Waits are on conditions under a deadline.
+wall; `Spaces.on_postgres(dsn)` is one more server on a PostgreSQL database.
+`make_device(**overrides)` starts a `runtime.device.Device` as a task (a real
+Executor with two workers) and, at teardown, cancels it and checks that no task
+of the runtime is left. Waits are on conditions under a deadline.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pages import read_all
 
 from core.chatwire import Message
 from core.clock import FakeClock
-from runtime.client.api import SpaceClient
+from runtime.client.api import ApiError, SpaceClient
 from runtime.device import Device, DeviceSettings
 from runtime.events import RoleChanged
 from space.app import create_app, default_admin_token_file
@@ -44,10 +45,15 @@ eventually = functools.partial(waiting.eventually, timeout=DEADLINE, every=0.02)
 
 
 class Space:
-    """The space server on one SQLite file, restartable on the same port, with an admin client."""
+    """The space server on one SQLite file (or a PostgreSQL DSN, with `token_file` shared
+    by every server on it), restartable on the same port, with an admin client."""
 
-    def __init__(self, db: Path, clock: FakeClock | None = None) -> None:
+    def __init__(
+        self, db: Path | str, clock: FakeClock | None = None, token_file: Path | None = None
+    ) -> None:
         self.db, self.clock = db, clock
+        self.token_file = token_file or default_admin_token_file(db)
+        self.lease_seconds = 15.0
         self.runner: web.AppRunner | None = None
         self.port = 0
         self.admin: SpaceClient | None = None
@@ -66,20 +72,27 @@ class Space:
 
     async def start(self) -> None:
         server_clock = self.clock.wall if self.clock is not None else system_clock
-        app = create_app(self.db, clock=server_clock)
-        SERVING.append(app[DB_THREAD])
+        token_file, lease = self.token_file, self.lease_seconds
+        app = create_app(
+            self.db, clock=server_clock, admin_token_file=token_file, lease_seconds=lease
+        )
+        SERVING.extend([app[DB_THREAD]] if DB_THREAD in app else [])  # none on PostgreSQL
         self.runner = SpaceRunner(app, handle_signals=False, header_timeout=self.header_timeout)
         await self.runner.setup()
         await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
         self.port = self.runner.addresses[0][1]
         if self.admin is None:
-            token = default_admin_token_file(self.db).read_text().strip()
-            self.admin = SpaceClient(self.url, token)
-            self.general = (await self.admin.space_create({"id": SPACE})).generalChat
+            self.admin = SpaceClient(self.url, self.token_file.read_text().strip())
+            try:
+                self.general = (await self.admin.space_create({"id": SPACE})).generalChat
+            except ApiError as exc:  # on PostgreSQL, created through another server
+                assert exc.status == 409, exc
+                self.general = (await self.admin.space_get(SPACE)).generalChat
 
     async def stop(self) -> None:
         if self.runner is not None:
-            SERVING.remove(self.runner.app[DB_THREAD])
+            if DB_THREAD in self.runner.app:
+                SERVING.remove(self.runner.app[DB_THREAD])
             await self.runner.cleanup()
             self.runner = None
 
@@ -188,6 +201,14 @@ class Spaces:
 
     async def new(self, clock: FakeClock | None = None) -> Space:
         space = Space(self.tmp_path / f"space-{len(self.all)}.db", clock)
+        self.all.append(space)
+        await space.start()
+        return space
+
+    async def on_postgres(self, dsn: str, lease_seconds: float = 15.0) -> Space:
+        """One more server on the PostgreSQL database `dsn` (one admin token file for all)."""
+        space = Space(dsn, token_file=self.tmp_path / "admin.token")
+        space.lease_seconds = lease_seconds
         self.all.append(space)
         await space.start()
         return space

@@ -141,6 +141,39 @@ async def serve(procs: Procs, db: Path, *extra: str) -> tuple[Proc, str]:
     return proc, (await matched(proc, LISTENING)).group(1)
 
 
+class Servers:
+    """`baton space serve` processes on one PostgreSQL database and one admin token file,
+    started one after another (the first mints the token); each can be SIGKILLed and
+    started again on its port."""
+
+    def __init__(self, procs: Procs, dsn: str, token_file: Path, *extra: str) -> None:
+        self.procs, self.dsn, self.token_file, self.extra = procs, dsn, token_file, extra
+        self.running: list[Proc] = []
+        self.urls: list[str] = []
+
+    async def start(self, count: int) -> list[str]:
+        for _ in range(count):
+            proc, url = await self._serve(len(self.urls), "0")
+            self.running.append(proc)
+            self.urls.append(url)
+        return self.urls
+
+    async def kill(self, index: int) -> None:
+        await self.running[index].kill()
+
+    async def restart(self, index: int) -> None:
+        """Start server `index` again on the port it had."""
+        proc, url = await self._serve(index, self.urls[index].rsplit(":", 1)[1])
+        assert url == self.urls[index], (url, self.urls[index])
+        self.running[index] = proc
+
+    async def _serve(self, index: int, port: str) -> tuple[Proc, str]:
+        name = f"space-{index}-{len(self.procs.started)}"
+        where = ("--db", self.dsn, "--admin-token-file", str(self.token_file), "--port", port)
+        proc = await self.procs.start(name, "space", "serve", *where, *self.extra)
+        return proc, (await matched(proc, LISTENING)).group(1)
+
+
 def write_token(path: Path, token: str) -> Path:
     """A token file as the CLI and the device accept it: owner-only (0600)."""
     path.touch(mode=0o600)

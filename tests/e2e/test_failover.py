@@ -6,7 +6,8 @@ exactly the slots and messages that came after the record's `activeSince` while 
 least one device that is still up was already up: none before the record existed,
 none from paused time, none lost while a standby was up, none twice. Three
 `baton device` processes share one `baton space serve` with a 3 s lease (their
-timings follow it). Each test checks the space's run records, claims and agent turns.
+timings follow it; tests/e2e/test_servers_*.py run some of these on PostgreSQL, the
+devices spread over servers). Each test checks the run records, claims and agent turns.
 """
 
 from __future__ import annotations
@@ -14,143 +15,16 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
-from support import (
-    Proc,
-    Procs,
-    duplicates,
-    eventually,
-    fires_of,
-    runs_of,
-    serve,
-    write_token,
-)
+from household import LEASE_FLAGS, PEERS, SETTLE, SPACE, Household, S, at
+from support import Procs, runs_of, serve
 
-from core.chatwire import Message
 from runtime.client.api import SpaceClient
 
-SPACE = "home"
-LEASE = 3.0
-PEERS = ("a", "b", "c")
-QUICK = 'def main(args):\n    return {"ok": True}\n'
-EVERY_SECOND = {"kind": "cron", "spec": {"expr": "* * * * * *"}, "program": "quick@v1"}
-S = timedelta(seconds=1)
-SETTLE = 20.0  # a takeover, its bridge and the runs it queues, on a busy 2-core machine
-
-
-def at(text: str) -> datetime:
-    return datetime.fromisoformat(text)
-
-
-class Household:
-    """A space server, devices started and stopped at will, and what the space recorded."""
-
-    def __init__(self, procs: Procs, url: str, api: SpaceClient) -> None:
-        self.procs, self.url, self.api = procs, url, api
-        self.devices: dict[str, Proc] = {}
-        self.chat = ""
-        self.general = ""
-
-    async def start(self, peer: str) -> Proc:
-        token = self.procs.logs / f"{peer}.token"
-        if not token.exists():
-            minted = await self.api.token_device({"peer": peer, "space": SPACE})
-            write_token(token, minted["token"])
-        where = ("--url", self.url, "--token-file", str(token), "--space", SPACE)
-        tuning = ("--health-seconds", "1", "--workers", "1", "--data", str(self.procs.logs / peer))
-        proc = await self.procs.start(
-            f"{peer}-{len(self.procs.started)}", "device", "--peer", peer, *where, *tuning
-        )
-        self.devices[peer] = proc
-        return proc
-
-    async def holder(self) -> str:
-        """The device holding the lease, once every running device is live."""
-
-        async def settled() -> str | None:
-            listed = (await self.api.devices(SPACE)).devices
-            live = {d.peer for d in listed if d.live}
-            running = {p for p, proc in self.devices.items() if proc.running}
-            active = (await self.api.election(SPACE)).active
-            return active if running <= live and active in running else None
-
-        return await eventually(settled, timeout=SETTLE, what="a holder among the running devices")
-
-    async def bridged_holder(self) -> str:
-        """The holder once it has bridged its term: a restarted holder that renewed its term,
-        or a standby that took over (whichever it was, its own process said so)."""
-
-        async def done() -> str | None:
-            election = await self.api.election(SPACE)
-            proc = self.devices.get(election.active or "")
-            if proc is None or not proc.running:
-                return None
-            told = f"takeover at term {election.term}: bridging from" in proc.output()
-            return election.active if told else None
-
-        return await eventually(done, timeout=SETTLE, what="a holder that bridged its term")
-
-    async def cron(self, name: str) -> dict[str, Any]:
-        return await self.api.trigger_create(SPACE, {**EVERY_SECOND, "name": name})
-
-    async def event(self, name: str) -> dict[str, Any]:
-        spec = {"dataset": "chat_messages", "objectId": self.chat}
-        body = {"kind": "event", "name": name, "spec": spec, "program": "quick@v1"}
-        return await self.api.trigger_create(SPACE, body)
-
-    async def send(self, chat: str, text: str) -> Message:
-        return await self.api.chat_send(SPACE, chat, {"text": text})
-
-    async def keys(self, trigger: str) -> list[str]:
-        return [r["key"] for r in await runs_of(self.api, SPACE, trigger)]
-
-    async def slots(self, trigger: str) -> list[datetime]:
-        return sorted(at(k) for k in await self.keys(trigger))
-
-    async def answered(self) -> list[str]:
-        """Message ids chat-watch's turns took up, in the order of the turns."""
-        turns = (await self.api.turns(SPACE, limit=1000))["turns"]
-        return [m for t in turns for m in t["messageIds"]]
-
-    async def every_slot(self, trigger: str, first: datetime, last: datetime) -> list[datetime]:
-        """Wait until the trigger has run every second in [first, last]; its slots."""
-
-        async def complete() -> list[datetime] | None:
-            slots = await self.slots(trigger)
-            want = {first + i * S for i in range(int((last - first) / S) + 1)}
-            return slots if want <= set(slots) else None
-
-        return await eventually(
-            complete, timeout=SETTLE, what=f"every slot of {trigger} from {first} to {last}"
-        )
-
-    async def fired_for(self, trigger: str, messages: list[Message]) -> list[str]:
-        ids = {m.message_id for m in messages}
-
-        async def all_in() -> list[str] | None:
-            keys = await self.keys(trigger)
-            return keys if ids <= set(keys) else None
-
-        return await eventually(all_in, timeout=SETTLE, what=f"{trigger} fired for {len(ids)}")
-
-    async def chat_watch_took(self, messages: list[Message]) -> list[str]:
-        ids = {m.message_id for m in messages}
-
-        async def all_in() -> list[str] | None:
-            took = await self.answered()
-            return took if ids <= set(took) else None
-
-        return await eventually(all_in, timeout=SETTLE, what="chat-watch took them up")
-
-    async def no_duplicate_claims(self, *triggers: str) -> None:
-        for tid in triggers:
-            assert duplicates([f["key"] for f in await fires_of(self.api, SPACE, tid)]) == []
-            assert duplicates(await self.keys(tid)) == []
-        assert duplicates(await self.answered()) == []
+__all__ = ["SETTLE", "SPACE", "Household", "at"]  # also the other takeover tests'
 
 
 def whole_second_after(instant: datetime) -> datetime:
@@ -162,15 +36,10 @@ def whole_second_after(instant: datetime) -> datetime:
 @pytest.fixture
 async def house(tmp_path: Path) -> AsyncIterator[Household]:
     async with Procs(tmp_path) as procs:
-        lease = ("--lease-seconds", str(LEASE), "--live-seconds", str(2 * LEASE))
-        _, url = await serve(procs, tmp_path / "space.db", *lease)
+        _, url = await serve(procs, tmp_path / "space.db", *LEASE_FLAGS)
         admin = (tmp_path / "admin.token").read_text().strip()
         async with SpaceClient(url, admin) as api:
-            house = Household(procs, url, api)
-            house.general = (await api.space_create({"id": SPACE})).generalChat
-            house.chat = (await api.chat_create(SPACE, {"name": "feed"}))["objectId"]
-            await api.program_put(SPACE, "quick@v1", {"source": QUICK})
-            yield house
+            yield await Household(procs, api, url).prepare()
 
 
 async def test_nothing_from_before_a_record_existed_and_nothing_lost_at_a_clean_stop(
@@ -179,11 +48,11 @@ async def test_nothing_from_before_a_record_existed_and_nothing_lost_at_a_clean_
     unseeded = [await house.send(house.general, "before chat-watch existed")]
     for peer in PEERS:
         await house.start(peer)
-    holder = await house.holder()
+    await house.holder()
     before = [await house.send(house.chat, f"before {i}") for i in range(3)]
     cron, event = await house.cron("every second"), await house.event("feed")
     since = at(cron["activeSince"])
-    await eventually(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
+    holder = await house.first_run(cron["id"])  # on PostgreSQL, maybe a server killed
     after = [await house.send(house.chat, f"after {i}") for i in range(2)]
     await house.fired_for(event["id"], after)
 
@@ -209,9 +78,9 @@ async def test_nothing_from_before_a_record_existed_and_nothing_lost_at_a_clean_
 async def test_paused_time_never_fires_after_a_resume_and_a_takeover(house: Household) -> None:
     for peer in PEERS:
         await house.start(peer)
-    holder = await house.holder()
+    await house.holder()
     cron, event = await house.cron("every second"), await house.event("feed")
-    await eventually(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
+    holder = await house.first_run(cron["id"])  # on PostgreSQL, maybe a server killed
     api = house.api
     paused = {}
     for tid in (cron["id"], event["id"], "chat-watch"):
@@ -247,10 +116,10 @@ async def test_a_holder_killed_and_back_within_its_lease_loses_nothing_while_sta
 ) -> None:
     for peer in PEERS:
         await house.start(peer)
-    holder = await house.holder()
+    await house.holder()
     cron, event = await house.cron("every second"), await house.event("feed")
     since = at(cron["activeSince"])
-    await eventually(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
+    holder = await house.first_run(cron["id"])  # on PostgreSQL, maybe a server killed
 
     await house.devices[holder].kill()
     killed = datetime.now(since.tzinfo)
@@ -277,7 +146,7 @@ async def test_downtime_of_every_device_replays_nothing(house: Household) -> Non
     await house.start("a")
     await house.holder()
     cron, event = await house.cron("every second"), await house.event("feed")
-    await eventually(lambda: house.slots(cron["id"]), timeout=SETTLE, what="a first run")
+    await house.first_run(cron["id"])
 
     await house.devices["a"].kill()
     down_from = datetime.now(at(cron["activeSince"]).tzinfo)
