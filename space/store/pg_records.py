@@ -34,9 +34,9 @@ appended AS (INSERT INTO changes (space, seq, trigger_id, op, rev, body, at, wri
   SELECT $1, seq, $2, $3, $4, $5, $6, $7 FROM counter RETURNING seq)
 SELECT seq, pg_notify('CHANNEL', 'feed:' || $1) FROM appended
 """.replace("CHANNEL", CHANNEL)
-_CREATE_IF_ABSENT = (
+_CREATE_IF_ABSENT = (  # every unique index is an arbiter: a concurrent create of the same
     "INSERT INTO triggers (space, id, rev, body, name) VALUES ($1, $2, $3, $4, $5) "
-    "ON CONFLICT (space, id) DO NOTHING RETURNING id"
+    "ON CONFLICT DO NOTHING RETURNING id"  # reserved record may meet it at the name's first
 )
 _UPSERT = (
     "INSERT INTO triggers (space, id, rev, body, name) VALUES ($1, $2, $3, $4, $5) "
@@ -86,7 +86,9 @@ async def create_reserved(
         made = await conn.fetchval(_CREATE_IF_ABSENT, space, tid, 1, text, name)
         if made is None:
             row = await _locked(conn, space, tid)
-            assert row is not None  # held by the conflict: rows are deleted FOR UPDATE
+            if row is None:  # not the id but the name, taken by another record meanwhile
+                await _name_free(conn, space, name, tid)
+                raise Refusal(409, "name_taken", f"the name {name!r} was taken meanwhile")
             return record_view.parse(row[1]) or {"id": tid}, False
         await conn.execute(
             "INSERT INTO trigger_ids VALUES ($1, $2) ON CONFLICT DO NOTHING", space, tid

@@ -132,3 +132,24 @@ async def test_a_reserved_record_is_created_once_of_concurrent_puts(store: Store
     assert [c["op"] for c in await store.changes_since(SPACE, 0, 10)] == ["create"]
     refused = await _refused(store.create_reserved_record(SPACE, "mine", watch, ADMIN))
     assert (refused.status, refused.code) == (400, "not_reserved")
+
+
+async def test_a_named_reserved_record_put_through_two_servers_at_once_is_created_once(
+    store: Store, other_store: Store
+) -> None:
+    """Devices on two servers seed chat-watch together: its name's unique index must not
+    refuse the second (a 500 it was), the id's conflict answers the first's record."""
+    spec = {"dataset": "chat_messages", "objectId": "cht_general"}
+    watch = {"kind": "event", "name": "chat-watch", "spec": spec, "program": "internal:chat-watch"}
+    for round_ in range(8):  # the race is narrow: several rounds, each a fresh space
+        space = f"race{round_}"
+        got = await asyncio.gather(
+            *(
+                (store, other_store)[n % 2].create_reserved_record(
+                    space, "chat-watch", watch, ADMIN
+                )
+                for n in range(8)
+            )
+        )
+        assert sorted(created for _, created in got) == [False] * 7 + [True]
+        assert {record["name"] for record, _ in got} == {"chat-watch"}
