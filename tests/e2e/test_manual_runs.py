@@ -24,7 +24,7 @@ YEARLY = {"kind": "cron", "spec": {"expr": "0 0 1 1 *"}, "program": "quick@v1"}
 
 async def baton(house: Household, name: str, *argv: str) -> tuple[int, str]:
     """`baton ARGV` as a process against the house's space, with the admin token."""
-    where = ("--url", house.url, "--token-file", str(house.procs.logs / "admin.token"))
+    where = ("--url", house.urls[0], "--token-file", str(house.procs.logs / "admin.token"))
     return await house.procs.run(name, *argv, *where, "--space", SPACE, timeout=60)
 
 
