@@ -35,6 +35,7 @@ sys.path[0:1] = [str(ROOT), str(ROOT / "tests"), str(BENCH)]  # `space` the pack
 import aiohttp  # noqa: E402
 from claim import TICK, cpu_seconds  # noqa: E402
 from pgcluster import Cluster, binaries  # noqa: E402
+from run_batch import run  # noqa: E402
 
 SPACE = "bench"
 PEER = "bench-dev"
@@ -131,24 +132,8 @@ def slot(since: datetime, n: int) -> str:
 
 
 def run_of(tid: str, key: str, run_id: str, term: int, n: int, now: str) -> dict[str, Any]:
-    """A run as the device's recorder posts it (bench/run_batch.py's body), with stamps."""
-    return {
-        "runId": run_id,
-        "triggerId": tid,
-        "program": "p@v1",
-        "peer": PEER,
-        "term": term,
-        "key": key,
-        "dueAt": now,
-        "startedAt": now,
-        "finishedAt": now,
-        "durationMs": 1.0,
-        "status": "ok",
-        "result": {"ok": True},
-        "lateMs": 0.5,
-        "phases": {"wakeMs": 0.2, "claimMs": 0.1, "queueMs": 0.1, "spawnMs": 0.1},
-        "stamps": {"lastStatus": "ok", "lastRunAt": now, "rollup": {"runs": n, "ok": n}},
-    }
+    """A run as the device's recorder posts it (bench/run_batch.py's body), for fire `key`."""
+    return {**run(tid, n, now), "runId": run_id, "key": key, "term": term}
 
 
 class Cpu:
