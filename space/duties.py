@@ -104,17 +104,17 @@ def require_own_programming(
     raise Refusal(403, "forbidden", detail)
 
 
-def require_stamper(
+def stamp_target(
     db: sqlite_utils.Database, who: Principal | None, space: str, tid: str, now: datetime
-) -> None:
-    """Refuse stamps on a record device `who` (None: the admin) does not answer for, by the
-    lease at `now`. On the database thread, in its caller's unit of work."""
-    if who is None:
-        return
-    _, record = trigger_store.current(db, space, tid)
-    if not owns(who, record):
-        lease = leases.load(db, space)
-        check_stamper(who, tid, record, lease, now, fires.last_claimer(db, space, tid))
+) -> tuple[int, dict[str, Any]]:
+    """The record `tid` stamps are for, as `current` reads it, refused to a device `who`
+    (None: the admin) that does not answer for it by the lease at `now`. On the database
+    thread, in its caller's unit of work."""
+    held = trigger_store.current(db, space, tid)
+    if who is not None and not owns(who, held[1]):
+        lease, last = leases.load(db, space), fires.last_claimer(db, space, tid)
+        check_stamper(who, tid, held[1], lease, now, last)
+    return held
 
 
 def owns(who: Principal | None, record: dict[str, Any]) -> bool:
@@ -130,7 +130,7 @@ def check_stamper(
     now: datetime,
     last_claimer: str | None,
 ) -> None:
-    """`require_stamper`'s verdict on a record `who` does not own, by the lease at `now` and
+    """`stamp_target`'s verdict on a record `who` does not own, by the lease at `now` and
     the record's latest claimer (either store reads them)."""
     if not lease.lapsed(now) and lease.active == who.peer:
         return

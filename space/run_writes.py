@@ -22,13 +22,12 @@ import sqlite_utils
 
 from core.vocab import KEPT_LONGER, RAN
 from core.wire import RunIn, RunResult, Stamps, to_wire
-from space import duties, fires, history, leases, logtable, token_store, trigger_store
+from space import duties, fires, history, logtable, token_store, trigger_store
 from space.appstate import RunRetention
 from space.db import transaction
 from space.http import Refusal
 from space.servertime import iso
 from space.store.logwire import Poster, RunPosted, RunsPosted
-from space.trigger_store import Record
 
 _encoder = msgspec.json.Encoder()
 _INSERT = (
@@ -69,7 +68,11 @@ def post_one(
         try:
             if isinstance(check, Refusal):
                 raise check
-            held = None if posted.stamps is None else stamp_target(db, space, posted, by, now)
+            held = (
+                None
+                if posted.stamps is None
+                else duties.stamp_target(db, by.who, space, posted.triggerId, now)
+            )
         except Refusal as exc:
             ended = token_store.revoke_runs(db, space, [posted.runId], now.timestamp(), by.peer)
             return RunPosted(refusal=exc, ended=ended > 0)
@@ -80,17 +83,6 @@ def post_one(
             fields = stamp_fields(posted.stamps)
             trigger_store.stamp_over(db, space, posted.triggerId, held, fields, iso(now))
     return RunPosted(run=check.run, added=check.new)
-
-
-def stamp_target(
-    db: sqlite_utils.Database, space: str, run: RunIn, by: Poster, now: datetime
-) -> tuple[int, Record]:
-    """The record `run` stamps, read, and fenced as `POST …/status` is."""
-    held = trigger_store.current(db, space, run.triggerId)
-    if by.who is not None and not duties.owns(by.who, held[1]):
-        lease, last = leases.load(db, space), fires.last_claimer(db, space, run.triggerId)
-        duties.check_stamper(by.who, run.triggerId, held[1], lease, now, last)
-    return held
 
 
 def _insert(
@@ -192,7 +184,7 @@ def _stamp(
     out: dict[str, Refusal | int] = {}
     for tid, (run, fields) in merged_stamps(posted).items():
         try:
-            held = stamp_target(db, space, run, by, now)
+            held = duties.stamp_target(db, by.who, space, run.triggerId, now)
             _, out[tid] = trigger_store.stamp_over(
                 db, space, tid, held, fields, iso(now), by.writer
             )

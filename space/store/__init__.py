@@ -153,7 +153,7 @@ class Store(Protocol):
         self, space: str, tid: str, stamps: Record, if_match: int | None, who: Principal | None
     ) -> tuple[Record, bool]:
         """Runtime stamps (rev kept), refused to a device `who` that does not answer for the
-        record (`duties.require_stamper`) in the same transaction; whether they changed it."""
+        record (`duties.stamp_target`) in the same transaction; whether they changed it."""
         ...
 
     async def delete_record(

@@ -221,7 +221,7 @@ async def _stamp_list(
 
 
 class Fence:
-    """`duties.require_stamper` on PostgreSQL: the record's owner, else the lease at the
+    """`duties.stamp_target` on PostgreSQL: the record's owner, else the lease at the
     database's clock and the record's latest claimer (`who` None: the admin, let by)."""
 
     def __init__(

@@ -148,8 +148,9 @@ class Work:
         who: Principal | None,
     ) -> tuple[Record, bool]:
         with transaction(db):
-            duties.require_stamper(db, who, space, tid, self.clock())
-            record, seq = trigger_store.stamp(db, space, tid, stamps, self._now(), if_match)
+            held = duties.stamp_target(db, who, space, tid, self.clock())
+            trigger_store.check_rev(held[0], if_match)
+            record, seq = trigger_store.stamp_over(db, space, tid, held, stamps, self._now())
         return record, seq > 0
 
     def delete_record(
