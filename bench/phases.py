@@ -25,7 +25,18 @@ from typing import Any
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
-from programs import channel, confine, landlock, privileges, runchild, runner, runproc, warm, worker  # noqa: E402  # noqa: E402
+from programs import (  # noqa: E402
+    channel,
+    confine,
+    forking,
+    landlock,
+    privileges,
+    runchild,
+    runner,
+    runproc,
+    warm,
+    worker,
+)
 from programs.context import RunContext  # noqa: E402
 
 CHILD = [
@@ -82,7 +93,7 @@ def count(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
 def instrument() -> None:
     for owner, name in CHILD + WORKER:
         setattr(owner, name, count(name, getattr(owner, name)))
-    real_fork, real_answer = os.fork, runchild._answer
+    real_fork, real_answer = forking.fork, runchild._answer
 
     def fork() -> int:
         began = time.thread_time()
@@ -100,7 +111,7 @@ def instrument() -> None:
         os.write(2, f"PHASES {json.dumps([cpu, faults])}\n".encode())
         real_answer(sock, reply)
 
-    os.fork, runchild._answer = fork, answer  # type: ignore[assignment]
+    forking.fork, runchild._answer = fork, answer  # type: ignore[assignment]
 
 
 def request(key: str) -> channel.Request:

@@ -19,7 +19,7 @@ from programs.context import RunContext
 
 MAX_FRAME = 1 << 20
 HEADER = 4
-SPARES = 18  # spares a worker may keep: a 32 MB budget at ≈ 1.75 MB each (docs/decisions.md)
+SPARES = 22  # spares a worker may keep: a 32 MB budget at ≈ 1.4 MB each (docs/decisions.md)
 
 
 class ProtocolError(ValueError):

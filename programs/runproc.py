@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection
 import msgspec
 
 from core.vocab import RunStatus
-from programs import channel, codes, confine, privileges, quota, reaper, runchild, warm
+from programs import channel, codes, confine, forking, privileges, quota, reaper, runchild, warm
 from programs.outcome import exit_reason
 
 SCRATCH_PREFIX = "baton-run-"
@@ -110,7 +110,7 @@ class Spare:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # none mid-fork
-        pid = os.fork()
+        pid = forking.fork()
         if pid == 0:  # the run process: never returns
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
