@@ -191,6 +191,22 @@ async def parked(clock: FakeClock, count: int) -> None:
             await asyncio.sleep(0.001 if busy else 0)
 
 
+PARKED = 6  # an idle holder's parts asleep on its clock: elector, its renewal task (it
+# holds the lease), ticker, sleep watch, health pass, reconciler resync timer
+
+
+async def pass_time(clock: FakeClock, seconds: int, dev: Running) -> None:
+    """Fake time a second at a time, each step once `dev` has no run in flight and every
+    part is back asleep. A run is a real process: fake seconds that passed while it ran
+    (more of them on a busy machine) would have its trigger's next slots overlap it and be
+    skipped."""
+    busy = dev.device.firing.status
+    for _ in range(seconds):
+        await eventually(lambda: not any(n["running"] for n in busy().triggers.values()))
+        clock.advance(1.0)
+        await parked(clock, PARKED)
+
+
 class Spaces:
     """The test's space servers: `default()` (real time) on first use, `new(clock)` for more."""
 

@@ -29,10 +29,10 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
     Spaces,
     eventually,
     make_device,
+    pass_time,
     space,
     spaces,
 )
-from device_support import parked as wait_parked
 from pages import read_all
 
 from core.chatwire import Message
@@ -233,17 +233,6 @@ async def test_a_space_created_while_the_device_runs_gets_its_chat_responder(
     await eventually(answered)
 
 
-PARKED = 6  # an idle device's parts asleep on its clock: elector, its renewal task (the
-# device holds the lease), ticker, sleep watch, health pass, reconciler resync timer
-
-
-async def pass_time(clock: FakeClock, seconds: int, parked: int = PARKED) -> None:
-    """Move time a second at a time, each step once every part has gone back to sleep."""
-    for _ in range(seconds):
-        clock.advance(1.0)
-        await wait_parked(clock, parked)
-
-
 def keys(runs: list[dict[str, Any]]) -> list[str]:
     return [r["key"] for r in runs]
 
@@ -268,7 +257,7 @@ async def test_a_wall_clock_jump_fires_only_what_the_rules_allow(
     await space.send(chat, "awake before")
     await space.until_runs(event, 1)
 
-    await pass_time(clock, 5 * 60)  # 09:07:00, past the 09:05 slot
+    await pass_time(clock, 5 * 60, dev)  # 09:07:00, past the 09:05 slot
     assert keys(await space.until_runs(none, 1)) == ["2026-12-01T09:05:00.000Z"]
     assert keys(await space.until_runs(latest, 1)) == ["2026-12-01T09:05:00.000Z"]
 
@@ -280,11 +269,11 @@ async def test_a_wall_clock_jump_fires_only_what_the_rules_allow(
     await space.send(chat, "just before waking")
     clock.jump_wall(1)  # woken at 10:07:00: 10:05 is a stale slot, within `latest`'s grace
 
-    await pass_time(clock, 5)
+    await pass_time(clock, 5, dev)
     await dev.active()
     await dev.live(chat, event)
     awake = await space.send(chat, "awake after")
-    await pass_time(clock, 3 * 60)  # 10:10:05, past the 10:10 slot
+    await pass_time(clock, 3 * 60, dev)  # 10:10:05, past the 10:10 slot
     await space.until_runs(none, 2)
     await space.until_runs(latest, 3)
     await space.until_runs(event, 2)
@@ -485,7 +474,7 @@ async def test_a_sleep_the_elector_notices_first_bridges_nothing_from_the_sleep(
     dev = await make_device(space=space, clock=clock)
     await dev.active()
     await dev.live(chat, event)
-    await pass_time(clock, 30)  # 09:02:30
+    await pass_time(clock, 30, dev)  # 09:02:30
 
     space.cut_streams()
     await eventually(lambda: dev.chat_state(chat)["state"] == "backoff")
@@ -495,11 +484,11 @@ async def test_a_sleep_the_elector_notices_first_bridges_nothing_from_the_sleep(
     # A fire taken at wake, before the sleep watch's next tick, asks the elector first:
     assert dev.device.elector.may_fire() is False
     await dev.active()
-    await pass_time(clock, 5)
+    await pass_time(clock, 5, dev)
     await dev.live(chat, event)
     awake = await space.send(chat, "awake")
     await space.until_runs(event, 1)
-    await pass_time(clock, 60)  # 10:03:35, past the 10:03 slot
+    await pass_time(clock, 60, dev)  # 10:03:35, past the 10:03 slot
     await space.until_runs(minutely["id"], 1)
     await dev.settled()
 

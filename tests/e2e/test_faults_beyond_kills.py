@@ -25,7 +25,7 @@ from device_support import (  # noqa: F401  (the fixtures are used by name)
     Spaces,
     eventually,
     make_device,
-    parked,
+    pass_time,
     space,
     spaces,
 )
@@ -105,15 +105,6 @@ class Skewed:
         return self.clock.timeout(seconds)
 
 
-PARKED = 6  # an idle holder's parts asleep on its clock (tests/e2e/test_events_and_faults.py)
-
-
-async def pass_time(clock: FakeClock, seconds: int) -> None:
-    for _ in range(seconds):
-        clock.advance(1.0)
-        await parked(clock, PARKED)
-
-
 def slots(runs: list[dict[str, Any]]) -> list[datetime]:
     return [datetime.fromisoformat(r["key"]) for r in runs]
 
@@ -163,7 +154,7 @@ async def test_a_device_whose_clock_is_off_fires_by_the_spaces_clock(
     sent = [await space.send(chat, f"m{i}") for i in range(3)]
     runs = await space.until_runs(event, 3)  # no fake time passes: events never wait
     assert sorted(r["key"] for r in runs) == sorted(m.message_id for m in sent)
-    await pass_time(clock, 125)  # 09:04:05: the 09:03 and 09:04 slots
+    await pass_time(clock, 125, dev)  # 09:04:05: the 09:03 and 09:04 slots
     runs = await space.until_runs(minutely, 2)
     await dev.settled()
     assert slots(runs) == [datetime(2026, 12, 1, 9, m, tzinfo=UTC) for m in (3, 4)]
@@ -177,16 +168,16 @@ async def test_a_step_of_the_devices_clock_fires_nothing_early_and_loses_nothing
     spaces: Spaces, make_device: MakeDevice, step: float
 ) -> None:
     clock, space, own, dev, chat, minutely, event = await skewed_household(spaces, make_device, 0.0)
-    await pass_time(clock, 20)  # 09:02:20
+    await pass_time(clock, 20, dev)  # 09:02:20
     own.skew += step  # the device's clock is set wrong
-    await pass_time(clock, 5)
+    await pass_time(clock, 5, dev)
     await dev.active()
     await dev.live(chat, event)
     sent = [await space.send(chat, f"after the step {i}") for i in range(3)]
     runs = await space.until_runs(event, 3)
     assert sorted(r["key"] for r in runs) == sorted(m.message_id for m in sent)
     assert {r["status"] for r in runs} == {"ok"}, runs
-    await pass_time(clock, 100)  # 09:04:05
+    await pass_time(clock, 100, dev)  # 09:04:05
     runs = await space.until_runs(minutely, 2)
     await dev.settled()
     assert slots(runs) == [datetime(2026, 12, 1, 9, m, tzinfo=UTC) for m in (3, 4)]
@@ -255,13 +246,13 @@ async def test_a_frozen_holder_that_wakes_fires_nothing_stale(
     dev = await make_device(space=space, clock=clock)
     pinned = (await space.trigger(**every, name="mine", owner=dev.peer))["id"]
     await dev.active()
-    await pass_time(clock, 3)
+    await pass_time(clock, 3, dev)
     frozen = clock.wall()
     clock.advance(30.0)  # nothing of the device runs meanwhile
     woke = clock.wall()
-    await pass_time(clock, 5)
+    await pass_time(clock, 5, dev)
     await dev.active()
-    await pass_time(clock, 3)
+    await pass_time(clock, 3, dev)
     await dev.settled()
     for tid in (floating, pinned):  # what ran (a refused claim is recorded, never run)
         recorded = await space.runs(tid)
