@@ -56,6 +56,14 @@ ON CONFLICT DO NOTHING RETURNING claimed_at
 """
 
 
+async def _kept(conn: asyncpg.Connection) -> None:
+    """A connection back in the pool is kept as it is: the store leaves no session state
+    (no `SET`, `LISTEN`, session advisory lock or cursor outside a transaction: its locks
+    are `pg_advisory_xact_lock`, its LISTEN a connection of its own, `pgwake`), so
+    asyncpg's reset query would be a round trip a release for nothing. An open
+    transaction is still rolled back by asyncpg before this is called."""
+
+
 class PostgresStore(
     PgTokens,
     PgDevices,
@@ -77,7 +85,7 @@ class PostgresStore(
 
     @classmethod
     async def open(cls, dsn: str, *, max_size: int = 10) -> PostgresStore:
-        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size)
+        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size, reset=_kept)
         try:
             async with pool.acquire() as conn:
                 await pgschema.migrate(conn)

@@ -38,6 +38,30 @@ async def test_three_servers_opening_a_new_database_at_once_migrate_it_once(
         await asyncio.gather(*(s.close() for s in stores))
 
 
+async def test_a_connection_back_in_the_pool_is_not_reset_but_its_transaction_is_rolled_back(
+    pg_dsn: str,
+) -> None:
+    """The store leaves no session state, so a release sends no reset query (asyncpg's
+    `RESET ALL`, `UNLISTEN *`, …: a round trip a release); a transaction left open is
+    still rolled back before the connection serves again."""
+    store = await PostgresStore.open(pg_dsn, max_size=1)
+    try:
+        sent: list[str] = []
+        async with store.pool.acquire() as conn:
+            conn.add_query_logger(lambda record: sent.append(record.query))
+            backend = conn.get_server_pid()
+            await conn.execute("BEGIN")
+            await conn.execute("CREATE TABLE left_open (x int)")
+        async with store.pool.acquire() as again:
+            assert again.get_server_pid() == backend  # the same connection, back from the pool
+            assert not again.is_in_transaction()
+            assert await again.fetchval("SELECT to_regclass('left_open')") is None
+        assert "ROLLBACK" in sent, sent  # what asyncpg sends on release is seen here
+        assert not any("RESET" in q or "UNLISTEN" in q for q in sent), sent
+    finally:
+        await store.close()
+
+
 async def test_a_database_of_a_newer_build_is_refused_naming_both_versions(pg_dsn: str) -> None:
     conn = await asyncpg.connect(pg_dsn)
     await conn.execute("INSERT INTO baton_schema (version) VALUES (99)")
