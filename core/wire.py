@@ -17,24 +17,14 @@ from core.bounds import INT64_MAX
 from core.vocab import RunStatus, TurnOutcome, canonical_key, iso
 
 Aware = Annotated[datetime, msgspec.Meta(tz=True)]
+"""An instant on the wire: RFC 3339 with an offset (msgspec refuses a naive one)."""
 
 
 def wire_builtins(value: Any) -> Any:
     """`msgspec.to_builtins` with every instant in the one format (`iso`), nested ones too."""
-    return _isos(msgspec.to_builtins(value, builtin_types=(datetime,), str_keys=True))
+    return _instants(msgspec.to_builtins(value, builtin_types=(datetime,), str_keys=True))
 
 
-def _isos(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return iso(value)
-    if isinstance(value, dict):
-        return {k: _isos(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_isos(v) for v in value]
-    return value
-
-
-"""An instant on the wire: RFC 3339 with an offset (msgspec refuses a naive one)."""
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Short = Annotated[str, msgspec.Meta(max_length=200)]
