@@ -1,6 +1,7 @@
 """What a run process's fork and exit scale with: the forking process's mappings and pages.
 
-Run: .venv/bin/python -P bench/forkcost.py [MODULES ...]   (each a comma list; "" for none)
+Run: .venv/bin/python -P bench/forkcost.py [MODULES ...]   (each a comma list; "": none but
+     programs.forking, imported by every child)
      .venv/bin/python -P bench/forkcost.py --worker
 
 For each comma list of modules, a child Python imports them, freezes its heap
@@ -42,7 +43,8 @@ for label, fork in (("os.fork", os.fork), ("libc fork", libc_fork)):
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     faults = (after.ru_minflt - before.ru_minflt) / {forks}
-    print(f"| {{sys.argv[1] or '(none)'}} | {{label}} | {{len(maps)}} | {{anon / 1024:.1f}} | "
+    what = sys.argv[1] or "(forking only)"
+    print(f"| {{what}} | {{label}} | {{len(maps)}} | {{anon / 1024:.1f}} | "
           f"{{parent / {forks} * 1e3:.3f}} | {{cpu / {forks} * 1e3:.3f}} | {{faults:.0f}} |")
 """
 
