@@ -43,6 +43,10 @@ class PidsCgroup:
     def __init__(self, path: Path | None, max_tasks: int = 0) -> None:
         self.path, self.max_tasks = path, max_tasks
         self._cap = max_tasks + 2  # what pids.max says now
+        # Plain strings for the fire path's reads and writes: a run's end reads the one,
+        # each run may write the other, and pathlib's file objects would copy some 60 of
+        # the worker's pages after every fork (docs/performance.md, "Writes between forks").
+        self._max, self._procs = (f"{path}/pids.max", f"{path}/cgroup.procs") if path else ("", "")
 
     @classmethod
     def make(cls, max_tasks: int) -> PidsCgroup:
@@ -66,14 +70,14 @@ class PidsCgroup:
         cap = 1 + idle + self.max_tasks
         if self.path is None or cap == self._cap:
             return
-        (self.path / "pids.max").write_text(str(cap))  # an error here is the worker's: fatal
+        _write(self._max, cap)  # an error here is the worker's: fatal
         self._cap = cap
 
     def pids(self) -> list[int]:
         """Every process in the cgroup but the worker: the run's."""
         if self.path is None:
             return []
-        found = _read_pids(f"{self.path}/cgroup.procs")
+        found = _read_pids(self._procs)
         return [] if found is None else [pid for pid in found if pid != os.getpid()]
 
     def remove(self) -> None:
@@ -91,6 +95,14 @@ def _sweep() -> None:
         if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
             with contextlib.suppress(OSError):
                 os.rmdir(found)
+
+
+def _write(path: str, value: int) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, b"%d" % value)
+    finally:
+        os.close(fd)
 
 
 def _read_pids(path: str) -> list[int] | None:
