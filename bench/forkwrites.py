@@ -21,7 +21,6 @@ from __future__ import annotations
 import collections
 import os
 import signal
-import statistics
 import struct
 import sys
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
 
-from zygote import Worker, channel, children, request, stat  # noqa: E402
+from zygote import Worker, channel, children, medians, request, stat  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 EXCLUSIVE, PRESENT = 1 << 56, 1 << 63  # /proc/PID/pagemap bits (Documentation/admin-guide/mm)
@@ -114,11 +113,8 @@ def main(runs: int) -> None:
     for name, count in pages.most_common(6):
         print(f"| {name} | {count / runs:.1f} |")
     print(f"| all | {sum(pages.values()) / runs:.1f} |")
-    print("\n3 rounds, median (min–max):\n| what | value |\n|---|---|")
-    for name in rows[0]:
-        values = [r[name] for r in rows]
-        print(f"| {name} | {statistics.median(values):.4g} ({min(values):.4g}–{max(values):.4g}) |")
-    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("\n3 rounds, median (min–max):")
+    medians(rows)
 
 
 if __name__ == "__main__":

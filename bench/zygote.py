@@ -172,6 +172,11 @@ def main(runs: int, spares: int, rounds: int) -> None:
         w.close()
     lines = len(SOURCE.splitlines())
     print(f"{runs} runs, {spares} spares, {rounds} rounds, {lines}-line program; median (min–max)")
+    medians(rows)
+
+
+def medians(rows: list[dict[str, float]]) -> None:
+    """Each figure of `rows` (one a round) as median (min–max), then the load average."""
     print("| what | value |\n|---|---|")
     for name in rows[0]:
         values = [r[name] for r in rows]
